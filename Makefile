@@ -1,0 +1,38 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+CORES  ?= all
+SNAKEMAKE_ARGS ?=
+
+.PHONY: venv run report test test-fast lint dryrun bench clean
+
+# The venv is rebuilt only when the pinned requirements or the package metadata change.
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
+	@echo "Results are under results/ (logs under results/logs/)."
+
+dryrun: $(STAMP)
+	$(BIN)/snakemake -n $(SNAKEMAKE_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/snakemake --lint
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/data.py
+
+clean:
+	rm -rf results .snakemake

@@ -1,0 +1,17 @@
+# perturbed-LM: "Perturbation is All You Need for Extrapolating Language Models", as a workflow.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

@@ -1,0 +1,93 @@
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+# Rules run `python -m workflow_lib...`: make it the interpreter (and package) that runs snakemake, unless a
+# job's conda environment puts its own first.
+sys.path.insert(0, workflow.basedir)
+os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+
+from workflow_lib.config import ConfigError, dataset_splits, local_files, validate_config
+
+try:
+    validate_config(config, workdir=Path.cwd())
+except ConfigError as error:
+    raise WorkflowError(f"Invalid configuration: {error}") from None
+
+
+DATASETS = config["datasets"]
+TOKENIZERS = config["tokenizers"]
+MODELS = config["models"]
+EVAL_SETS = config["eval_sets"]
+EXPERIMENTS = config["experiments"]
+
+
+def _names(names):
+    """A wildcard regex that matches exactly these names, so no two rules can claim one file."""
+    return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
+
+
+wildcard_constraints:
+    dataset=_names(DATASETS),
+    split=_names({s for d in DATASETS.values() for s in dataset_splits(d)}),
+    tokenizer=_names(TOKENIZERS),
+    eval_set=_names(EVAL_SETS),
+
+
+def as_json(obj):
+    """Params are passed to the CLI as JSON; sorted keys keep the string (and the rerun trigger) stable."""
+    return json.dumps(obj, sort_keys=True)
+
+
+# ---- input functions -------------------------------------------------------------------------------------
+
+
+def download_inputs(wildcards):
+    ds = DATASETS[wildcards.dataset]
+    return local_files(ds, wildcards.split) if ds["source"] == "local" else []
+
+
+def tokenizer_inputs(wildcards):
+    tok = TOKENIZERS[wildcards.tokenizer]
+    return {"train": f"results/data/{tok['dataset']}/train.parquet"} if tok["source"] == "train" else {}
+
+
+def prompts_input(wildcards):
+    es = EVAL_SETS[wildcards.eval_set]
+    return f"results/data/{es['dataset']}/{es['split']}.parquet"
+
+
+def prompt_settings(wildcards):
+    es, p = EVAL_SETS[wildcards.eval_set], config["prompts"]
+    return {
+        "prefix_words": es["prefix_words"],
+        "reference_words": p["reference_words"],
+        "min_chars": p["min_chars"],
+        "extra_words": p["extra_words"],
+        "forbidden": p["forbidden"],
+        "max_prompts": es["max_prompts"] or p["max_prompts"],
+    }
+
+
+# ---- targets ---------------------------------------------------------------------------------------------
+
+
+def token_targets():
+    out = set()
+    for exp in EXPERIMENTS.values():
+        splits = dataset_splits(DATASETS[exp["train_dataset"]])
+        for model in exp["models"]:
+            for split in config["tokenize"]["splits"]:
+                if split in splits:
+                    out.add(f"results/tokens/{MODELS[model]['tokenizer']}/{exp['train_dataset']}/{split}.parquet")
+    return sorted(out)
+
+
+def prompt_targets():
+    return sorted({f"results/prompts/{es}.parquet" for exp in EXPERIMENTS.values() for es in exp["eval_sets"]})
+
+
+def all_targets():
+    return token_targets() + prompt_targets()

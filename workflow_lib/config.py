@@ -1,0 +1,144 @@
+"""Config checks that run at Snakefile parse time, before any job.
+
+The JSON schema (rules/schemas/config.schema.yaml) states types, ranges and defaults; snakemake's `validate`
+applies it and fills the defaults. Its raw error is a page of schema internals, so `check_schema` first finds
+the most relevant error and names the config key and the allowed values in one line. `check_references`
+then checks what a schema cannot: names that refer to other sections, splits a dataset has, local files.
+Imports only the standard library, yaml and jsonschema: every cluster job re-parses the Snakefile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "rules" / "schemas" / "config.schema.yaml"
+BUILTIN_SPLITS = ("train", "validation", "test", "ood")
+
+
+class ConfigError(ValueError):
+    """A config problem, worded for the user: the key, what is wrong, what is allowed."""
+
+
+def load_schema(path: Path = SCHEMA_PATH) -> dict:
+    with open(path) as handle:
+        return yaml.safe_load(handle)
+
+
+def _key(path: Iterable[Any]) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def _allowed_keys(schema: dict, validator_schema: dict) -> list[str]:
+    props = validator_schema.get("properties", {})
+    return sorted(props)
+
+
+def _describe(error, schema: dict) -> str:
+    """Turn one jsonschema error into 'config key a.b.c: problem; allowed: ...'."""
+    key = _key(error.absolute_path)
+    kind = error.validator
+    if kind == "additionalProperties":
+        allowed = _allowed_keys(schema, error.schema)
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        where = f"config key {key}" if error.absolute_path else "config"
+        return f"{where}: unknown key(s) {', '.join(map(repr, extra))}; allowed keys: {', '.join(allowed)}"
+    if kind == "enum":
+        return f"config key {key}: {error.instance!r} is not allowed; allowed values: {', '.join(map(repr, error.validator_value))}"
+    if kind == "required":
+        return f"config key {key}: {error.message}"
+    if kind == "type":
+        return f"config key {key}: {error.instance!r} has the wrong type; expected {error.validator_value}"
+    if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        return f"config key {key}: {error.message} (allowed: {kind} {error.validator_value})"
+    if kind == "pattern" or (kind == "propertyNames"):
+        return f"config key {key}: {error.message} (names use letters, digits, '_', '-', '.')"
+    return f"config key {key}: {error.message}"
+
+
+def check_schema(config: dict, schema: dict | None = None) -> None:
+    """Raise ConfigError naming the offending key if the config violates the schema."""
+    import jsonschema
+    from jsonschema.exceptions import best_match
+
+    schema = schema or load_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    error = best_match(validator.iter_errors(config))
+    if error is not None:
+        # For propertyNames errors the path points at the parent; the bad name is the instance.
+        raise ConfigError(_describe(error, schema))
+
+
+def dataset_splits(dataset: dict) -> list[str]:
+    """The split names a dataset offers, whatever its source."""
+    source = dataset["source"]
+    if source == "builtin":
+        return list(BUILTIN_SPLITS)
+    if source == "hf":
+        return list(dataset.get("splits", {}))
+    return list(dataset.get("files", {}))
+
+
+def local_files(dataset: dict, split: str) -> list[str]:
+    files = dataset["files"][split]
+    return [files] if isinstance(files, str) else list(files)
+
+
+def _need(name: str, section: dict, key: str, what: str) -> None:
+    if name not in section:
+        allowed = ", ".join(sorted(section)) or "(none defined)"
+        raise ConfigError(f"config key {key}: unknown {what} {name!r}; allowed: {allowed}")
+
+
+def check_references(config: dict, workdir: Path | None = None) -> None:
+    """Cross-section checks: every referenced name exists, splits exist, local files are there."""
+    workdir = Path(workdir or ".")
+    datasets = config["datasets"]
+    for name, ds in datasets.items():
+        if ds["source"] == "local":
+            fmt = ds["format"]
+            for split in ds["files"]:
+                files = local_files(ds, split)
+                want = 2 if fmt == "writingprompts" else 1
+                if len(files) != want:
+                    raise ConfigError(
+                        f"config key datasets.{name}.files.{split}: format {fmt!r} takes {want} file(s), got {len(files)}"
+                        + (" ([wp_source, wp_target])" if fmt == "writingprompts" else "")
+                    )
+                for f in files:
+                    if not (workdir / f).is_file():
+                        raise ConfigError(
+                            f"config key datasets.{name}.files.{split}: file not found: {f} (relative paths are read from {workdir.resolve()})"
+                        )
+    for name, tok in config["tokenizers"].items():
+        if tok["source"] == "train":
+            _need(tok["dataset"], datasets, f"tokenizers.{name}.dataset", "dataset")
+            if "train" not in dataset_splits(datasets[tok["dataset"]]):
+                raise ConfigError(f"config key tokenizers.{name}.dataset: dataset {tok['dataset']!r} has no 'train' split to learn from")
+    for name, model in config["models"].items():
+        _need(model["tokenizer"], config["tokenizers"], f"models.{name}.tokenizer", "tokenizer")
+    for name, es in config.get("eval_sets", {}).items():
+        _need(es["dataset"], datasets, f"eval_sets.{name}.dataset", "dataset")
+        splits = dataset_splits(datasets[es["dataset"]])
+        if es["split"] not in splits:
+            raise ConfigError(f"config key eval_sets.{name}.split: dataset {es['dataset']!r} has no split {es['split']!r}; allowed: {', '.join(splits)}")
+    for name, exp in config["experiments"].items():
+        for i, model in enumerate(exp["models"]):
+            _need(model, config["models"], f"experiments.{name}.models[{i}]", "model")
+        _need(exp["train_dataset"], datasets, f"experiments.{name}.train_dataset", "dataset")
+        if "train" not in dataset_splits(datasets[exp["train_dataset"]]):
+            raise ConfigError(f"config key experiments.{name}.train_dataset: dataset {exp['train_dataset']!r} has no 'train' split")
+        for i, es in enumerate(exp["eval_sets"]):
+            _need(es, config.get("eval_sets", {}), f"experiments.{name}.eval_sets[{i}]", "eval set")
+
+
+def validate_config(config: dict, workdir: Path | None = None) -> dict:
+    """Validate, fill defaults in place (through snakemake's validate), check references. Returns config."""
+    check_schema(config)
+    from snakemake.utils import validate
+
+    validate(config, str(SCHEMA_PATH))
+    check_references(config, workdir)
+    return config

@@ -1,0 +1,149 @@
+"""The data stage: any corpus -> normalised Parquet (`doc_id`, `text`) -> evaluation prompts.
+
+`download` gives every source (hub, local files, the builtin language) one shape and writes a provenance
+sidecar beside it, so later stages never care where text came from. `prompts` applies the paper's (EMO's)
+evaluation protocol to one split. Both are called by rules/data.smk; the functions are usable without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from workflow_lib.cli import StageError, parse_json_arg, run
+from workflow_lib.files import sha256_file, write_json, write_parquet
+
+log = logging.getLogger("workflow_lib.data")
+
+HUB_HELP = (
+    "Without network access, switch it to local files, e.g.\n"
+    "  datasets:\n    {key}:\n      source: local\n      format: wikitext   # or jsonl, writingprompts, text, parquet\n"
+    "      files: {{test: path/to/wiki.test.raw}}\n"
+    "or point `path` at a local copy of the hub dataset (a folder with its data files)."
+)
+
+
+def load_hub_rows(key: str, spec: dict, split: str) -> tuple[list[str], dict]:
+    """Rows of one split of a Hugging Face hub dataset, with what identifies the exact version loaded."""
+    import datasets
+
+    hub_split = spec["splits"][split]
+    try:
+        ds = datasets.load_dataset(spec["path"], spec.get("name"), split=hub_split, revision=spec.get("revision"))
+    except Exception as error:  # hub errors come in many types (OSError, ConnectionError, DatasetNotFoundError...)
+        raise StageError(
+            f"datasets.{key}: could not load hub dataset {spec['path']!r} (config {spec.get('name')!r}, split "
+            f"{hub_split!r}): {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}\n"
+            + HUB_HELP.format(key=key)
+        ) from error
+    field = spec.get("text_field", "text")
+    if field not in ds.column_names:
+        raise StageError(f"datasets.{key}.text_field: column {field!r} not in {ds.column_names}")
+    provenance = {"path": spec["path"], "name": spec.get("name"), "revision": spec.get("revision"),
+                  "hub_split": hub_split, "fingerprint": ds._fingerprint}
+    return list(ds[field]), provenance
+
+
+def load_local_rows(key: str, spec: dict, split: str) -> tuple[list[str], dict]:
+    from workflow_lib.readers import read_rows
+
+    files = spec["files"][split]
+    files = [files] if isinstance(files, str) else list(files)
+    try:
+        rows, stats = read_rows(spec["format"], files, text_field=spec.get("text_field", "text"))
+    except (ValueError, FileNotFoundError) as error:
+        raise StageError(f"datasets.{key}.files.{split}: {error}") from error
+    provenance = {"format": spec["format"], "files": [{"path": f, "sha256": sha256_file(f)} for f in files], **stats}
+    return rows, provenance
+
+
+def load_builtin_rows(key: str, spec: dict, split: str) -> tuple[list[str], dict]:
+    from workflow_lib.builtin_corpus import build_grammar
+
+    params = dict(spec["builtin"])
+    docs, per_doc, seed = params.pop("docs"), params.pop("sentences_per_doc"), params.pop("seed")
+    try:
+        grammar = build_grammar(seed=seed, **params)
+        rows = grammar.generate(split, n_docs=docs[split], sentences_per_doc=per_doc, seed=seed)
+    except ValueError as error:
+        raise StageError(f"datasets.{key}.builtin: {error}") from error
+    return rows, {"grammar": grammar.to_dict(), "seed": seed, "n_docs": docs[split], "sentences_per_doc": per_doc}
+
+
+LOADERS = {"hf": load_hub_rows, "local": load_local_rows, "builtin": load_builtin_rows}
+
+
+def normalise(key: str, spec: dict, split: str) -> tuple[Any, dict]:
+    """Load, cut to max_rows, clean: returns an Arrow table (doc_id, text) and its provenance record."""
+    import pyarrow as pa
+
+    from workflow_lib.cleaning import clean
+
+    rows, provenance = LOADERS[spec["source"]](key, spec, split)
+    rows_loaded = len(rows)
+    if spec.get("max_rows"):
+        rows = rows[: spec["max_rows"]]
+    kept, stats = clean(spec.get("cleaning", "none"), rows)
+    if not kept or not any(t.strip() for t in kept):
+        raise StageError(
+            f"datasets.{key} split {split!r}: no text left ({rows_loaded} rows loaded, cleaning "
+            f"{spec.get('cleaning', 'none')!r}: {stats})"
+        )
+    table = pa.table({"doc_id": pa.array(range(len(kept)), pa.int64()), "text": pa.array(kept, pa.string())})
+    meta = {"dataset": key, "split": split, "source": spec["source"], "provenance": provenance,
+            "rows_loaded": rows_loaded, "rows_after_max_rows": len(rows), "rows_written": len(kept),
+            "cleaning": spec.get("cleaning", "none"), "cleaning_stats": stats}
+    return table, meta
+
+
+def build_prompts(key: str, table, prefix_words: int, reference_words: int, min_chars: int, extra_words: int,
+                  forbidden: str, max_prompts: int | None):
+    from workflow_lib.prompts import make_prompts
+
+    try:
+        frame, stats = make_prompts(
+            table.column("text").to_pylist(), table.column("doc_id").to_pylist(), prefix_words=prefix_words,
+            reference_words=reference_words, min_chars=min_chars, extra_words=extra_words, forbidden=forbidden,
+            max_prompts=max_prompts)
+    except ValueError as error:
+        raise StageError(f"eval_sets.{key}: {error}") from error
+    return frame, stats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m workflow_lib.data")
+    sub = parser.add_subparsers(dest="command", required=True)
+    dl = sub.add_parser("download", help="one split of a corpus -> normalised Parquet + provenance JSON")
+    dl.add_argument("--dataset", required=True, help="the dataset's key in the config")
+    dl.add_argument("--spec", required=True, help="the dataset's config section, as JSON")
+    dl.add_argument("--split", required=True)
+    dl.add_argument("--output", required=True)
+    dl.add_argument("--meta", required=True)
+    pr = sub.add_parser("prompts", help="normalised split -> evaluation prompts + filter counts")
+    pr.add_argument("--eval-set", required=True)
+    pr.add_argument("--input", required=True)
+    pr.add_argument("--output", required=True)
+    pr.add_argument("--meta", required=True)
+    pr.add_argument("--settings", required=True, help="JSON: prefix_words, reference_words, min_chars, "
+                    "extra_words, forbidden, max_prompts")
+    args = parser.parse_args()
+
+    if args.command == "download":
+        spec = parse_json_arg(args.spec, f"datasets.{args.dataset}")
+        table, meta = normalise(args.dataset, spec, args.split)
+        log.info("%s/%s: %d rows loaded, %d written", args.dataset, args.split, meta["rows_loaded"], meta["rows_written"])
+        write_parquet(table, args.output)
+        write_json(meta, args.meta)
+    else:
+        import pyarrow.parquet as pq
+
+        settings = parse_json_arg(args.settings, f"eval_sets.{args.eval_set}")
+        frame, stats = build_prompts(args.eval_set, pq.read_table(args.input), **settings)
+        log.info("%s: %d prompts; filters: %s", args.eval_set, frame.height, stats)
+        write_parquet(frame, args.output)
+        write_json({"eval_set": args.eval_set, "settings": settings, "prompts": frame.height, "filters": stats}, args.meta)
+
+
+if __name__ == "__main__":
+    run(main)
