@@ -28,7 +28,11 @@ def load_hub_rows(key: str, spec: dict, split: str) -> tuple[list[str], dict]:
     """Rows of one split of a Hugging Face hub dataset, with what identifies the exact version loaded."""
     import datasets
 
+    from workflow_lib.hub import hub_unreachable
+
     hub_split = spec["splits"][split]
+    if why := hub_unreachable(spec["path"]):
+        raise StageError(f"datasets.{key}: could not load hub dataset {spec['path']!r}: {why}\n" + HUB_HELP.format(key=key))
     try:
         ds = datasets.load_dataset(spec["path"], spec.get("name"), split=hub_split, revision=spec.get("revision"))
     except Exception as error:  # hub errors come in many types (OSError, ConnectionError, DatasetNotFoundError...)

@@ -180,7 +180,9 @@ def read_rows(fmt: str, files: list[str], text_field: str = "text") -> tuple[lis
 
     if fmt == "writingprompts":
         if len(files) != 2:
-            raise ValueError(f"writingprompts needs exactly two files [wp_source, wp_target], got {len(files)}: {files}")
+            raise ValueError(
+                f"writingprompts needs exactly two files [wp_source, wp_target], got {len(files)}: {files}"
+            )
         rows, undecodable = _read_writingprompts(files[0], files[1])
     else:
         read_one: Callable[[str], tuple[list[str], int]] = {

@@ -20,6 +20,10 @@ from workflow_lib.files import atomic_path, write_parquet
 log = logging.getLogger("workflow_lib.tokenization")
 
 SPECIAL = "<|endoftext|>"
+LOCAL_TOKENIZER_HELP = (
+    "Without network access, set `name` to a local folder that holds the tokenizer files "
+    "(e.g. one written by `AutoTokenizer.from_pretrained(...).save_pretrained(folder)`)."
+)
 
 
 def train_bpe(texts: list[str], vocab_size: int, min_frequency: int = 2):
@@ -41,14 +45,17 @@ def train_bpe(texts: list[str], vocab_size: int, min_frequency: int = 2):
 def load_hub_tokenizer(key: str, name: str, revision: str | None):
     from transformers import AutoTokenizer
 
+    from workflow_lib.hub import hub_unreachable
+
+    if why := hub_unreachable(name):
+        raise StageError(f"tokenizers.{key}.name: could not load tokenizer {name!r}: {why}\n{LOCAL_TOKENIZER_HELP}")
     try:
         return AutoTokenizer.from_pretrained(name, revision=revision)
     except Exception as error:  # OSError offline, ValueError for a bad folder, HTTP errors...
         raise StageError(
             f"tokenizers.{key}.name: could not load tokenizer {name!r}: {type(error).__name__}: "
             f"{str(error).splitlines()[0] if str(error) else ''}\n"
-            "Without network access, set `name` to a local folder that holds the tokenizer files "
-            "(e.g. one written by `AutoTokenizer.from_pretrained(...).save_pretrained(folder)`)."
+            + LOCAL_TOKENIZER_HELP
         ) from error
 
 

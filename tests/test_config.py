@@ -1,0 +1,114 @@
+"""Config validation: every bad config stops with one line that names the key and what is allowed."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, snakemake, tiny_config, write_config
+from workflow_lib.config import ConfigError, validate_config
+
+
+def check(config: dict, tmp_path: Path | None = None) -> dict:
+    return validate_config(copy.deepcopy(config), workdir=tmp_path or Path("."))
+
+
+def error_of(config: dict, tmp_path: Path | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        check(config, tmp_path)
+    return str(info.value)
+
+
+def test_default_config_is_valid_and_defaults_are_filled():
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    filled = validate_config(config, workdir=REPO)
+    assert filled["tokenize"]["splits"] == ["train", "validation"]
+    assert filled["prompts"]["reference_words"] == 80
+    assert filled["eval_sets"]["synthetic-test"]["prefix_words"] == 20
+    assert filled["datasets"]["synthetic"]["cleaning"] == "none"
+
+
+def test_unknown_key_names_key_and_allowed_keys():
+    config = tiny_config()
+    config["datasets"]["synthetic"]["colour"] = "red"
+    message = error_of(config)
+    assert "datasets.synthetic" in message and "'colour'" in message
+    assert "allowed keys:" in message and "source" in message
+
+
+def test_unknown_top_level_key():
+    config = tiny_config()
+    config["trainning"] = {}
+    message = error_of(config)
+    assert "'trainning'" in message and "experiments" in message
+
+
+def test_wrong_type_names_key_and_type():
+    config = tiny_config()
+    config["tokenize"]["block_size"] = "big"
+    message = error_of(config)
+    assert "tokenize.block_size" in message and "integer" in message
+
+
+def test_negative_intensity():
+    config = tiny_config()
+    config["experiments"]["main"]["train_perturbation"] = {"intensities": [0, -0.1]}
+    message = error_of(config)
+    assert "experiments.main.train_perturbation.intensities.1" in message and "minimum 0" in message
+
+
+def test_unknown_enum_lists_allowed_values():
+    config = tiny_config()
+    config["datasets"]["synthetic"]["source"] = "ftp"
+    message = error_of(config)
+    assert "datasets.synthetic.source" in message and "'hf'" in message and "'builtin'" in message
+
+
+def test_unknown_dataset_referenced_by_experiment():
+    config = tiny_config()
+    config["experiments"]["main"]["train_dataset"] = "wiki"
+    message = error_of(config)
+    assert "experiments.main.train_dataset" in message and "'wiki'" in message and "synthetic" in message
+
+
+def test_unknown_eval_set_and_split():
+    config = tiny_config()
+    config["experiments"]["main"]["eval_sets"] = ["syn-test", "nope"]
+    assert "experiments.main.eval_sets[1]" in error_of(config)
+    config = tiny_config()
+    config["eval_sets"]["syn-test"]["split"] = "dev"
+    message = error_of(config)
+    assert "eval_sets.syn-test.split" in message and "ood" in message
+
+
+def test_missing_local_file_names_key_and_path(tmp_path):
+    config = tiny_config()
+    config["datasets"]["wiki"] = {"source": "local", "format": "wikitext", "files": {"test": "nowhere/wiki.test.raw"}}
+    message = error_of(config, tmp_path)
+    assert "datasets.wiki.files.test" in message and "nowhere/wiki.test.raw" in message
+
+
+def test_writingprompts_needs_two_files(tmp_path):
+    (tmp_path / "a.wp_source").write_text("x\n")
+    config = tiny_config()
+    config["datasets"]["wp"] = {"source": "local", "format": "writingprompts", "files": {"test": "a.wp_source"}}
+    assert "takes 2 file(s)" in error_of(config, tmp_path)
+
+
+def test_hf_dataset_requires_path():
+    config = tiny_config()
+    config["datasets"]["wiki"] = {"source": "hf", "splits": {"test": "test"}}
+    assert "'path' is a required property" in error_of(config)
+
+
+def test_snakemake_stops_before_any_job_with_one_clear_message(workdir):
+    config = tiny_config()
+    config["experiments"]["main"]["models"] = ["huge"]
+    write_config(workdir, config)
+    result = snakemake(workdir)
+    assert result.returncode != 0
+    assert "Invalid configuration: config key experiments.main.models[0]: unknown model 'huge'; allowed: tiny" in result.stderr
+    assert not (workdir / "results").exists()

@@ -1,0 +1,101 @@
+"""The workflow itself, run by snakemake on tiny configs in a temporary folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import REPO, snakemake, tiny_config, write_config
+
+pytestmark = pytest.mark.workflow
+
+
+def long_row(i: int, words: int = 130) -> str:
+    return " " + " ".join(f"w{i}x{j}" for j in range(words)) + " .\n"
+
+
+def data_config(workdir) -> dict:
+    """The tiny study plus a local WikiText file and a WebText-style JSON-lines file as eval sets."""
+    (workdir / "wiki.test.raw").write_text(" = Heading = \n \n" + long_row(1) + " \n" + long_row(2, 40) + long_row(3))
+    (workdir / "web.jsonl").write_text("".join(json.dumps({"text": long_row(i)}) + "\n" for i in range(5)))
+    config = tiny_config()
+    config["datasets"]["wiki"] = {"source": "local", "format": "wikitext", "files": {"test": "wiki.test.raw"},
+                                  "cleaning": "wikitext"}
+    config["datasets"]["web"] = {"source": "local", "format": "jsonl", "files": {"test": "web.jsonl"}, "cleaning": "webtext"}
+    config["eval_sets"]["wiki-test"] = {"dataset": "wiki", "split": "test"}
+    config["eval_sets"]["web-test"] = {"dataset": "web", "split": "test", "max_prompts": 3}
+    config["experiments"]["main"]["eval_sets"] += ["wiki-test", "web-test"]
+    return config
+
+
+def test_default_config_dry_run_and_lint(workdir):
+    shutil.copy(REPO / "config.yaml", workdir / "config.yaml")
+    dry = snakemake(workdir, "-n")
+    assert dry.returncode == 0, dry.stderr
+    assert "download" in dry.stdout + dry.stderr
+    lint = snakemake(workdir, "--lint")
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_data_stage_runs_and_is_reproducible(workdir):
+    write_config(workdir, data_config(workdir))
+    first = snakemake(workdir)
+    assert first.returncode == 0, first.stderr
+    results = workdir / "results"
+
+    blocks = pq.read_table(results / "tokens/bpe/synthetic/train.parquet")
+    assert blocks.num_rows > 0 and all(len(b) == 32 for b in blocks.column("input_ids").to_pylist())
+    assert (results / "tokens/bpe/synthetic/validation.parquet").exists()
+    assert (results / "tokenizers/bpe/tokenizer.json").exists()
+
+    wiki = pq.read_table(results / "prompts/wiki-test.parquet").to_pylist()
+    assert [p["doc_id"] for p in wiki] == [2, 5]  # the heading, the blank rows and the 40-word row are filtered
+    assert wiki[0]["prefix"] == " ".join(f"w1x{j}" for j in range(20))
+    assert wiki[0]["reference"] == " ".join(f"w1x{j}" for j in range(100))
+    assert pq.read_table(results / "prompts/web-test.parquet").num_rows == 3
+    meta = json.loads((results / "prompts/wiki-test.json").read_text())
+    assert meta["prompts"] == 2
+    ood = pq.read_table(results / "prompts/syn-ood.parquet")
+    assert 0 < ood.num_rows <= 10
+    provenance = json.loads((results / "data/wiki/test.json").read_text())
+    assert provenance["provenance"]["files"][0]["sha256"] and provenance["rows_loaded"] == 6
+    for log in ["data/download/synthetic/train.log", "tokenizers/bpe.log", "tokens/bpe/synthetic/train.log"]:
+        assert (results / "logs" / log).exists()
+
+    again = snakemake(workdir)
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+    produced = {p.relative_to(results): p.read_bytes() for p in results.rglob("*.parquet")}
+    shutil.rmtree(results)
+    second = snakemake(workdir)
+    assert second.returncode == 0, second.stderr
+    assert {p.relative_to(results): p.read_bytes() for p in results.rglob("*.parquet")} == produced
+
+
+def test_changed_param_reruns_only_what_depends_on_it(workdir):
+    config = tiny_config()
+    write_config(workdir, config)
+    assert snakemake(workdir).returncode == 0
+    config["tokenize"]["block_size"] = 16
+    write_config(workdir, config)
+    plan = snakemake(workdir, "-n", "--quiet", "rules")
+    assert plan.returncode == 0, plan.stderr
+    text = plan.stdout + plan.stderr
+    assert "tokenize" in text and "download" not in text and "tokenizer " not in text and "prompts" not in text
+
+
+def test_failing_job_leaves_no_finished_looking_output(workdir):
+    config = tiny_config()
+    config["datasets"]["synthetic"]["builtin"]["docs"]["train"] = 1
+    config["tokenize"]["block_size"] = 100000
+    write_config(workdir, config)
+    result = snakemake(workdir, "--keep-going")
+    assert result.returncode != 0
+    log = (workdir / "results/logs/tokens/bpe/synthetic/train.log").read_text()
+    assert "fewer than tokenize.block_size = 100000" in log.strip().splitlines()[-1]
+    assert not list((workdir / "results").rglob("tokens/**/*.parquet"))
+    assert not list((workdir / "results").rglob(".*tmp-*"))
