@@ -9,6 +9,7 @@ configfile: "config.yaml"
 
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/perturb.smk"
 
 
 rule all:

@@ -9,7 +9,8 @@ from pathlib import Path
 sys.path.insert(0, workflow.basedir)
 os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 
-from workflow_lib.config import ConfigError, dataset_splits, local_files, validate_config
+from workflow_lib.config import ConfigError, dataset_splits, embedding_model, local_files, validate_config
+from workflow_lib.grid import perturbed_targets, synonym_targets
 
 try:
     validate_config(config, workdir=Path.cwd())
@@ -34,6 +35,13 @@ wildcard_constraints:
     split=_names({s for d in DATASETS.values() for s in dataset_splits(d)}),
     tokenizer=_names(TOKENIZERS),
     eval_set=_names(EVAL_SETS),
+    synonyms="embedding|distributional|uniform|oracle",
+    psynonyms="embedding|distributional|uniform|oracle|none",
+    mode="augment|prefix",
+    strategy="insertion|replacement|deletion|none",
+    intensity=r"[0-9]+(\.[0-9]+)?",
+    copies=r"[0-9]+",
+    seed=r"[0-9]+",
 
 
 def as_json(obj):
@@ -71,6 +79,44 @@ def prompt_settings(wildcards):
     }
 
 
+def synonym_inputs(wildcards):
+    inputs = {"tokenizer": f"results/tokenizers/{wildcards.tokenizer}"}
+    if wildcards.synonyms == "distributional":
+        inputs["tokens"] = f"results/tokens/{wildcards.tokenizer}/{wildcards.dataset}/train.parquet"
+    return inputs
+
+
+def synonym_settings(wildcards):
+    """Everything that changes a synonym table, for the CLI and for the rerun triggers."""
+    settings = {"k": config["synonyms"]["k"], "min_count": config["synonyms"]["min_count"]}
+    if wildcards.synonyms == "embedding":
+        key = embedding_model(config, wildcards.tokenizer)
+        settings["model"] = {"key": key, **MODELS[key]}
+    if wildcards.synonyms == "oracle":
+        settings["builtin"] = DATASETS[wildcards.dataset]["builtin"]
+    return settings
+
+
+def perturb_inputs(wildcards):
+    inputs = {
+        "tokens": f"results/tokens/{wildcards.tokenizer}/{wildcards.dataset}/train.parquet",
+        "tokenizer": f"results/tokenizers/{wildcards.tokenizer}",
+    }
+    if wildcards.psynonyms != "none":
+        inputs["synonyms"] = f"results/synonyms/{wildcards.tokenizer}/{wildcards.dataset}/{wildcards.psynonyms}.parquet"
+    return inputs
+
+
+def perturb_condition(wildcards):
+    return {
+        "mode": wildcards.mode,
+        "strategy": "insertion" if wildcards.strategy == "none" else wildcards.strategy,
+        "intensity": float(wildcards.intensity),
+        "copies": int(wildcards.copies),
+        "seed": int(wildcards.seed),
+    }
+
+
 # ---- targets ---------------------------------------------------------------------------------------------
 
 
@@ -90,4 +136,4 @@ def prompt_targets():
 
 
 def all_targets():
-    return token_targets() + prompt_targets()
+    return token_targets() + prompt_targets() + synonym_targets(config) + perturbed_targets(config)

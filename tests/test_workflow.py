@@ -99,3 +99,34 @@ def test_failing_job_leaves_no_finished_looking_output(workdir):
     assert "fewer than tokenize.block_size = 100000" in log.strip().splitlines()[-1]
     assert not list((workdir / "results").rglob("tokens/**/*.parquet"))
     assert not list((workdir / "results").rglob(".*tmp-*"))
+
+
+def test_perturbation_stage_builds_synonyms_and_every_condition(workdir):
+    config = tiny_config()
+    config["experiments"]["main"]["train_perturbation"] = {
+        "strategies": ["insertion", "deletion"], "intensities": [0, 0.1], "synonyms": ["distributional", "oracle"],
+        "modes": ["augment", "prefix"]}
+    config["synonyms"] = {"min_count": 2}
+    write_config(workdir, config)
+    result = snakemake(workdir)
+    assert result.returncode == 0, result.stderr
+    base = workdir / "results/perturbed/bpe/synthetic"
+    conditions = sorted(str(p.relative_to(base)) for p in base.rglob("*.parquet"))
+    expected = sorted([f"none/{m}-m1/none-0/seed1.parquet" for m in ("augment", "prefix")] + [
+        f"{s}/{m}-m1/{st}-0.1/seed1.parquet" for s in ("distributional", "oracle") for m in ("augment", "prefix")
+        for st in ("insertion", "deletion")])
+    assert conditions == expected
+    for source in ("distributional", "oracle"):
+        assert pq.read_table(workdir / f"results/synonyms/bpe/synthetic/{source}.parquet").num_rows > 0
+    meta = json.loads((base / "oracle/prefix-m1/insertion-0.1/seed1.json").read_text())
+    n, k = meta["eligible_tokens"], meta["selected_tokens"]
+    assert n > 500 and abs(k / n - 0.1) < 4 * (0.1 * 0.9 / n) ** 0.5  # alpha among tokens that have synonyms
+    prefix = pq.read_table(base / "oracle/prefix-m1/insertion-0.1/seed1.parquet")
+    assert {"target_positions", "target_ids"} <= set(prefix.column_names)
+
+    config["experiments"]["main"]["train_perturbation"]["intensities"] = [0, 0.1, 0.2]
+    write_config(workdir, config)
+    plan = snakemake(workdir, "-n", "--quiet", "rules")
+    text = plan.stdout + plan.stderr
+    assert plan.returncode == 0, text
+    assert "perturb" in text and "synonyms" not in text and "tokenize" not in text and "download" not in text

@@ -132,6 +132,27 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
             raise ConfigError(f"config key experiments.{name}.train_dataset: dataset {exp['train_dataset']!r} has no 'train' split")
         for i, es in enumerate(exp["eval_sets"]):
             _need(es, config.get("eval_sets", {}), f"experiments.{name}.eval_sets[{i}]", "eval set")
+        for axis in ("train_perturbation", "test_perturbation"):
+            sources = exp.get(axis, {}).get("synonyms", [])
+            if "oracle" in sources and datasets[exp["train_dataset"]]["source"] != "builtin":
+                raise ConfigError(f"config key experiments.{name}.{axis}.synonyms: 'oracle' synonyms exist only for a "
+                                  f"builtin train_dataset, not {exp['train_dataset']!r}")
+            if "embedding" in sources:
+                for model in exp["models"]:
+                    embedding_model(config, config["models"][model]["tokenizer"], f"experiments.{name}.{axis}.synonyms")
+
+
+def embedding_model(config: dict, tokenizer: str, key: str = "synonyms.embedding_model") -> str:
+    """The model whose input embeddings define `embedding` synonyms for `tokenizer`."""
+    chosen = config.get("synonyms", {}).get("embedding_model")
+    if chosen is not None:
+        _need(chosen, config["models"], "synonyms.embedding_model", "model")
+        return chosen
+    for name, model in config["models"].items():
+        if model["tokenizer"] == tokenizer and model["source"] == "hf":
+            return name
+    raise ConfigError(f"config key {key}: 'embedding' synonyms need a pretrained (source: hf) model with tokenizer "
+                      f"{tokenizer!r}; set synonyms.embedding_model or use 'distributional'")
 
 
 def validate_config(config: dict, workdir: Path | None = None) -> dict:
@@ -140,5 +161,7 @@ def validate_config(config: dict, workdir: Path | None = None) -> dict:
     from snakemake.utils import validate
 
     validate(config, str(SCHEMA_PATH))
+    for exp in config["experiments"].values():
+        exp.setdefault("seeds", [config["seed"]])
     check_references(config, workdir)
     return config

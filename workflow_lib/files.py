@@ -43,10 +43,11 @@ def write_parquet(table, path: str | os.PathLike) -> None:
 
     if not isinstance(table, pa.Table):
         table = table.to_arrow()
-    # Drop pandas/polars metadata: it may carry library versions and is not needed to read the data.
-    table = table.replace_schema_metadata(None)
+    # Keep our own metadata, drop pandas' (it carries library versions that would change the bytes).
+    metadata = {k: v for k, v in (table.schema.metadata or {}).items() if k != b"pandas"}
+    table = table.replace_schema_metadata(metadata or None)
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd", write_statistics=True, store_schema=False)
+        pq.write_table(table, tmp, compression="zstd", write_statistics=True)
 
 
 def write_json(obj, path: str | os.PathLike) -> None:

@@ -1,0 +1,36 @@
+rule synonyms:
+    input:
+        unpack(synonym_inputs),
+    output:
+        "results/synonyms/{tokenizer}/{dataset}/{synonyms}.parquet",
+    params:
+        settings=lambda w: as_json(synonym_settings(w)),
+        tokens=lambda w, input: f"--tokens {input.tokens}" if "tokens" in input.keys() else "",
+    log:
+        "results/logs/synonyms/{tokenizer}/{dataset}/{synonyms}.log",
+    benchmark:
+        "results/benchmarks/synonyms/{tokenizer}/{dataset}/{synonyms}.tsv"
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_lib.synonyms --source {wildcards.synonyms} --tokenizer {input.tokenizer} {params.tokens} --settings {params.settings:q} --output {output} 2> {log}"
+
+
+rule perturb:
+    input:
+        unpack(perturb_inputs),
+    output:
+        parquet="results/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.parquet",
+        meta="results/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.json",
+    params:
+        condition=lambda w: as_json(perturb_condition(w)),
+        synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
+        key=lambda w, output: output.parquet,
+    log:
+        "results/logs/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.tsv"
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_lib.perturbed_data --tokens {input.tokens} --tokenizer {input.tokenizer} {params.synonyms} --condition {params.condition:q} --key {params.key} --output {output.parquet} --meta {output.meta} 2> {log}"

@@ -1,0 +1,333 @@
+"""The builtin corpus: a seeded synthetic English-like language whose true law is known.
+
+Why it exists: the default study must run with no download, and the paper's claim is about
+*extrapolation*, which real corpora cannot measure exactly. Here every sentence follows one template,
+
+    DET [ADJ] SUBJ_NOUN VERB DET [ADJ] OBJ_NOUN [ADV] .
+
+where each slot holds a word of a lexical class and the words of a class are true synonyms (they play the
+same role; only their within-class frequencies differ). A sentence's *composition* is its
+(subject noun class, verb class, object noun class). A seeded subset of all compositions is held out:
+`train`, `validation` and `test` draw compositions uniformly from the rest (in-support), `ood` only from the
+held-out ones (out-of-support), so `ood` text is new combinations of familiar words: the paper's setting.
+
+Because the law is explicit, `next_word_probs` gives the exact next-word distribution after any prefix under
+either law, the ground truth for measuring how well a model extrapolates (total variation on test vs ood).
+Sentences are independent, so only the current (unfinished) sentence of a prefix matters.
+
+Word ids: determiners first, then each noun, verb and adjective class, the adverbs, and "." last; the words
+of a class have contiguous ids. Class ids follow `class_names`: det, noun*, verb*, adj*, adv, end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+SPLITS = ("train", "validation", "test", "ood")
+LAWS = ("in_support", "ood")
+DETERMINERS = ("the", "a", "this", "that")
+END = "."
+CONSONANTS = "bdfgklmnprstvz"
+VOWELS = "aeiou"
+MAX_CONTENT_WORDS = 100_000
+TEMPLATE = "det [adj] noun verb det [adj] noun [adv] ."
+N_SLOTS = 9  # det adj subj verb det adj obj adv end
+WINDOW = N_SLOTS  # the longest unfinished sentence (8 words) and the "." before it: all a prefix state needs
+
+# Sentence-template parser: state = index of the last filled slot (0..7), START before the first word,
+# INVALID once the word order breaks the template. Rows are indexed by state + 2.
+DET, NOUN, VERB, ADJ, ADV, ENDK = range(6)
+START, INVALID = -1, -2
+_NEXT = np.full((N_SLOTS + 1, 6), INVALID, dtype=np.int64)
+for _state, _kind, _slot in [(START, DET, 0), (0, ADJ, 1), (0, NOUN, 2), (1, NOUN, 2), (2, VERB, 3),
+                             (3, DET, 4), (4, ADJ, 5), (4, NOUN, 6), (5, NOUN, 6), (6, ADV, 7)]:
+    _NEXT[_state + 2, _kind] = _slot
+
+
+@dataclass(frozen=True, eq=False)
+class BuiltinGrammar:
+    """The grammar: vocabulary, synonym classes with word weights, and the two composition supports."""
+
+    vocabulary: tuple[str, ...]
+    word_class: np.ndarray
+    class_names: tuple[str, ...]
+    word_weight: np.ndarray
+    in_support: np.ndarray
+    out_of_support: np.ndarray
+    p_adj: float
+    p_adv: float
+    n_noun_classes: int
+    n_verb_classes: int
+    n_adj_classes: int
+    words_per_class: int
+    ood_fraction: float
+    seed: int
+
+
+    @property
+    def noun0(self) -> int:
+        return 1
+
+    @property
+    def verb0(self) -> int:
+        return 1 + self.n_noun_classes
+
+    @property
+    def adj0(self) -> int:
+        return self.verb0 + self.n_verb_classes
+
+    @property
+    def adv_class(self) -> int:
+        return self.adj0 + self.n_adj_classes
+
+    @property
+    def end_class(self) -> int:
+        return self.adv_class + 1
+
+    @cached_property
+    def _class_kind(self) -> np.ndarray:
+        kinds = [DET] + [NOUN] * self.n_noun_classes + [VERB] * self.n_verb_classes + [ADJ] * self.n_adj_classes
+        return np.array(kinds + [ADV, ENDK], dtype=np.int64)
+
+    @cached_property
+    def _class_last(self) -> np.ndarray:
+        return np.searchsorted(self.word_class, np.arange(len(self.class_names)), side="right") - 1
+
+    @cached_property
+    def _sampling_keys(self) -> np.ndarray:
+        """class id + cumulative within-class weight, so one searchsorted samples words of any classes."""
+        cum = np.cumsum(self.word_weight)
+        before_class = np.concatenate([[0.0], cum[self._class_last[:-1]]])
+        keys = self.word_class + cum - before_class[self.word_class]
+        keys[self._class_last] = np.arange(len(self.class_names)) + 1.0  # exact class ends despite rounding
+        return keys
+
+    def synonym_classes(self) -> list[np.ndarray]:
+        """Word ids of every class in class-id order, determiners and the one-word "." class included:
+        within any class the words are interchangeable. Callers wanting substitutes skip size-1 classes."""
+        return [np.flatnonzero(self.word_class == c) for c in range(len(self.class_names))]
+
+
+    def generate(self, split: str, n_docs: int, sentences_per_doc: int, seed: int) -> list[str]:
+        """`n_docs` documents of `sentences_per_doc` independent sentences, words separated by single
+        spaces. Each split has its own random stream, SeedSequence([seed, split index]), so splits never
+        share draws and the same arguments always give the same text."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
+        if n_docs < 0:
+            raise ValueError(f"n_docs must be >= 0, not {n_docs}")
+        if sentences_per_doc < 1:
+            raise ValueError(f"sentences_per_doc must be >= 1, not {sentences_per_doc}")
+        if seed < 0:
+            raise ValueError(f"seed must be >= 0, not {seed}")
+        rng = np.random.default_rng(np.random.SeedSequence([seed, SPLITS.index(split)]))
+        support = self.out_of_support if split == "ood" else self.in_support
+        n = n_docs * sentences_per_doc
+        comp = support[rng.integers(len(support), size=n)]
+        adj = self.adj0 + rng.integers(self.n_adj_classes, size=(n, 2))
+        adj[rng.random((n, 2)) >= self.p_adj] = -1
+        adv = np.where(rng.random(n) < self.p_adv, self.adv_class, -1)
+        det, end = np.zeros(n, dtype=np.int64), np.full(n, self.end_class)
+        # [n_sentences, N_SLOTS] class of each slot, -1 where an optional slot is empty
+        slots = np.stack([det, adj[:, 0], self.noun0 + comp[:, 0], self.verb0 + comp[:, 1], det, adj[:, 1],
+                          self.noun0 + comp[:, 2], adv, end], axis=1)
+        present = slots >= 0
+        classes = slots[present]  # row-major: the words in reading order
+        words = np.searchsorted(self._sampling_keys, classes + rng.random(len(classes)), side="right")
+        words = np.minimum(words, self._class_last[classes])  # guards c + u rounding up to c + 1
+        per_doc = present.sum(axis=1).reshape(n_docs, sentences_per_doc).sum(axis=1)
+        seps = np.full(len(words), " ", dtype=object)
+        seps[np.cumsum(per_doc) - 1] = "\n"
+        pieces = np.empty(2 * len(words), dtype=object)
+        pieces[0::2] = np.asarray(self.vocabulary, dtype=object)[words]
+        pieces[1::2] = seps
+        return "".join(pieces.tolist()).split("\n")[:n_docs]
+
+    def encode(self, texts: list[str]) -> list[np.ndarray]:
+        """Whitespace words -> word ids, one array per text; a word outside the vocabulary is an error
+        (the caller has text that this grammar did not produce)."""
+        if not texts:
+            return []
+        split = [t.split() for t in texts]
+        counts = np.array([len(ws) for ws in split], dtype=np.int64)
+        flat = np.array([w for ws in split for w in ws], dtype=str)
+        order = np.argsort(np.asarray(self.vocabulary))
+        sorted_vocab = np.asarray(self.vocabulary)[order]
+        pos = np.minimum(np.searchsorted(sorted_vocab, flat), len(sorted_vocab) - 1)
+        known = sorted_vocab[pos] == flat
+        if not known.all():
+            unknown = sorted(set(flat[~known].tolist()))
+            raise ValueError(f"{len(unknown)} word(s) not in the builtin vocabulary, e.g. {unknown[:5]}")
+        return np.split(order[pos].astype(np.int64), np.cumsum(counts)[:-1])
+
+    def _support(self, law: str) -> np.ndarray:
+        if law not in LAWS:
+            raise ValueError(f"law must be one of {LAWS}, not {law!r}")
+        return self.in_support if law == "in_support" else self.out_of_support
+
+    def _parse(self, prefixes: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+        """State of the current sentence after each prefix: (last slot, subject, verb, object class index,
+        whether the prefix breaks the template or uses an optional slot of probability 0)."""
+        n, vocab = len(prefixes), len(self.vocabulary)
+        tail = np.full((n, WINDOW), -1, dtype=np.int64)
+        lengths = np.zeros(n, dtype=np.int64)
+        for i, prefix in enumerate(prefixes):
+            last = np.asarray(prefix, dtype=np.int64)[-WINDOW:]
+            tail[i, WINDOW - len(last) :] = last
+            lengths[i] = len(prefix)
+        filled = np.arange(WINDOW) >= WINDOW - np.minimum(lengths, WINDOW)[:, None]
+        if (((tail < 0) | (tail >= vocab)) & filled).any():
+            raise ValueError(f"prefixes must hold word ids in [0, {vocab})")
+        cls = np.where(filled, self.word_class[np.clip(tail, 0, vocab - 1)], -1)
+        is_end = cls == self.end_class
+        sentence_start = np.where(is_end.any(1), WINDOW - np.argmax(is_end[:, ::-1], axis=1), 0)
+        impossible = ~is_end.any(1) & (lengths > WINDOW)  # a sentence longer than the template allows
+        # probability of each parser step: the optional slots make some steps impossible at p = 0 or 1
+        step_p = np.ones(_NEXT.shape)
+        step_p[[0 + 2, 4 + 2], ADJ] = self.p_adj
+        step_p[[0 + 2, 4 + 2], NOUN] = 1 - self.p_adj
+        step_p[6 + 2, ADV] = self.p_adv
+        slot = np.full(n, START)
+        subj, verb, obj = (np.zeros(n, dtype=np.int64) for _ in range(3))
+        for col in range(WINDOW):
+            active = (col >= sentence_start) & (cls[:, col] >= 0)
+            kind = self._class_kind[np.maximum(cls[:, col], 0)]
+            impossible |= active & (step_p[slot + 2, kind] == 0)
+            slot = np.where(active, _NEXT[slot + 2, kind], slot)
+            for target, at, offset in ((subj, 2, self.noun0), (verb, 3, self.verb0), (obj, 6, self.noun0)):
+                hit = active & (slot == at)
+                target[hit] = cls[hit, col] - offset
+        impossible |= slot == INVALID
+        return slot, subj, verb, obj, impossible
+
+    def next_word_probs(self, prefixes: list[np.ndarray], law: str) -> np.ndarray:
+        """[len(prefixes), V] exact distribution of the next word after each word-id prefix (the words of the
+        document so far; empty = document start) under the in-support law (train/validation/test) or the
+        ood law. A row is all NaN where the prefix's current sentence has probability 0 under that law:
+        it breaks the template, or its partial composition (subject, subject+verb, or full composition
+        once the object is seen) never occurs under the law, e.g. an ood sentence under `in_support`.
+        Earlier sentences are not checked: they are independent of the next word."""
+        support = self._support(law)
+        nn, nv = self.n_noun_classes, self.n_verb_classes
+        mass = np.zeros((nn, nv, nn))
+        mass[tuple(support.T)] = 1.0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p_subj = mass.sum((1, 2)) / mass.sum()
+            p_verb = mass.sum(2) / mass.sum((1, 2))[:, None]
+            p_obj = mass / mass.sum(2, keepdims=True)
+        slot, subj, verb, obj, impossible = self._parse(prefixes)
+        impossible |= (slot >= 2) & (p_subj[subj] == 0)
+        impossible |= (slot >= 3) & (mass.sum(2)[subj, verb] == 0)
+        impossible |= (slot >= 6) & (mass[subj, verb, obj] == 0)
+        n = len(slot)
+        class_p = np.zeros((n, len(self.class_names)))
+        nouns, verbs, adjs = (slice(self.noun0, self.verb0), slice(self.verb0, self.adj0),
+                              slice(self.adj0, self.adv_class))
+        class_p[np.isin(slot, (START, 3)), 0] = 1.0
+        for at, p_skip in ((0, 1 - self.p_adj), (1, 1.0)):
+            rows = slot == at
+            class_p[rows, nouns] = p_skip * p_subj
+            class_p[rows, adjs] = (1 - p_skip) / self.n_adj_classes
+        rows = slot == 2
+        class_p[rows, verbs] = p_verb[subj[rows]]
+        for at, p_skip in ((4, 1 - self.p_adj), (5, 1.0)):
+            rows = slot == at
+            class_p[rows, nouns] = p_skip * p_obj[subj[rows], verb[rows]]
+            class_p[rows, adjs] = (1 - p_skip) / self.n_adj_classes
+        class_p[slot == 6, self.adv_class] = self.p_adv
+        class_p[slot == 6, self.end_class] = 1 - self.p_adv
+        class_p[slot == 7, self.end_class] = 1.0
+        probs = class_p[:, self.word_class] * self.word_weight
+        probs[impossible] = np.nan
+        return probs
+
+    def to_dict(self) -> dict:
+        """Everything that defines the language, JSON-ready, for the provenance sidecar."""
+        return {
+            "seed": self.seed, "template": TEMPLATE, "p_adj": self.p_adj, "p_adv": self.p_adv,
+            "n_noun_classes": self.n_noun_classes, "n_verb_classes": self.n_verb_classes,
+            "n_adj_classes": self.n_adj_classes, "words_per_class": self.words_per_class,
+            "ood_fraction": self.ood_fraction, "class_names": list(self.class_names),
+            "vocabulary": list(self.vocabulary), "word_class": self.word_class.tolist(),
+            "word_weight": self.word_weight.tolist(),
+            "in_support": self.in_support.tolist(), "out_of_support": self.out_of_support.tolist(),
+        }
+
+
+def pseudo_words(rng: np.random.Generator, n: int) -> list[str]:
+    """n distinct lowercase words of 2-3 consonant-vowel syllables ("bako", "tirelu"), none a determiner."""
+    syllables = np.array([c + v for c in CONSONANTS for v in VOWELS] + [""], dtype=object)
+    words: dict[str, None] = {}
+    while len(words) < n:
+        picks = rng.integers(len(syllables) - 1, size=(2 * n, 3))
+        picks[rng.random(2 * n) < 0.5, 2] = len(syllables) - 1  # half the words have 2 syllables
+        for word in syllables[picks].sum(axis=1).tolist():
+            if word not in DETERMINERS and len(words) < n:
+                words.setdefault(word, None)
+    return list(words)
+
+
+def _covers_every_class(support: np.ndarray, n_noun: int, n_verb: int) -> bool:
+    """Every noun class as subject and as object and every verb class occur in training."""
+    return (len(np.unique(support[:, 0])) == n_noun and len(np.unique(support[:, 2])) == n_noun
+            and len(np.unique(support[:, 1])) == n_verb)
+
+
+def build_grammar(seed: int, n_noun_classes: int = 4, n_verb_classes: int = 4, n_adj_classes: int = 2,
+                  words_per_class: int = 8, ood_fraction: float = 0.25, p_adj: float = 0.5,
+                  p_adv: float = 0.3) -> BuiltinGrammar:
+    """The grammar for these settings; the same arguments always give the same grammar.
+
+    Within-class word weights are Dirichlet(2): unequal like real synonyms, but no word so rare it never
+    appears. round(ood_fraction * total) compositions are held out, redrawn until the in-support rest still
+    shows every noun class as subject and as object and every verb class, so `ood` tests new combinations,
+    never unseen words or roles."""
+    for name, value in (("n_noun_classes", n_noun_classes), ("n_verb_classes", n_verb_classes),
+                        ("n_adj_classes", n_adj_classes)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, not {value}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, not {seed}")
+    if words_per_class < 2:
+        raise ValueError(f"words_per_class must be >= 2 (a class needs synonyms), not {words_per_class}")
+    n_content = (n_noun_classes + n_verb_classes + n_adj_classes + 1) * words_per_class
+    if n_content > MAX_CONTENT_WORDS:
+        raise ValueError(f"words_per_class: {n_content} content words exceed the limit {MAX_CONTENT_WORDS}")
+    if not 0 < ood_fraction < 1:
+        raise ValueError(f"ood_fraction must be in (0, 1), not {ood_fraction}")
+    for name, value in (("p_adj", p_adj), ("p_adv", p_adv)):
+        if not 0 <= value <= 1:
+            raise ValueError(f"{name} must be in [0, 1], not {value}")
+    total = n_noun_classes * n_verb_classes * n_noun_classes
+    n_held = round(ood_fraction * total)
+    if n_held < 1 or total - n_held < max(n_noun_classes, n_verb_classes):
+        raise ValueError(f"ood_fraction={ood_fraction} holds out {n_held} of {total} compositions: need at least "
+                         f"1 held out and {max(n_noun_classes, n_verb_classes)} kept; change it or the class counts")
+    rng = np.random.default_rng(np.random.SeedSequence([seed, len(SPLITS)]))
+    all_comps = np.stack(np.unravel_index(np.arange(total), (n_noun_classes, n_verb_classes, n_noun_classes)), 1)
+    for _ in range(1000):
+        held = np.zeros(total, dtype=bool)
+        held[rng.permutation(total)[:n_held]] = True
+        if _covers_every_class(all_comps[~held], n_noun_classes, n_verb_classes):
+            break
+    else:
+        raise ValueError(f"ood_fraction={ood_fraction}: no held-out set of {n_held} compositions leaves every "
+                         "class in training; lower it")
+    class_names = (("det",) + tuple(f"noun{i}" for i in range(n_noun_classes))
+                   + tuple(f"verb{i}" for i in range(n_verb_classes))
+                   + tuple(f"adj{i}" for i in range(n_adj_classes)) + ("adv", "end"))
+    n_content_classes = len(class_names) - 2
+    sizes = [len(DETERMINERS)] + [words_per_class] * n_content_classes + [1]
+    weights = [rng.dirichlet(np.full(size, 2.0)) if size > 1 else np.ones(1) for size in sizes]
+    return BuiltinGrammar(
+        vocabulary=DETERMINERS + tuple(pseudo_words(rng, n_content)) + (END,),
+        word_class=np.repeat(np.arange(len(class_names)), sizes),
+        class_names=class_names,
+        word_weight=np.concatenate(weights),
+        in_support=all_comps[~held], out_of_support=all_comps[held],
+        p_adj=float(p_adj), p_adv=float(p_adv),
+        n_noun_classes=n_noun_classes, n_verb_classes=n_verb_classes, n_adj_classes=n_adj_classes,
+        words_per_class=words_per_class, ood_fraction=float(ood_fraction), seed=seed)

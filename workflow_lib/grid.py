@@ -1,0 +1,77 @@
+"""The experiment grid: which conditions a config asks for, and the output paths that name them.
+
+Experiment identity lives in output paths, so this module is where a condition becomes a path. It is
+used by rules/common.smk (targets, wildcard values) and by tests that recount the jobs a config plans.
+Standard library only: it runs at Snakefile parse time.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+
+def fmt_intensity(x: float) -> str:
+    """Plain decimal, shortest exact form: 0.025 -> '0.025', 0 -> '0', 1e-05 -> '0.00001'."""
+    text = f"{x:.12f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
+@dataclass(frozen=True, order=True)
+class TrainCondition:
+    """One training-data perturbation. Intensity 0 is the baseline, one condition whatever the strategy."""
+
+    synonyms: str
+    mode: str
+    copies: int
+    strategy: str
+    intensity: str
+
+    @property
+    def path(self) -> str:
+        return f"{self.synonyms}/{self.mode}-m{self.copies}/{self.strategy}-{self.intensity}"
+
+    @property
+    def is_baseline(self) -> bool:
+        return float(self.intensity) == 0.0
+
+
+def train_conditions(experiment: dict) -> list[TrainCondition]:
+    grid = experiment.get("train_perturbation", {})
+    out = set()
+    for strategy, intensity, synonyms, mode in itertools.product(
+        grid.get("strategies", ["insertion"]), grid.get("intensities", [0]), grid.get("synonyms", ["distributional"]),
+        grid.get("modes", ["augment"])):
+        if float(intensity) == 0.0:
+            strategy, synonyms = "none", "none"
+        out.add(TrainCondition(synonyms, mode, grid.get("copies", 1), strategy, fmt_intensity(intensity)))
+    return sorted(out)
+
+
+def perturbed_path(tokenizer: str, dataset: str, cond: TrainCondition, seed: int) -> str:
+    return f"results/perturbed/{tokenizer}/{dataset}/{cond.path}/seed{seed}.parquet"
+
+
+def synonym_path(tokenizer: str, dataset: str, source: str) -> str:
+    return f"results/synonyms/{tokenizer}/{dataset}/{source}.parquet"
+
+
+def perturbed_targets(config: dict) -> list[str]:
+    out = set()
+    for exp in config["experiments"].values():
+        for model, cond, seed in itertools.product(exp["models"], train_conditions(exp), exp["seeds"]):
+            out.add(perturbed_path(config["models"][model]["tokenizer"], exp["train_dataset"], cond, seed))
+    return sorted(out)
+
+
+def synonym_targets(config: dict) -> list[str]:
+    out = set()
+    for exp in config["experiments"].values():
+        for model in exp["models"]:
+            tokenizer = config["models"][model]["tokenizer"]
+            for axis in ("train_perturbation", "test_perturbation"):
+                grid = exp.get(axis, {})
+                if any(float(i) > 0 for i in grid.get("intensities", [0])):
+                    for source in grid.get("synonyms", ["distributional"]):
+                        out.add(synonym_path(tokenizer, exp["train_dataset"], source))
+    return sorted(out)
