@@ -32,7 +32,7 @@ test: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest
 
 bench: $(STAMP)
-	$(BIN)/python bench/data.py
+	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf results .snakemake

@@ -49,7 +49,7 @@ def token_stream() -> tuple[np.ndarray, list[int], str]:
     tokenizer = train_bpe(rows, 8192)
     ids, _ = token_ids(tokenizer, rows)
     reps = -(-TARGET_TOKENS // len(ids))
-    return np.tile(ids, reps)[:TARGET_TOKENS].astype(np.int64), sorted(set(tokenizer.all_special_ids)), source
+    return np.tile(ids, reps)[:TARGET_TOKENS].astype(np.int32), sorted(set(tokenizer.all_special_ids)), source
 
 
 def best_of(fn, repeat: int = 3) -> float:

@@ -60,7 +60,7 @@ def perturb_blocks(blocks: np.ndarray, mode: str, strategy: str, intensity: floa
     if mode not in MODES:
         raise ValueError(f"unknown perturbation mode {mode!r}; allowed: {', '.join(MODES)}")
     n_blocks, width = blocks.shape
-    values = blocks.reshape(-1).astype(np.int64)
+    values = blocks.reshape(-1).astype(np.int32)  # token ids as stored; indices stay int64
     offsets = np.arange(0, (n_blocks + 1) * width, width, dtype=np.int64)
     block_id = np.arange(n_blocks, dtype=np.int64)
     parts = []
