@@ -10,6 +10,7 @@ configfile: "config.yaml"
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/perturb.smk"
+include: "rules/train.smk"
 
 
 rule all:

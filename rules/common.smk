@@ -10,7 +10,7 @@ sys.path.insert(0, workflow.basedir)
 os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 
 from workflow_lib.config import ConfigError, dataset_splits, embedding_model, local_files, validate_config
-from workflow_lib.grid import perturbed_targets, synonym_targets
+from workflow_lib.grid import model_targets, perturbed_targets, synonym_targets
 
 try:
     validate_config(config, workdir=Path.cwd())
@@ -35,6 +35,8 @@ wildcard_constraints:
     split=_names({s for d in DATASETS.values() for s in dataset_splits(d)}),
     tokenizer=_names(TOKENIZERS),
     eval_set=_names(EVAL_SETS),
+    model=_names(MODELS),
+    objective=_names(config["objectives"]),
     synonyms="embedding|distributional|uniform|oracle",
     psynonyms="embedding|distributional|uniform|oracle|none",
     mode="augment|prefix",
@@ -117,6 +119,34 @@ def perturb_condition(wildcards):
     }
 
 
+TRAIN_CONDITION = "{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}"
+
+
+def train_inputs(wildcards):
+    tokenizer = MODELS[wildcards.model]["tokenizer"]
+    inputs = {
+        "train": f"results/perturbed/{tokenizer}/{wildcards.dataset}/{wildcards.psynonyms}/{wildcards.mode}-m{wildcards.copies}/{wildcards.strategy}-{wildcards.intensity}/seed{wildcards.seed}.parquet",
+        "tokenizer": f"results/tokenizers/{tokenizer}",
+    }
+    if training_settings(wildcards)["validation"] and "validation" in dataset_splits(DATASETS[wildcards.dataset]):
+        inputs["validation"] = f"results/tokens/{tokenizer}/{wildcards.dataset}/validation.parquet"
+    return inputs
+
+
+def training_settings(wildcards):
+    """The top-level `training` section with the model's overrides and the run's seed."""
+    return {**config["training"], **MODELS[wildcards.model].get("training", {}), "seed": int(wildcards.seed)}
+
+
+def launch_args(wildcards):
+    """accelerate launch settings, all explicit, so no user's ~/.cache accelerate config changes a run."""
+    settings = training_settings(wildcards)
+    processes = max(settings["gpus"], 1)
+    multi = "--multi_gpu " if processes > 1 else ""
+    precision = "no" if settings["mixed_precision"] == "auto" else settings["mixed_precision"]
+    return f"{multi}--num_processes {processes} --num_machines 1 --mixed_precision {precision} --dynamo_backend no --main_process_port 0"
+
+
 # ---- targets ---------------------------------------------------------------------------------------------
 
 
@@ -136,4 +166,4 @@ def prompt_targets():
 
 
 def all_targets():
-    return token_targets() + prompt_targets() + synonym_targets(config) + perturbed_targets(config)
+    return token_targets() + prompt_targets() + synonym_targets(config) + perturbed_targets(config) + model_targets(config)

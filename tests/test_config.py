@@ -112,3 +112,32 @@ def test_snakemake_stops_before_any_job_with_one_clear_message(workdir):
     assert result.returncode != 0
     assert "Invalid configuration: config key experiments.main.models[0]: unknown model 'huge'; allowed: tiny" in result.stderr
     assert not (workdir / "results").exists()
+
+
+def test_training_hyperparameters_are_checked_before_any_job():
+    config = tiny_config()
+    config["training"] = {"learning_rate": 0}
+    message = error_of(config)
+    assert "training.learning_rate" in message and "exclusiveMinimum 0" in message
+    config = tiny_config()
+    config["models"]["tiny"]["training"] = {"learning_rate": -1.0}
+    assert "models.tiny.training.learning_rate" in error_of(config)
+    config["models"]["tiny"]["training"] = {"learnin_rate": 1.0}
+    assert "models.tiny.training: unknown key(s) 'learnin_rate'" in error_of(config)
+
+
+def test_unknown_objective_names_key_and_allowed():
+    config = tiny_config()
+    config["experiments"]["main"]["objectives"] = ["mle", "focal"]
+    message = error_of(config)
+    assert "experiments.main.objectives[1]" in message and "'focal'" in message and "brier" in message
+    config["objectives"] = {"focal": {"loss": "focal"}}
+    assert "objectives.focal.loss" in error_of(config)
+
+
+def test_user_objectives_extend_the_predefined_ones():
+    config = tiny_config()
+    config["objectives"] = {"alpha3": {"loss": "alpha_power", "alpha": 3}}
+    config["experiments"]["main"]["objectives"] = ["mle", "alpha3"]
+    filled = check(config)
+    assert set(filled["objectives"]) >= {"mle", "brier", "mixce", "tvd", "emo", "alpha3"}

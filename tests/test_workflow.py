@@ -130,3 +130,20 @@ def test_perturbation_stage_builds_synonyms_and_every_condition(workdir):
     text = plan.stdout + plan.stderr
     assert plan.returncode == 0, text
     assert "perturb" in text and "synonyms" not in text and "tokenize" not in text and "download" not in text
+
+
+def test_training_runs_through_accelerate_launch(workdir):
+    config = tiny_config()
+    config["experiments"]["main"]["objectives"] = ["mle", "emo"]
+    config["experiments"]["main"]["train_perturbation"] = {"intensities": [0, 0.1], "synonyms": ["oracle"]}
+    config["training"] = {"batch_size": 8, "learning_rate": 1e-3, "eval_every": 5, "checkpoint_every": 5}
+    write_config(workdir, config)
+    result = snakemake(workdir)
+    assert result.returncode == 0, result.stderr
+    models = sorted(p.parent.relative_to(workdir / "results/models") for p in (workdir / "results/models").rglob("model.safetensors"))
+    assert [str(m) for m in models] == [f"tiny/synthetic/{o}/{c}/seed1" for o in ("emo", "mle")
+                                        for c in ("none/augment-m1/none-0", "oracle/augment-m1/insertion-0.1")]
+    log = (workdir / "results/models" / models[0] / "train_log.csv").read_text().splitlines()
+    assert log[0] == "step,epoch,loss,lr,tokens_per_s,validation_loss" and len(log) > 5
+    assert (workdir / "results/logs/train" / f"{models[0]}.log").exists()
+    assert not (workdir / "results/checkpoints").exists() or not any((workdir / "results/checkpoints").rglob("*.json"))

@@ -16,6 +16,13 @@ import yaml
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "rules" / "schemas" / "config.schema.yaml"
 BUILTIN_SPLITS = ("train", "validation", "test", "ood")
+PREDEFINED_OBJECTIVES = {
+    "mle": {"loss": "mle"},
+    "brier": {"loss": "brier"},
+    "mixce": {"loss": "mixce", "eta": 0.5},
+    "tvd": {"loss": "tvd", "gamma": 0.5, "min_weight": 0.2, "mix": 0.5},
+    "emo": {"loss": "emo"},
+}
 
 
 class ConfigError(ValueError):
@@ -117,8 +124,18 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
             _need(tok["dataset"], datasets, f"tokenizers.{name}.dataset", "dataset")
             if "train" not in dataset_splits(datasets[tok["dataset"]]):
                 raise ConfigError(f"config key tokenizers.{name}.dataset: dataset {tok['dataset']!r} has no 'train' split to learn from")
+    training_schema = load_schema()["properties"]["training"]
     for name, model in config["models"].items():
         _need(model["tokenizer"], config["tokenizers"], f"models.{name}.tokenizer", "tokenizer")
+        if model.get("training"):
+            import jsonschema
+            from jsonschema.exceptions import best_match
+
+            merged = {**config.get("training", {}), **model["training"]}
+            error = best_match(jsonschema.Draft202012Validator(training_schema).iter_errors(merged))
+            if error is not None:
+                raise ConfigError(_describe(error, training_schema).replace("config key ", f"config key models.{name}.training.", 1)
+                                  .replace("config: ", f"config key models.{name}.training: ", 1))
     for name, es in config.get("eval_sets", {}).items():
         _need(es["dataset"], datasets, f"eval_sets.{name}.dataset", "dataset")
         splits = dataset_splits(datasets[es["dataset"]])
@@ -132,6 +149,8 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
             raise ConfigError(f"config key experiments.{name}.train_dataset: dataset {exp['train_dataset']!r} has no 'train' split")
         for i, es in enumerate(exp["eval_sets"]):
             _need(es, config.get("eval_sets", {}), f"experiments.{name}.eval_sets[{i}]", "eval set")
+        for i, objective in enumerate(exp.get("objectives", [])):
+            _need(objective, config["objectives"], f"experiments.{name}.objectives[{i}]", "objective")
         for axis in ("train_perturbation", "test_perturbation"):
             sources = exp.get(axis, {}).get("synonyms", [])
             if "oracle" in sources and datasets[exp["train_dataset"]]["source"] != "builtin":
@@ -163,5 +182,6 @@ def validate_config(config: dict, workdir: Path | None = None) -> dict:
     validate(config, str(SCHEMA_PATH))
     for exp in config["experiments"].values():
         exp.setdefault("seeds", [config["seed"]])
+    config["objectives"] = {**PREDEFINED_OBJECTIVES, **config.get("objectives", {})}
     check_references(config, workdir)
     return config

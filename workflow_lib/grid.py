@@ -75,3 +75,16 @@ def synonym_targets(config: dict) -> list[str]:
                     for source in grid.get("synonyms", ["distributional"]):
                         out.add(synonym_path(tokenizer, exp["train_dataset"], source))
     return sorted(out)
+
+
+def model_path(model: str, dataset: str, objective: str, cond: TrainCondition, seed: int) -> str:
+    return f"results/models/{model}/{dataset}/{objective}/{cond.path}/seed{seed}"
+
+
+def model_targets(config: dict) -> list[str]:
+    out = set()
+    for exp in config["experiments"].values():
+        for model, objective, cond, seed in itertools.product(exp["models"], exp.get("objectives", ["mle"]),
+                                                              train_conditions(exp), exp["seeds"]):
+            out.add(model_path(model, exp["train_dataset"], objective, cond, seed))
+    return sorted(out)

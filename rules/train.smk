@@ -1,0 +1,25 @@
+rule train:
+    input:
+        unpack(train_inputs),
+    output:
+        directory(f"results/models/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"),
+    params:
+        launch=launch_args,
+        model=lambda w: as_json(MODELS[w.model]),
+        objective=lambda w: as_json(config["objectives"][w.objective]),
+        settings=lambda w: as_json(training_settings(w)),
+        validation=lambda w, input: f"--validation {input.validation}" if "validation" in input.keys() else "",
+        # Not an output: snakemake must not delete it when the job fails, so a rerun resumes from it.
+        resume=lambda w, output: output[0].replace("results/models/", "results/checkpoints/", 1),
+    log:
+        f"results/logs/train/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.log",
+    benchmark:
+        f"results/benchmarks/train/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.tsv"
+    resources:
+        gpu=lambda w: training_settings(w)["gpus"],
+        mem_mb=8000,
+    threads: 2
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "accelerate launch {params.launch} -m workflow_lib.train --train {input.train} {params.validation} --tokenizer {input.tokenizer} --model-key {wildcards.model} --model {params.model:q} --objective {params.objective:q} --settings {params.settings:q} --resume-dir {params.resume} --output {output} 2> {log}"
