@@ -11,6 +11,8 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/perturb.smk"
 include: "rules/train.smk"
+include: "rules/sample.smk"
+include: "rules/evaluate.smk"
 
 
 rule all:

@@ -10,7 +10,7 @@ sys.path.insert(0, workflow.basedir)
 os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 
 from workflow_lib.config import ConfigError, dataset_splits, embedding_model, local_files, validate_config
-from workflow_lib.grid import model_targets, perturbed_targets, synonym_targets
+from workflow_lib.grid import metric_targets, model_targets, perturbed_targets, synonym_targets
 
 try:
     validate_config(config, workdir=Path.cwd())
@@ -44,6 +44,11 @@ wildcard_constraints:
     intensity=r"[0-9]+(\.[0-9]+)?",
     copies=r"[0-9]+",
     seed=r"[0-9]+",
+    tsynonyms="embedding|distributional|uniform|oracle|none",
+    tstrategy="insertion|replacement|deletion|none",
+    tintensity=r"[0-9]+(\.[0-9]+)?",
+    smode="exact|cached",
+    featuriser=r"[A-Za-z0-9_.-]+",
 
 
 def as_json(obj):
@@ -147,6 +152,37 @@ def launch_args(wildcards):
     return f"{multi}--num_processes {processes} --num_machines 1 --mixed_precision {precision} --dynamo_backend no --main_process_port 0"
 
 
+MODEL_DIR = f"results/models/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"
+SAMPLE_CONDITION = "{eval_set}/{tsynonyms}/{tstrategy}-{tintensity}-{smode}"
+
+
+def featuriser_id():
+    """A path-safe name for the featuriser (a local folder is named by its last component)."""
+    name = config["evaluation"]["featuriser"]
+    return name if name in ("minilm", "gpt2-large") else "local-" + os.path.basename(os.path.normpath(name))
+
+
+def sample_inputs(wildcards):
+    inputs = {"model": MODEL_DIR.format(**wildcards), "prompts": f"results/prompts/{wildcards.eval_set}.parquet"}
+    if wildcards.tsynonyms != "none":
+        tokenizer = MODELS[wildcards.model]["tokenizer"]
+        inputs["synonyms"] = f"results/synonyms/{tokenizer}/{wildcards.dataset}/{wildcards.tsynonyms}.parquet"
+    return inputs
+
+
+def sampling_settings(wildcards):
+    return {**config["sampling"], "mode": wildcards.smode, "seed": config["seed"]}
+
+
+def test_perturbation(wildcards):
+    strategy = "insertion" if wildcards.tstrategy == "none" else wildcards.tstrategy
+    return {"strategy": strategy, "intensity": float(wildcards.tintensity)}
+
+
+def evaluation_settings(wildcards=None):
+    return {**config["evaluation"], "seed": config["seed"]}
+
+
 # ---- targets ---------------------------------------------------------------------------------------------
 
 
@@ -166,4 +202,5 @@ def prompt_targets():
 
 
 def all_targets():
-    return token_targets() + prompt_targets() + synonym_targets(config) + perturbed_targets(config) + model_targets(config)
+    return (token_targets() + prompt_targets() + synonym_targets(config) + perturbed_targets(config)
+            + model_targets(config) + metric_targets(config))

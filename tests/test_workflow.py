@@ -147,3 +147,31 @@ def test_training_runs_through_accelerate_launch(workdir):
     assert log[0] == "step,epoch,loss,lr,tokens_per_s,validation_loss" and len(log) > 5
     assert (workdir / "results/logs/train" / f"{models[0]}.log").exists()
     assert not (workdir / "results/checkpoints").exists() or not any((workdir / "results/checkpoints").rglob("*.json"))
+
+
+def test_sampling_and_evaluation_chain_reuses_human_features(workdir):
+    config = tiny_config()
+    config["experiments"]["main"]["test_perturbation"] = {"intensities": [0, 0.2], "synonyms": ["oracle"],
+                                                          "modes": ["exact", "cached"]}
+    write_config(workdir, config)
+    result = snakemake(workdir)
+    assert result.returncode == 0, result.stderr
+    metrics = sorted((workdir / "results/metrics").rglob("*.json"))
+    names = sorted(f"{m.parent.parent.name}/{m.parent.name}/{m.name}" for m in metrics)
+    assert names == sorted(f"{es}/{c}" for es in ("syn-ood", "syn-test")
+                           for c in ("none/none-0-exact.json", "oracle/insertion-0.2-exact.json", "oracle/insertion-0.2-cached.json"))
+    report = json.loads(metrics[0].read_text())
+    assert report["runs"] == 2 and len(report["mauve"]) == 2 and 0 <= report["mauve_mean"] <= 1
+    assert 0 < report["rouge1_mean"] <= 1 and report["featuriser"] == "minilm"
+    samples = pq.read_table(next((workdir / "results/samples").rglob("insertion-0.2-cached.parquet"))).to_pylist()
+    assert len(samples) == 2 * 10 and all(len(s["continuation_ids"]) == 8 for s in samples)
+    features = sorted((workdir / "results/features/minilm").glob("*.npy"))
+    assert [f.name for f in features] == ["syn-ood.npy", "syn-test.npy"]
+
+    # More runs: new samples and metrics, but the human features are cached and no model is retrained.
+    config["sampling"]["runs"] = 3
+    write_config(workdir, config)
+    plan = snakemake(workdir, "-n", "--quiet", "rules")
+    text = plan.stdout + plan.stderr
+    assert plan.returncode == 0, text
+    assert "sample" in text and "evaluate" in text and "features" not in text and "train" not in text

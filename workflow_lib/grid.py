@@ -88,3 +88,52 @@ def model_targets(config: dict) -> list[str]:
                                                               train_conditions(exp), exp["seeds"]):
             out.add(model_path(model, exp["train_dataset"], objective, cond, seed))
     return sorted(out)
+
+
+@dataclass(frozen=True, order=True)
+class SamplingCondition:
+    """One sampling-time perturbation; intensity 0 is plain ancestral sampling, one condition."""
+
+    synonyms: str
+    strategy: str
+    intensity: str
+    mode: str
+
+    @property
+    def path(self) -> str:
+        return f"{self.synonyms}/{self.strategy}-{self.intensity}-{self.mode}"
+
+
+def sampling_conditions(experiment: dict) -> list[SamplingCondition]:
+    grid = experiment.get("test_perturbation", {})
+    out = set()
+    for strategy, intensity, synonyms, mode in itertools.product(
+        grid.get("strategies", ["insertion"]), grid.get("intensities", [0]), grid.get("synonyms", ["distributional"]),
+        grid.get("modes", ["exact"])):
+        if float(intensity) == 0.0:
+            strategy, synonyms, mode = "none", "none", "exact"
+        out.add(SamplingCondition(synonyms, strategy, fmt_intensity(intensity), mode))
+    return sorted(out)
+
+
+def evaluation_runs(config: dict) -> list[tuple[str, str, SamplingCondition]]:
+    """(trained model folder, eval set, test condition) for every evaluation the config asks for."""
+    out = set()
+    for exp in config["experiments"].values():
+        for model, objective, cond, seed in itertools.product(exp["models"], exp.get("objectives", ["mle"]),
+                                                              train_conditions(exp), exp["seeds"]):
+            for eval_set, test in itertools.product(exp["eval_sets"], sampling_conditions(exp)):
+                out.add((model_path(model, exp["train_dataset"], objective, cond, seed), eval_set, test))
+    return sorted(out)
+
+
+def sample_path(model_dir: str, eval_set: str, test: SamplingCondition) -> str:
+    return f"{model_dir.replace('results/models/', 'results/samples/', 1)}/{eval_set}/{test.path}.parquet"
+
+
+def metrics_path(model_dir: str, eval_set: str, test: SamplingCondition) -> str:
+    return f"{model_dir.replace('results/models/', 'results/metrics/', 1)}/{eval_set}/{test.path}.json"
+
+
+def metric_targets(config: dict) -> list[str]:
+    return sorted({metrics_path(*run) for run in evaluation_runs(config)})

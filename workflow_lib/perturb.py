@@ -40,6 +40,10 @@ class _Numpy:
     def rand(self, n: int) -> np.ndarray:
         return self.rng.random(n)
 
+    def rand_at(self, picked: np.ndarray, purpose: int) -> np.ndarray:
+        """Uniforms for the picked tokens (one draw of the stream each; `purpose` only matters for keyed draws)."""
+        return self.rng.random(len(picked))
+
     def select(self, n: int, p: float) -> np.ndarray:
         """Sorted positions, each of range(n) included independently with probability p. The gaps between
         successive Bernoulli(p) successes are Geometric(p), so the positions are a cumulative sum of
@@ -97,7 +101,14 @@ class _Torch:
     def rand(self, n: int):
         return self.torch.rand(n, generator=self.generator, device=self.device, dtype=self.torch.float64)
 
+    def rand_at(self, picked, purpose: int):
+        if isinstance(self.generator, KeyedRandom):
+            return self.generator.at(picked, purpose)
+        return self.rand(len(picked))
+
     def select(self, n: int, p: float):
+        if isinstance(self.generator, KeyedRandom):
+            return (self.generator.at(self.arange(n), 0) < p).nonzero().flatten()
         return (self.rand(n) < p).nonzero().flatten()
 
     def arange(self, n):
@@ -146,6 +157,53 @@ class _Torch:
         out[inserted] = new
         out[~inserted] = values
         return out
+
+
+MASK64 = (1 << 64) - 1
+
+
+def _signed(x: int) -> int:
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+_GOLDEN, _MIX1, _MIX2 = _signed(0x9E3779B97F4A7C15), _signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB)
+
+
+def splitmix64(x):
+    """The splitmix64 finaliser on int64 tensors (wrapping arithmetic; logical shifts emulated by masking)."""
+    import torch
+
+    def shr(v, k):
+        return torch.bitwise_and(torch.bitwise_right_shift(v, k), (1 << (64 - k)) - 1)
+
+    x = x + _GOLDEN
+    x = torch.bitwise_xor(x, shr(x, 30)) * _MIX1
+    x = torch.bitwise_xor(x, shr(x, 27)) * _MIX2
+    return torch.bitwise_xor(x, shr(x, 31))
+
+
+def hash_uniform(x):
+    """int64 keys -> uniforms in [0, 1) from their top 53 bits."""
+    import torch
+
+    return torch.bitwise_and(torch.bitwise_right_shift(splitmix64(x), 11), (1 << 53) - 1).double() / float(1 << 53)
+
+
+class KeyedRandom:
+    """Counter-based randomness for torch: the draw for a token depends only on its sequence's key, its
+    position in the sequence and the purpose of the draw. A sequence then gets the same perturbation whatever
+    else shares its batch, which makes samples independent of batch size and of resumption.
+    """
+
+    def __init__(self, keys, offsets):
+        self.keys, self.offsets = keys, offsets
+
+    def at(self, flat_positions, purpose: int):
+        import torch
+
+        seq = torch.searchsorted(self.offsets, flat_positions, right=True) - 1
+        local = flat_positions - self.offsets[seq]
+        return hash_uniform(splitmix64(self.keys[seq] * 1_000_003 + purpose) + local)
 
 
 def backend(values, rng=None):
@@ -407,7 +465,7 @@ def perturb(values, offsets, strategy: str, intensity: float, table: SynonymTabl
         new_offsets = offsets - xp.searchsorted(picked, offsets, "left")
         return Perturbed(xp.delete(values, picked), new_offsets, **result)
 
-    synonyms = xp.cast_like(table.sample(tokens, xp.rand(len(picked)), xp), values)
+    synonyms = xp.cast_like(table.sample(tokens, xp.rand_at(picked, 1), xp), values)
     if strategy == "replacement":
         return Perturbed(xp.replace(values, picked, synonyms), offsets, **result)
 
@@ -418,8 +476,8 @@ def perturb(values, offsets, strategy: str, intensity: float, table: SynonymTabl
     if insert_position == "uniform":
         first = xp.as_int(xp.isin(values[starts], special))
         last = ends - starts - xp.as_int(xp.isin(values[ends - 1], special))
-        gaps = starts + seq + first + xp.floor_int(xp.rand(len(picked)) * (last - first + 1))
-        order = xp.argsort(gaps + 0.5 * xp.rand(len(picked)))  # by gap, random order within a gap
+        gaps = starts + seq + first + xp.floor_int(xp.rand_at(picked, 2) * (last - first + 1))
+        order = xp.argsort(gaps + 0.5 * xp.rand_at(picked, 3))  # by gap, random order within a gap
         gaps, synonyms, picked_order = gaps[order], synonyms[order], picked[order]
     else:
         gaps, picked_order = picked + seq + 1, picked  # already increasing

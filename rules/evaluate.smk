@@ -1,0 +1,38 @@
+rule features:
+    input:
+        "results/prompts/{eval_set}.parquet",
+    output:
+        "results/features/{featuriser}/{eval_set}.npy",
+    params:
+        settings=lambda w: as_json(evaluation_settings()),
+    log:
+        "results/logs/features/{featuriser}/{eval_set}.log",
+    benchmark:
+        "results/benchmarks/features/{featuriser}/{eval_set}.tsv"
+    resources:
+        gpu=config["evaluation"]["gpus"],
+    conda:
+        "../envs/evaluate.yaml"
+    shell:
+        "python -m workflow_lib.metrics features --prompts {input} --settings {params.settings:q} --output {output} 2> {log}"
+
+
+rule evaluate:
+    input:
+        samples=f"results/samples/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.parquet",
+        prompts="results/prompts/{eval_set}.parquet",
+        human=lambda w: f"results/features/{featuriser_id()}/{w.eval_set}.npy",
+    output:
+        f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json",
+    params:
+        settings=lambda w: as_json(evaluation_settings()),
+    log:
+        f"results/logs/evaluate/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.log",
+    benchmark:
+        f"results/benchmarks/evaluate/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.tsv"
+    resources:
+        gpu=config["evaluation"]["gpus"],
+    conda:
+        "../envs/evaluate.yaml"
+    shell:
+        "python -m workflow_lib.metrics evaluate --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --settings {params.settings:q} --output {output} 2> {log}"

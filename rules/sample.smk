@@ -1,0 +1,20 @@
+rule sample:
+    input:
+        unpack(sample_inputs),
+    output:
+        f"results/samples/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.parquet",
+    params:
+        perturbation=lambda w: as_json(test_perturbation(w)),
+        settings=lambda w: as_json(sampling_settings(w)),
+        synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
+    log:
+        f"results/logs/sample/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.log",
+    benchmark:
+        f"results/benchmarks/sample/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.tsv"
+    resources:
+        gpu=config["sampling"]["gpus"],
+        mem_mb=8000,
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "python -m workflow_lib.sampling --model {input.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --settings {params.settings:q} --output {output} 2> {log}"

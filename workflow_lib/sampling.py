@@ -1,0 +1,245 @@
+"""Perturbed sampling (Algorithm 2): continue every prompt with a fresh perturbation of its prefix.
+
+Two modes:
+- `exact`: Algorithm 2 as written. At EVERY step the whole prefix (prompt + tokens generated so far) is
+  perturbed afresh with the shared perturber on the model's device, the ragged perturbed prefixes are left-
+  padded into one batch (attention mask, position ids), and X_t is drawn from P(. | X~). A fresh
+  perturbation can change any position, so each step recomputes the batch without a key/value cache.
+- `cached`: each new token is perturbed once, when it is appended, and one perturbed prefix is kept with its
+  key/value cache: replacement feeds the synonym instead of the token, deletion feeds nothing, insertion
+  feeds the token and then its synonym. Every step's prefix has the marginal law of `exact` for
+  replacement and deletion (each token is perturbed independently with probability alpha); for insertion
+  the synonym sits right after its source instead of at a uniform gap, and in all strategies the
+  perturbations are correlated across steps (the same draws persist). The results say whether it matters.
+
+Randomness is counter-based (perturb.KeyedRandom): every draw depends on (seed, run, prompt_id, step) only,
+so neither batch size nor resumption changes a sample. Intensity 0 is plain ancestral sampling. The end-of-text
+token is suppressed so that every continuation has exactly `new_tokens` tokens (min = max new tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import numpy as np
+import torch
+
+from workflow_lib.cli import parse_json_arg, run
+from workflow_lib.perturb import KeyedRandom, SynonymTable, hash_uniform, perturb, splitmix64
+
+log = logging.getLogger("workflow_lib.sampling")
+DRAW_PURPOSE = 7  # keeps the token draw's stream apart from the perturbation's (purposes 0-3)
+
+
+def row_keys(seed: int, prompt_ids: torch.Tensor, runs: torch.Tensor) -> torch.Tensor:
+    """One int64 key per (prompt, run): the root of all of that continuation's randomness."""
+    return splitmix64(splitmix64(torch.full_like(prompt_ids, seed)) + prompt_ids * 1_000_003 + runs)
+
+
+def step_keys(keys: torch.Tensor, step: int) -> torch.Tensor:
+    return splitmix64(keys + step * 7_919)
+
+
+def draw(logits: torch.Tensor, u: torch.Tensor, top_k: int = 0, top_p: float = 1.0, temperature: float = 1.0) -> torch.Tensor:
+    """Inverse-CDF sampling with the given uniforms [B]; top_k 0 and top_p 1 leave the law untouched."""
+    logits = logits.float() / temperature
+    if top_k and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float64)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        drop = sorted_p.cumsum(-1) - sorted_p >= top_p  # keep the smallest set reaching top_p
+        probs = probs.scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
+    cdf = probs.cumsum(-1)
+    u = (u * cdf[:, -1]).unsqueeze(1)
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)
+
+
+def left_pad(values: torch.Tensor, offsets: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, ...]:
+    """Ragged rows -> left-padded ids, attention mask and position ids [B, L]."""
+    lengths = offsets[1:] - offsets[:-1]
+    width = int(lengths.max())
+    seq = torch.repeat_interleave(torch.arange(len(lengths), device=values.device), lengths)
+    col = torch.arange(len(values), device=values.device) - offsets[seq] + (width - lengths[seq])
+    ids = torch.full((len(lengths), width), pad_id, dtype=torch.long, device=values.device)
+    mask = torch.zeros_like(ids)
+    ids[seq, col] = values.long()
+    mask[seq, col] = 1
+    return ids, mask, (mask.cumsum(1) - 1).clamp(min=0)
+
+
+def with_generated(prompt_values, prompt_offsets, generated: torch.Tensor):
+    """Ragged rows prompt_b + generated[b] (all rows have generated.shape[1] new tokens)."""
+    steps = generated.shape[1]
+    n_rows = len(prompt_offsets) - 1
+    offsets = prompt_offsets + steps * torch.arange(n_rows + 1, device=generated.device)
+    values = torch.empty(int(offsets[-1]), dtype=torch.long, device=generated.device)
+    lengths = prompt_offsets[1:] - prompt_offsets[:-1]
+    seq = torch.repeat_interleave(torch.arange(n_rows, device=generated.device), lengths)
+    values[torch.arange(len(prompt_values), device=generated.device) + steps * seq] = prompt_values.long()
+    if steps:
+        starts = offsets[:-1] + lengths
+        values[(starts[:, None] + torch.arange(steps, device=generated.device)).reshape(-1)] = generated.reshape(-1)
+    return values, offsets
+
+
+@torch.no_grad()
+def sample_exact(model, prompt_values, prompt_offsets, keys, new_tokens: int, perturbation: dict, table, special,
+                 pad_id: int, suppress: list[int], **draw_kw) -> torch.Tensor:
+    """Algorithm 2: a fresh perturbation of the whole prefix at every step."""
+    n_rows = len(prompt_offsets) - 1
+    generated = torch.empty((n_rows, 0), dtype=torch.long, device=prompt_values.device)
+    for step in range(new_tokens):
+        values, offsets = with_generated(prompt_values, prompt_offsets, generated)
+        k = step_keys(keys, step)
+        if perturbation["intensity"] > 0:
+            out = perturb(values, offsets, perturbation["strategy"], perturbation["intensity"], table,
+                          KeyedRandom(k, offsets), special)
+            values, offsets = out.values, out.offsets
+        ids, mask, positions = left_pad(values, offsets, pad_id)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=1).logits[:, -1]
+        logits[:, suppress] = float("-inf")
+        token = draw(logits, hash_uniform(k * 31 + DRAW_PURPOSE), **draw_kw)
+        generated = torch.cat([generated, token[:, None]], dim=1)
+    return generated
+
+
+@torch.no_grad()
+def sample_cached(model, prompt_values, prompt_offsets, keys, new_tokens: int, perturbation: dict, table, special,
+                  pad_id: int, suppress: list[int], **draw_kw) -> torch.Tensor:
+    """One persistent perturbed prefix with its key/value cache; each new token is perturbed on arrival."""
+    device, alpha, strategy = prompt_values.device, perturbation["intensity"], perturbation["strategy"]
+    values, offsets = prompt_values, prompt_offsets
+    if alpha > 0:  # the prompt itself, perturbed once
+        out = perturb(values, offsets, strategy, alpha, table, KeyedRandom(keys, offsets), special)
+        values, offsets = out.values, out.offsets
+    ids, mask, positions = left_pad(values, offsets, pad_id)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    past, logits = out.past_key_values, out.logits[:, -1]
+    rows = torch.arange(len(keys), device=device)
+    has_syn = table.has_synonyms(_torch_ops(device)) if alpha > 0 and strategy != "deletion" else None
+    special_t = torch.as_tensor(special, device=device)
+    generated = []
+    for step in range(new_tokens):
+        k = step_keys(keys, step)
+        logits[:, suppress] = float("-inf")
+        token = draw(logits, hash_uniform(k * 31 + DRAW_PURPOSE), **draw_kw)
+        generated.append(token)
+        eligible = ~torch.isin(token, special_t)
+        if has_syn is not None:
+            eligible &= has_syn[token]
+        selected = eligible & (hash_uniform(k * 31 + 1) < alpha) if alpha > 0 else torch.zeros_like(eligible)
+        if alpha > 0 and strategy != "deletion" and selected.any():
+            u = hash_uniform(k * 31 + 2)
+            synonym = table.sample(token.clamp(min=0), u, _torch_ops(device))
+        else:
+            synonym = token
+        if strategy == "insertion" and alpha > 0:
+            chunk = torch.stack([token, torch.where(selected, synonym, pad_id)], dim=1)
+            chunk_mask = torch.stack([torch.ones_like(selected), selected], dim=1).long()
+        elif strategy == "replacement":
+            chunk, chunk_mask = torch.where(selected, synonym, token)[:, None], torch.ones_like(token)[:, None]
+        else:  # deletion (or intensity 0): a deleted token is not fed at all
+            chunk, chunk_mask = torch.where(selected, pad_id, token)[:, None], (~selected).long()[:, None]
+        mask = torch.cat([mask, chunk_mask], dim=1)
+        positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -chunk.shape[1]:]
+        out = model(input_ids=chunk, attention_mask=mask, position_ids=positions, past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        last_real = chunk_mask.sum(1) - 1  # -1: nothing fed, the view (and its next-token law) is unchanged
+        fed = last_real >= 0
+        logits = torch.where(fed[:, None], out.logits[rows, last_real.clamp(min=0)], logits)
+    return torch.stack(generated, dim=1)
+
+
+def _torch_ops(device):
+    from workflow_lib.perturb import _Torch
+
+    return _Torch(None, device)
+
+
+SAMPLERS = {"exact": sample_exact, "cached": sample_cached}
+
+
+def generate(model, tokenizer, prompts: list[str], prompt_ids: np.ndarray, runs: int, new_tokens: int, perturbation: dict,
+             table: SynonymTable | None, seed: int, mode: str = "exact", batch_size: int = 64, top_k: int = 0,
+             top_p: float = 1.0, temperature: float = 1.0, progress: bool = False) -> dict[str, np.ndarray]:
+    """Continuations for every (prompt, run): arrays prompt_id, run, continuation_ids [n, new_tokens]."""
+    from tqdm import tqdm
+
+    device = next(model.parameters()).device
+    special = sorted(set(tokenizer.all_special_ids))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    suppress = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    if perturbation["intensity"] > 0 and table is None:
+        raise ValueError("a perturbed sampler needs a synonym table")
+    table = table.to(device) if table is not None else None
+    encoded = [np.asarray(ids, dtype=np.int64) for ids in tokenizer(list(prompts))["input_ids"]]
+    rows = [(p, r) for r in range(runs) for p in range(len(prompts))]
+    out_prompt, out_run, out_ids = [], [], []
+    for start in tqdm(range(0, len(rows), batch_size), desc="sample", disable=not progress, mininterval=5):
+        chunk = rows[start : start + batch_size]
+        lengths = np.array([len(encoded[p]) for p, _ in chunk])
+        offsets = torch.as_tensor(np.concatenate([[0], np.cumsum(lengths)]), device=device)
+        values = torch.as_tensor(np.concatenate([encoded[p] for p, _ in chunk]), device=device)
+        pids = torch.as_tensor([int(prompt_ids[p]) for p, _ in chunk], device=device)
+        run_ids = torch.as_tensor([r for _, r in chunk], device=device)
+        generated = SAMPLERS[mode](model, values, offsets, row_keys(seed, pids, run_ids), new_tokens, perturbation, table,
+                                   special, pad_id, suppress, top_k=top_k, top_p=top_p, temperature=temperature)
+        out_prompt.append(pids.cpu().numpy())
+        out_run.append(run_ids.cpu().numpy())
+        out_ids.append(generated.cpu().numpy())
+    return {"prompt_id": np.concatenate(out_prompt), "run": np.concatenate(out_run), "continuation_ids": np.concatenate(out_ids)}
+
+
+def load_model(path: str, device: str):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path)
+    if device == "cuda" and torch.cuda.is_bf16_supported():
+        model = model.to(torch.bfloat16)
+    return model.to(device).eval()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m workflow_lib.sampling")
+    parser.add_argument("--model", required=True, help="trained model folder (with its tokenizer)")
+    parser.add_argument("--prompts", required=True)
+    parser.add_argument("--synonyms", help="synonym table Parquet (perturbed sampling)")
+    parser.add_argument("--perturbation", required=True, help="JSON: strategy, intensity")
+    parser.add_argument("--settings", required=True, help="JSON: the sampling section and the seed")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args()
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    from workflow_lib.files import write_parquet
+
+    settings = parse_json_arg(args.settings, "sampling")
+    perturbation = parse_json_arg(args.perturbation, "test perturbation")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = load_model(args.model, device)
+    prompts = pq.read_table(args.prompts)
+    table = SynonymTable.from_arrow(pq.read_table(args.synonyms)) if args.synonyms else None
+    out = generate(model, tokenizer, prompts.column("prefix").to_pylist(), prompts.column("prompt_id").to_numpy(),
+                   settings["runs"], settings["new_tokens"], perturbation, table, settings["seed"], settings["mode"],
+                   settings["batch_size"], settings["top_k"], settings["top_p"], settings["temperature"], progress=True)
+    ids = out["continuation_ids"]
+    texts = tokenizer.batch_decode(ids.tolist(), skip_special_tokens=True)
+    width = ids.shape[1]
+    write_parquet(pa.table({
+        "prompt_id": pa.array(out["prompt_id"].astype(np.int64)),
+        "run": pa.array(out["run"].astype(np.int32)),
+        "continuation_ids": pa.ListArray.from_arrays(pa.array(np.arange(0, ids.size + 1, width, dtype=np.int32)),
+                                                     pa.array(ids.reshape(-1).astype(np.int32))),
+        "text": pa.array(texts),
+    }), args.output)
+    log.info("%d continuations of %d tokens (%s mode, %s)", len(ids), width, settings["mode"], perturbation)
+
+
+if __name__ == "__main__":
+    run(main)
