@@ -10,7 +10,7 @@ sys.path.insert(0, workflow.basedir)
 os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 
 from workflow_lib.config import ConfigError, dataset_splits, embedding_model, local_files, validate_config
-from workflow_lib.grid import metric_targets, model_targets, perturbed_targets, synonym_targets
+from workflow_lib.grid import extrapolation_targets, metric_targets, model_targets, perturbed_targets, synonym_targets
 
 try:
     validate_config(config, workdir=Path.cwd())
@@ -179,6 +179,12 @@ def test_perturbation(wildcards):
     return {"strategy": strategy, "intensity": float(wildcards.tintensity)}
 
 
+def extrapolation_params(wildcards):
+    es = EVAL_SETS[wildcards.eval_set]
+    return {"builtin": DATASETS[es["dataset"]]["builtin"], "split": es["split"],
+            "settings": {**config["evaluation"]["extrapolation"], "seed": config["seed"]}}
+
+
 def evaluation_settings(wildcards=None):
     return {**config["evaluation"], "seed": config["seed"]}
 
@@ -203,4 +209,4 @@ def prompt_targets():
 
 def all_targets():
     return (token_targets() + prompt_targets() + synonym_targets(config) + perturbed_targets(config)
-            + model_targets(config) + metric_targets(config))
+            + model_targets(config) + metric_targets(config) + extrapolation_targets(config))

@@ -36,3 +36,26 @@ rule evaluate:
         "../envs/evaluate.yaml"
     shell:
         "python -m workflow_lib.metrics evaluate --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --settings {params.settings:q} --output {output} 2> {log}"
+
+
+rule extrapolation:
+    input:
+        unpack(sample_inputs),
+    output:
+        f"results/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json",
+    params:
+        perturbation=lambda w: as_json(test_perturbation(w)),
+        builtin=lambda w: as_json(extrapolation_params(w)["builtin"]),
+        split=lambda w: extrapolation_params(w)["split"],
+        settings=lambda w: as_json(extrapolation_params(w)["settings"]),
+        synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
+    log:
+        f"results/logs/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.log",
+    benchmark:
+        f"results/benchmarks/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.tsv"
+    resources:
+        gpu=config["evaluation"]["gpus"],
+    conda:
+        "../envs/evaluate.yaml"
+    shell:
+        "python -m workflow_lib.extrapolation --model {input.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --builtin {params.builtin:q} --split {params.split} --settings {params.settings:q} --output {output} 2> {log}"

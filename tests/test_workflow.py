@@ -165,6 +165,8 @@ def test_sampling_and_evaluation_chain_reuses_human_features(workdir):
     assert 0 < report["rouge1_mean"] <= 1 and report["featuriser"] == "minilm"
     samples = pq.read_table(next((workdir / "results/samples").rglob("insertion-0.2-cached.parquet"))).to_pylist()
     assert len(samples) == 2 * 10 and all(len(s["continuation_ids"]) == 8 for s in samples)
+    tv = json.loads(next((workdir / "results/extrapolation").rglob("syn-ood/oracle/insertion-0.2-exact.json")).read_text())
+    assert tv["law"] == "ood" and 0 < tv["tv_mean"] <= 1 and tv["prefixes"] > 0 and tv["draws"] == 8
     features = sorted((workdir / "results/features/minilm").glob("*.npy"))
     assert [f.name for f in features] == ["syn-ood.npy", "syn-test.npy"]
 
@@ -175,3 +177,4 @@ def test_sampling_and_evaluation_chain_reuses_human_features(workdir):
     text = plan.stdout + plan.stderr
     assert plan.returncode == 0, text
     assert "sample" in text and "evaluate" in text and "features" not in text and "train" not in text
+    assert "extrapolation" not in text  # it does not depend on the samples

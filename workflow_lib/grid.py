@@ -137,3 +137,12 @@ def metrics_path(model_dir: str, eval_set: str, test: SamplingCondition) -> str:
 
 def metric_targets(config: dict) -> list[str]:
     return sorted({metrics_path(*run) for run in evaluation_runs(config)})
+
+
+def extrapolation_targets(config: dict) -> list[str]:
+    """The exact TV evaluation, for eval sets of a builtin dataset."""
+    out = set()
+    for model_dir, eval_set, test in evaluation_runs(config):
+        if config["datasets"][config["eval_sets"][eval_set]["dataset"]]["source"] == "builtin":
+            out.add(f"{model_dir.replace('results/models/', 'results/extrapolation/', 1)}/{eval_set}/{test.path}.json")
+    return sorted(out)
