@@ -108,3 +108,24 @@ def test_batch_larger_than_data_fails_before_training(data, tmp_path):
     with pytest.raises(StageError, match=r"training.batch_size = 100000 .* larger than the training data"):
         train(args_for(data, tmp_path), {**SETTINGS, "batch_size": 100000}, MODEL, {"loss": "mle"})
     assert not (tmp_path / "model").exists() and not (tmp_path / "resume").exists()
+
+
+def test_select_best_keeps_the_checkpoint_with_the_lowest_validation_loss(data, tmp_path):
+    settings = {**SETTINGS, "select_best": True, "eval_every": 3, "learning_rate": 3e-2, "epochs": 4}
+    train(args_for(data, tmp_path), settings, MODEL, {"loss": "mle"})
+    with open(tmp_path / "model" / "train_log.csv") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["validation_loss"]]
+    best_row = min(rows, key=lambda r: float(r["validation_loss"]))
+    summary = json.loads((tmp_path / "model" / "train_summary.json").read_text())
+    assert summary["best"]["step"] == int(best_row["step"])
+    assert summary["best"]["loss"] == pytest.approx(float(best_row["validation_loss"]))
+    # the saved weights are the best step's: their validation loss is the best one
+    from transformers import AutoModelForCausalLM
+
+    from workflow_lib.train import TrainingRows, collate, target_logits
+
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "model").eval()
+    batch = collate([TrainingRows(str(data / "val.parquet"), 64)[i] for i in range(8)], 0)
+    with torch.no_grad():
+        loss = torch.nn.functional.cross_entropy(target_logits(model, batch), batch["target_ids"])
+    assert float(loss) == pytest.approx(summary["best"]["loss"], rel=1e-4)
