@@ -20,7 +20,8 @@ venv: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
-	@echo "Results are under results/ (logs under results/logs/)."
+	$(BIN)/snakemake --report results/report.html $(SNAKEMAKE_ARGS)
+	@echo "Report: results/report.html   Summary: results/summary.md   Tables and figures: results/report/"
 
 dryrun: $(STAMP)
 	$(BIN)/snakemake -n $(SNAKEMAKE_ARGS)

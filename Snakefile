@@ -7,12 +7,17 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/simulation.smk"
 include: "rules/perturb.smk"
 include: "rules/train.smk"
 include: "rules/sample.smk"
 include: "rules/evaluate.smk"
+include: "rules/report.smk"
 
 
 rule all:

@@ -10,7 +10,15 @@ sys.path.insert(0, workflow.basedir)
 os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 
 from workflow_lib.config import ConfigError, dataset_splits, embedding_model, local_files, validate_config
-from workflow_lib.grid import extrapolation_targets, metric_targets, model_targets, perturbed_targets, synonym_targets
+from workflow_lib.grid import (
+    example_inputs,
+    extrapolation_targets,
+    metric_targets,
+    model_targets,
+    perturbed_targets,
+    report_figures,
+    synonym_targets,
+)
 
 try:
     validate_config(config, workdir=Path.cwd())
@@ -49,6 +57,8 @@ wildcard_constraints:
     tintensity=r"[0-9]+(\.[0-9]+)?",
     smode="exact|cached",
     featuriser=r"[A-Za-z0-9_.-]+",
+    figure="ablation|intensity|extrapolation",
+    table="table1|emo_brier|strategies|ablation|examples",
 
 
 def as_json(obj):
@@ -159,7 +169,7 @@ SAMPLE_CONDITION = "{eval_set}/{tsynonyms}/{tstrategy}-{tintensity}-{smode}"
 def featuriser_id():
     """A path-safe name for the featuriser (a local folder is named by its last component)."""
     name = config["evaluation"]["featuriser"]
-    return name if name in ("minilm", "gpt2-large") else "local-" + os.path.basename(os.path.normpath(name))
+    return name if name in ("minilm", "gpt2-large") else f"local-{os.path.basename(os.path.normpath(name))}"
 
 
 def sample_inputs(wildcards):
@@ -189,6 +199,14 @@ def evaluation_settings(wildcards=None):
     return {**config["evaluation"], "seed": config["seed"]}
 
 
+REPORT_TABLES = ["table1", "emo_brier", "strategies", "ablation"]
+
+
+def report_settings():
+    return {"intensity": config["report"]["intensity"], "eval_order": list(EVAL_SETS),
+            "figures": [f"results/report/figures/{f}.png" for f in report_figures(config)]}
+
+
 # ---- targets ---------------------------------------------------------------------------------------------
 
 
@@ -207,6 +225,30 @@ def prompt_targets():
     return sorted({f"results/prompts/{es}.parquet" for exp in EXPERIMENTS.values() for es in exp["eval_sets"]})
 
 
+def simulation_settings():
+    """Everything in `simulation` that changes a fit (the vocabulary size is the job's wildcard)."""
+    settings = {k: v for k, v in config["simulation"].items() if k not in ("enabled", "vocab_sizes")}
+    settings["seed"] = config["seed"] if settings["seed"] is None else settings["seed"]
+    return settings
+
+
+def simulation_fits():
+    return [f"results/simulation/V{v}.parquet" for v in sorted(config["simulation"]["vocab_sizes"])]
+
+
+def simulation_targets():
+    if not config["simulation"]["enabled"]:
+        return []
+    return [f"results/simulation/{f}" for f in ("summary.csv", "summary.md", "figure.png", "figure.pdf")]
+
+
 def all_targets():
     return (token_targets() + prompt_targets() + synonym_targets(config) + perturbed_targets(config)
-            + model_targets(config) + metric_targets(config) + extrapolation_targets(config))
+            + model_targets(config) + metric_targets(config) + extrapolation_targets(config) + report_targets()
+            + simulation_targets())
+
+
+def report_targets():
+    tables = [f"results/report/tables/{t}.md" for t in [*REPORT_TABLES, "examples"]]
+    figures = [f"results/report/figures/{f}.png" for f in report_figures(config)]
+    return ["results/summary.md", *tables, *figures]

@@ -14,7 +14,7 @@ rule features:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.metrics features --prompts {input} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.metrics features --prompts {input} --settings {params.settings:q} --output {output} 2> {log}"
 
 
 rule evaluate:
@@ -35,7 +35,7 @@ rule evaluate:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.metrics evaluate --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.metrics evaluate --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --settings {params.settings:q} --output {output} 2> {log}"
 
 
 rule extrapolation:
@@ -58,4 +58,4 @@ rule extrapolation:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.extrapolation --model {input.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --builtin {params.builtin:q} --split {params.split} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.extrapolation --model {input.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --builtin {params.builtin:q} --split {params.split} --settings {params.settings:q} --output {output} 2> {log}"

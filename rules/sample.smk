@@ -17,4 +17,4 @@ rule sample:
     conda:
         "../envs/train.yaml"
     shell:
-        "python -m workflow_lib.sampling --model {input.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.sampling --model {input.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --settings {params.settings:q} --output {output} 2> {log}"

@@ -18,8 +18,8 @@ rule train:
     resources:
         gpu=lambda w: training_settings(w)["gpus"],
         mem_mb=8000,
-    threads: 2
+    threads: 1
     conda:
         "../envs/train.yaml"
     shell:
-        "accelerate launch {params.launch} -m workflow_lib.train --train {input.train} {params.validation} --tokenizer {input.tokenizer} --model-key {wildcards.model} --model {params.model:q} --objective {params.objective:q} --settings {params.settings:q} --resume-dir {params.resume} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} accelerate launch {params.launch} -m workflow_lib.train --train {input.train} {params.validation} --tokenizer {input.tokenizer} --model-key {wildcards.model} --model {params.model:q} --objective {params.objective:q} --settings {params.settings:q} --resume-dir {params.resume} --output {output} 2> {log}"

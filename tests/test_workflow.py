@@ -178,3 +178,27 @@ def test_sampling_and_evaluation_chain_reuses_human_features(workdir):
     assert plan.returncode == 0, text
     assert "sample" in text and "evaluate" in text and "features" not in text and "train" not in text
     assert "extrapolation" not in text  # it does not depend on the samples
+
+
+def test_report_builds_on_a_tiny_config(workdir):
+    config = tiny_config()
+    config["experiments"]["main"]["train_perturbation"] = {"intensities": [0, 0.2], "synonyms": ["oracle"]}
+    config["experiments"]["main"]["test_perturbation"] = {"intensities": [0, 0.2], "synonyms": ["oracle"]}
+    config["report"] = {"intensity": 0.2}
+    write_config(workdir, config)
+    result = snakemake(workdir)
+    assert result.returncode == 0, result.stderr
+    report = workdir / "results/report"
+    for table in ("table1", "emo_brier", "strategies", "ablation", "examples"):
+        for ext in ("csv", "md", "tex"):
+            assert (report / "tables" / f"{table}.{ext}").stat().st_size > 0
+    for figure in ("ablation", "extrapolation"):
+        assert (report / "figures" / f"{figure}.png").stat().st_size > 5000
+    assert not (report / "figures/intensity.png").exists()  # one perturbed intensity: no sensitivity figure
+    table1 = (report / "tables/table1.md").read_text()
+    assert "insertion 0.2" in table1 and "syn-test MAUVE" in table1 and "**" in table1
+    summary = (workdir / "results/summary.md").read_text()
+    assert "## Headline table" in summary and "No model and eval set of this study is one of the paper's" in summary
+    html = snakemake(workdir, "--report", "results/report.html")
+    assert html.returncode == 0, html.stderr
+    assert (workdir / "results/report.html").stat().st_size > 10000

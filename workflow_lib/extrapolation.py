@@ -49,7 +49,7 @@ def model_next_word(model, tokenizer, prefixes: list[list[str]], word_tokens: np
     """[n, W + 1]: the model's perturbed next-word law (single-token words, then everything else)."""
     from workflow_lib.perturb import KeyedRandom
     from workflow_lib.perturb import perturb as apply_perturbation
-    from workflow_lib.sampling import left_pad, row_keys
+    from workflow_lib.sampling import context_length, left_pad, row_keys
 
     device = next(model.parameters()).device
     special = sorted(set(tokenizer.all_special_ids))
@@ -72,7 +72,7 @@ def model_next_word(model, tokenizer, prefixes: list[list[str]], word_tokens: np
                 p = apply_perturbation(values, offsets, perturbation["strategy"], perturbation["intensity"], table,
                                        KeyedRandom(keys, offsets), special)
                 v, o = p.values, p.offsets
-            ids, mask, positions = left_pad(v, o, pad)
+            ids, mask, positions = left_pad(v, o, pad, context_length(model))
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits[:, -1]
             total += torch.softmax(logits.double(), -1)
         probs = total / draws

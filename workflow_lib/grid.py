@@ -146,3 +146,25 @@ def extrapolation_targets(config: dict) -> list[str]:
         if config["datasets"][config["eval_sets"][eval_set]["dataset"]]["source"] == "builtin":
             out.add(f"{model_dir.replace('results/models/', 'results/extrapolation/', 1)}/{eval_set}/{test.path}.json")
     return sorted(out)
+
+
+def report_figures(config: dict) -> list[str]:
+    """The figures this configuration has data for."""
+    figures = set()
+    for exp in config["experiments"].values():
+        train = [float(x) for x in exp.get("train_perturbation", {}).get("intensities", [0])]
+        test = [float(x) for x in exp.get("test_perturbation", {}).get("intensities", [0])]
+        if 0 in train and 0 in test and any(train) and any(test):
+            figures.add("ablation")
+        if len({x for x in train if x > 0} & {x for x in test if x > 0}) >= 2:
+            figures.add("intensity")
+        if any(config["datasets"][config["eval_sets"][es]["dataset"]]["source"] == "builtin" for es in exp["eval_sets"]):
+            figures.add("extrapolation")
+    return sorted(figures)
+
+
+def example_inputs(config: dict) -> tuple[str, list[str]]:
+    """The eval set of the example-generations table (the first experiment's first) and its sample files."""
+    eval_set = next(iter(config["experiments"].values()))["eval_sets"][0]
+    samples = sorted({sample_path(m, es, t) for m, es, t in evaluation_runs(config) if es == eval_set})
+    return eval_set, samples

@@ -57,17 +57,24 @@ def draw(logits: torch.Tensor, u: torch.Tensor, top_k: int = 0, top_p: float = 1
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)
 
 
-def left_pad(values: torch.Tensor, offsets: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, ...]:
-    """Ragged rows -> left-padded ids, attention mask and position ids [B, L]."""
+def left_pad(values: torch.Tensor, offsets: torch.Tensor, pad_id: int, max_len: int | None = None) -> tuple[torch.Tensor, ...]:
+    """Ragged rows -> left-padded ids, attention mask and position ids [B, L]. Rows longer than the model's
+    context (`max_len`) keep their last max_len tokens."""
     lengths = offsets[1:] - offsets[:-1]
-    width = int(lengths.max())
+    width = int(lengths.max()) if max_len is None else min(int(lengths.max()), max_len)
     seq = torch.repeat_interleave(torch.arange(len(lengths), device=values.device), lengths)
     col = torch.arange(len(values), device=values.device) - offsets[seq] + (width - lengths[seq])
+    keep = col >= 0
     ids = torch.full((len(lengths), width), pad_id, dtype=torch.long, device=values.device)
     mask = torch.zeros_like(ids)
-    ids[seq, col] = values.long()
-    mask[seq, col] = 1
+    ids[seq[keep], col[keep]] = values[keep].long()
+    mask[seq[keep], col[keep]] = 1
     return ids, mask, (mask.cumsum(1) - 1).clamp(min=0)
+
+
+def context_length(model) -> int | None:
+    config = getattr(model, "config", None)
+    return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
 
 
 def with_generated(prompt_values, prompt_offsets, generated: torch.Tensor):
@@ -98,7 +105,7 @@ def sample_exact(model, prompt_values, prompt_offsets, keys, new_tokens: int, pe
             out = perturb(values, offsets, perturbation["strategy"], perturbation["intensity"], table,
                           KeyedRandom(k, offsets), special)
             values, offsets = out.values, out.offsets
-        ids, mask, positions = left_pad(values, offsets, pad_id)
+        ids, mask, positions = left_pad(values, offsets, pad_id, context_length(model))
         logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=1).logits[:, -1]
         logits[:, suppress] = float("-inf")
         token = draw(logits, hash_uniform(k * 31 + DRAW_PURPOSE), **draw_kw)
@@ -115,6 +122,10 @@ def sample_cached(model, prompt_values, prompt_offsets, keys, new_tokens: int, p
     if alpha > 0:  # the prompt itself, perturbed once
         out = perturb(values, offsets, strategy, alpha, table, KeyedRandom(keys, offsets), special)
         values, offsets = out.values, out.offsets
+    longest = int((offsets[1:] - offsets[:-1]).max()) + new_tokens * (2 if strategy == "insertion" else 1)
+    if context_length(model) and longest > context_length(model):
+        raise ValueError(f"cached sampling needs {longest} positions but the model has {context_length(model)}: "
+                         "shorten sampling.new_tokens or the prompts, or use mode exact (it keeps the last tokens)")
     ids, mask, positions = left_pad(values, offsets, pad_id)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
     past, logits = out.past_key_values, out.logits[:, -1]

@@ -98,15 +98,17 @@ def synonym_table(P: np.ndarray, x: np.ndarray, threshold_factor: float) -> Syno
 
 
 def perturbed_copy(x: np.ndarray, table: SynonymTable, intensity: float, rng: np.random.Generator):
-    """Copy 2 of the conditioning tokens x[:, :-1], and (eligible, replaced) counts."""
+    """Copy 2 of the conditioning tokens x[:, :-1] and the counts (eligible, replaced, changed): a replaced
+    token may be replaced by itself (it can be in its own set), `changed` counts the others."""
     occurrences = np.arange(table.vocab_size, dtype=np.int64)
     result = perturb(occurrences, np.array([0, table.vocab_size]), "replacement", intensity, table, rng)
     cond = x[:, :-1].copy()
     middle = cond[:, 1:].copy().ravel()
+    changed = int((middle[result.picked] != result.values[result.picked]).sum())
     middle[result.picked] = result.values[result.picked]
     cond[:, 1:] = middle.reshape(len(x), -1)
     eligible = int((np.diff(table.offsets) > 0).sum())
-    return cond, eligible, len(result.picked)
+    return cond, eligible, len(result.picked), changed
 
 
 def mae_readings(M_hat: np.ndarray, M: np.ndarray, x: np.ndarray) -> dict:
@@ -133,8 +135,12 @@ def units_of(original: np.ndarray, copy: np.ndarray, x: np.ndarray, batch_unit: 
     return cond, target
 
 
-def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None) -> list[dict]:
-    """Every replication x synonym rule x intensity of one vocabulary size: one row per fit."""
+def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, chunk: int | None = None) -> list[dict]:
+    """Every replication x synonym rule x intensity of one vocabulary size: one row per fit.
+
+    The fits train together in chunks of `chunk` models (default: as many as keep the logits of one step
+    near CHUNK_ELEMENTS floats); chunk=1 trains them one by one, with the same results.
+    """
     import torch
 
     from workflow_lib.simulation_model import ModelSettings, train_bigrams
@@ -156,27 +162,27 @@ def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None) 
                             np.random.default_rng(stream(seed, V, rep, TRUTH)))
         truths[rep] = (M, x)
         original = x[:, :-1]
-        conditions = [("none", 0.0, original, 0, 0, 0.0)]
+        conditions = [("none", 0.0, original, 0, 0, 0, 0.0)]
         for rule in rules:
             P = M if rule == "oracle" else empirical_bigram(x, V)
             table = synonym_table(P, x, settings["threshold_factor"])
             mean_candidates = float(np.diff(table.offsets).mean())
             for alpha in intensities[1:]:
                 rng = np.random.default_rng(stream(seed, V, rep, PERTURB, intensity_key(alpha)))
-                copy, eligible, replaced = perturbed_copy(x, table, alpha, rng)
-                conditions.append((rule, alpha, copy, eligible, replaced, mean_candidates))
+                copy, eligible, replaced, changed = perturbed_copy(x, table, alpha, rng)
+                conditions.append((rule, alpha, copy, eligible, replaced, changed, mean_candidates))
         unseen_rows = ~pair_counts(x, V).any(1)
-        for rule, alpha, copy, eligible, replaced, mean_candidates in conditions:
+        for rule, alpha, copy, eligible, replaced, changed, mean_candidates in conditions:
             cond, target = units_of(original, copy, x, settings["batch_unit"])
             new_rows = int(unseen_rows[np.unique(copy)].sum())
             rows.append({"vocab_size": V, "replication": rep, "synonyms": rule, "intensity": float(alpha),
-                         "n_eligible": eligible, "n_replaced": replaced, "n_unseen_rows_perturbed": new_rows,
+                         "n_eligible": eligible, "n_replaced": replaced, "n_changed": changed, "n_unseen_rows_perturbed": new_rows,
                          "mean_synonyms": mean_candidates})
             jobs.append((len(rows) - 1, rep, cond, target))
 
     units, pairs = jobs[0][2].shape
     per_step = V * (min(model.batch_size, units) * pairs if model.dropout_masks == "pair" else V)  # logits of one model
-    chunk = max(1, CHUNK_ELEMENTS // per_step)
+    chunk = chunk or max(1, CHUNK_ELEMENTS // per_step)
     started = time.perf_counter()
     for first in range(0, len(jobs), chunk):
         part = jobs[first:first + chunk]
@@ -203,7 +209,7 @@ COLUMNS = {
     "vocab_size": "Int32", "replication": "Int32", "synonyms": "String", "intensity": "Float64",
     "mae_unseen_rows": "Float64", "mae_unseen_pairs": "Float64", "mae_all": "Float64",
     "uniform_unseen_rows": "Float64", "uniform_unseen_pairs": "Float64", "uniform_all": "Float64",
-    "n_unseen_rows": "Int32", "n_unseen_pairs": "Int32", "n_eligible": "Int32", "n_replaced": "Int32",
+    "n_unseen_rows": "Int32", "n_unseen_pairs": "Int32", "n_eligible": "Int32", "n_replaced": "Int32", "n_changed": "Int32",
     "n_unseen_rows_perturbed": "Int32", "mean_synonyms": "Float64",
 }
 

@@ -69,48 +69,68 @@ def init_parameters(vocab_size: int, settings: ModelSettings, generators: list[t
             else:
                 bound = 1.0 / fan_in**0.5
                 tensor[b].uniform_(-bound, bound, generator=gen)
-    return [p.requires_grad_() for p in params]
-
-
-def hidden(params, tokens: torch.Tensor) -> torch.Tensor:
-    """ReLU(W1 E[x] + b1) for token ids [B, n]: [B, n, h]."""
-    E, W1, b1 = params[0], params[1], params[2]
-    emb = torch.gather(E, 1, tokens.unsqueeze(-1).expand(-1, -1, E.shape[-1]))
-    return torch.relu(torch.baddbmm(b1.unsqueeze(1), emb, W1))
-
-
-def logits_of(params, hid: torch.Tensor) -> torch.Tensor:
-    return torch.baddbmm(params[4].unsqueeze(1), hid, params[3])
+    return params
 
 
 def dropout_masks(shape: tuple[int, int], p: float, generators: list[torch.Generator]) -> torch.Tensor:
-    """[B, *shape] inverted-dropout multipliers (0 or 1/(1-p)), model b's from generators[b]."""
-    u = torch.empty((len(generators), *shape))
+    """[B, *shape] keep-masks (1 kept, 0 dropped, each kept with probability 1 - p), model b's from generators[b]."""
+    keep = torch.empty((len(generators), *shape))
     for b, gen in enumerate(generators):
-        u[b].uniform_(0.0, 1.0, generator=gen)
-    return (u >= p).to(u.dtype).div_(1.0 - p)
+        keep[b].bernoulli_(1.0 - p, generator=gen)
+    return keep
 
 
-def minibatch_loss(params, cond: torch.Tensor, target: torch.Tensor, n_units: int, settings: ModelSettings,
-                   generators: list[torch.Generator]) -> torch.Tensor:
-    """Sum over the B models of each model's mean per-unit negative log-likelihood. cond, target: [B, n]."""
-    B, V = cond.shape[0], params[0].shape[1]
-    p = settings.dropout
+def gradients(params, rows: torch.Tensor, targets: torch.Tensor | None, counts: torch.Tensor | None, n_units: int,
+              dropout: float, generators: list[torch.Generator]) -> list[torch.Tensor]:
+    """Gradients of each model's minibatch loss (sum of NLLs / n_units) with respect to its parameters.
+
+    Written out by hand rather than through autograd: the [B, rows, V] logits are the only large array, and
+    this touches it a few times in place (softmax, minus the targets, two products) instead of the many
+    passes of log_softmax + nll_loss and their backward. Tests check it against autograd.
+    rows [B, r]: the conditioning token of each row. Either `targets` [B, r] (one pair per row) or `counts`
+    [B, r, V] (row r stands for counts[b, r].sum() pairs, counts[b, r, v] of them with target v).
+    """
+    E, W1, b1, W2, b2 = params
+    B, V, d = E.shape
+    emb = torch.gather(E, 1, rows.unsqueeze(-1).expand(-1, -1, d))
+    hid = torch.relu(torch.baddbmm(b1.unsqueeze(1), emb, W1))
+    if dropout > 0:  # inverted dropout: kept units scaled by 1 / (1 - p)
+        hid = hid.mul_(dropout_masks(tuple(hid.shape[1:]), dropout, generators)).mul_(1.0 / (1.0 - dropout))
+    grad = torch.softmax(torch.baddbmm(b2.unsqueeze(1), hid, W2), -1)  # dloss/dlogits, built in place
+    if targets is not None:
+        grad.scatter_add_(2, targets.unsqueeze(-1), torch.full(targets.shape + (1,), -1.0))
+    else:
+        grad.mul_(counts.sum(-1, keepdim=True)).sub_(counts)
+    grad.mul_(1.0 / n_units)
+    grad_W2 = torch.bmm(hid.transpose(1, 2), grad)
+    grad_b2 = grad.sum(1)
+    # d hid / d pre is the dropout scale where hid > 0 (pre > 0 and kept), 0 elsewhere.
+    grad_pre = torch.bmm(grad, W2.transpose(1, 2)).mul_(hid > 0)
+    if dropout > 0:
+        grad_pre.mul_(1.0 / (1.0 - dropout))
+    grad_W1 = torch.bmm(emb.transpose(1, 2), grad_pre)
+    grad_b1 = grad_pre.sum(1)
+    grad_emb = torch.bmm(grad_pre, W1.transpose(1, 2))
+    grad_E = torch.zeros_like(E).scatter_add_(1, rows.unsqueeze(-1).expand(-1, -1, d), grad_emb)
+    return [grad_E, grad_W1, grad_b1, grad_W2, grad_b2]
+
+
+def minibatch_gradients(params, cond: torch.Tensor, target: torch.Tensor, n_units: int, settings: ModelSettings,
+                        generators: list[torch.Generator]) -> list[torch.Tensor]:
+    """The gradients of one minibatch, cond and target [B, n]: per pair, or per token with pair counts."""
     if settings.dropout_masks == "pair":
-        hid = hidden(params, cond)
-        if p > 0:
-            hid = hid * dropout_masks(tuple(hid.shape[1:]), p, generators)
-        logits = logits_of(params, hid)
-        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, V), target.reshape(-1), reduction="sum")
-        return nll / n_units
-    # token: every token's row once, weighted by how often each (token, next) pair occurs in the minibatch.
-    every = torch.arange(V).expand(B, V)
-    hid = hidden(params, every)
-    if p > 0:
-        hid = hid * dropout_masks(tuple(hid.shape[1:]), p, generators)
-    logits = logits_of(params, hid)
+        return gradients(params, cond, target, None, n_units, settings.dropout, generators)
+    B, V = cond.shape[0], params[0].shape[1]
     counts = torch.zeros(B, V * V).scatter_add_(1, cond * V + target, torch.ones(cond.shape)).view(B, V, V)
-    nll = (counts.sum(-1) * torch.logsumexp(logits, -1)).sum() - (counts * logits).sum()
+    return gradients(params, torch.arange(V).expand(B, V), None, counts, n_units, settings.dropout, generators)
+
+
+def minibatch_loss(params, cond: torch.Tensor, target: torch.Tensor, n_units: int) -> torch.Tensor:
+    """Sum over the B models of each one's minibatch loss without dropout (for checking the gradients)."""
+    E, W1, b1, W2, b2 = params
+    emb = torch.gather(E, 1, cond.unsqueeze(-1).expand(-1, -1, E.shape[-1]))
+    logits = torch.baddbmm(b2.unsqueeze(1), torch.relu(torch.baddbmm(b1.unsqueeze(1), emb, W1)), W2)
+    nll = torch.nn.functional.cross_entropy(logits.reshape(-1, E.shape[1]), target.reshape(-1), reduction="sum")
     return nll / n_units
 
 
@@ -129,7 +149,7 @@ def train_bigrams(cond: np.ndarray, target: np.ndarray, vocab_size: int, setting
     B, U, P = cond_t.shape
     params = init_parameters(vocab_size, settings, [torch_generator(s) for s in init_seeds])
     generators = [torch_generator(s) for s in train_seeds]
-    optimizer = torch.optim.Adam(params, lr=settings.lr, weight_decay=settings.weight_decay)
+    optimizer = torch.optim.Adam(params, lr=settings.lr, weight_decay=settings.weight_decay, fused=True)
     for _ in range(settings.epochs):
         order = torch.stack([torch.randperm(U, generator=gen) for gen in generators])
         for start in range(0, U, settings.batch_size):
@@ -137,16 +157,14 @@ def train_bigrams(cond: np.ndarray, target: np.ndarray, vocab_size: int, setting
             pick = units.unsqueeze(-1).expand(-1, -1, P)
             c = torch.gather(cond_t, 1, pick).reshape(B, -1)
             t = torch.gather(target_t, 1, pick).reshape(B, -1)
-            loss = minibatch_loss(params, c, t, units.shape[1], settings, generators)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            for param, grad in zip(params, minibatch_gradients(params, c, t, units.shape[1], settings, generators)):
+                param.grad = grad
             optimizer.step()
     return transition_matrices(params)
 
 
-@torch.no_grad()
 def transition_matrices(params) -> np.ndarray:
     """softmax(W2 ReLU(W1 E + b1) + b2) for every token (dropout off, as in evaluation): [B, V, V]."""
-    V = params[0].shape[1]
-    every = torch.arange(V).expand(params[0].shape[0], V)
-    return torch.softmax(logits_of(params, hidden(params, every)), -1).double().numpy()
+    E, W1, b1, W2, b2 = params
+    hid = torch.relu(torch.baddbmm(b1.unsqueeze(1), E, W1))
+    return torch.softmax(torch.baddbmm(b2.unsqueeze(1), hid, W2), -1).double().numpy()

@@ -1,0 +1,67 @@
+rule collect_metrics:
+    input:
+        metric_targets(config) + extrapolation_targets(config),
+    output:
+        "results/report/metrics.csv",
+    log:
+        "results/logs/report/collect.log",
+    conda:
+        "../envs/evaluate.yaml"
+    shell:
+        "python -m workflow_lib.report collect --output {output} {input} 2> {log}"
+
+
+rule tables:
+    input:
+        "results/report/metrics.csv",
+    output:
+        summary=report("results/summary.md", caption="../report/summary.rst", category="Summary"),
+        tables=[
+            report(f"results/report/tables/{t}.{ext}", caption="../report/table.rst", category="Tables", subcategory=t,
+                   labels={"table": t, "format": ext})
+            for t in REPORT_TABLES
+            for ext in ("md", "csv", "tex")
+        ],
+    params:
+        config=lambda w: as_json(config),
+        settings=lambda w: as_json(report_settings()),
+    log:
+        "results/logs/report/tables.log",
+    conda:
+        "../envs/evaluate.yaml"
+    shell:
+        "python -m workflow_lib.report tables --metrics {input} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} 2> {log}"
+
+
+rule figure:
+    input:
+        "results/report/metrics.csv",
+    output:
+        png=report("results/report/figures/{figure}.png", caption="../report/figure.rst", category="Figures",
+                   labels={"figure": "{figure}"}),
+        pdf="results/report/figures/{figure}.pdf",
+    params:
+        intensity=config["report"]["intensity"],
+    log:
+        "results/logs/report/figure_{figure}.log",
+    conda:
+        "../envs/evaluate.yaml"
+    shell:
+        "python -m workflow_lib.report figure --metrics {input} --name {wildcards.figure} --intensity {params.intensity} --stem results/report/figures/{wildcards.figure} 2> {log}"
+
+
+rule examples:
+    input:
+        prompts=f"results/prompts/{example_inputs(config)[0]}.parquet",
+        samples=example_inputs(config)[1],
+    output:
+        report("results/report/tables/examples.md", caption="../report/table.rst", category="Tables", subcategory="examples",
+               labels={"table": "examples", "format": "md"}),
+        "results/report/tables/examples.csv",
+        "results/report/tables/examples.tex",
+    log:
+        "results/logs/report/examples.log",
+    conda:
+        "../envs/evaluate.yaml"
+    shell:
+        "python -m workflow_lib.report examples --prompts {input.prompts} --stem results/report/tables/examples {input.samples} 2> {log}"

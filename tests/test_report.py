@@ -1,0 +1,106 @@
+"""Tables, figures and the summary, from hand-made metrics files."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from workflow_lib.lm_figures import FIGURES
+from workflow_lib.report import collect, paper_comparison, summary, tables
+
+BASE = "results/metrics/tiny/syn/{obj}/{syn}/augment-m1/{st}-{ti}/seed1/{es}/{tsyn}/{tst}-{tti}-exact.json"
+
+
+def write(tmp_path, obj, ti, tti, es, mauve, rouge, st="insertion", kind="metrics", tv=None):
+    syn = "none" if float(ti) == 0 else "distributional"
+    tsyn = "none" if float(tti) == 0 else "distributional"
+    path = tmp_path / BASE.format(obj=obj, syn=syn, st=st if float(ti) else "none", ti=ti, es=es, tsyn=tsyn,
+                                  tst=st if float(tti) else "none", tti=tti)
+    if kind == "extrapolation":
+        path = tmp_path / str(path.relative_to(tmp_path)).replace("results/metrics", "results/extrapolation")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "metrics":
+        data = {"mauve_mean": mauve[0], "mauve_2se": mauve[1], "rouge1_mean": rouge[0], "rouge1_2se": rouge[1], "runs": 3, "prompts": 50}
+    else:
+        data = {"tv_mean": tv[0], "tv_2se": tv[1], "law": "ood" if "ood" in es else "in_support"}
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+@pytest.fixture
+def study(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    paths = [
+        write(tmp_path, "mle", "0", "0", "test", (0.80, 0.02), (0.50, 0.01)),
+        write(tmp_path, "mle", "0.025", "0.025", "test", (0.90, 0.03), (0.52, 0.01)),
+        write(tmp_path, "mle", "0", "0.025", "test", (0.70, 0.05), (0.49, 0.02)),
+        write(tmp_path, "mle", "0.025", "0", "test", (0.75, 0.04), (0.51, 0.02)),
+        write(tmp_path, "brier", "0", "0", "test", (0.60, 0.02), (0.45, 0.01)),
+        write(tmp_path, "brier", "0.025", "0.025", "ood", (0.65, 0.02), (0.40, 0.01)),
+        write(tmp_path, "mle", "0.1", "0.1", "test", (0.85, 0.02), (0.50, 0.01)),
+        write(tmp_path, "mle", "0.1", "0.1", "test", (0.82, 0.02), (0.50, 0.01), st="deletion"),
+        write(tmp_path, "mle", "0", "0", "ood", None, None, kind="extrapolation", tv=(0.30, 0.01)),
+        write(tmp_path, "mle", "0.025", "0.025", "ood", None, None, kind="extrapolation", tv=(0.20, 0.01)),
+    ]
+    return collect([p.split(str(tmp_path) + "/")[1] for p in paths])
+
+
+def test_collect_recovers_conditions_from_paths(study):
+    assert study.height == 10  # 8 metrics rows, and 2 extrapolation-only rows (mle on ood has no metrics here)
+    row = study.filter((pl.col("objective") == "mle") & (pl.col("train_intensity") == 0.025) & (pl.col("eval_set") == "ood"))
+    assert row["tv_mean"][0] == 0.20 and row["mauve_mean"][0] is None
+
+
+def test_table1_rows_columns_bold_and_2se(study, tmp_path):
+    tables(study, str(tmp_path / "tables"), 0.025, ["test", "ood"])
+    t1 = pl.read_csv(tmp_path / "tables/table1.csv")
+    assert t1.columns == ["model", "objective", "perturbation", "test MAUVE", "test ROUGE-1", "ood MAUVE", "ood ROUGE-1"]
+    rows = {(r["objective"], r["perturbation"]): r for r in t1.to_dicts()}
+    assert set(rows) == {("mle", "no"), ("mle", "insertion 0.025"), ("brier", "no"), ("brier", "insertion 0.025")}
+    assert rows[("mle", "insertion 0.025")]["test MAUVE"] == "0.900 ± 0.030"
+    assert not rows[("brier", "insertion 0.025")]["test MAUVE"]  # a missing cell stays empty, not zero
+    assert rows[("brier", "insertion 0.025")]["ood MAUVE"] == "0.650 ± 0.020"
+    md = (tmp_path / "tables/table1.md").read_text()
+    assert "**0.900 ± 0.030**" in md and "**0.520 ± 0.010**" in md and "**0.800" not in md
+    tex = (tmp_path / "tables/table1.tex").read_text()
+    assert r"\toprule" in tex and r"\textbf{0.900 $\pm$ 0.030}" in tex
+
+
+def test_ablation_and_strategy_tables(study, tmp_path):
+    tables(study, str(tmp_path / "tables"), 0.025, ["test", "ood"])
+    ablation = pl.read_csv(tmp_path / "tables/ablation.csv").filter((pl.col("objective") == "mle") & (pl.col("eval_set") == "test"))
+    assert ablation.columns[3:] == ["NoPerturb MAUVE", "TrainPerturb MAUVE", "TestPerturb MAUVE", "Both MAUVE"]
+    # only the headline intensity (0.025) counts: the 0.1 runs are not "Both"
+    assert ablation["NoPerturb MAUVE"][0] == "0.800 ± 0.020" and ablation["Both MAUVE"][0] == "0.900 ± 0.030"
+    assert ablation["TrainPerturb MAUVE"][0] == "0.750 ± 0.040" and ablation["TestPerturb MAUVE"][0] == "0.700 ± 0.050"
+    strategies = pl.read_csv(tmp_path / "tables/strategies.csv").filter((pl.col("objective") == "mle") & (pl.col("eval_set") == "test"))
+    by_strategy = {r["strategy"]: r for r in strategies.to_dicts()}
+    assert by_strategy["deletion"]["0.1 MAUVE"] == "0.820 ± 0.020" and not by_strategy["deletion"]["0.025 MAUVE"]
+    assert by_strategy["insertion"]["0 MAUVE"] == by_strategy["deletion"]["0 MAUVE"] == "0.800 ± 0.020"
+
+
+def test_figures_are_written_and_not_empty(study, tmp_path):
+    for name, fn in FIGURES.items():
+        fn(study, str(tmp_path / "fig" / name))
+        for ext in ("png", "pdf"):
+            assert (tmp_path / "fig" / f"{name}.{ext}").stat().st_size > 5000
+
+
+def test_summary_says_what_ran_and_has_no_paper_match(study, tmp_path):
+    written = tables(study, str(tmp_path / "tables"), 0.025, ["test", "ood"])
+    config = {"models": {"tiny": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}}
+    text = summary(study, config, written, 0.025, ["results/report/figures/ablation.png"])
+    assert "## Headline table" in text and "No model and eval set of this study is one of the paper's" in text
+    assert "Exact extrapolation error" in text and "0.200 ± 0.010" in text
+
+
+def test_paper_numbers_side_by_side_when_the_config_matches(study):
+    frame = study.with_columns(pl.col("model").replace("tiny", "gpt2-model"), pl.col("eval_set").replace("test", "wikitext2-test"))
+    config = {"models": {"gpt2-model": {"source": "hf", "name": "gpt2"}},
+              "eval_sets": {"wikitext2-test": {"dataset": "wt2"}},
+              "datasets": {"wt2": {"source": "hf", "path": "Salesforce/wikitext", "name": "wikitext-2-raw-v1"}}}
+    text = paper_comparison(frame, config, 0.025)
+    assert "| gpt2-model | mle | no | 0.800 ± 0.020 (paper 0.74) |" in text
+    assert "| gpt2-model | mle | insertion 0.025 | 0.900 ± 0.030 (paper 0.89) |" in text
