@@ -31,7 +31,7 @@ def tiny_config() -> dict:
         "datasets": {"synthetic": tiny_builtin()},
         "tokenizers": {"bpe": {"source": "train", "dataset": "synthetic", "vocab_size": 300}},
         "models": {"tiny": {"source": "scratch", "tokenizer": "bpe",
-                            "architecture": {"n_layer": 1, "n_head": 1, "n_embd": 16, "n_positions": 64}}},
+                            "architecture": {"n_layer": 1, "n_head": 1, "n_embd": 16, "n_positions": 128}}},
         "tokenize": {"block_size": 32},
         "prompts": {"max_prompts": 10},
         "training": {"batch_size": 8},
