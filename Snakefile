@@ -1,10 +1,13 @@
 # perturbed-LM: "Perturbation is All You Need for Extrapolating Language Models", as a workflow.
 from snakemake.utils import min_version
 
-min_version("9.0")
+min_version("9.19")  # reads profiles/*/profile.yaml
 
 
-configfile: "config.yaml"
+# The default study. A study given with --configfile replaces it instead of being merged into it.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
 
 
 report: "report/workflow.rst"

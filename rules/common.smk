@@ -5,9 +5,12 @@ import sys
 from pathlib import Path
 
 # Rules run `python -m workflow_lib...`: make it the interpreter (and package) that runs snakemake, unless a
-# job's conda environment puts its own first.
+# job's conda environment puts its own first (--sdm conda); PYTHONPATH finds this checkout's workflow_lib from
+# any interpreter, installed (pip install -e) or not.
 sys.path.insert(0, workflow.basedir)
 os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+if workflow.basedir not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")])))
 
 from workflow_lib.config import ConfigError, dataset_splits, embedding_model, local_files, validate_config
 from workflow_lib.grid import (
@@ -19,6 +22,7 @@ from workflow_lib.grid import (
     report_figures,
     synonym_targets,
 )
+from workflow_lib.module_deps import module_files
 
 try:
     validate_config(config, workdir=Path.cwd())
@@ -64,6 +68,27 @@ wildcard_constraints:
 def as_json(obj):
     """Params are passed to the CLI as JSON; sorted keys keep the string (and the rerun trigger) stable."""
     return json.dumps(obj, sort_keys=True)
+
+
+def workflow_code(module):
+    """A rule's `code` input: the workflow_lib files that `python -m <module>` runs (the module and what it
+    imports, found by a static scan), so editing one reruns the rule's jobs and what follows them."""
+    return module_files(module)
+
+
+# Cheap rules run where snakemake runs, also under a cluster executor (--profile profiles/slurm): a job
+# submission would cost more than they do. download and tokenizer fetch from the hub, which compute nodes
+# often cannot reach.
+localrules:
+    all,
+    download,
+    tokenizer,
+    prompts,
+    collect_metrics,
+    tables,
+    figure,
+    examples,
+    simulation_summary,
 
 
 # ---- input functions -------------------------------------------------------------------------------------
@@ -240,6 +265,11 @@ def simulation_targets():
     if not config["simulation"]["enabled"]:
         return []
     return [f"results/simulation/{f}" for f in ("summary.csv", "summary.md", "figure.png", "figure.pdf")]
+
+
+def simulation_summary_input():
+    """The tables rule's `simulation` input: the simulation summary, which results/summary.md includes."""
+    return ["results/simulation/summary.md"] if config["simulation"]["enabled"] else []
 
 
 def all_targets():

@@ -1,6 +1,7 @@
 rule download:
     input:
         download_inputs,
+        code=workflow_code("workflow_lib.data"),
     output:
         parquet="results/data/{dataset}/{split}.parquet",
         meta="results/data/{dataset}/{split}.json",
@@ -8,10 +9,10 @@ rule download:
         spec=lambda w: as_json(DATASETS[w.dataset]),
     log:
         "results/logs/data/download/{dataset}/{split}.log",
-    benchmark:
-        "results/benchmarks/data/download/{dataset}/{split}.tsv"
     resources:
         mem_mb=4000,
+    # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE); snakemake allows no benchmark here.
+    cache: "omit-software"
     conda:
         "../envs/data.yaml"
     shell:
@@ -21,6 +22,7 @@ rule download:
 rule tokenizer:
     input:
         unpack(tokenizer_inputs),
+        code=workflow_code("workflow_lib.tokenization"),
     output:
         directory("results/tokenizers/{tokenizer}"),
     params:
@@ -40,14 +42,15 @@ rule tokenize:
     input:
         tokenizer="results/tokenizers/{tokenizer}",
         data="results/data/{dataset}/{split}.parquet",
+        code=workflow_code("workflow_lib.tokenization"),
     output:
         "results/tokens/{tokenizer}/{dataset}/{split}.parquet",
     params:
         block_size=config["tokenize"]["block_size"],
     log:
         "results/logs/tokens/{tokenizer}/{dataset}/{split}.log",
-    benchmark:
-        "results/benchmarks/tokens/{tokenizer}/{dataset}/{split}.tsv"
+    # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE); snakemake allows no benchmark here.
+    cache: "omit-software"
     conda:
         "../envs/data.yaml"
     shell:
@@ -56,7 +59,8 @@ rule tokenize:
 
 rule prompts:
     input:
-        prompts_input,
+        data=prompts_input,
+        code=workflow_code("workflow_lib.data"),
     output:
         parquet="results/prompts/{eval_set}.parquet",
         meta="results/prompts/{eval_set}.json",
@@ -69,4 +73,4 @@ rule prompts:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_lib.data prompts --eval-set {wildcards.eval_set} --input {input} --settings {params.settings:q} --output {output.parquet} --meta {output.meta} 2> {log}"
+        "python -m workflow_lib.data prompts --eval-set {wildcards.eval_set} --input {input.data} --settings {params.settings:q} --output {output.parquet} --meta {output.meta} 2> {log}"

@@ -1,6 +1,7 @@
 rule features:
     input:
-        "results/prompts/{eval_set}.parquet",
+        prompts="results/prompts/{eval_set}.parquet",
+        code=workflow_code("workflow_lib.metrics"),
     output:
         "results/features/{featuriser}/{eval_set}.npy",
     params:
@@ -14,7 +15,7 @@ rule features:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.metrics features --prompts {input} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.metrics features --prompts {input.prompts} --settings {params.settings:q} --output {output} 2> {log}"
 
 
 rule evaluate:
@@ -22,6 +23,7 @@ rule evaluate:
         samples=f"results/samples/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.parquet",
         prompts="results/prompts/{eval_set}.parquet",
         human=lambda w: f"results/features/{featuriser_id()}/{w.eval_set}.npy",
+        code=workflow_code("workflow_lib.metrics"),
     output:
         f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json",
     params:
@@ -41,6 +43,7 @@ rule evaluate:
 rule extrapolation:
     input:
         unpack(sample_inputs),
+        code=workflow_code("workflow_lib.extrapolation"),
     output:
         f"results/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json",
     params:

@@ -1,6 +1,7 @@
 rule synonyms:
     input:
         unpack(synonym_inputs),
+        code=workflow_code("workflow_lib.synonyms"),
     output:
         "results/synonyms/{tokenizer}/{dataset}/{synonyms}.parquet",
     params:
@@ -19,6 +20,7 @@ rule synonyms:
 rule perturb:
     input:
         unpack(perturb_inputs),
+        code=workflow_code("workflow_lib.perturbed_data"),
     output:
         parquet="results/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.parquet",
         meta="results/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.json",

@@ -1,6 +1,7 @@
 rule collect_metrics:
     input:
-        metric_targets(config) + extrapolation_targets(config),
+        metrics=metric_targets(config) + extrapolation_targets(config),
+        code=workflow_code("workflow_lib.report"),
     output:
         "results/report/metrics.csv",
     log:
@@ -8,12 +9,14 @@ rule collect_metrics:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report collect --output {output} {input} 2> {log}"
+        "python -m workflow_lib.report collect --output {output} {input.metrics} 2> {log}"
 
 
 rule tables:
     input:
-        "results/report/metrics.csv",
+        metrics="results/report/metrics.csv",
+        simulation=simulation_summary_input(),
+        code=workflow_code("workflow_lib.report"),
     output:
         summary=report("results/summary.md", caption="../report/summary.rst", category="Summary"),
         tables=[
@@ -30,12 +33,13 @@ rule tables:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report tables --metrics {input} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} 2> {log}"
+        "python -m workflow_lib.report tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} 2> {log}"
 
 
 rule figure:
     input:
-        "results/report/metrics.csv",
+        metrics="results/report/metrics.csv",
+        code=workflow_code("workflow_lib.report"),
     output:
         png=report("results/report/figures/{figure}.png", caption="../report/figure.rst", category="Figures",
                    labels={"figure": "{figure}"}),
@@ -47,13 +51,14 @@ rule figure:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report figure --metrics {input} --name {wildcards.figure} --intensity {params.intensity} --stem results/report/figures/{wildcards.figure} 2> {log}"
+        "python -m workflow_lib.report figure --metrics {input.metrics} --name {wildcards.figure} --intensity {params.intensity} --stem results/report/figures/{wildcards.figure} 2> {log}"
 
 
 rule examples:
     input:
         prompts=f"results/prompts/{example_inputs(config)[0]}.parquet",
         samples=example_inputs(config)[1],
+        code=workflow_code("workflow_lib.report"),
     output:
         report("results/report/tables/examples.md", caption="../report/table.rst", category="Tables", subcategory="examples",
                labels={"table": "examples", "format": "md"}),

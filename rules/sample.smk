@@ -1,6 +1,7 @@
 rule sample:
     input:
         unpack(sample_inputs),
+        code=workflow_code("workflow_lib.sampling"),
     output:
         f"results/samples/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.parquet",
     params:

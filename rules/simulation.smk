@@ -1,4 +1,6 @@
 rule simulation_fit:
+    input:
+        code=workflow_code("workflow_lib.simulation"),
     output:
         "results/simulation/V{vocab}.parquet",
     params:
@@ -9,7 +11,7 @@ rule simulation_fit:
         "results/benchmarks/simulation/V{vocab}.tsv"
     wildcard_constraints:
         vocab=r"[0-9]+",
-    threads: 2
+    threads: 1
     resources:
         mem_mb=4000,
     conda:
@@ -20,11 +22,14 @@ rule simulation_fit:
 
 rule simulation_summary:
     input:
-        simulation_fits(),
+        fits=simulation_fits(),
+        code=workflow_code("workflow_lib.simulation"),
     output:
         csv="results/simulation/summary.csv",
-        markdown="results/simulation/summary.md",
-        png="results/simulation/figure.png",
+        markdown=report("results/simulation/summary.md", caption="../report/simulation.rst", category="Simulation",
+                        labels={"output": "summary table"}),
+        png=report("results/simulation/figure.png", caption="../report/simulation.rst", category="Simulation",
+                   labels={"output": "figure"}),
         pdf="results/simulation/figure.pdf",
     params:
         stem=lambda w, output: output.png.removesuffix(".png"),
@@ -35,4 +40,4 @@ rule simulation_summary:
     conda:
         "../envs/simulation.yaml"
     shell:
-        "python -m workflow_lib.simulation summarize --inputs {input} --csv {output.csv} --markdown {output.markdown} --figure {params.stem} 2> {log}"
+        "python -m workflow_lib.simulation summarize --inputs {input.fits} --csv {output.csv} --markdown {output.markdown} --figure {params.stem} 2> {log}"

@@ -1,6 +1,7 @@
 rule train:
     input:
         unpack(train_inputs),
+        code=workflow_code("workflow_lib.train"),
     output:
         directory(f"results/models/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"),
     params:

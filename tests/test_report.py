@@ -94,6 +94,11 @@ def test_summary_says_what_ran_and_has_no_paper_match(study, tmp_path):
     text = summary(study, config, written, 0.025, ["results/report/figures/ablation.png"])
     assert "## Headline table" in text and "No model and eval set of this study is one of the paper's" in text
     assert "Exact extrapolation error" in text and "0.200 ± 0.010" in text
+    assert "Simulation study" not in text
+    simulation = "# Simulation study (paper Section 4)\n\n| V | synonyms |\n|---|---|\n| 50 | oracle |\n"
+    text = summary(study, config, written, 0.025, [], simulation)
+    assert "## Simulation study (paper Section 4)\n\n| V | synonyms |\n|---|---|\n| 50 | oracle |" in text
+    assert "results/simulation/figure.png" in text and text.count("# Simulation study") == 1
 
 
 def test_paper_numbers_side_by_side_when_the_config_matches(study):

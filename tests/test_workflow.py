@@ -183,6 +183,8 @@ def test_report_builds_on_a_tiny_config(workdir):
     config["experiments"]["main"]["train_perturbation"] = {"intensities": [0, 0.2], "synonyms": ["oracle"]}
     config["experiments"]["main"]["test_perturbation"] = {"intensities": [0, 0.2], "synonyms": ["oracle"]}
     config["report"] = {"intensity": 0.2}
+    config["simulation"] = {"enabled": True, "vocab_sizes": [6], "intensities": [0, 0.5], "replications": 2,
+                            "n_sequences": 20, "seq_len": 6, "epochs": 2, "batch_size": 50}
     write_config(workdir, config)
     result = snakemake(workdir)
     assert result.returncode == 0, result.stderr
@@ -197,6 +199,10 @@ def test_report_builds_on_a_tiny_config(workdir):
     assert "insertion 0.2" in table1 and "syn-test MAUVE" in table1 and "**" in table1
     summary = (workdir / "results/summary.md").read_text()
     assert "## Headline table" in summary and "No model and eval set of this study is one of the paper's" in summary
+    assert "## Simulation study" in summary and "| 6 | oracle | 0.5 | 2 |" in summary
     html = snakemake(workdir, "--report", "results/report.html")
     assert html.returncode == 0, html.stderr
-    assert (workdir / "results/report.html").stat().st_size > 10000
+    page = (workdir / "results/report.html").read_text()
+    assert len(page) > 10000
+    for caption in ("Summary", "Tables", "Figures", "Simulation", "figure.png", "simulation study (paper Section 4)"):
+        assert caption in page, caption

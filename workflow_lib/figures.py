@@ -11,13 +11,13 @@ from pathlib import Path
 from workflow_lib.files import atomic_path
 
 STYLES = {"oracle": ("-", "o", "black"), "empirical": ("--", "s", "dimgray")}
-READING_TITLES = {"unseen_rows": "(a) rows never seen as a first element",
-                  "unseen_pairs": "(b) pairs never seen"}
+READING_TITLES = {"unseen_rows": "(a) unseen rows", "unseen_pairs": "(b) unseen pairs"}
 
 
 def _save(fig, path_stem: str) -> None:
     stem = Path(path_stem)
-    for ext, metadata in (("png", {"Software": None}), ("pdf", {"CreationDate": None, "Producer": None, "Creator": None})):
+    pdf_metadata = {"CreationDate": None, "Producer": None, "Creator": None}
+    for ext, metadata in (("png", {"Software": None}), ("pdf", pdf_metadata)):
         with atomic_path(stem.with_name(f"{stem.name}.{ext}")) as tmp:
             fig.savefig(tmp, format=ext, metadata=metadata, dpi=150)
 
@@ -27,7 +27,8 @@ def simulation_figure(summary, path_stem: str) -> None:
 
     `summary`: the polars table of workflow_lib.simulation_summary.summarize. One column of panels per
     vocabulary size; top row reading (a), bottom row reading (b); one line per synonym rule; the dotted line
-    is the uniform predictor 1/|V| on the same cells. A panel whose reading is empty says so in text.
+    is the uniform predictor 1/|V| on the same cells. (a): rows of tokens never seen as the first element of a
+    training pair; (b): pairs never seen. A panel whose reading is empty says so in text.
     """
     import matplotlib
 
@@ -42,6 +43,8 @@ def simulation_figure(summary, path_stem: str) -> None:
         for row, reading in enumerate(READING_TITLES):
             ax = axes[row][col]
             ax.set_title(f"|V| = {V}" if row == 0 else "", fontsize=10)
+            if col == 0:
+                ax.set_ylabel(f"MAE, {READING_TITLES[reading]}", fontsize=8)
             if panel[f"mae_{reading}_mean"].is_null().all():
                 reps = panel["replications"].max()
                 ax.text(0.5, 0.5, f"no token unseen as a\nfirst element in any of\n{reps} replications:\n"
@@ -62,13 +65,11 @@ def simulation_figure(summary, path_stem: str) -> None:
             if reading == "unseen_rows":
                 reps, total = panel["n_unseen_rows_reps"].max(), panel["replications"].max()
                 rows = panel["n_unseen_rows_mean"].max()
-                ax.text(0.02, 0.02, f"{rows:.1f} unseen rows on avg.; in {reps}/{total} reps", fontsize=7,
-                        transform=ax.transAxes)
+                ax.text(0.98, 0.98, f"{rows:.1f} unseen rows on avg.\nin {reps}/{total} replications", fontsize=7,
+                        ha="right", va="top", transform=ax.transAxes)
             ax.tick_params(labelsize=8)
             if row == 1:
                 ax.set_xlabel("perturbation intensity α", fontsize=9)
-            if col == 0:
-                ax.set_ylabel(f"MAE, {READING_TITLES[reading]}", fontsize=8)
     handles, labels = [], []
     for ax in axes.ravel():
         for h, lab in zip(*ax.get_legend_handles_labels()):
@@ -76,8 +77,9 @@ def simulation_figure(summary, path_stem: str) -> None:
                 handles.append(h)
                 labels.append(lab)
     if handles:
-        fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=9, frameon=False)
-    fig.suptitle("MAE of the estimated transition matrix (mean ± 2 SE)", fontsize=11, y=0.995)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.955), ncol=len(labels), fontsize=9,
+                   frameon=False)
+    fig.suptitle("MAE of the estimated transition matrix against the truth (mean ± 2 SE)", fontsize=11, y=0.995)
+    fig.tight_layout(rect=(0, 0, 1, 0.91))
     _save(fig, path_stem)
     plt.close(fig)

@@ -151,12 +151,14 @@ def extrapolation_targets(config: dict) -> list[str]:
 def report_figures(config: dict) -> list[str]:
     """The figures this configuration has data for."""
     figures = set()
+    same_at_training_and_sampling = set()  # positive intensities, over all experiments (a sweep may be several)
     for exp in config["experiments"].values():
         train = [float(x) for x in exp.get("train_perturbation", {}).get("intensities", [0])]
         test = [float(x) for x in exp.get("test_perturbation", {}).get("intensities", [0])]
         if 0 in train and 0 in test and any(train) and any(test):
             figures.add("ablation")
-        if len({x for x in train if x > 0} & {x for x in test if x > 0}) >= 2:
+        same_at_training_and_sampling |= {x for x in train if x > 0} & {x for x in test if x > 0}
+        if len(same_at_training_and_sampling) >= 2:
             figures.add("intensity")
         if any(config["datasets"][config["eval_sets"][es]["dataset"]]["source"] == "builtin" for es in exp["eval_sets"]):
             figures.add("extrapolation")

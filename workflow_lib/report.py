@@ -221,7 +221,9 @@ def paper_comparison(frame: pl.DataFrame, config: dict, intensity: float) -> str
     return "MAUVE, ours (mean ± 2 SE) beside the paper's Table 1:\n\n" + head + "\n".join(lines) + "\n"
 
 
-def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensity: float, figures: list[str]) -> str:
+def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensity: float, figures: list[str],
+            simulation: str | None = None) -> str:
+    """results/summary.md. `simulation`: the simulation study's summary.md (its table), included as a section."""
     n_models = frame.select(KEYS[:9]).unique().height
     parts = [
         "# Summary of the study\n",
@@ -244,6 +246,10 @@ def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensit
                                            ["objective", "train α", "test α"], "eval_set", [("tv", "TV")])
         parts.append("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n" +
                      "\n".join("| " + " | ".join(r[c] for c in columns) + " |" for r in rows) + "\n")
+    if simulation:
+        body = simulation.split("\n", 1)[1] if simulation.startswith("# ") else simulation
+        parts += ["## Simulation study (paper Section 4)\n", body.strip() + "\n",
+                  "Figure: `results/simulation/figure.png` (one panel per vocabulary size, MAE against intensity).\n"]
     if figures:
         parts += ["## Figures\n", "\n".join(f"- `{f}`" for f in figures) + "\n"]
     parts.append("Tables are also in `results/report/tables/` as CSV, Markdown and LaTeX.\n")
@@ -281,6 +287,7 @@ def main() -> None:
     tb.add_argument("--settings", required=True, help="JSON: headline intensity, eval set order, figures")
     tb.add_argument("--out-dir", required=True)
     tb.add_argument("--summary", required=True)
+    tb.add_argument("--simulation", nargs="*", default=[], help="the simulation study's summary.md, if it ran")
     fg = sub.add_parser("figure")
     fg.add_argument("--metrics", required=True)
     fg.add_argument("--name", required=True)
@@ -310,7 +317,9 @@ def main() -> None:
         frame = read_metrics(args.metrics)
         written = tables(frame, args.out_dir, settings["intensity"], settings["eval_order"])
         with atomic_path(args.summary) as tmp:
-            tmp.write_text(summary(frame, config, written, settings["intensity"], settings.get("figures", [])))
+            simulation = Path(args.simulation[0]).read_text() if args.simulation else None
+            tmp.write_text(summary(frame, config, written, settings["intensity"], settings.get("figures", []),
+                                   simulation))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ SYNONYM_RULES = ("oracle", "empirical")
 TRUTH, INIT, TRAIN, PERTURB = 0, 1, 2, 3  # stream ids under (seed, V, replication)
 # Pairs x vocabulary entries of one chunk of models trained together: keeps every [B, pairs, V] tensor small
 # enough to be reused by the allocator instead of being page-faulted in at every step.
-CHUNK_ELEMENTS = 6_000_000
+CHUNK_ELEMENTS = 2_000_000
 
 
 def stream(seed: int, vocab_size: int, replication: int, kind: int, *extra: int) -> np.random.SeedSequence:
@@ -176,8 +176,8 @@ def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, 
             cond, target = units_of(original, copy, x, settings["batch_unit"])
             new_rows = int(unseen_rows[np.unique(copy)].sum())
             rows.append({"vocab_size": V, "replication": rep, "synonyms": rule, "intensity": float(alpha),
-                         "n_eligible": eligible, "n_replaced": replaced, "n_changed": changed, "n_unseen_rows_perturbed": new_rows,
-                         "mean_synonyms": mean_candidates})
+                         "n_eligible": eligible, "n_replaced": replaced, "n_changed": changed,
+                         "n_unseen_rows_perturbed": new_rows, "mean_synonyms": mean_candidates})
             jobs.append((len(rows) - 1, rep, cond, target))
 
     units, pairs = jobs[0][2].shape
@@ -209,7 +209,8 @@ COLUMNS = {
     "vocab_size": "Int32", "replication": "Int32", "synonyms": "String", "intensity": "Float64",
     "mae_unseen_rows": "Float64", "mae_unseen_pairs": "Float64", "mae_all": "Float64",
     "uniform_unseen_rows": "Float64", "uniform_unseen_pairs": "Float64", "uniform_all": "Float64",
-    "n_unseen_rows": "Int32", "n_unseen_pairs": "Int32", "n_eligible": "Int32", "n_replaced": "Int32", "n_changed": "Int32",
+    "n_unseen_rows": "Int32", "n_unseen_pairs": "Int32",
+    "n_eligible": "Int32", "n_replaced": "Int32", "n_changed": "Int32",
     "n_unseen_rows_perturbed": "Int32", "mean_synonyms": "Float64",
 }
 

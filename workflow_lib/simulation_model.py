@@ -4,12 +4,14 @@ Model (the paper, after MixCE's synthetic.py): P(x_i | x_{i-1}) = softmax(W2 Dro
 embedding E and hidden width d = 50, dropout 0.1, Adam (lr 1e-3, L2 weight decay 1e-4) on E, W1, b1, W2, b2.
 
 Batching: B independent models (replications x intensities of one vocabulary size) live in stacked
-parameters ([B, V, d], [B, d, h], ...) and train as one: every step is a few batched matrix products, and the
-loss is the sum of the B models' losses, so each model's gradient is exactly its own. Adam and its L2 decay
-act elementwise, so one Adam over the stacked tensors is B independent Adams. Every random draw of model b
+parameters ([B, V, d], [B, d, h], ...) and train as one: every step is a few batched matrix products, and each
+model's gradient is exactly its own (written out by hand, see `gradients`). Adam and its L2 decay act
+elementwise, so one (fused) Adam over the stacked tensors is B independent Adams. Every random draw of model b
 (initial weights, epoch shuffles, dropout masks) comes from model b's own generators, in the same order
 whatever B is: training a model inside a batch gives what training it alone gives, up to the summation
 order of batched matrix products (tests compare at atol 1e-6).
+Batching saves the per-step overhead, not arithmetic: a step costs about 3 x pairs x |V| x h multiply-adds
+plus a [pairs, |V|] softmax per model, which dominates from |V| of a few hundred on (see BENCHMARKS.md).
 
 Data: each model gets `units` [B, U, P] of (conditioning, target) token pairs. A unit is a whole sequence
 (P = its pairs; the MixCE code the paper's setup comes from batches whole sequences and sums the log-loss
@@ -72,20 +74,28 @@ def init_parameters(vocab_size: int, settings: ModelSettings, generators: list[t
     return params
 
 
-def dropout_masks(shape: tuple[int, int], p: float, generators: list[torch.Generator]) -> torch.Tensor:
-    """[B, *shape] keep-masks (1 kept, 0 dropped, each kept with probability 1 - p), model b's from generators[b]."""
-    keep = torch.empty((len(generators), *shape))
+def dropout_masks(shape: tuple[int, int], p: float, generators: list[np.random.Generator]) -> torch.Tensor:
+    """[B, *shape] bool keep-masks, each unit kept with probability 1 - p, model b's from generators[b].
+
+    Masks are most of the random numbers training draws, so they come from raw 64-bit PCG64 output, two
+    32-bit uniforms per word: unit kept when its uniform >= round(p * 2^32) (p exact to 2^-32), several
+    times faster than torch's bernoulli_.
+    """
+    size = shape[0] * shape[1]
+    threshold = np.uint32(min(round(p * 2**32), 2**32 - 1))
+    keep = np.empty((len(generators), size), dtype=bool)
     for b, gen in enumerate(generators):
-        keep[b].bernoulli_(1.0 - p, generator=gen)
-    return keep
+        words = gen.bit_generator.random_raw((size + 1) // 2)
+        np.greater_equal(words.view(np.uint32)[:size], threshold, out=keep[b])
+    return torch.from_numpy(keep).view(len(generators), *shape)
 
 
 def gradients(params, rows: torch.Tensor, targets: torch.Tensor | None, counts: torch.Tensor | None, n_units: int,
-              dropout: float, generators: list[torch.Generator]) -> list[torch.Tensor]:
+              dropout: float, generators: list[np.random.Generator]) -> list[torch.Tensor]:
     """Gradients of each model's minibatch loss (sum of NLLs / n_units) with respect to its parameters.
 
     Written out by hand rather than through autograd: the [B, rows, V] logits are the only large array, and
-    this touches it a few times in place (softmax, minus the targets, two products) instead of the many
+    this touches it a few times (softmax, minus the targets, two products) instead of the many
     passes of log_softmax + nll_loss and their backward. Tests check it against autograd.
     rows [B, r]: the conditioning token of each row. Either `targets` [B, r] (one pair per row) or `counts`
     [B, r, V] (row r stands for counts[b, r].sum() pairs, counts[b, r, v] of them with target v).
@@ -96,18 +106,16 @@ def gradients(params, rows: torch.Tensor, targets: torch.Tensor | None, counts: 
     hid = torch.relu(torch.baddbmm(b1.unsqueeze(1), emb, W1))
     if dropout > 0:  # inverted dropout: kept units scaled by 1 / (1 - p)
         hid = hid.mul_(dropout_masks(tuple(hid.shape[1:]), dropout, generators)).mul_(1.0 / (1.0 - dropout))
-    grad = torch.softmax(torch.baddbmm(b2.unsqueeze(1), hid, W2), -1)  # dloss/dlogits, built in place
+    # n_units * dloss/dlogits, built in place; the 1/n_units goes on the small products below instead.
+    grad = torch.softmax(torch.baddbmm(b2.unsqueeze(1), hid, W2), -1)
     if targets is not None:
         grad.scatter_add_(2, targets.unsqueeze(-1), torch.full(targets.shape + (1,), -1.0))
     else:
         grad.mul_(counts.sum(-1, keepdim=True)).sub_(counts)
-    grad.mul_(1.0 / n_units)
-    grad_W2 = torch.bmm(hid.transpose(1, 2), grad)
-    grad_b2 = grad.sum(1)
+    grad_W2 = torch.bmm(hid.transpose(1, 2), grad).mul_(1.0 / n_units)
+    grad_b2 = grad.sum(1).mul_(1.0 / n_units)
     # d hid / d pre is the dropout scale where hid > 0 (pre > 0 and kept), 0 elsewhere.
-    grad_pre = torch.bmm(grad, W2.transpose(1, 2)).mul_(hid > 0)
-    if dropout > 0:
-        grad_pre.mul_(1.0 / (1.0 - dropout))
+    grad_pre = torch.bmm(grad, W2.transpose(1, 2)).mul_(hid > 0).mul_(1.0 / ((1.0 - dropout) * n_units))
     grad_W1 = torch.bmm(emb.transpose(1, 2), grad_pre)
     grad_b1 = grad_pre.sum(1)
     grad_emb = torch.bmm(grad_pre, W1.transpose(1, 2))
@@ -116,7 +124,7 @@ def gradients(params, rows: torch.Tensor, targets: torch.Tensor | None, counts: 
 
 
 def minibatch_gradients(params, cond: torch.Tensor, target: torch.Tensor, n_units: int, settings: ModelSettings,
-                        generators: list[torch.Generator]) -> list[torch.Tensor]:
+                        generators: list[np.random.Generator]) -> list[torch.Tensor]:
     """The gradients of one minibatch, cond and target [B, n]: per pair, or per token with pair counts."""
     if settings.dropout_masks == "pair":
         return gradients(params, cond, target, None, n_units, settings.dropout, generators)
@@ -139,7 +147,8 @@ def train_bigrams(cond: np.ndarray, target: np.ndarray, vocab_size: int, setting
     """Train B = len(init_seeds) models on their own units and return their transition matrices [B, V, V].
 
     cond, target: [B, U, P] int arrays, U units of P (conditioning, target) pairs per model.
-    init_seeds[b] draws model b's initial weights, train_seeds[b] its epoch shuffles and dropout masks.
+    init_seeds[b] draws model b's initial weights (torch generator), train_seeds[b] its epoch shuffles and
+    dropout masks (numpy PCG64).
     The returned matrices are the model without dropout applied to every token (float64).
     """
     if settings.dropout_masks not in DROPOUT_MASKS:
@@ -148,10 +157,10 @@ def train_bigrams(cond: np.ndarray, target: np.ndarray, vocab_size: int, setting
     target_t = torch.as_tensor(np.ascontiguousarray(target), dtype=torch.int64)
     B, U, P = cond_t.shape
     params = init_parameters(vocab_size, settings, [torch_generator(s) for s in init_seeds])
-    generators = [torch_generator(s) for s in train_seeds]
+    generators = [np.random.Generator(np.random.PCG64(s)) for s in train_seeds]
     optimizer = torch.optim.Adam(params, lr=settings.lr, weight_decay=settings.weight_decay, fused=True)
     for _ in range(settings.epochs):
-        order = torch.stack([torch.randperm(U, generator=gen) for gen in generators])
+        order = torch.from_numpy(np.stack([gen.permutation(U) for gen in generators]))
         for start in range(0, U, settings.batch_size):
             units = order[:, start:start + settings.batch_size]
             pick = units.unsqueeze(-1).expand(-1, -1, P)

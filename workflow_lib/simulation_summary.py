@@ -59,7 +59,8 @@ def markdown(summary: pl.DataFrame) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary.iter_rows(named=True):
         lines.append(
-            f"| {r['vocab_size']} | {r['synonyms']} | {r['intensity']:g} | {r['replications']} | {r['n_unseen_rows_reps']} "
+            f"| {r['vocab_size']} | {r['synonyms']} | {r['intensity']:g} | {r['replications']} "
+            f"| {r['n_unseen_rows_reps']} "
             f"| {r['n_unseen_rows_mean']:.1f} | {_cell(r['mae_unseen_rows_mean'], r['mae_unseen_rows_2se'])} "
             f"| {_cell(r['diff_unseen_rows_mean'], r['diff_unseen_rows_2se'])} "
             f"| {_cell(r['uniform_unseen_rows_mean'], None)} | {r['n_unseen_pairs_mean']:.0f} "

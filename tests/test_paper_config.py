@@ -1,0 +1,162 @@
+"""configs/paper.yaml: the paper's whole study plans offline in seconds, with the jobs its grid implies.
+
+The expected number of jobs per rule is recounted here from the config alone, without workflow_lib.grid, so a
+mistake in the grid code or in the rules' input functions shows up as a count mismatch. WebText and
+WritingPrompts are local files in the paper config: empty placeholders stand in for them (a dry run reads no
+data).
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from conftest import REPO, SNAKEMAKE
+from plans import job_stats, planned_jobs
+
+pytestmark = pytest.mark.workflow
+
+PAPER = REPO / "configs/paper.yaml"
+PLAN_SECONDS = 10
+REPORT_RULES = {"collect_metrics", "tables", "figure", "examples", "all"}  # the report stage's: counted loosely
+BUILTIN_SPLITS = ("train", "validation", "test", "ood")
+
+
+@pytest.fixture(scope="module")
+def paper() -> dict:
+    return yaml.safe_load(PAPER.read_text())
+
+
+@pytest.fixture(scope="module")
+def paper_workdir(tmp_path_factory, paper):
+    """A working directory with empty stand-ins for the paper's local data files."""
+    workdir = tmp_path_factory.mktemp("paper")
+    for dataset in paper["datasets"].values():
+        for files in dataset.get("files", {}).values():
+            for name in [files] if isinstance(files, str) else files:
+                (workdir / name).parent.mkdir(parents=True, exist_ok=True)
+                (workdir / name).touch()
+    return workdir
+
+
+def dry_run(workdir, *args) -> tuple[subprocess.CompletedProcess, float]:
+    cmd = ["timeout", "-k", "10", "120", str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(PAPER), "-n", *args]
+    start = time.monotonic()
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, timeout=150)
+    return result, time.monotonic() - start
+
+
+def splits(dataset: dict) -> list[str]:
+    if dataset["source"] == "builtin":
+        return list(BUILTIN_SPLITS)
+    return list(dataset["splits"] if dataset["source"] == "hf" else dataset["files"])
+
+
+def expected_jobs(config: dict) -> dict[str, int]:
+    """Jobs per rule, recounted from the config and the schema's defaults (the grid's rules, restated)."""
+    seed = config.get("seed", 42)
+    datasets, models, tokenizers, eval_sets = (config[k] for k in ("datasets", "models", "tokenizers", "eval_sets"))
+    tokenize_splits = config.get("tokenize", {}).get("splits", ["train", "validation"])
+
+    def train_conditions(exp):  # intensity 0 is one baseline whatever the strategy and synonyms
+        grid = exp.get("train_perturbation", {})
+        for strategy, alpha, source, mode in itertools.product(
+                grid.get("strategies", ["insertion"]), grid.get("intensities", [0]),
+                grid.get("synonyms", ["distributional"]), grid.get("modes", ["augment"])):
+            yield ("none", mode, "none", 0.0) if alpha == 0 else (source, mode, strategy, float(alpha))
+
+    def test_conditions(exp):  # intensity 0 is plain sampling, one condition
+        grid = exp.get("test_perturbation", {})
+        for strategy, alpha, source, mode in itertools.product(
+                grid.get("strategies", ["insertion"]), grid.get("intensities", [0]),
+                grid.get("synonyms", ["distributional"]), grid.get("modes", ["exact"])):
+            yield ("none", "none", 0.0, "exact") if alpha == 0 else (source, strategy, float(alpha), mode)
+
+    downloads, tokenizer_jobs, tokenized, prompts, synonyms, perturbed, trained, sampled = (set() for _ in range(8))
+    for exp in config["experiments"].values():
+        data = exp["train_dataset"]
+        for model, objective, train, run_seed in itertools.product(
+                exp["models"], exp.get("objectives", ["mle"]), train_conditions(exp), exp.get("seeds", [seed])):
+            tokenizer = models[model]["tokenizer"]
+            tokenizer_jobs.add(tokenizer)
+            if tokenizers[tokenizer]["source"] == "train":
+                downloads.add((tokenizers[tokenizer]["dataset"], "train"))
+            for split in set(tokenize_splits) & set(splits(datasets[data])):
+                tokenized.add((tokenizer, data, split))
+                downloads.add((data, split))
+            perturbed.add((tokenizer, data, train, run_seed))
+            trained.add((model, data, objective, train, run_seed))
+            for axis in ("train_perturbation", "test_perturbation"):
+                grid = exp.get(axis, {})
+                if any(alpha > 0 for alpha in grid.get("intensities", [0])):
+                    synonyms.update((tokenizer, data, s) for s in grid.get("synonyms", ["distributional"]))
+            for eval_set, test in itertools.product(exp["eval_sets"], test_conditions(exp)):
+                sampled.add((model, data, objective, train, run_seed, eval_set, test))
+                prompts.add(eval_set)
+                downloads.add((eval_sets[eval_set]["dataset"], eval_sets[eval_set]["split"]))
+    builtin = {es for es in prompts if datasets[eval_sets[es]["dataset"]]["source"] == "builtin"}
+    counts = {
+        "download": len(downloads), "tokenizer": len(tokenizer_jobs), "tokenize": len(tokenized),
+        "prompts": len(prompts), "features": len(prompts), "synonyms": len(synonyms), "perturb": len(perturbed),
+        "train": len(trained), "sample": len(sampled), "evaluate": len(sampled),
+        "extrapolation": sum(1 for job in sampled if job[5] in builtin),
+    }
+    simulation = config.get("simulation", {})
+    if simulation.get("enabled"):
+        counts["simulation_fit"] = len(simulation.get("vocab_sizes", [50, 100, 200, 400, 800]))
+        counts["simulation_summary"] = 1
+    return {rule: n for rule, n in counts.items() if n}
+
+
+def test_paper_config_holds_the_papers_study(paper):
+    assert {m["name"] for m in paper["models"].values()} == {"facebook/opt-125m", "gpt2", "EleutherAI/gpt-neo-1.3B"}
+    assert all(t["source"] == "hf" for t in paper["tokenizers"].values())
+    assert {(d["path"], d["name"]) for d in paper["datasets"].values() if d["source"] == "hf"} == {
+        ("Salesforce/wikitext", "wikitext-2-raw-v1"), ("Salesforce/wikitext", "wikitext-103-raw-v1")}
+    assert {es["dataset"] for es in paper["eval_sets"].values()} == set(paper["datasets"])
+    assert paper["sampling"]["runs"] == 20 and paper["evaluation"]["featuriser"] == "gpt2-large"
+    assert paper["simulation"] == {"enabled": True, "replications": 100}
+    experiments = paper["experiments"]
+    assert set(experiments["table1"]["objectives"]) == set(experiments["table1-perturbed"]["objectives"]) == {
+        "mle", "mixce", "tvd", "brier", "emo"}
+    perturbed = experiments["table1-perturbed"]["train_perturbation"]
+    assert (perturbed["strategies"], perturbed["intensities"], perturbed["modes"], perturbed["copies"]) == (
+        ["insertion"], [0.025], ["augment"], 1)
+    assert set(experiments["ablation"]["objectives"]) == {"mle", "brier"}
+    assert experiments["ablation"]["train_perturbation"]["intensities"] == [0, 0.025]
+    # The sweep and the strategy table: one GPT-2 MLE experiment per condition, the same at training and sampling.
+    paired = {(e["train_perturbation"]["strategies"][0], e["train_perturbation"]["intensities"][0])
+              for e in experiments.values() if e["models"] == ["gpt2"] and e["objectives"] == ["mle"]
+              and e["eval_sets"] == ["webtext"] and e["train_perturbation"] == e["test_perturbation"]}
+    assert {alpha for strategy, alpha in paired if strategy == "insertion"} == {0.1 * 2**k for k in range(-4, 3)}
+    assert {(s, a) for s in ("replacement", "deletion", "insertion") for a in (0.0125, 0.025, 0.05)} <= paired
+
+
+def test_paper_config_plans_offline_in_seconds_with_the_expected_jobs(paper_workdir, paper):
+    result, seconds = dry_run(paper_workdir, "--quiet", "rules")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert seconds < PLAN_SECONDS, f"planning took {seconds:.1f} s"
+    planned = job_stats(output)
+    assert {r: n for r, n in planned.items() if r not in REPORT_RULES} == expected_jobs(paper)
+    assert {"collect_metrics", "tables", "all"} <= set(planned)
+    print(f"paper config: {sum(planned.values())} jobs planned in {seconds:.1f} s: {planned}")
+
+
+def test_paper_config_requests_gpus_and_multi_gpu_training(paper_workdir):
+    """GPT-Neo trains on 4 GPUs: the job's gpu resource and accelerate's --multi_gpu follow from one setting."""
+    neo = "results/models/gpt-neo-1.3b/wikitext2/mle/none/augment-m1/none-0/seed42"
+    gpt2 = "results/samples/gpt2/wikitext2/mle/none/augment-m1/none-0/seed42/webtext/none/none-0-exact.parquet"
+    result, _ = dry_run(paper_workdir, "--printshellcmds", neo, gpt2)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    jobs = {job.outputs[0]: job.text for job in planned_jobs(output) if job.rule in ("train", "sample")}
+    assert "gpu=4" in jobs[neo] and "accelerate launch --multi_gpu --num_processes 4 " in jobs[neo]
+    gpt2_train = gpt2.replace("results/samples/", "results/models/").split("/webtext/")[0]
+    assert "gpu=1" in jobs[gpt2_train] and "accelerate launch --num_processes 1 " in jobs[gpt2_train]
+    assert "gpu=1" in jobs[gpt2]
