@@ -38,6 +38,10 @@ def test_default_config_dry_run_and_lint(workdir):
     dry = snakemake(workdir, "-n")
     assert dry.returncode == 0, dry.stderr
     assert "download" in dry.stdout + dry.stderr
+    # The default study is the whole report: every figure, the simulation study included.
+    for figure in ("ablation", "intensity", "extrapolation"):
+        assert f"results/report/figures/{figure}.png" in dry.stdout, figure
+    assert "results/simulation/figure.png" in dry.stdout
     lint = snakemake(workdir, "--lint")
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
@@ -202,6 +206,7 @@ def test_report_builds_on_a_tiny_config(workdir):
     assert "## Simulation study" in summary and "| 6 | oracle | 0.5 | 2 |" in summary
     html = snakemake(workdir, "--report", "results/report.html")
     assert html.returncode == 0, html.stderr
+    assert "ERROR/" not in html.stderr, html.stderr  # docutils errors in a caption
     page = (workdir / "results/report.html").read_text()
     assert len(page) > 10000
     for caption in ("Summary", "Tables", "Figures", "Simulation", "figure.png", "simulation study (paper Section 4)"):
