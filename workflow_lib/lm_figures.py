@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
@@ -93,6 +94,11 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
             _empty(ax, "fewer than two perturbed intensities\nin this study")
             continue
         ax.set_xscale("log")
+        # Ticks at the measured intensities only: a sweep spans less than a decade or two, where the log
+        # axis' default minor labels overlap.
+        ticks = sorted(set(sub.filter(pl.col("train_intensity") > 0)["train_intensity"].to_list()))
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("intensity α (training = sampling)")
         ax.set_ylabel("MAUVE")
         ax.set_title(es)
