@@ -52,7 +52,7 @@ def max_difference(batched: list[dict], sequential: list[dict]) -> float:
 
 
 def run_task(task):
-    """One pool task: ("batched" | "sequential", V, settings) -> (rows, wall seconds, CPU seconds)."""
+    """One pool task: ("batched" | "sequential" | "naive", V, settings) -> (rows, wall seconds, CPU seconds)."""
     kind, V, settings = task
     if kind == "naive":
         return None, None, naive_fit_seconds(V, settings)

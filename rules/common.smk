@@ -22,7 +22,9 @@ from workflow_lib.grid import (
     report_figures,
     synonym_targets,
 )
-from workflow_lib.module_deps import module_files
+# A rule's `code` input, workflow_code("workflow_lib.<module>"): the files that `python -m <module>` runs (the
+# module and what it imports, found by a static scan), so editing one reruns the rule's jobs and what follows.
+from workflow_lib.module_deps import module_files as workflow_code
 
 try:
     validate_config(config, workdir=Path.cwd())
@@ -68,12 +70,6 @@ wildcard_constraints:
 def as_json(obj):
     """Params are passed to the CLI as JSON; sorted keys keep the string (and the rerun trigger) stable."""
     return json.dumps(obj, sort_keys=True)
-
-
-def workflow_code(module):
-    """A rule's `code` input: the workflow_lib files that `python -m <module>` runs (the module and what it
-    imports, found by a static scan), so editing one reruns the rule's jobs and what follows them."""
-    return module_files(module)
 
 
 # Cheap rules run where snakemake runs, also under a cluster executor (--profile profiles/slurm): a job

@@ -63,13 +63,6 @@ def workdir(tmp_path: Path) -> Path:
 
 def planned_rules(output: str) -> set[str]:
     """Rule names with jobs in snakemake's 'Job stats' table (of a dry run or a run), `all` left out."""
-    lines = output.splitlines()
-    if "Job stats:" not in lines:
-        return set()
-    rules = set()
-    for line in lines[lines.index("Job stats:") + 3:]:  # after the header and the dashes
-        name, *count = line.split()
-        if name == "total" or not count:
-            break
-        rules.add(name)
-    return rules - {"all"}
+    from plans import job_stats
+
+    return set(job_stats(output)) - {"all"}

@@ -287,7 +287,7 @@ def main() -> None:
     tb.add_argument("--settings", required=True, help="JSON: headline intensity, eval set order, figures")
     tb.add_argument("--out-dir", required=True)
     tb.add_argument("--summary", required=True)
-    tb.add_argument("--simulation", nargs="*", default=[], help="the simulation study's summary.md, if it ran")
+    tb.add_argument("--simulation", nargs="?", help="the simulation study's summary.md, if it ran")
     fg = sub.add_parser("figure")
     fg.add_argument("--metrics", required=True)
     fg.add_argument("--name", required=True)
@@ -317,7 +317,7 @@ def main() -> None:
         frame = read_metrics(args.metrics)
         written = tables(frame, args.out_dir, settings["intensity"], settings["eval_order"])
         with atomic_path(args.summary) as tmp:
-            simulation = Path(args.simulation[0]).read_text() if args.simulation else None
+            simulation = Path(args.simulation).read_text() if args.simulation else None
             tmp.write_text(summary(frame, config, written, settings["intensity"], settings.get("figures", []),
                                    simulation))
 
