@@ -6,7 +6,7 @@ our `exact` (Algorithm 2: a fresh perturbation and a full forward pass every ste
 insertion intensity 0.025, same prompts, same batch. Then MAUVE on 1000 texts: MiniLM features and the
 MAUVE computation, per 1000 texts. Last line: `sample: {json}`.
 
-    python bench/sample.py [--batch 100] [--device cpu|cuda] [--model tiny|gpt2]
+    python bench/sample.py [--batch 100] [--device cpu|cuda] [--model tiny|gpt2] [--precision fp32|bf16]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=80)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--model", choices=["tiny", "gpt2"], default="tiny")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="as sampling.precision")
     opts = parser.parse_args()
 
     grammar = build_grammar(seed=1234)
@@ -55,7 +56,7 @@ def main() -> None:
     torch.manual_seed(0)
     arch = TINY if opts.model == "tiny" else GPT2_SMALL
     model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), **arch)).to(opts.device).eval()
-    if opts.device == "cuda":
+    if opts.precision == "bf16":
         model = model.to(torch.bfloat16)
     n_tokens = opts.batch * opts.new_tokens
 
@@ -98,7 +99,7 @@ def main() -> None:
     mauve_score(p, q, {"num_buckets": "auto", "kmeans_num_redo": 5, "kmeans_max_iter": 500, "discretization": 25, "scaling": 5}, 1)
     mauve_seconds = time.perf_counter() - start
 
-    result = {"device": opts.device, "model": opts.model, "batch": opts.batch, "new_tokens": opts.new_tokens,
+    result = {"device": opts.device, "model": opts.model, "precision": opts.precision, "batch": opts.batch, "new_tokens": opts.new_tokens,
               "tokens_per_s": {k: round(v, 1) for k, v in rates.items()},
               "exact_vs_generate": round(rates["exact"] / rates["hf_generate"], 3),
               "cached_vs_generate": round(rates["cached"] / rates["hf_generate"], 3),

@@ -169,15 +169,23 @@ def train_inputs(wildcards):
     return inputs
 
 
+def training_processes(wildcards):
+    return max(training_settings(wildcards)["gpus"], 1)
+
+
 def training_settings(wildcards):
     """The top-level `training` section with the model's overrides and the run's seed."""
     return {**config["training"], **MODELS[wildcards.model].get("training", {}), "seed": int(wildcards.seed)}
 
 
 def launch_args(wildcards):
-    """accelerate launch settings, all explicit, so no user's ~/.cache accelerate config changes a run."""
+    """accelerate launch settings, all explicit, so no user's ~/.cache accelerate config changes a run.
+
+    `training.gpus: N` (N > 1) starts N data-parallel processes (--multi_gpu: torchrun). Whether they use GPUs is
+    decided in the job, where the hardware is, not here on the submit host: without CUDA the trainer joins them over
+    gloo on the CPU, with a warning."""
     settings = training_settings(wildcards)
-    processes = max(settings["gpus"], 1)
+    processes = training_processes(wildcards)
     multi = "--multi_gpu " if processes > 1 else ""
     precision = "no" if settings["mixed_precision"] == "auto" else settings["mixed_precision"]
     return f"{multi}--num_processes {processes} --num_machines 1 --mixed_precision {precision} --dynamo_backend no --main_process_port 0"

@@ -19,8 +19,9 @@ rule train:
     resources:
         gpu=lambda w: training_settings(w)["gpus"],
         mem_mb=8000,
-    threads: 1
+    # One core per process; each process runs one thread (OMP_NUM_THREADS=1): processes, not threads, scale it.
+    threads: training_processes
     conda:
         "../envs/train.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} accelerate launch {params.launch} -m workflow_lib.train --train {input.train} {params.validation} --tokenizer {input.tokenizer} --model-key {wildcards.model} --model {params.model:q} --objective {params.objective:q} --settings {params.settings:q} --resume-dir {params.resume} --output {output} 2> {log}"
+        "OMP_NUM_THREADS=1 accelerate launch {params.launch} -m workflow_lib.train --train {input.train} {params.validation} --tokenizer {input.tokenizer} --model-key {wildcards.model} --model {params.model:q} --objective {params.objective:q} --settings {params.settings:q} --resume-dir {params.resume} --output {output} 2> {log}"

@@ -49,11 +49,11 @@ def write_config(workdir: Path, config: dict) -> Path:
     return path
 
 
-def snakemake(workdir: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the real workflow on `workdir/config.yaml`, with workdir as the working directory."""
     cmd = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir, env=env)
 
 
 @pytest.fixture

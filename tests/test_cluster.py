@@ -5,9 +5,9 @@ these tests skip, unless PERTURBED_LM_REQUIRE_SLURM=1 (CI sets it), which makes 
 
 The test cluster has no accounting, so `sacct` cannot report jobs: the runs poll with
 `--slurm-status-command squeue`, from the first second on. A real cluster keeps the plugin's defaults.
-One run is made to fail at training (an architecture GPT-2 rejects), then fixed and rerun: the first run shows
-the failure as the plugin reports it, the rerun completes only what was left, and together they run the tiny
-study end to end on SLURM.
+One run is made to fail at training (a batch larger than the training data, which only the training job can
+see), then fixed and rerun: the first run shows the failure as the plugin reports it, the rerun completes only
+what was left, and together they run the tiny study end to end on SLURM.
 """
 
 from __future__ import annotations
@@ -91,8 +91,9 @@ def failed_then_fixed(slurm, tmp_path_factory):
     """Run a study whose training fails, then the fixed study: (workdir, first run, its training log, rerun, s)."""
     workdir = tmp_path_factory.mktemp("slurm")
     config = study_config()
-    broken = {**config["models"]["tiny"]["architecture"], "n_head": 3}  # 16 dimensions do not split into 3 heads
-    write_config(workdir, {**config, "models": {"tiny": {**config["models"]["tiny"], "architecture": broken}}})
+    # The config check cannot count the training rows: the training job refuses the batch before any step.
+    broken = {**config["models"]["tiny"], "training": {"batch_size": 100_000}}
+    write_config(workdir, {**config, "models": {"tiny": broken}})
     start = time.monotonic()
     first = run_on_slurm(workdir)
     train_log = workdir / "results/logs/train/tiny/synthetic/mle/none/augment-m1/none-0/seed1.log"
@@ -109,7 +110,7 @@ def test_failing_job_fails_the_run_with_the_plugins_message(failed_then_fixed):
     assert first.returncode not in (0, 124, 137), output[-3000:]
     assert re.search(r"Error in rule train:\s+message: SLURM-job '\d+' failed, SLURM status is: 'FAILED'", output), \
         output[-3000:]
-    assert "divisible" in train_log
+    assert "larger than the training data" in train_log
     # keep-going (profile): everything that does not need the model still ran
     assert {"tokenize", "perturb", "features", "train"} <= set(jobs_run(output))
     assert "sample" not in jobs_run(output)

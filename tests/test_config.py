@@ -141,3 +141,57 @@ def test_user_objectives_extend_the_predefined_ones():
     config["experiments"]["main"]["objectives"] = ["mle", "alpha3"]
     filled = check(config)
     assert set(filled["objectives"]) >= {"mle", "brier", "mixce", "tvd", "emo", "alpha3"}
+
+
+def with_architecture(**changes) -> dict:
+    config = tiny_config()
+    arch = {**config["models"]["tiny"]["architecture"], **changes}
+    config["models"]["tiny"]["architecture"] = {k: v for k, v in arch.items() if v is not ...}
+    return config
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"n_embd": 30, "n_head": 4}, ["models.tiny.architecture: n_embd = 30 is not divisible by n_head = 4"]),
+    ({"n_head": ...}, ["n_embd = 16 is not divisible by n_head = 12 (unset: GPT2Config's default)"]),
+    ({"n_heads": 2}, ["models.tiny.architecture: unknown key(s) 'n_heads'", "allowed keys:", "n_head,"]),
+    ({"vocab_size": 300}, ["models.tiny.architecture: unknown key(s) 'vocab_size'", "come from the tokenizer"]),
+    ({"n_layer": 0}, ["models.tiny.architecture.n_layer", "minimum 1"]),
+    ({"n_inner": 0}, ["models.tiny.architecture.n_inner", "minimum 1"]),
+    ({"attn_pdrop": 1.5}, ["models.tiny.architecture.attn_pdrop", "exclusiveMaximum 1"]),
+    ({"activation_function": "gelu2"}, ["models.tiny.architecture.activation_function", "'gelu_new'"]),
+    ({"n_embd": "wide"}, ["models.tiny.architecture.n_embd", "integer"]),
+    ({"n_embd": 16.0}, ["models.tiny.architecture.n_embd: GPT2Config takes an integer", "write 16"]),
+    ({"layer_norm_epsilon": 1}, ["models.tiny.architecture.layer_norm_epsilon: GPT2Config takes a float", "write 1.0"]),
+])
+def test_scratch_architecture_that_cannot_be_built_is_refused_before_any_job(changes, expected):
+    message = error_of(with_architecture(**changes))
+    assert all(part in message for part in expected), message
+
+
+def test_scratch_architecture_with_every_kind_of_key_is_valid():
+    config = with_architecture(n_layer=2, n_head=4, n_embd=32, n_positions=32, n_inner=None, activation_function="relu",
+                               resid_pdrop=0, embd_pdrop=0.0, attn_pdrop=0.2, layer_norm_epsilon=1.0e-5,
+                               initializer_range=0.02, scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False,
+                               reorder_and_upcast_attn=False, tie_word_embeddings=False)
+    assert check(config)["models"]["tiny"]["architecture"]["n_inner"] is None
+
+
+def test_architecture_of_a_pretrained_model_is_refused():
+    config = tiny_config()
+    config["models"]["gpt2"] = {"source": "hf", "name": "gpt2", "tokenizer": "bpe", "architecture": {"n_layer": 2}}
+    message = error_of(config)
+    assert "models.gpt2.architecture" in message and "source: scratch" in message
+
+
+def test_featuriser_is_a_known_name_or_a_local_model_folder(tmp_path):
+    config = tiny_config()
+    config["evaluation"]["featuriser"] = "models/my-encoder"
+    message = error_of(config, tmp_path)
+    assert "evaluation.featuriser" in message and "'models/my-encoder'" in message
+    assert "'minilm', 'gpt2-large'" in message and "config.json" in message
+    (tmp_path / "models/my-encoder").mkdir(parents=True)
+    assert "evaluation.featuriser" in error_of(config, tmp_path)  # a folder, but no model in it
+    (tmp_path / "models/my-encoder/config.json").write_text("{}")
+    assert check(config, tmp_path)["evaluation"]["featuriser"] == "models/my-encoder"
+    config["evaluation"]["featuriser"] = "gpt2-large"
+    check(config, tmp_path)

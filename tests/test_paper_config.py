@@ -8,6 +8,7 @@ data).
 
 from __future__ import annotations
 
+import copy
 import itertools
 import subprocess
 import time
@@ -17,6 +18,7 @@ import yaml
 
 from conftest import REPO, SNAKEMAKE
 from plans import job_stats, planned_jobs
+from workflow_lib.config import validate_config
 
 pytestmark = pytest.mark.workflow
 
@@ -135,6 +137,18 @@ def test_paper_config_holds_the_papers_study(paper):
               and e["eval_sets"] == ["webtext"] and e["train_perturbation"] == e["test_perturbation"]}
     assert {alpha for strategy, alpha in paired if strategy == "insertion"} == {0.1 * 2**k for k in range(-4, 3)}
     assert {(s, a) for s in ("replacement", "deletion", "insertion") for a in (0.0125, 0.025, 0.05)} <= paired
+
+
+def test_paper_config_trains_with_emos_protocol(paper_workdir, paper):
+    """EMO's trainer (REFERENCE sections 3 and 4): no gradient clipping, validation once per epoch in the training
+    objective's own loss, the best epoch kept; every model, its overrides applied, as the train rule gets them."""
+    filled = validate_config(copy.deepcopy(paper), workdir=paper_workdir)
+    for name, model in filled["models"].items():
+        settings = {**filled["training"], **model["training"]}
+        protocol = {k: settings[k] for k in ("max_grad_norm", "eval_every", "select_best", "select_by", "epochs")}
+        assert protocol == {"max_grad_norm": 0, "eval_every": 0, "select_best": True, "select_by": "objective",
+                            "epochs": 1}, name
+        assert settings["checkpoint_every"] == 100 and model["load_dtype"] == "float32", name
 
 
 def test_paper_config_plans_offline_in_seconds_with_the_expected_jobs(paper_workdir, paper):

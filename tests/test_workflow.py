@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shutil
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 import yaml
 
 from conftest import REPO, planned_rules, snakemake, tiny_config, write_config
@@ -211,3 +213,49 @@ def test_report_builds_on_a_tiny_config(workdir):
     assert len(page) > 10000
     for caption in ("Summary", "Tables", "Figures", "Simulation", "figure.png", "simulation study (paper Section 4)"):
         assert caption in page, caption
+
+
+def test_hub_families_train_sample_and_evaluate(workdir):
+    """Every family through `source: hf` (local folders saved as the hub originals): its tokenizer, embedding
+    synonyms, MLE and EMO training under insertion, perturbed sampling, and MAUVE with a causal LM as featuriser.
+    (The extrapolation stage runs the same forward as exact sampling; it is left out to keep the test short.)"""
+    import numpy as np
+    from safetensors.torch import load_file
+
+    from families import FAMILIES, make_checkpoint
+    from workflow_lib.builtin_corpus import build_grammar
+
+    texts = build_grammar(seed=7, words_per_class=4).generate("train", n_docs=40, sentences_per_doc=16, seed=7)
+    folders = {family: make_checkpoint(workdir / "hub", family, texts) for family in FAMILIES}
+    config = tiny_config()
+    config["datasets"]["synthetic"]["builtin"]["docs"]["train"] = 20
+    config["tokenizers"] = {f: {"source": "hf", "name": str(folders[f])} for f in FAMILIES}
+    config["models"] = {f: {"source": "hf", "name": str(folders[f]), "tokenizer": f} for f in FAMILIES}
+    config["training"] = {"batch_size": 8, "learning_rate": 3e-3, "lr_scheduler": "constant", "max_length": 64,
+                          "checkpoint_every": 1000, "log_every": 5}
+    config["evaluation"]["featuriser"] = str(folders["llama"])  # a causal LM folder as MAUVE featuriser
+    config["eval_sets"] = {"syn-test": {"dataset": "synthetic", "split": "test"}}
+    perturbation = {"strategies": ["insertion"], "intensities": [0.1], "synonyms": ["embedding"]}
+    config["experiments"] = {"families": {"models": list(FAMILIES), "train_dataset": "synthetic", "eval_sets": ["syn-test"],
+                                          "objectives": ["mle", "emo"], "train_perturbation": perturbation,
+                                          "test_perturbation": perturbation}}
+    write_config(workdir, config)
+    result = snakemake(workdir, "--until", "evaluate", timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    condition = "embedding/augment-m1/insertion-0.1/seed1"
+    for family in FAMILIES:
+        for objective in ("mle", "emo"):
+            model = workdir / "results/models" / family / "synthetic" / objective / condition
+            weights = load_file(model / "model.safetensors")
+            assert all(w.dtype == torch.float32 and torch.isfinite(w).all() for w in weights.values()), (family, objective)
+            summary = json.loads((model / "train_summary.json").read_text())
+            assert summary["ran"]["master_weights"] == "float32", (family, objective)
+            with open(model / "train_log.csv") as handle:
+                losses = np.array([float(r["loss"]) for r in csv.DictReader(handle)])
+            assert np.isfinite(losses).all() and losses[-3:].mean() < losses[:3].mean() - 0.1, (family, objective, losses)
+            run = f"{family}/synthetic/{objective}/{condition}/syn-test/embedding/insertion-0.1-exact"
+            metrics = json.loads((workdir / "results/metrics" / f"{run}.json").read_text())
+            assert np.isfinite(metrics["mauve"]).all() and 0 < metrics["mauve_mean"] <= 1 + 1e-9, (family, objective)
+            assert 0 < metrics["rouge1_mean"] <= 1
+        assert (workdir / "results/synonyms" / family / "synthetic/embedding.parquet").exists()

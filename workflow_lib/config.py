@@ -3,7 +3,8 @@
 The JSON schema (rules/schemas/config.schema.yaml) states types, ranges and defaults; snakemake's `validate`
 applies it and fills the defaults. Its raw error is a page of schema internals, so `check_schema` first finds
 the most relevant error and names the config key and the allowed values in one line. `check_references`
-then checks what a schema cannot: names that refer to other sections, splits a dataset has, local files.
+then checks what a schema cannot: names that refer to other sections, splits a dataset has, local files and
+folders, and whether a scratch model's architecture can be built.
 Imports only the standard library, yaml and jsonschema: every cluster job re-parses the Snakefile.
 """
 
@@ -23,6 +24,13 @@ PREDEFINED_OBJECTIVES = {
     "tvd": {"loss": "tvd", "gamma": 0.5, "min_weight": 0.2, "mix": 0.5},
     "emo": {"loss": "emo"},
 }
+FEATURISERS = ("minilm", "gpt2-large")  # by name; anything else is a local model folder
+# GPT2Config keys the workflow sets from the tokenizer: a user's value would be overwritten or clash.
+SET_FROM_TOKENIZER = ("vocab_size", "bos_token_id", "eos_token_id")
+# GPT2Config is a strict dataclass: it refuses an int where it declares a float (and a float where it declares
+# an int), which JSON schema cannot tell apart (1 and 1.0 are both integers to it).
+GPT2_FLOAT_KEYS = ("layer_norm_epsilon", "initializer_range")
+GPT2_DEFAULTS = {"n_embd": 768, "n_head": 12}  # GPT2Config's (GPT-2 small's), for unset keys
 
 
 class ConfigError(ValueError):
@@ -51,7 +59,10 @@ def _describe(error, schema: dict) -> str:
         allowed = _allowed_keys(schema, error.schema)
         extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
         where = f"config key {key}" if error.absolute_path else "config"
-        return f"{where}: unknown key(s) {', '.join(map(repr, extra))}; allowed keys: {', '.join(allowed)}"
+        message = f"{where}: unknown key(s) {', '.join(map(repr, extra))}; allowed keys: {', '.join(allowed)}"
+        if key.endswith(".architecture") and set(extra) & set(SET_FROM_TOKENIZER):
+            message += f" ({', '.join(SET_FROM_TOKENIZER)} come from the tokenizer)"
+        return message
     if kind == "enum":
         return f"config key {key}: {error.instance!r} is not allowed; allowed values: {', '.join(map(repr, error.validator_value))}"
     if kind == "required":
@@ -99,8 +110,40 @@ def _need(name: str, section: dict, key: str, what: str) -> None:
         raise ConfigError(f"config key {key}: unknown {what} {name!r}; allowed: {allowed}")
 
 
+def check_architecture(name: str, model: dict, schema: dict) -> None:
+    """A scratch model's GPT2Config arguments build a model; the schema has checked each key's type and range,
+    this checks what relates keys (or tells Python's int from float, as GPT2Config does)."""
+    key = f"config key models.{name}.architecture"
+    arch = model.get("architecture") or {}
+    if model["source"] != "scratch":
+        if arch:
+            raise ConfigError(f"{key}: a pretrained (source: {model['source']}) model has its checkpoint's architecture; "
+                              "remove `architecture`, or use source: scratch")
+        return
+    properties = schema["$defs"]["model"]["properties"]["architecture"]["properties"]
+    integer_keys = [k for k, spec in properties.items() if "integer" in spec.get("type", [])]
+    for k, value in arch.items():
+        if k in integer_keys and isinstance(value, float):
+            raise ConfigError(f"{key}.{k}: GPT2Config takes an integer here, not {value!r}; write {int(value)}")
+        if k in GPT2_FLOAT_KEYS and not isinstance(value, float):
+            raise ConfigError(f"{key}.{k}: GPT2Config takes a float here, not the integer {value!r}; write {float(value)}")
+    size = {k: arch.get(k, default) for k, default in GPT2_DEFAULTS.items()}
+    said = {k: f"{k} = {v}" + ("" if k in arch else " (unset: GPT2Config's default)") for k, v in size.items()}
+    if size["n_embd"] % size["n_head"]:
+        raise ConfigError(f"{key}: {said['n_embd']} is not divisible by {said['n_head']} "
+                          "(each head gets n_embd / n_head dimensions)")
+
+
+def check_featuriser(featuriser: str, workdir: Path) -> None:
+    if featuriser not in FEATURISERS and not (workdir / featuriser / "config.json").is_file():
+        raise ConfigError(f"config key evaluation.featuriser: {featuriser!r} is not a local model folder (a folder "
+                          f"with a config.json; relative paths are read from {workdir.resolve()}); allowed: "
+                          f"{', '.join(map(repr, FEATURISERS))} or such a folder")
+
+
 def check_references(config: dict, workdir: Path | None = None) -> None:
-    """Cross-section checks: every referenced name exists, splits exist, local files are there."""
+    """Cross-section checks: every referenced name exists, splits exist, local files and folders are there,
+    scratch architectures can be built."""
     workdir = Path(workdir or ".")
     datasets = config["datasets"]
     for name, ds in datasets.items():
@@ -124,7 +167,8 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
             _need(tok["dataset"], datasets, f"tokenizers.{name}.dataset", "dataset")
             if "train" not in dataset_splits(datasets[tok["dataset"]]):
                 raise ConfigError(f"config key tokenizers.{name}.dataset: dataset {tok['dataset']!r} has no 'train' split to learn from")
-    training_schema = load_schema()["properties"]["training"]
+    schema = load_schema()
+    training_schema = schema["properties"]["training"]
     for name, model in config["models"].items():
         _need(model["tokenizer"], config["tokenizers"], f"models.{name}.tokenizer", "tokenizer")
         if model.get("training"):
@@ -136,6 +180,8 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
             if error is not None:
                 raise ConfigError(_describe(error, training_schema).replace("config key ", f"config key models.{name}.training.", 1)
                                   .replace("config: ", f"config key models.{name}.training: ", 1))
+        check_architecture(name, model, schema)
+    check_featuriser(config.get("evaluation", {}).get("featuriser", "minilm"), workdir)
     for name, es in config.get("eval_sets", {}).items():
         _need(es["dataset"], datasets, f"eval_sets.{name}.dataset", "dataset")
         splits = dataset_splits(datasets[es["dataset"]])

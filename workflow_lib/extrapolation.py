@@ -18,7 +18,7 @@ import logging
 import numpy as np
 import torch
 
-from workflow_lib.cli import parse_json_arg, run
+from workflow_lib.cli import StageError, parse_json_arg, run
 from workflow_lib.files import write_json
 
 log = logging.getLogger("workflow_lib.extrapolation")
@@ -80,6 +80,9 @@ def model_next_word(model, tokenizer, prefixes: list[list[str]], word_tokens: np
         words[:, np.flatnonzero(word_tokens >= 0)] = probs[:, known].cpu().numpy()
         words[:, -1] = 1.0 - words[:, :-1].sum(1)
         out[start : start + len(chunk)] = words
+    if not np.isfinite(out).all():
+        raise StageError("extrapolation: the model's next-word law is not finite (non-finite logits); nothing is "
+                         "written for it. Check its weights and train_log.csv")
     return out
 
 

@@ -43,12 +43,14 @@ def featurize(texts: list[str], featuriser: str, max_length: int = 256, batch_si
         raise StageError(f"evaluation.featuriser: cannot load {featuriser!r}: {why}; use 'minilm' or a local folder")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     config = AutoConfig.from_pretrained(path)
-    causal = bool(getattr(config, "is_decoder", False)) or config.model_type in ("gpt2", "opt", "gpt_neo", "gptj", "llama")
+    # A decoder's last token has seen the whole text; an encoder's tokens are pooled.
+    causal = (bool(getattr(config, "is_decoder", False)) or any(a.endswith("ForCausalLM") for a in config.architectures or [])
+              or config.model_type in ("gpt2", "opt", "gpt_neo", "gpt_neox", "gptj", "llama", "mistral", "qwen2"))
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "right"
-    model = AutoModel.from_pretrained(path).to(device).eval()
+    model = AutoModel.from_pretrained(path, dtype=torch.float32).to(device).eval()
     out = []
     with torch.no_grad():
         for start in range(0, len(texts), batch_size):
@@ -109,6 +111,9 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
         human_rows = [order[int(p)] for p in frame["prompt_id"].to_numpy()[rows]]
         per_run_mauve.append(mauve_score(human_features[human_rows], q_all[rows], settings["mauve"], seed))
         per_run_rouge.append(float(rouge[rows].mean()))
+    for name, values in (("MAUVE", per_run_mauve), ("ROUGE-1", per_run_rouge), ("model-text features", q_all)):
+        if not np.isfinite(values).all():
+            raise StageError(f"evaluation: {name} is not finite for these samples; no metric is written")
     mauve_mean, mauve_se = mean_2se(per_run_mauve)
     rouge_mean, rouge_se = mean_2se(per_run_rouge)
     return {"mauve": per_run_mauve, "mauve_mean": mauve_mean, "mauve_2se": mauve_se, "rouge1": per_run_rouge,

@@ -11,6 +11,9 @@ Two modes:
   replacement and deletion (each token is perturbed independently with probability alpha); for insertion
   the synonym sits right after its source instead of at a uniform gap, and in all strategies the
   perturbations are correlated across steps (the same draws persist). The results say whether it matters.
+  A deleted token or an unused insertion slot stays in the cache as a masked slot: harmless under global
+  attention, but a local or sliding-window layer (GPT-Neo, Mistral) counts slots, so such models are refused
+  for cached insertion and deletion once the cache outgrows their window.
 
 Randomness is counter-based (perturb.KeyedRandom): every draw depends on (seed, run, prompt_id, step) only,
 so neither batch size nor resumption changes a sample. Intensity 0 is plain ancestral sampling. The end-of-text
@@ -77,6 +80,18 @@ def context_length(model) -> int | None:
     return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
 
 
+def attention_window(model) -> int | None:
+    """The slots a windowed layer attends to (GPT-Neo's local layers, sliding-window models), else None. The
+    window counts cache slots, masked ones included, not tokens."""
+    config = getattr(model, "config", None)
+    kinds = [*(getattr(config, "attention_layers", None) or ()), *(getattr(config, "layer_types", None) or ())]
+    if any(kind in ("local", "sliding_attention") for kind in kinds):
+        return getattr(config, "window_size", None) or getattr(config, "sliding_window", None)
+    if getattr(config, "use_sliding_window", True):
+        return getattr(config, "sliding_window", None)
+    return None
+
+
 def with_generated(prompt_values, prompt_offsets, generated: torch.Tensor):
     """Ragged rows prompt_b + generated[b] (all rows have generated.shape[1] new tokens)."""
     steps = generated.shape[1]
@@ -98,6 +113,7 @@ def sample_exact(model, prompt_values, prompt_offsets, keys, new_tokens: int, pe
     """Algorithm 2: a fresh perturbation of the whole prefix at every step."""
     n_rows = len(prompt_offsets) - 1
     generated = torch.empty((n_rows, 0), dtype=torch.long, device=prompt_values.device)
+    finite = torch.ones((), dtype=torch.bool, device=prompt_values.device)
     for step in range(new_tokens):
         values, offsets = with_generated(prompt_values, prompt_offsets, generated)
         k = step_keys(keys, step)
@@ -107,9 +123,11 @@ def sample_exact(model, prompt_values, prompt_offsets, keys, new_tokens: int, pe
             values, offsets = out.values, out.offsets
         ids, mask, positions = left_pad(values, offsets, pad_id, context_length(model))
         logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=1).logits[:, -1]
+        finite &= valid_logits(logits)
         logits[:, suppress] = float("-inf")
         token = draw(logits, hash_uniform(k * 31 + DRAW_PURPOSE), **draw_kw)
         generated = torch.cat([generated, token[:, None]], dim=1)
+    check_finite_logits(finite, "sampling (exact)")
     return generated
 
 
@@ -126,6 +144,13 @@ def sample_cached(model, prompt_values, prompt_offsets, keys, new_tokens: int, p
     if context_length(model) and longest > context_length(model):
         raise ValueError(f"cached sampling needs {longest} positions but the model has {context_length(model)}: "
                          "shorten sampling.new_tokens or the prompts, or use mode exact (it keeps the last tokens)")
+    window = attention_window(model)
+    if alpha > 0 and strategy != "replacement" and window and longest > window:
+        # A deleted token or an unused insertion slot is a masked slot in the cache; a windowed layer counts it,
+        # so the model would see fewer tokens of the perturbed prefix than it should.
+        raise ValueError(f"cached sampling with {strategy} leaves masked slots in the key/value cache, and this model "
+                         f"attends to windows of {window} slots (local or sliding-window attention), so its context "
+                         "would shrink: use mode exact for this model")
     ids, mask, positions = left_pad(values, offsets, pad_id)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
     past, logits = out.past_key_values, out.logits[:, -1]
@@ -133,6 +158,7 @@ def sample_cached(model, prompt_values, prompt_offsets, keys, new_tokens: int, p
     has_syn = table.has_synonyms(_torch_ops(device)) if alpha > 0 and strategy != "deletion" else None
     special_t = torch.as_tensor(special, device=device)
     generated = []
+    finite = valid_logits(logits)
     for step in range(new_tokens):
         k = step_keys(keys, step)
         logits[:, suppress] = float("-inf")
@@ -160,7 +186,9 @@ def sample_cached(model, prompt_values, prompt_offsets, keys, new_tokens: int, p
         past = out.past_key_values
         last_real = chunk_mask.sum(1) - 1  # -1: nothing fed, the view (and its next-token law) is unchanged
         fed = last_real >= 0
+        finite &= valid_logits(out.logits)
         logits = torch.where(fed[:, None], out.logits[rows, last_real.clamp(min=0)], logits)
+    check_finite_logits(finite, "sampling (cached)")
     return torch.stack(generated, dim=1)
 
 
@@ -204,13 +232,40 @@ def generate(model, tokenizer, prompts: list[str], prompt_ids: np.ndarray, runs:
     return {"prompt_id": np.concatenate(out_prompt), "run": np.concatenate(out_run), "continuation_ids": np.concatenate(out_ids)}
 
 
-def load_model(path: str, device: str):
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def load_model(path: str, device: str, precision: str = "fp32"):
+    """A trained model for sampling, refused if any weight is not finite (a diverged training must not be scored).
+
+    `fp32` (the default) computes every next-token law in float32: the protocol's unbiased ancestral sampling.
+    `bf16` runs the model in bfloat16, a speed mode whose law differs (README, "Precision")."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path)
-    if device == "cuda" and torch.cuda.is_bf16_supported():
-        model = model.to(torch.bfloat16)
-    return model.to(device).eval()
+    from workflow_lib.cli import StageError
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise StageError(f"{path}: {len(bad)} weight tensors are not finite (first: {bad[0]}); the model diverged in "
+                         "training, so nothing is sampled or scored from it. Retrain it (see its train_log.csv)")
+    return model.to(device=device, dtype=PRECISIONS[precision]).eval()
+
+
+def valid_logits(logits: torch.Tensor) -> torch.Tensor:
+    """True when every row is a law: no NaN, no +inf, and some token not at -inf (a -inf logit alone is a
+    probability of 0, which a model may state)."""
+    return ~(torch.isnan(logits) | (logits == float("inf"))).any() & (logits > float("-inf")).any(-1).all()
+
+
+def check_finite_logits(finite: torch.Tensor, what: str) -> None:
+    """One check per batch (not per step, which would synchronise a GPU every token): a model that produced a
+    non-finite logit is refused, so no sample (and no metric) comes from it."""
+    from workflow_lib.cli import StageError
+
+    if not bool(finite):
+        raise StageError(f"{what}: the model produced non-finite logits; nothing is written for it. Check its weights "
+                         "and its train_log.csv (a diverged training), or sampling.precision")
 
 
 def main() -> None:
@@ -233,7 +288,7 @@ def main() -> None:
     perturbation = parse_json_arg(args.perturbation, "test perturbation")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = load_model(args.model, device)
+    model = load_model(args.model, device, settings["precision"])
     prompts = pq.read_table(args.prompts)
     table = SynonymTable.from_arrow(pq.read_table(args.synonyms)) if args.synonyms else None
     out = generate(model, tokenizer, prompts.column("prefix").to_pylist(), prompts.column("prompt_id").to_numpy(),
