@@ -248,7 +248,9 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=resolve_precision(settings["mixed_precision"]),
                               gradient_accumulation_steps=settings["gradient_accumulation_steps"])
     n_proc, accum = accelerator.num_processes, settings["gradient_accumulation_steps"]
-    if n_proc > 1 and not torch.cuda.is_available():
+    if not accelerator.is_main_process:  # one copy of the progress messages in the log; errors from every process
+        logging.getLogger("workflow_lib").setLevel(logging.WARNING)
+    if n_proc > 1 and not torch.cuda.is_available() and accelerator.is_main_process:
         log.warning("training.gpus = %d but there is no CUDA device: %d CPU processes (gloo) train data-parallel",
                     settings["gpus"], n_proc)
     set_seed(settings["seed"])  # the same on every process: a scratch model starts from the same weights everywhere
