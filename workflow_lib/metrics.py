@@ -100,6 +100,8 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
     model_text = (frame["prefix"] + frame["text"]).to_list()  # the shared prefix plus the continuation, as EMO
     frame = frame.with_columns(pl.Series("model_text", model_text))
     q_all = featurize(frame["model_text"].to_list(), settings["featuriser"], settings["max_text_length"], settings["feature_batch_size"])
+    if not np.isfinite(q_all).all():  # before MAUVE, whose PCA would fail on them with a message of its own
+        raise StageError("evaluation: the model-text features are not finite for these samples; no metric is written")
     prediction = frame["model_text"] if settings["rouge_include_prefix"] else frame["text"]
     reference = frame["reference"] if settings["rouge_include_prefix"] else \
         pl.Series([r[len(p):].strip() for r, p in zip(frame["reference"], frame["prefix"])])
@@ -111,7 +113,7 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
         human_rows = [order[int(p)] for p in frame["prompt_id"].to_numpy()[rows]]
         per_run_mauve.append(mauve_score(human_features[human_rows], q_all[rows], settings["mauve"], seed))
         per_run_rouge.append(float(rouge[rows].mean()))
-    for name, values in (("MAUVE", per_run_mauve), ("ROUGE-1", per_run_rouge), ("model-text features", q_all)):
+    for name, values in (("MAUVE", per_run_mauve), ("ROUGE-1", per_run_rouge)):
         if not np.isfinite(values).all():
             raise StageError(f"evaluation: {name} is not finite for these samples; no metric is written")
     mauve_mean, mauve_se = mean_2se(per_run_mauve)

@@ -248,6 +248,7 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=resolve_precision(settings["mixed_precision"]),
                               gradient_accumulation_steps=settings["gradient_accumulation_steps"])
     n_proc, accum = accelerator.num_processes, settings["gradient_accumulation_steps"]
+    global_batch = settings["batch_size"] * n_proc * accum
     if not accelerator.is_main_process:  # one copy of the progress messages in the log; errors from every process
         logging.getLogger("workflow_lib").setLevel(logging.WARNING)
     if n_proc > 1 and not torch.cuda.is_available() and accelerator.is_main_process:
@@ -304,7 +305,7 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
 
     log.info("%d optimizer steps (%d per epoch): %d process(es) x batch %d x accumulation %d = global batch %d; "
              "mixed precision %s; master weights %s", total_steps, steps_per_epoch, n_proc, settings["batch_size"], accum,
-             settings["batch_size"] * n_proc * accum, accelerator.mixed_precision, next(lm.parameters()).dtype)
+             global_batch, accelerator.mixed_precision, next(lm.parameters()).dtype)
     stop_after = int(os.environ.get("PERTURBED_LM_KILL_AT_STEP", "0"))  # tests: SIGKILL ourselves here
     progress = tqdm(total=total_steps, initial=step, desc="train", disable=not accelerator.is_main_process, mininterval=2)
     model.train()
@@ -360,7 +361,7 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
         ran = {"processes": n_proc, "distributed": str(accelerator.distributed_type).split(".")[-1],
                "device": accelerator.device.type, "mixed_precision": accelerator.mixed_precision,
                "master_weights": str(next(lm.parameters()).dtype).replace("torch.", ""),
-               "global_batch": settings["batch_size"] * n_proc * accum, "steps_per_epoch": steps_per_epoch}
+               "global_batch": global_batch, "steps_per_epoch": steps_per_epoch}
         write_outputs(args.output, accelerator, model, tokenizer, resume, log_rows, best, settings, ran)
         shutil.rmtree(resume, ignore_errors=True)
     accelerator.wait_for_everyone()
