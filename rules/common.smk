@@ -13,6 +13,8 @@ if workflow.basedir not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")])))
 
 from workflow_lib.config import ConfigError, dataset_splits, embedding_model, local_files, validate_config
+from workflow_lib.downloads import archive_path, fetched, split_paths, unpacked_dir
+from workflow_lib.downloads import members as archive_members
 from workflow_lib.grid import (
     example_inputs,
     extrapolation_targets,
@@ -46,6 +48,7 @@ def _names(names):
 
 wildcard_constraints:
     dataset=_names(DATASETS),
+    file=_names({name for d in DATASETS.values() if d["source"] == "url" for name in fetched(d)}),
     split=_names({s for d in DATASETS.values() for s in dataset_splits(d)}),
     tokenizer=_names(TOKENIZERS),
     eval_set=_names(EVAL_SETS),
@@ -73,10 +76,12 @@ def as_json(obj):
 
 
 # Cheap rules run where snakemake runs, also under a cluster executor (--profile profiles/slurm): a job
-# submission would cost more than they do. download and tokenizer fetch from the hub, which compute nodes
-# often cannot reach.
+# submission would cost more than they do. fetch, download and tokenizer reach the network (URLs, the hub),
+# which compute nodes often cannot.
 localrules:
     all,
+    fetch,
+    unpack,
     download,
     tokenizer,
     prompts,
@@ -91,8 +96,26 @@ localrules:
 
 
 def download_inputs(wildcards):
+    """A split's files; under recipe mixce every split's, since a top-up reads one split to build another."""
     ds = DATASETS[wildcards.dataset]
-    return local_files(ds, wildcards.split) if ds["source"] == "local" else []
+    splits = dataset_splits(ds) if ds["recipe"] == "mixce" else [wildcards.split]
+    if ds["source"] == "local":
+        return sorted({f for split in splits for f in local_files(ds, split)})
+    if ds["source"] == "url":
+        if ds.get("archive"):
+            return [unpacked_dir(wildcards.dataset)]
+        return sorted({f for split in splits for f in split_paths(wildcards.dataset, ds, split)})
+    return []
+
+
+def fetch_entry(wildcards):
+    return fetched(DATASETS[wildcards.dataset])[wildcards.file]
+
+
+def fetch_options(wildcards):
+    entry = fetch_entry(wildcards)
+    sha256 = f"--sha256 {entry['sha256']}" if entry.get("sha256") else ""
+    return " ".join(filter(None, [sha256, f"--head-bytes {entry['head_bytes']}" if entry.get("head_bytes") else ""]))
 
 
 def tokenizer_inputs(wildcards):
@@ -247,6 +270,16 @@ def token_targets():
             for split in config["tokenize"]["splits"]:
                 if split in splits:
                     out.add(f"results/tokens/{MODELS[model]['tokenizer']}/{exp['train_dataset']}/{split}.parquet")
+    return sorted(out)
+
+
+def data_records():
+    """The records of every split the study reads (train data and eval sets): the summary lists their sources."""
+    out = set()
+    for exp in EXPERIMENTS.values():
+        splits = dataset_splits(DATASETS[exp["train_dataset"]])
+        out.update(f"results/data/{exp['train_dataset']}/{s}.json" for s in config["tokenize"]["splits"] if s in splits)
+        out.update(f"results/data/{EVAL_SETS[es]['dataset']}/{EVAL_SETS[es]['split']}.json" for es in exp["eval_sets"])
     return sorted(out)
 
 

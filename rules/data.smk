@@ -1,6 +1,41 @@
+# No `code` input, unlike every other rule: a fetched file is its URL's bytes, checked against its sha256, so a
+# workflow_lib edit must neither download it again nor miss the output cache (whose key would include the code).
+rule fetch:
+    output:
+        "results/downloads/{dataset}/{file}",
+    params:
+        url=lambda w: fetch_entry(w)["url"],
+        options=fetch_options,
+    log:
+        "results/logs/downloads/{dataset}/{file}.log",
+    # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE): a second study fetches nothing. The
+    # key is the URL, checksum and head, not the dataset's name in this config.
+    cache: "omit-software"
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_lib.fetch download --what datasets.{wildcards.dataset} --url {params.url:q} {params.options} --output {output} 2> {log}"
+
+
+rule unpack:
+    input:
+        archive=lambda w: archive_path(w.dataset, DATASETS[w.dataset]),
+        code=workflow_code("workflow_lib.fetch"),
+    output:
+        directory("results/downloads/{dataset}/unpacked"),
+    params:
+        members=lambda w: as_json(archive_members(DATASETS[w.dataset])),
+    log:
+        "results/logs/downloads/{dataset}/unpack.log",
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_lib.fetch unpack --what datasets.{wildcards.dataset}.archive --archive {input.archive} --members {params.members:q} --output {output} 2> {log}"
+
+
 rule download:
     input:
-        download_inputs,
+        data=download_inputs,
         code=workflow_code("workflow_lib.data"),
     output:
         parquet="results/data/{dataset}/{split}.parquet",

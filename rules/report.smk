@@ -16,6 +16,7 @@ rule tables:
     input:
         metrics="results/report/metrics.csv",
         simulation=simulation_summary_input(),
+        data=data_records(),
         code=workflow_code("workflow_lib.report"),
     output:
         summary=report("results/summary.md", caption="../report/summary.rst", category="Summary"),
@@ -33,7 +34,7 @@ rule tables:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} 2> {log}"
+        "python -m workflow_lib.report tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} --data {input.data} 2> {log}"
 
 
 rule figure:

@@ -195,3 +195,51 @@ def test_featuriser_is_a_known_name_or_a_local_model_folder(tmp_path):
     assert check(config, tmp_path)["evaluation"]["featuriser"] == "models/my-encoder"
     config["evaluation"]["featuriser"] = "gpt2-large"
     check(config, tmp_path)
+
+
+def url_dataset(**changes) -> dict:
+    return {"source": "url", "format": "jsonl", "cleaning": "webtext",
+            "files": {"test": {"url": "https://example.org/v1/webtext.test.jsonl", "sha256": "a" * 64}}, **changes}
+
+
+@pytest.mark.parametrize("dataset, expected", [
+    (url_dataset(files={"test": {"url": "ftp://example.org/x.jsonl", "sha256": None}}), "does not match '^https?://'"),
+    (url_dataset(files={"test": {"url": "https://example.org/x.jsonl", "sha256": "abc"}}), "datasets.web.files.test"),
+    (url_dataset(files={"test": {"url": "https://example.org/x.jsonl"}}), "datasets.web.files.test"),
+    (url_dataset(files={"test": "data/webtext.test.jsonl"}),
+     "datasets.web.files.test: source: url takes {url: ..., sha256: ...} entries"),
+    (url_dataset(format="parquet", files={"test": {"url": "https://e.org/x.parquet", "sha256": None, "head_bytes": 4096}}),
+     "datasets.web.files.test.head_bytes: a head is cut to whole lines"),
+    (url_dataset(files={"test": {"url": "https://a.org/x.jsonl", "sha256": None},
+                        "train": {"url": "https://b.org/x.jsonl", "sha256": None}}), "would both be saved as 'x.jsonl'"),
+    (url_dataset(format="writingprompts", archive={"url": "https://e.org/wp.tar.gz", "sha256": None},
+                 files={"test": ["wp/test.wp_source", "../test.wp_target"]}), "must be a relative path without '..'"),
+    (url_dataset(format="writingprompts", archive={"url": "https://e.org/wp.tar.gz", "sha256": None},
+                 files={"test": ["wp/test.wp_source"]}), "format 'writingprompts' takes 2 files"),
+    (url_dataset(archive={"url": "https://e.org/wp.tar.gz", "sha256": None}),
+     "with `archive`, files are the archive's member paths"),
+    ({"source": "local", "format": "jsonl", "files": {"test": {"url": "https://e.org/x.jsonl", "sha256": None}}},
+     "{url, sha256} entries need source: url"),
+])
+def test_url_datasets_are_checked_before_any_job(dataset, expected):
+    config = tiny_config()
+    config["datasets"]["web"] = dataset
+    assert expected in error_of(config)
+
+
+def test_url_datasets_need_no_local_file_and_name_their_downloads():
+    from workflow_lib.downloads import fetched, split_paths
+
+    config = tiny_config()
+    head = {"url": "https://e.org/v1/webtext.train.jsonl?x=1", "sha256": None, "head_bytes": 8192}
+    config["datasets"]["web"] = url_dataset(files={"test": {"url": "https://e.org/v1/webtext.test.jsonl", "sha256": None},
+                                                   "train": head})
+    config["datasets"]["wp"] = {"source": "url", "format": "writingprompts",
+                                "archive": {"url": "https://e.org/data/writingPrompts.tar.gz", "sha256": "b" * 64},
+                                "files": {"test": ["writingPrompts/test.wp_source", "writingPrompts/test.wp_target"]}}
+    datasets = check(config)["datasets"]
+    assert set(fetched(datasets["web"])) == {"webtext.test.jsonl", "head8192-webtext.train.jsonl"}
+    assert split_paths("web", datasets["web"], "train") == ["results/downloads/web/head8192-webtext.train.jsonl"]
+    assert list(fetched(datasets["wp"])) == ["writingPrompts.tar.gz"]
+    assert split_paths("wp", datasets["wp"], "test") == ["results/downloads/wp/unpacked/writingPrompts/test.wp_source",
+                                                         "results/downloads/wp/unpacked/writingPrompts/test.wp_target"]

@@ -38,21 +38,24 @@ def test_local_wikitext_keeps_hub_row_semantics_and_records_sha256(tmp_path, mon
     assert meta["rows_loaded"] == meta["rows_written"] == 6
 
 
-def test_max_rows_and_cleaning_counts(tmp_path, monkeypatch):
+def test_max_rows_keeps_the_first_rows_after_cleaning(tmp_path, monkeypatch):
+    """raw: max_rows cuts the cleaned rows, so N rows survive however many the cleaning drops first."""
     monkeypatch.chdir(tmp_path)
-    rows = [json.dumps({"text": "word " * n}) for n in (10, 60, 70, 2000)]
+    rows = [json.dumps({"text": "word " * n}) for n in (10, 60, 2000, 70, 80)]
     (tmp_path / "web.jsonl").write_text("\n".join(rows) + "\n")
-    spec = filled({"source": "local", "format": "jsonl", "files": {"test": "web.jsonl"}, "cleaning": "webtext", "max_rows": 3})
+    spec = filled({"source": "local", "format": "jsonl", "files": {"test": "web.jsonl"}, "cleaning": "webtext", "max_rows": 2})
     table, meta = normalise("web", spec, "test")
-    assert table.num_rows == 2  # 10 words dropped by the 50 < words filter, the 2000-word row cut by max_rows
-    assert meta["rows_loaded"] == 4 and meta["rows_after_max_rows"] == 3 and meta["rows_written"] == 2
+    assert [len(t.split()) for t in table.column("text").to_pylist()] == [60, 70]
+    assert meta["rows_loaded"] == 5 and meta["rows_written"] == 2 and meta["recipe"] == "raw"
+    assert [s["rows"] for s in meta["steps"]] == [5, 3, 2]
+    assert meta["steps"][1]["dropped_length"] == 2
 
 
 def test_empty_result_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "short.jsonl").write_text(json.dumps({"text": "too short"}) + "\n")
     spec = filled({"source": "local", "format": "jsonl", "files": {"test": "short.jsonl"}, "cleaning": "webtext"})
-    with pytest.raises(StageError, match=r"datasets\.web split 'test': no text left"):
+    with pytest.raises(StageError, match=r"datasets\.web split 'test': no text left after recipe 'raw'"):
         normalise("web", spec, "test")
 
 

@@ -1,9 +1,8 @@
 """configs/paper.yaml: the paper's whole study plans offline in seconds, with the jobs its grid implies.
 
 The expected number of jobs per rule is recounted here from the config alone, without workflow_lib.grid, so a
-mistake in the grid code or in the rules' input functions shows up as a count mismatch. WebText and
-WritingPrompts are local files in the paper config: empty placeholders stand in for them (a dry run reads no
-data).
+mistake in the grid code or in the rules' input functions shows up as a count mismatch. Every dataset
+of the paper config is fetched by the workflow, so the plan starts from an empty folder (no data/).
 """
 
 from __future__ import annotations
@@ -34,15 +33,9 @@ def paper() -> dict:
 
 
 @pytest.fixture(scope="module")
-def paper_workdir(tmp_path_factory, paper):
-    """A working directory with empty stand-ins for the paper's local data files."""
-    workdir = tmp_path_factory.mktemp("paper")
-    for dataset in paper["datasets"].values():
-        for files in dataset.get("files", {}).values():
-            for name in [files] if isinstance(files, str) else files:
-                (workdir / name).parent.mkdir(parents=True, exist_ok=True)
-                (workdir / name).touch()
-    return workdir
+def paper_workdir(tmp_path_factory):
+    """An empty working directory: a fresh checkout has no data/ folder, and the workflow fetches everything."""
+    return tmp_path_factory.mktemp("paper")
 
 
 def dry_run(workdir, *args) -> tuple[subprocess.CompletedProcess, float]:
@@ -102,8 +95,19 @@ def expected_jobs(config: dict) -> dict[str, int]:
                 prompts.add(eval_set)
                 downloads.add((eval_sets[eval_set]["dataset"], eval_sets[eval_set]["split"]))
     builtin = {es for es in prompts if datasets[eval_sets[es]["dataset"]]["source"] == "builtin"}
+    fetches, unpacks = set(), set()  # a url dataset's files; under recipe mixce a split reads all of them
+    for dataset, split in downloads:
+        ds = datasets[dataset]
+        if ds["source"] != "url":
+            continue
+        if "archive" in ds:
+            fetches.add((dataset, ds["archive"]["url"]))
+            unpacks.add(dataset)
+            continue
+        for files in (ds["files"].values() if ds.get("recipe") == "mixce" else [ds["files"][split]]):
+            fetches.update((dataset, e["url"], e.get("head_bytes")) for e in (files if isinstance(files, list) else [files]))
     counts = {
-        "download": len(downloads), "tokenizer": len(tokenizer_jobs), "tokenize": len(tokenized),
+        "fetch": len(fetches), "unpack": len(unpacks), "download": len(downloads), "tokenizer": len(tokenizer_jobs), "tokenize": len(tokenized),
         "prompts": len(prompts), "features": len(prompts), "synonyms": len(synonyms), "perturb": len(perturbed),
         "train": len(trained), "sample": len(sampled), "evaluate": len(sampled),
         "extrapolation": sum(1 for job in sampled if job[5] in builtin),
@@ -121,6 +125,15 @@ def test_paper_config_holds_the_papers_study(paper):
     assert {(d["path"], d["name"]) for d in paper["datasets"].values() if d["source"] == "hf"} == {
         ("Salesforce/wikitext", "wikitext-2-raw-v1"), ("Salesforce/wikitext", "wikitext-103-raw-v1")}
     assert {es["dataset"] for es in paper["eval_sets"].values()} == set(paper["datasets"])
+    # REFERENCE section 4: MixCE's WebText and WritingPrompts, from MixCE's URLs; WikiText-103 as WikiText-2 is.
+    ds = paper["datasets"]
+    assert (ds["webtext"]["recipe"], ds["webtext"]["top_up"], ds["writingprompts"]["recipe"]) == ("mixce", "train", "mixce")
+    assert (ds["wikitext103"]["recipe"], ds["wikitext103"]["cleaning"]) == ("raw", "wikitext")
+    webtext = "https://openaipublic.azureedge.net/gpt-2/output-dataset/v1/webtext.{}.jsonl"
+    assert [ds["webtext"]["files"][s]["url"] for s in ("test", "train")] == [webtext.format("test"), webtext.format("train")]
+    assert ds["webtext"]["files"]["train"]["head_bytes"] and not ds["webtext"]["files"]["test"].get("head_bytes")
+    assert ds["writingprompts"]["archive"]["url"] == "https://dl.fbaipublicfiles.com/fairseq/data/writingPrompts.tar.gz"
+    assert ds["writingprompts"]["files"] == {"test": ["writingPrompts/test.wp_source", "writingPrompts/test.wp_target"]}
     assert paper["sampling"]["runs"] == 20 and paper["evaluation"]["featuriser"] == "gpt2-large"
     assert paper["simulation"] == {"enabled": True, "replications": 100}
     experiments = paper["experiments"]
@@ -156,8 +169,11 @@ def test_paper_config_plans_offline_in_seconds_with_the_expected_jobs(paper_work
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert seconds < PLAN_SECONDS, f"planning took {seconds:.1f} s"
+    assert not (paper_workdir / "data").exists()
     planned = job_stats(output)
     assert {r: n for r, n in planned.items() if r not in REPORT_RULES} == expected_jobs(paper)
+    # WebText test, the head of WebText train (its top-up), the WritingPrompts archive; one archive unpacked.
+    assert (planned["fetch"], planned["unpack"]) == (3, 1)
     assert {"collect_metrics", "tables", "all"} <= set(planned)
     print(f"paper config: {sum(planned.values())} jobs planned in {seconds:.1f} s: {planned}")
 

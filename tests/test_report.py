@@ -109,3 +109,42 @@ def test_paper_numbers_side_by_side_when_the_config_matches(study):
     text = paper_comparison(frame, config, 0.025)
     assert "| gpt2-model | mle | no | 0.800 ± 0.020 (paper 0.74) |" in text
     assert "| gpt2-model | mle | insertion 0.025 | 0.900 ± 0.030 (paper 0.89) |" in text
+
+
+def test_summary_lists_every_splits_source_checksums_and_steps(study, tmp_path):
+    """The Data section: URL (pinned or not), hub id and revision, the recipe's steps, the top-up's source."""
+    written = tables(study, str(tmp_path / "tables"), 0.025, ["test", "ood"])
+    config = {"models": {"tiny": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}}
+    url = "https://e.org/v1/webtext.test.jsonl"
+    web = {"dataset": "webtext", "split": "test", "source": "url", "recipe": "mixce", "cleaning": "webtext",
+           "rows_written": 5000, "rows_sha256": "f" * 64,
+           "steps": [{"step": "load", "rows": 5000}, {"step": "clean and 50 < words < 1000 (webtext)", "rows": 4712},
+                     {"step": "top-up from train", "rows": 5000, "added": 288}],
+           "provenance": {"files": [{"path": "results/downloads/webtext/webtext.test.jsonl", "sha256": "1" * 64,
+                                     "url": url, "pinned_sha256": None, "head_bytes": None}]},
+           "top_up": {"split": "train", "rows": 288, "first_doc_id": 4712, "skipped": 0},
+           "top_up_provenance": {"files": [{"path": "p", "sha256": "2" * 64, "url": "https://e.org/v1/webtext.train.jsonl",
+                                            "pinned_sha256": "2" * 64, "head_bytes": 8388608}]}}
+    wiki = {"dataset": "wikitext103", "split": "test", "source": "hf", "recipe": "raw", "cleaning": "wikitext",
+            "rows_written": 4358, "rows_sha256": "e" * 64, "steps": [{"step": "load", "rows": 4358}], "top_up": None,
+            "provenance": {"path": "Salesforce/wikitext", "name": "wikitext-103-raw-v1", "revision": None,
+                           "hub_split": "test", "fingerprint": "abc123"}}
+    text = summary(study, config, written, 0.025, [], None, [wiki, web])
+    data = text.split("## Data\n", 1)[1]
+    assert data.index("**webtext/test**") < data.index("**wikitext103/test**")
+    assert "load 5000 → clean and 50 < words < 1000 (webtext) 4712 → top-up from train 5000" in data
+    assert f"{url}: sha256 `{'1' * 64}` (not pinned: set this sha256 in the config to pin it)" in data
+    assert "top-up: 288 rows (doc_id 4712 on) from train" in data
+    assert f"webtext.train.jsonl (first 8388608 bytes, whole lines): sha256 `{'2' * 64}` (pinned)" in data
+    assert "hub dataset Salesforce/wikitext (wikitext-103-raw-v1), split test, revision unpinned (latest)" in data
+    assert f"sha256 of the rows `{'e' * 64}`" in data
+    assert "## Data" not in summary(study, config, written, 0.025, [])
+
+
+def test_a_record_is_named_by_its_path_not_by_the_study_that_cached_it(tmp_path):
+    from workflow_lib.report import data_record
+
+    path = tmp_path / "results/data/web-again/test.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"dataset": "webtext", "split": "test", "rows_written": 3}))
+    assert data_record(str(path)) == {"dataset": "web-again", "split": "test", "rows_written": 3}

@@ -206,6 +206,10 @@ def test_report_builds_on_a_tiny_config(workdir):
     summary = (workdir / "results/summary.md").read_text()
     assert "## Headline table" in summary and "No model and eval set of this study is one of the paper's" in summary
     assert "## Simulation study" in summary and "| 6 | oracle | 0.5 | 2 |" in summary
+    data = summary.split("## Data\n", 1)[1]  # every split the study read, with its source
+    for split in ("train", "validation", "test", "ood"):
+        assert f"**synthetic/{split}** (recipe raw, cleaning none)" in data
+    assert "builtin language, grammar seed 7" in data
     html = snakemake(workdir, "--report", "results/report.html")
     assert html.returncode == 0, html.stderr
     assert "ERROR/" not in html.stderr, html.stderr  # docutils errors in a caption

@@ -33,6 +33,11 @@ GPT2_FLOAT_KEYS = ("layer_norm_epsilon", "initializer_range")
 GPT2_DEFAULTS = {"n_embd": 768, "n_head": 12}  # GPT2Config's (GPT-2 small's), for unset keys
 
 
+LINE_FORMATS = ("jsonl", "wikitext", "text")  # formats whose head (whole lines) is itself a valid file
+MIXCE_CLEANINGS = ("webtext", "wikitext103", "writingprompts")  # the cleanings that end in MixCE's length window
+MIXCE_ROWS = 5000  # MixCE's test and validation size
+
+
 class ConfigError(ValueError):
     """A config problem, worded for the user: the key, what is wrong, what is allowed."""
 
@@ -104,6 +109,62 @@ def local_files(dataset: dict, split: str) -> list[str]:
     return [files] if isinstance(files, str) else list(files)
 
 
+def _as_list(files) -> list:
+    return list(files) if isinstance(files, list) else [files]
+
+
+def check_url_dataset(name: str, ds: dict) -> None:
+    """What the schema cannot say about downloaded files: entries of one kind, safe member paths, distinct
+    local names, heads of line-based files only, two files for WritingPrompts."""
+    from workflow_lib.downloads import file_name
+
+    key = f"config key datasets.{name}"
+    names: dict[str, dict] = {}
+    for split, files in ds["files"].items():
+        entries = _as_list(files)
+        if ds["format"] == "writingprompts" and len(entries) != 2:
+            raise ConfigError(f"{key}.files.{split}: format 'writingprompts' takes 2 files ([wp_source, wp_target]), "
+                              f"got {len(entries)}")
+        for entry in entries:
+            if ds.get("archive"):
+                if not isinstance(entry, str):
+                    raise ConfigError(f"{key}.files.{split}: with `archive`, files are the archive's member paths "
+                                      f"(e.g. writingPrompts/test.wp_source), not {entry!r}")
+                parts = Path(entry).parts
+                if Path(entry).is_absolute() or ".." in parts or not parts:
+                    raise ConfigError(f"{key}.files.{split}: archive member {entry!r} must be a relative path "
+                                      "without '..'")
+                continue
+            if not isinstance(entry, dict):
+                raise ConfigError(f"{key}.files.{split}: source: url takes {{url: ..., sha256: ...}} entries (or an "
+                                  f"`archive` whose members `files` names), not {entry!r}")
+            if entry.get("head_bytes") and ds["format"] not in LINE_FORMATS:
+                raise ConfigError(f"{key}.files.{split}.head_bytes: a head is cut to whole lines, which needs a "
+                                  f"line-based format ({', '.join(LINE_FORMATS)}), not {ds['format']!r}")
+            local = file_name(entry)
+            if local in names and names[local] != entry:
+                raise ConfigError(f"{key}.files.{split}: {entry['url']} and {names[local]['url']} would both be "
+                                  f"saved as {local!r}; one dataset's URLs need distinct file names")
+            names[local] = entry
+
+
+def check_recipe(name: str, ds: dict) -> None:
+    key = f"config key datasets.{name}"
+    splits = dataset_splits(ds)
+    if ds.get("top_up") is not None:
+        if ds.get("recipe", "raw") != "mixce":
+            raise ConfigError(f"{key}.top_up: topping up is part of recipe 'mixce', not {ds.get('recipe', 'raw')!r}")
+        if ds["top_up"] not in splits:
+            raise ConfigError(f"{key}.top_up: dataset {name!r} has no split {ds['top_up']!r}; allowed: "
+                              f"{', '.join(splits)}")
+    if ds.get("recipe") == "mixce":
+        if ds.get("cleaning", "none") not in MIXCE_CLEANINGS:
+            raise ConfigError(f"{key}.recipe: 'mixce' filters MixCE's cleaned text, so cleaning must be one of "
+                              f"{', '.join(map(repr, MIXCE_CLEANINGS))}, not {ds.get('cleaning', 'none')!r}")
+        if ds.get("max_rows") is None:
+            ds["max_rows"] = MIXCE_ROWS
+
+
 def _need(name: str, section: dict, key: str, what: str) -> None:
     if name not in section:
         allowed = ", ".join(sorted(section)) or "(none defined)"
@@ -147,6 +208,12 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
     workdir = Path(workdir or ".")
     datasets = config["datasets"]
     for name, ds in datasets.items():
+        check_recipe(name, ds)
+        if ds["source"] == "url":
+            check_url_dataset(name, ds)
+        elif any(isinstance(f, dict) for files in ds.get("files", {}).values() for f in _as_list(files)):
+            raise ConfigError(f"config key datasets.{name}.files: {{url, sha256}} entries need source: url, "
+                              f"not source: {ds['source']}")
         if ds["source"] == "local":
             fmt = ds["format"]
             for split in ds["files"]:

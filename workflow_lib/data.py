@@ -75,29 +75,63 @@ def load_builtin_rows(key: str, spec: dict, split: str) -> tuple[list[str], dict
     return rows, {"grammar": grammar.to_dict(), "seed": seed, "n_docs": docs[split], "sentences_per_doc": per_doc}
 
 
-LOADERS = {"hf": load_hub_rows, "local": load_local_rows, "builtin": load_builtin_rows}
+def load_url_rows(key: str, spec: dict, split: str) -> tuple[list[str], dict]:
+    """Rows of a split the workflow downloaded (rules fetch and unpack put the files where downloads.py says)."""
+    from workflow_lib.downloads import source_of, split_paths
+
+    rows, provenance = load_local_rows(key, {**spec, "files": {split: split_paths(key, spec, split)}}, split)
+    for record, origin in zip(provenance["files"], source_of(key, spec, split)):
+        record.update(origin)  # for a member, the archive's record (below) says whether it was pinned
+    if spec.get("archive"):
+        from workflow_lib.downloads import archive_path
+
+        archive = archive_path(key, spec)
+        provenance["archive"] = {"url": spec["archive"]["url"], "path": archive, "sha256": sha256_file(archive),
+                                 "pinned": bool(spec["archive"].get("sha256"))}
+    return rows, provenance
+
+
+LOADERS = {"hf": load_hub_rows, "local": load_local_rows, "url": load_url_rows, "builtin": load_builtin_rows}
 
 
 def normalise(key: str, spec: dict, split: str) -> tuple[Any, dict]:
-    """Load, cut to max_rows, clean: returns an Arrow table (doc_id, text) and its provenance record."""
+    """Load and build one split by its recipe: returns an Arrow table (doc_id, text) and its provenance record.
+
+    The record has the source of every split read (a top-up reads two), each step's row count, the top-up and
+    the checksum of the final rows.
+    """
     import pyarrow as pa
 
-    from workflow_lib.cleaning import clean
+    from workflow_lib import recipes
 
-    rows, provenance = LOADERS[spec["source"]](key, spec, split)
-    rows_loaded = len(rows)
-    if spec.get("max_rows"):
-        rows = rows[: spec["max_rows"]]
-    kept, stats = clean(spec.get("cleaning", "none"), rows)
+    loaded: dict[str, tuple[list[str], dict]] = {}
+
+    def load(name: str) -> list[str]:  # a top-up may ask for a split more than once
+        if name not in loaded:
+            loaded[name] = LOADERS[spec["source"]](key, spec, name)
+            log.info("%s/%s: %d rows loaded", key, name, len(loaded[name][0]))
+        return loaded[name][0]
+
+    recipe, cleaning = spec.get("recipe", "raw"), spec.get("cleaning", "none")
+    try:
+        if recipe == "mixce":  # a hub, local or url dataset (a builtin one has no MixCE cleaning)
+            splits = list(spec.get("splits") or spec.get("files") or {})
+            kept, steps, top_up = recipes.mixce(split, load, cleaning, spec.get("max_rows"), spec.get("top_up"), splits)
+        else:
+            kept, steps = recipes.raw(load(split), cleaning, spec.get("max_rows"))
+            top_up = None
+    except ValueError as error:
+        raise StageError(f"datasets.{key} split {split!r} (recipe {recipe!r}): {error}") from error
     if not kept or not any(t.strip() for t in kept):
-        raise StageError(
-            f"datasets.{key} split {split!r}: no text left ({rows_loaded} rows loaded, cleaning "
-            f"{spec.get('cleaning', 'none')!r}: {stats})"
-        )
+        raise StageError(f"datasets.{key} split {split!r}: no text left after recipe {recipe!r} (steps: "
+                         + ", ".join(f"{s['step']}: {s['rows']}" for s in steps) + ")")
     table = pa.table({"doc_id": pa.array(range(len(kept)), pa.int64()), "text": pa.array(kept, pa.string())})
-    meta = {"dataset": key, "split": split, "source": spec["source"], "provenance": provenance,
-            "rows_loaded": rows_loaded, "rows_after_max_rows": len(rows), "rows_written": len(kept),
-            "cleaning": spec.get("cleaning", "none"), "cleaning_stats": stats}
+    meta = {"dataset": key, "split": split, "source": spec["source"], "provenance": loaded[split][1],
+            "recipe": recipe, "cleaning": cleaning, "max_rows": spec.get("max_rows"), "steps": steps,
+            "top_up": top_up, "rows_loaded": len(loaded[split][0]), "rows_written": len(kept),
+            "rows_sha256": recipes.rows_sha256(kept)}
+    if top_up:
+        meta["top_up_provenance"] = loaded[top_up["split"]][1]
     return table, meta
 
 
@@ -136,7 +170,8 @@ def main() -> None:
     if args.command == "download":
         spec = parse_json_arg(args.spec, f"datasets.{args.dataset}")
         table, meta = normalise(args.dataset, spec, args.split)
-        log.info("%s/%s: %d rows loaded, %d written", args.dataset, args.split, meta["rows_loaded"], meta["rows_written"])
+        log.info("%s/%s (recipe %s): %s; sha256 of the rows %s", args.dataset, args.split, meta["recipe"],
+                 ", ".join(f"{s['step']}: {s['rows']}" for s in meta["steps"]), meta["rows_sha256"])
         write_parquet(table, args.output)
         write_json(meta, args.meta)
     else:

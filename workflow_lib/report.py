@@ -221,9 +221,60 @@ def paper_comparison(frame: pl.DataFrame, config: dict, intensity: float) -> str
     return "MAUVE, ours (mean ± 2 SE) beside the paper's Table 1:\n\n" + head + "\n".join(lines) + "\n"
 
 
+def _file_source(record: dict) -> str:
+    """One file of a split's provenance: where it came from and its sha256."""
+    where = record.get("url") or record.get("path", "?")
+    if record.get("member"):
+        where += f" (member {record['member']})"
+    if record.get("head_bytes"):
+        where += f" (first {record['head_bytes']} bytes, whole lines)"
+    pinned = "" if "pinned_sha256" not in record else (
+        " (pinned)" if record["pinned_sha256"] else " (not pinned: set this sha256 in the config to pin it)")
+    return f"{where}: sha256 `{record.get('sha256', '?')}`{pinned}"
+
+
+def _sources(provenance: dict, source: str) -> list[str]:
+    if source == "hf":
+        return [f"hub dataset {provenance['path']} ({provenance.get('name')}), split {provenance.get('hub_split')}, "
+                f"revision {provenance.get('revision') or 'unpinned (latest)'}, datasets fingerprint "
+                f"`{provenance.get('fingerprint')}`"]
+    if source == "builtin":
+        return [f"builtin language, grammar seed {provenance.get('seed')}, {provenance.get('n_docs')} documents"]
+    lines = [_file_source(f) for f in provenance.get("files", [])]
+    if provenance.get("archive"):
+        archive = provenance["archive"]
+        pinned = "pinned" if archive.get("pinned") else "not pinned: set this sha256 in the config to pin it"
+        lines.insert(0, f"archive {archive['url']}: sha256 `{archive['sha256']}` ({pinned})")
+    return lines
+
+
+def data_record(path: str) -> dict:
+    """A split's record, named by its path (results/data/<dataset>/<split>.json): one taken from the output cache
+    was written by the study that first built it, possibly under another name for the same data."""
+    record = json.loads(Path(path).read_text())
+    return {**record, "dataset": Path(path).parent.name, "split": Path(path).stem}
+
+
+def data_section(records: list[dict]) -> str:
+    """Where every split came from and how it was built: source, checksums, recipe and each step's rows."""
+    lines = []
+    for r in sorted(records, key=lambda r: (r["dataset"], r["split"])):
+        steps = " → ".join(f"{s['step']} {s['rows']}" for s in r.get("steps", []))
+        lines.append(f"- **{r['dataset']}/{r['split']}** (recipe {r.get('recipe', 'raw')}, cleaning {r['cleaning']}): "
+                     f"{steps}; {r['rows_written']} rows, sha256 of the rows `{r.get('rows_sha256', '?')}`")
+        lines += [f"  - {line}" for line in _sources(r["provenance"], r["source"])]
+        if r.get("top_up"):
+            top = r["top_up"]
+            lines.append(f"  - top-up: {top['rows']} rows (doc_id {top['first_doc_id']} on) from {top['split']}, after "
+                         f"its first {top['skipped']} filtered rows:")
+            lines += [f"    - {line}" for line in _sources(r["top_up_provenance"], r["source"])]
+    return "\n".join(lines) + "\n"
+
+
 def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensity: float, figures: list[str],
-            simulation: str | None = None) -> str:
-    """results/summary.md. `simulation`: the simulation study's summary.md (its table), included as a section."""
+            simulation: str | None = None, data: list[dict] | None = None) -> str:
+    """results/summary.md. `simulation`: the simulation study's summary.md (its table), included as a section;
+    `data`: the data stage's records of the splits the study read, listed with their sources."""
     n_models = frame.select(KEYS[:9]).unique().height
     parts = [
         "# Summary of the study\n",
@@ -250,6 +301,9 @@ def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensit
         body = simulation.split("\n", 1)[1] if simulation.startswith("# ") else simulation
         parts += ["## Simulation study (paper Section 4)\n", body.strip() + "\n",
                   "Figure: `results/simulation/figure.png` (one panel per vocabulary size, MAE against intensity).\n"]
+    if data:
+        parts += ["## Data\n", "Each split the study read: its recipe's steps with the rows left after each, and the "
+                  "source and sha256 of every file (README, Configuring a study).\n", data_section(data)]
     if figures:
         parts += ["## Figures\n", "\n".join(f"- `{f}`" for f in figures) + "\n"]
     parts.append("Tables are also in `results/report/tables/` as CSV, Markdown and LaTeX.\n")
@@ -288,6 +342,7 @@ def main() -> None:
     tb.add_argument("--out-dir", required=True)
     tb.add_argument("--summary", required=True)
     tb.add_argument("--simulation", nargs="?", help="the simulation study's summary.md, if it ran")
+    tb.add_argument("--data", nargs="*", default=[], help="results/data/<dataset>/<split>.json records to list")
     fg = sub.add_parser("figure")
     fg.add_argument("--metrics", required=True)
     fg.add_argument("--name", required=True)
@@ -318,8 +373,9 @@ def main() -> None:
         written = tables(frame, args.out_dir, settings["intensity"], settings["eval_order"])
         with atomic_path(args.summary) as tmp:
             simulation = Path(args.simulation).read_text() if args.simulation else None
+            records = [data_record(path) for path in args.data]
             tmp.write_text(summary(frame, config, written, settings["intensity"], settings.get("figures", []),
-                                   simulation))
+                                   simulation, records))
 
 
 if __name__ == "__main__":
