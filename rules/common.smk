@@ -16,13 +16,16 @@ from workflow_lib.config import ConfigError, dataset_splits, embedding_model, lo
 from workflow_lib.downloads import archive_path, fetched, split_paths, unpacked_dir
 from workflow_lib.downloads import members as archive_members
 from workflow_lib.grid import (
+    UNTRAINED,
     example_inputs,
     extrapolation_targets,
     metric_targets,
     model_targets,
+    perplexity_targets,
     perturbed_targets,
     report_figures,
     synonym_targets,
+    trained_objectives,
 )
 # A rule's `code` input, workflow_code("workflow_lib.<module>"): the files that `python -m <module>` runs (the
 # module and what it imports, found by a static scan), so editing one reruns the rule's jobs and what follows.
@@ -53,7 +56,8 @@ wildcard_constraints:
     tokenizer=_names(TOKENIZERS),
     eval_set=_names(EVAL_SETS),
     model=_names(MODELS),
-    objective=_names(config["objectives"]),
+    objective=_names([*config["objectives"], UNTRAINED]),
+    decoder=_names(config["decoders"]),
     synonyms="embedding|distributional|uniform|oracle",
     psynonyms="embedding|distributional|uniform|oracle|none",
     mode="augment|prefix",
@@ -86,9 +90,11 @@ localrules:
     tokenizer,
     prompts,
     collect_metrics,
+    contrasts,
     tables,
     figure,
     examples,
+    training_curves,
     simulation_summary,
 
 
@@ -215,7 +221,7 @@ def launch_args(wildcards):
 
 
 MODEL_DIR = f"results/models/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"
-SAMPLE_CONDITION = "{eval_set}/{tsynonyms}/{tstrategy}-{tintensity}-{smode}"
+SAMPLE_CONDITION = "{eval_set}/{decoder}/{tsynonyms}/{tstrategy}-{tintensity}-{smode}"
 
 
 def featuriser_id():
@@ -224,8 +230,27 @@ def featuriser_id():
     return name if name in ("minilm", "gpt2-large") else f"local-{os.path.basename(os.path.normpath(name))}"
 
 
+def model_source(wildcards):
+    """What a job loads: the trained model's folder, or for an untrained model its checkpoint (hub id or folder)."""
+    if wildcards.objective == UNTRAINED:
+        return MODELS[wildcards.model]["name"]
+    return MODEL_DIR.format(**wildcards)
+
+
+def model_input(wildcards):
+    """The model as a job input, when it is a file: a trained folder, or an untrained model's local folder."""
+    source = model_source(wildcards)
+    return {"model": source} if wildcards.objective != UNTRAINED or os.path.isdir(source) else {}
+
+
+def model_options(wildcards):
+    """--model, and --revision for an untrained hub model pinned to one."""
+    revision = MODELS[wildcards.model].get("revision") if wildcards.objective == UNTRAINED else None
+    return f"--model {model_source(wildcards)}" + (f" --revision {revision}" if revision else "")
+
+
 def sample_inputs(wildcards):
-    inputs = {"model": MODEL_DIR.format(**wildcards), "prompts": f"results/prompts/{wildcards.eval_set}.parquet"}
+    inputs = {**model_input(wildcards), "prompts": f"results/prompts/{wildcards.eval_set}.parquet"}
     if wildcards.tsynonyms != "none":
         tokenizer = MODELS[wildcards.model]["tokenizer"]
         inputs["synonyms"] = f"results/synonyms/{tokenizer}/{wildcards.dataset}/{wildcards.tsynonyms}.parquet"
@@ -234,6 +259,15 @@ def sample_inputs(wildcards):
 
 def sampling_settings(wildcards):
     return {**config["sampling"], "mode": wildcards.smode, "seed": config["seed"]}
+
+
+def decoder_settings(wildcards):
+    return config["decoders"][wildcards.decoder]
+
+
+def perplexity_settings(wildcards=None):
+    return {"batch_size": config["sampling"]["batch_size"], "precision": config["sampling"]["precision"],
+            "seed": config["seed"]}
 
 
 def test_perturbation(wildcards):
@@ -251,7 +285,7 @@ def evaluation_settings(wildcards=None):
     return {**config["evaluation"], "seed": config["seed"]}
 
 
-REPORT_TABLES = ["table1", "emo_brier", "strategies", "ablation"]
+REPORT_TABLES = ["table1", "metrics", "emo_brier", "strategies", "ablation"]
 
 
 def report_settings():
@@ -265,6 +299,8 @@ def report_settings():
 def token_targets():
     out = set()
     for exp in EXPERIMENTS.values():
+        if not trained_objectives(exp):  # untrained models only: nothing is trained on the train dataset
+            continue
         splits = dataset_splits(DATASETS[exp["train_dataset"]])
         for model in exp["models"]:
             for split in config["tokenize"]["splits"]:
@@ -277,7 +313,7 @@ def data_records():
     """The records of every split the study reads (train data and eval sets): the summary lists their sources."""
     out = set()
     for exp in EXPERIMENTS.values():
-        splits = dataset_splits(DATASETS[exp["train_dataset"]])
+        splits = dataset_splits(DATASETS[exp["train_dataset"]]) if trained_objectives(exp) else []
         out.update(f"results/data/{exp['train_dataset']}/{s}.json" for s in config["tokenize"]["splits"] if s in splits)
         out.update(f"results/data/{EVAL_SETS[es]['dataset']}/{EVAL_SETS[es]['split']}.json" for es in exp["eval_sets"])
     return sorted(out)
@@ -311,11 +347,20 @@ def simulation_summary_input():
 
 def all_targets():
     return (token_targets() + prompt_targets() + synonym_targets(config) + perturbed_targets(config)
-            + model_targets(config) + metric_targets(config) + extrapolation_targets(config) + report_targets()
-            + simulation_targets())
+            + model_targets(config) + metric_targets(config) + extrapolation_targets(config)
+            + perplexity_targets(config) + report_targets() + simulation_targets())
+
+
+def training_curve_targets():
+    """One training-curves figure per (model, dataset) that trains."""
+    return sorted({f"results/report/figures/training/{m.split('/')[2]}/{m.split('/')[3]}.png" for m in model_targets(config)})
+
+
+def training_curve_inputs(wildcards):
+    return [m for m in model_targets(config) if m.split("/")[2:4] == [wildcards.model, wildcards.dataset]]
 
 
 def report_targets():
     tables = [f"results/report/tables/{t}.md" for t in [*REPORT_TABLES, "examples"]]
     figures = [f"results/report/figures/{f}.png" for f in report_figures(config)]
-    return ["results/summary.md", *tables, *figures]
+    return ["results/summary.md", "results/report/contrasts.csv", *tables, *figures, *training_curve_targets()]

@@ -25,7 +25,9 @@ rule evaluate:
         human=lambda w: f"results/features/{featuriser_id()}/{w.eval_set}.npy",
         code=workflow_code("workflow_lib.metrics"),
     output:
-        f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json",
+        json=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json",
+        per_prompt=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.prompts.parquet",
+        curves=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.curves.parquet",
     params:
         settings=lambda w: as_json(evaluation_settings()),
     log:
@@ -37,7 +39,30 @@ rule evaluate:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.metrics evaluate --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.metrics evaluate --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} --curves {output.curves} 2> {log}"
+
+
+rule perplexity:
+    input:
+        unpack(model_input),
+        prompts="results/prompts/{eval_set}.parquet",
+        code=workflow_code("workflow_lib.perplexity"),
+    output:
+        json=f"results/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{{eval_set}}.json",
+        per_prompt=f"results/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{{eval_set}}.prompts.parquet",
+    params:
+        model=model_options,
+        settings=lambda w: as_json(perplexity_settings(w)),
+    log:
+        f"results/logs/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{{eval_set}}.log",
+    benchmark:
+        f"results/benchmarks/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{{eval_set}}.tsv"
+    resources:
+        gpu=config["evaluation"]["gpus"],
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.perplexity {params.model} --prompts {input.prompts} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} 2> {log}"
 
 
 rule extrapolation:
@@ -47,7 +72,9 @@ rule extrapolation:
     output:
         f"results/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json",
     params:
+        model=model_options,
         perturbation=lambda w: as_json(test_perturbation(w)),
+        decoder=lambda w: as_json(decoder_settings(w)),
         builtin=lambda w: as_json(extrapolation_params(w)["builtin"]),
         split=lambda w: extrapolation_params(w)["split"],
         settings=lambda w: as_json(extrapolation_params(w)["settings"]),
@@ -61,4 +88,4 @@ rule extrapolation:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.extrapolation --model {input.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --builtin {params.builtin:q} --split {params.split} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.extrapolation {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --builtin {params.builtin:q} --split {params.split} --settings {params.settings:q} --output {output} 2> {log}"

@@ -1,6 +1,6 @@
 rule collect_metrics:
     input:
-        metrics=metric_targets(config) + extrapolation_targets(config),
+        metrics=metric_targets(config) + extrapolation_targets(config) + perplexity_targets(config),
         code=workflow_code("workflow_lib.report"),
     output:
         "results/report/metrics.csv",
@@ -12,9 +12,29 @@ rule collect_metrics:
         "python -m workflow_lib.report collect --output {output} {input.metrics} 2> {log}"
 
 
+rule contrasts:
+    input:
+        # The metrics and perplexity JSON; their per-run and per-prompt sidecars are listed so that they are
+        # inputs too (contrasts reads them beside each JSON).
+        metrics=metric_targets(config) + perplexity_targets(config),
+        sidecars=[m.replace(".json", ".prompts.parquet") for m in metric_targets(config) + perplexity_targets(config)],
+        code=workflow_code("workflow_lib.contrasts"),
+    output:
+        "results/report/contrasts.csv",
+    params:
+        intensity=config["report"]["intensity"],
+    log:
+        "results/logs/report/contrasts.log",
+    conda:
+        "../envs/evaluate.yaml"
+    shell:
+        "python -m workflow_lib.contrasts --intensity {params.intensity} --output {output} {input.metrics} 2> {log}"
+
+
 rule tables:
     input:
         metrics="results/report/metrics.csv",
+        contrasts="results/report/contrasts.csv",
         simulation=simulation_summary_input(),
         data=data_records(),
         code=workflow_code("workflow_lib.report"),
@@ -34,7 +54,7 @@ rule tables:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} --data {input.data} 2> {log}"
+        "python -m workflow_lib.report tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} --data {input.data} --contrasts {input.contrasts} 2> {log}"
 
 
 rule figure:
@@ -71,3 +91,19 @@ rule examples:
         "../envs/evaluate.yaml"
     shell:
         "python -m workflow_lib.report examples --prompts {input.prompts} --stem results/report/tables/examples {input.samples} 2> {log}"
+
+
+rule training_curves:
+    input:
+        models=training_curve_inputs,
+        code=workflow_code("workflow_lib.report"),
+    output:
+        png=report("results/report/figures/training/{model}/{dataset}.png", caption="../report/training.rst",
+                   category="Training curves", labels={"model": "{model}", "dataset": "{dataset}"}),
+        pdf="results/report/figures/training/{model}/{dataset}.pdf",
+    log:
+        "results/logs/report/training_{model}_{dataset}.log",
+    conda:
+        "../envs/evaluate.yaml"
+    shell:
+        "python -m workflow_lib.report curves --stem results/report/figures/training/{wildcards.model}/{wildcards.dataset} {input.models} 2> {log}"

@@ -5,7 +5,9 @@ rule sample:
     output:
         f"results/samples/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.parquet",
     params:
+        model=model_options,
         perturbation=lambda w: as_json(test_perturbation(w)),
+        decoder=lambda w: as_json(decoder_settings(w)),
         settings=lambda w: as_json(sampling_settings(w)),
         synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
     log:
@@ -18,4 +20,4 @@ rule sample:
     conda:
         "../envs/train.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.sampling --model {input.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.sampling {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --settings {params.settings:q} --output {output} 2> {log}"

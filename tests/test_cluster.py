@@ -36,7 +36,7 @@ SLURM_ARGS = [
 ]
 # Which partition the profile sends each rule to, given the two variables below.
 PARTITION_ENV = {"PERTURBED_LM_PARTITION": "cpu", "PERTURBED_LM_GPU_PARTITION": "gpu"}
-GPU_PARTITION_RULES = {"train", "sample", "features", "evaluate", "extrapolation"}
+GPU_PARTITION_RULES = {"train", "sample", "features", "evaluate", "perplexity", "extrapolation"}
 
 
 def slurm_available() -> bool:
@@ -138,7 +138,7 @@ def test_tiny_study_runs_end_to_end_through_the_slurm_profile(failed_then_fixed)
     # Every job but the local rules went through sbatch, to the partition the profile names for its rule.
     submitted = {**slurm_jobs(first.stdout + first.stderr), **slurm_jobs(rerun.stdout + rerun.stderr)}
     rules = {re.match(r"rule_(\w+?)_wildcards", comment).group(1): partition for comment, partition in submitted.items()}
-    assert set(rules) == {"tokenize", "perturb", "features", "train", "sample", "evaluate", "extrapolation"}
+    assert set(rules) == {"tokenize", "perturb", "features", "train", "sample", "evaluate", "perplexity", "extrapolation"}
     for rule, partition in rules.items():
         assert partition == ("gpu" if rule in GPU_PARTITION_RULES else "cpu"), (rule, partition)
     print(f"failing run + rerun on SLURM: {seconds:.0f} s")

@@ -243,3 +243,28 @@ def test_url_datasets_need_no_local_file_and_name_their_downloads():
     assert list(fetched(datasets["wp"])) == ["writingPrompts.tar.gz"]
     assert split_paths("wp", datasets["wp"], "test") == ["results/downloads/wp/unpacked/writingPrompts/test.wp_source",
                                                          "results/downloads/wp/unpacked/writingPrompts/test.wp_target"]
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda c: c["sampling"].update(top_p=0.9), "config key sampling.top_p: decoding settings are now named decoders"),
+    (lambda c: c["experiments"]["main"].update(decoders=["greedy"]), "experiments.main.decoders[0]: unknown decoder 'greedy'"),
+    (lambda c: c.update(decoders={"unbiased": {"top_k": 40}}), "decoders.unbiased: the name is reserved"),
+    (lambda c: c.update(decoders={"hot": {"temperature": 0}}), "decoders.hot.temperature"),
+    (lambda c: c["experiments"]["main"].update(objectives=["untrained"]),
+     "experiments.main.objectives[0]: 'untrained' evaluates a pretrained model as it is, but model 'tiny' is source: scratch"),
+    (lambda c: c.update(objectives={"untrained": {"loss": "mle"}}), "objectives.untrained: the name is reserved"),
+])
+def test_decoders_and_untrained_models_are_checked_before_any_job(change, expected):
+    config = tiny_config()
+    change(config)
+    assert expected in error_of(config)
+
+
+def test_decoders_are_named_and_unbiased_is_predefined():
+    config = tiny_config()
+    config["decoders"] = {"top-p-0.9": {"top_p": 0.9}}
+    config["experiments"]["main"]["decoders"] = ["unbiased", "top-p-0.9"]
+    filled = check(config)
+    assert filled["decoders"]["unbiased"] == {}
+    assert filled["decoders"]["top-p-0.9"] == {"top_p": 0.9, "top_k": 0, "temperature": 1.0, "typical_p": 1.0}
+    assert check(tiny_config())["experiments"]["main"]["decoders"] == ["unbiased"]

@@ -75,7 +75,7 @@ def test_adding_an_intensity_plans_only_that_intensity(study):
     config = study_config()
     config["experiments"]["sweep"]["train_perturbation"]["intensities"] = [0, 0.1, 0.2]
     jobs = plan_after(study, config)
-    assert sorted(job.rule for job in jobs) == ["evaluate", "extrapolation", "perturb", "sample", "train"]
+    assert sorted(job.rule for job in jobs) == ["evaluate", "extrapolation", "perplexity", "perturb", "sample", "train"]
     assert all("/insertion-0.2/" in job.outputs[0] for job in jobs), [job.outputs for job in jobs]
 
 
@@ -83,7 +83,7 @@ def test_changing_an_objectives_hyperparameter_reruns_only_its_trainings_and_wha
     config = study_config()
     config["objectives"] = {"mixce": {"loss": "mixce", "eta": 0.7}}  # predefined: 0.5
     jobs = plan_after(study, config)
-    assert sorted(job.rule for job in jobs) == ["evaluate", "extrapolation", "sample", "train"]
+    assert sorted(job.rule for job in jobs) == ["evaluate", "extrapolation", "perplexity", "sample", "train"]
     assert all("/mixce/" in job.outputs[0] for job in jobs)
     trained = {str(p.relative_to(study[1])) for p in (study[1] / "results/models").glob("tiny/synthetic/mixce/*/*/*/*")}
     assert {job.outputs[0] for job in jobs if job.rule == "train"} == trained

@@ -1,14 +1,27 @@
-"""MAUVE and ROUGE-1 as the evaluation computes them."""
+"""MAUVE (with its clustering-seed variance), ROUGE, diversity and provenance as the evaluation computes them."""
 
 from __future__ import annotations
 
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from workflow_lib.metrics import evaluate, featurize, mauve_score, mean_2se, rouge1_f
+from workflow_lib import metrics
+from workflow_lib.cli import StageError
+from workflow_lib.metrics import evaluate, featurize, mauve_buckets, mauve_score, mean_2se, rouge_f, variance_split
+from workflow_lib.provenance import provenance
 
 MAUVE = {"num_buckets": "auto", "kmeans_num_redo": 2, "kmeans_max_iter": 100, "discretization": 25, "scaling": 5}
+FAST_MAUVE = {"num_buckets": "auto", "kmeans_num_redo": 1, "kmeans_max_iter": 20, "discretization": 25, "scaling": 5,
+              "kmeans_seeds": 2}
 
 
 def test_mauve_is_one_for_a_set_against_itself_and_low_for_unrelated_sets():
@@ -21,16 +34,62 @@ def test_mauve_is_one_for_a_set_against_itself_and_low_for_unrelated_sets():
     assert mauve_score(p, far, MAUVE, seed=1) < 0.1
 
 
-def test_rouge1_on_known_strings():
-    f = rouge1_f(["the cat sat on the mat", "a b c"], ["the cat ran", "x y z"])
+def test_num_buckets_auto_is_n_over_10_capped_and_an_explicit_value_is_kept(caplog):
+    auto = {"num_buckets": "auto"}
+    assert mauve_buckets(1000, 1000, auto) == 100
+    assert mauve_buckets(1000, 350, auto) == 35  # the smaller side counts
+    assert mauve_buckets(10, 10, auto) == 2
+    assert mauve_buckets(10_000, 10_000, auto) == 500  # the default cap
+    assert mauve_buckets(10_000, 10_000, auto | {"max_buckets": 300}) == 300
+    with caplog.at_level(logging.WARNING, logger="workflow_lib.metrics"):
+        assert mauve_buckets(10_000, 10_000, {"num_buckets": 800}) == 800
+    assert "above max_buckets" in caplog.text
+
+
+def test_variance_split_is_the_law_of_total_variance():
+    scores = np.array([[0.90, 0.92, 0.91], [0.80, 0.86, 0.83]])
+    split = variance_split(scores)
+    assert split["sampling"] + split["clustering"] == pytest.approx(split["total"], rel=1e-12)
+    assert split["total"] == pytest.approx(scores.var())
+    assert split["sampling"] == pytest.approx(np.var([0.91, 0.83]))  # the run means
+    assert split["clustering"] == pytest.approx(np.mean([np.var([0.90, 0.92, 0.91]), np.var([0.80, 0.86, 0.83])]))
+    assert 0 <= split["clustering_share"] <= 1
+    one_seed = variance_split(scores[:, :1])
+    assert one_seed["clustering"] == 0 and one_seed["clustering_share"] == 0
+    assert variance_split(np.full((3, 2), 0.5))["clustering_share"] is None
+
+
+def test_rouge_on_known_strings_matches_rouge_score():
+    from rouge_score import rouge_scorer
+
+    predictions = ["the cat sat on the mat", "a b c", "the dog sat on a log"]
+    references = ["the cat ran", "x y z", "a dog sat on the log"]
+    f = rouge_f(predictions, references)
     # unigram overlap 2 ("the", "cat"): precision 2/6, recall 2/3 -> F = 2PR/(P+R) = 4/9
-    assert f[0] == pytest.approx(4 / 9) and f[1] == 0.0
+    assert f["rouge1"][0] == pytest.approx(4 / 9) and f["rouge1"][1] == 0.0
+    # "dog sat on" + "log": bigrams "dog sat", "sat on" of 5 and 5; LCS "dog sat on log" 4 of 6 and 6
+    assert f["rouge2"][2] == pytest.approx(2 / 5) and f["rougeL"][2] == pytest.approx(4 / 6)
+    for name in ("rouge1", "rouge2", "rougeL"):
+        scorer = rouge_scorer.RougeScorer([name])
+        assert f[name].tolist() == [scorer.score(r, p)[name].fmeasure for p, r in zip(predictions, references)]
 
 
 def test_mean_2se():
     mean, se = mean_2se([1.0, 2.0, 3.0])
     assert mean == 2.0 and se == pytest.approx(2 * 1.0 / np.sqrt(3))
     assert mean_2se([0.5]) == (0.5, None)
+
+
+def test_provenance_names_the_commit_the_versions_and_the_settings():
+    record = provenance({"seed": 1, "mauve": {"kmeans_seeds": 5}}, "minilm")
+    if (Path(__file__).resolve().parent.parent / ".git").exists():
+        assert re.fullmatch(r"[0-9a-f]{40}", record["git_commit"]) and isinstance(record["git_dirty"], bool)
+    else:  # a copy without its history (an unpacked archive): nothing to name
+        assert record["git_commit"] is None and record["git_dirty"] is None
+    assert set(record["versions"]) == {"python", "torch", "transformers", "mauve-text", "rouge-score", "workflow"}
+    assert record["versions"]["mauve-text"] and record["versions"]["workflow"] and record["featuriser"] == "minilm"
+    assert record["settings_sha256"] == provenance({"mauve": {"kmeans_seeds": 5}, "seed": 1})["settings_sha256"]
+    assert record["settings_sha256"] != provenance({"seed": 1, "mauve": {"kmeans_seeds": 4}})["settings_sha256"]
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +110,108 @@ def test_minilm_features_separate_text_from_noise(texts):
     assert mauve_score(fe, fe, MAUVE, 1) > 0.99 and mauve_score(fe, fn, MAUVE, 1) < 0.2
 
 
+def settings_for(mauve: dict) -> dict:
+    return {"featuriser": "minilm", "max_text_length": 64, "feature_batch_size": 16, "rouge_include_prefix": True,
+            "mauve": mauve, "seed": 3}
+
+
 def test_evaluate_reports_per_run_scores(texts):
     english, _ = texts
     prompts = pa.table({"prompt_id": list(range(60)), "prefix": [t[:12] for t in english], "reference": english})
     samples = pa.table({"prompt_id": list(range(60)) * 2, "run": [0] * 60 + [1] * 60,
                         "text": [t[12:] for t in english] * 2})
-    settings = {"featuriser": "minilm", "max_text_length": 64, "feature_batch_size": 16, "rouge_include_prefix": True, "mauve": MAUVE}
-    result = evaluate(samples, prompts, featurize(english, "minilm", 64), settings, seed=3)
+    no_seeds_key = {k: v for k, v in FAST_MAUVE.items() if k != "kmeans_seeds"}  # an old settings dict
+    result, _, _ = evaluate(samples, prompts, featurize(english, "minilm", 64), settings_for(no_seeds_key), seed=3)
     assert result["runs"] == 2 and len(result["mauve"]) == 2 and result["prompts"] == 60
     assert result["mauve_mean"] > 0.99 and result["rouge1_mean"] == pytest.approx(1.0)
+    assert result["rouge2_mean"] == pytest.approx(1.0) and result["rougeL_mean"] == pytest.approx(1.0)
+    assert result["kmeans_seeds"] == [3, 4, 5, 6, 7] and np.shape(result["mauve_by_seed"]) == (2, 5)  # default 5 seeds
+
+
+@pytest.fixture(scope="module")
+def cli_outputs(texts, tmp_path_factory):
+    """The evaluate CLI on 40 prompts x 2 runs that differ: run 0 repeats one 4-gram loop, run 1 does not."""
+    english, noise = texts
+    n = 40
+    folder = tmp_path_factory.mktemp("evaluate")
+    prompts = pa.table({"prompt_id": pa.array(range(100, 100 + n), pa.int64()), "prefix": [t[:12] for t in english[:n]],
+                        "reference": english[:n]})
+    loop, fresh = [1, 2, 3, 4] * 3, list(range(10, 22))
+    order = [1, 0] * n  # runs interleaved: the outputs must not depend on the row order
+    samples = pa.table({
+        "prompt_id": pa.array(np.repeat(np.arange(100, 100 + n), 2), pa.int64()),
+        "run": pa.array(order, pa.int32()),
+        "continuation_ids": pa.array([fresh if r else loop for r in order], pa.list_(pa.int32())),
+        "text": [english[i // 2][12:] if r == 0 else english[i // 2][12:40] + noise[i // 2][:10]
+                 for i, r in enumerate(order)],
+    })
+    pq.write_table(prompts, folder / "prompts.parquet")
+    pq.write_table(samples, folder / "samples.parquet")
+    np.save(folder / "human.npy", featurize(english[:n], "minilm", 64))
+    out = {name: folder / name for name in ("metrics.json", "curves.parquet", "per_prompt.parquet")}
+    argv = ["metrics", "evaluate", "--samples", str(folder / "samples.parquet"), "--prompts", str(folder / "prompts.parquet"),
+            "--human-features", str(folder / "human.npy"), "--settings", json.dumps(settings_for(FAST_MAUVE)),
+            "--output", str(out["metrics.json"]), "--curves", str(out["curves.parquet"]),
+            "--per-prompt", str(out["per_prompt.parquet"])]
+    saved, sys.argv = sys.argv, argv
+    try:
+        metrics.main()
+    finally:
+        sys.argv = saved
+    return (json.loads(out["metrics.json"].read_text()), pq.read_table(out["curves.parquet"]),
+            pq.read_table(out["per_prompt.parquet"]))
+
+
+def test_evaluate_splits_mauve_variance_over_runs_and_clustering_seeds(cli_outputs):
+    result, _, _ = cli_outputs
+    by_seed = np.array(result["mauve_by_seed"])
+    assert by_seed.shape == (2, 2) and result["kmeans_seeds"] == [3, 4] and result["run_ids"] == [0, 1]
+    assert result["mauve"] == pytest.approx(by_seed.mean(axis=1).tolist(), abs=1e-15)
+    assert result["mauve_mean"] == pytest.approx(by_seed.mean()) and result["mauve_2se"] is not None
+    split = result["mauve_variance"]
+    assert split["sampling"] + split["clustering"] == pytest.approx(split["total"], rel=1e-9, abs=1e-15)
+    assert split["total"] == pytest.approx(by_seed.var()) and 0 <= split["clustering_share"] <= 1
+    assert result["num_buckets"] == 4  # 40 per side / 10
+    assert result["mauve"][0] > result["mauve"][1]  # run 0 is the human text itself
+
+
+def test_evaluate_writes_every_divergence_curve(cli_outputs):
+    result, curves, _ = cli_outputs
+    points = FAST_MAUVE["discretization"] + 2  # mauve-text adds the two extreme points
+    assert curves.num_rows == 2 * 2 * points
+    assert {f.name: str(f.type) for f in curves.schema} == {"run": "int64", "kmeans_seed": "int64", "point": "int64",
+                                                            "x": "double", "y": "double"}
+    assert sorted(set(zip(curves["run"].to_pylist(), curves["kmeans_seed"].to_pylist()))) == [(0, 3), (0, 4), (1, 3), (1, 4)]
+
+
+def test_evaluate_per_prompt_rouge_matches_the_run_means(cli_outputs):
+    result, _, per_prompt = cli_outputs
+    assert per_prompt.column_names == ["prompt_id", "run", "rouge1", "rouge2", "rougeL"]
+    assert str(per_prompt.schema.field("prompt_id").type) == "int64" and str(per_prompt.schema.field("run").type) == "int64"
+    keys = list(zip(per_prompt["prompt_id"].to_pylist(), per_prompt["run"].to_pylist()))
+    assert keys == sorted(keys) and len(keys) == 80
+    run = per_prompt["run"].to_numpy()
+    for name in ("rouge1", "rouge2", "rougeL"):
+        assert [per_prompt[name].to_numpy()[run == r].mean() for r in (0, 1)] == pytest.approx(result[name], abs=1e-12)
+        assert result[f"{name}_mean"] == pytest.approx(np.mean(result[name]))
+    assert result["rouge1"][0] == pytest.approx(1.0) and result["rouge1"][1] < 1
+
+
+def test_evaluate_reports_diversity_from_token_ids_and_provenance(cli_outputs):
+    result, _, _ = cli_outputs
+    assert result["repetition"] == [1.0, 0.0] and result["rep_4"] == pytest.approx([1 - 4 / 9, 0.0])
+    assert result["distinct_1"] == pytest.approx([4 / 480, 12 / 480])  # run 0: ids 1-4; run 1: ids 10-21, 40 x 12 tokens
+    for name in ("distinct_1", "distinct_2", "distinct_3", "distinct_4", "repetition", "rep_4"):
+        assert len(result[name]) == 2 and f"{name}_mean" in result and f"{name}_2se" in result
+    assert result["provenance"]["featuriser"] == "minilm" and len(result["provenance"]["settings_sha256"]) == 64
+
+
+def test_non_finite_mauve_stops_the_evaluation(texts, monkeypatch):
+    english, _ = texts
+    prompts = pa.table({"prompt_id": list(range(20)), "prefix": [t[:12] for t in english[:20]], "reference": english[:20]})
+    samples = pa.table({"prompt_id": list(range(20)), "run": [0] * 20, "text": [t[12:] for t in english[:20]]})
+    monkeypatch.setattr(metrics, "featurize", lambda texts, *a, **k: np.ones((len(texts), 4), dtype=np.float32))
+    monkeypatch.setattr(metrics, "mauve_result", lambda *a, **k: SimpleNamespace(
+        mauve=float("nan"), num_buckets=2, divergence_curve=np.zeros((27, 2))))
+    with pytest.raises(StageError, match="MAUVE is not finite"):
+        evaluate(samples, prompts, np.ones((20, 4), dtype=np.float32), settings_for(FAST_MAUVE), seed=1)

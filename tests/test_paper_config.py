@@ -23,7 +23,7 @@ pytestmark = pytest.mark.workflow
 
 PAPER = REPO / "configs/paper.yaml"
 PLAN_SECONDS = 10
-REPORT_RULES = {"collect_metrics", "tables", "figure", "examples", "all"}  # the report stage's: counted loosely
+REPORT_RULES = {"collect_metrics", "contrasts", "tables", "figure", "examples", "training_curves", "all"}  # the report stage's: counted loosely
 BUILTIN_SPLITS = ("train", "validation", "test", "ood")
 
 
@@ -72,26 +72,37 @@ def expected_jobs(config: dict) -> dict[str, int]:
                 grid.get("synonyms", ["distributional"]), grid.get("modes", ["exact"])):
             yield ("none", "none", 0.0, "exact") if alpha == 0 else (source, strategy, float(alpha), mode)
 
-    downloads, tokenizer_jobs, tokenized, prompts, synonyms, perturbed, trained, sampled = (set() for _ in range(8))
+    downloads, tokenizer_jobs, tokenized, prompts, synonyms, perturbed, trained, sampled, perplexity = (
+        set() for _ in range(9))
+    baseline = ("none", "augment", "none", 0.0)
     for exp in config["experiments"].values():
         data = exp["train_dataset"]
+        trains = any(o != "untrained" for o in exp.get("objectives", ["mle"]))
         for model, objective, train, run_seed in itertools.product(
                 exp["models"], exp.get("objectives", ["mle"]), train_conditions(exp), exp.get("seeds", [seed])):
+            untrained = objective == "untrained"  # evaluated as it is: one (baseline-named) condition, no training
+            if untrained and train != baseline:
+                continue
             tokenizer = models[model]["tokenizer"]
-            tokenizer_jobs.add(tokenizer)
-            if tokenizers[tokenizer]["source"] == "train":
-                downloads.add((tokenizers[tokenizer]["dataset"], "train"))
-            for split in set(tokenize_splits) & set(splits(datasets[data])):
-                tokenized.add((tokenizer, data, split))
-                downloads.add((data, split))
-            perturbed.add((tokenizer, data, train, run_seed))
-            trained.add((model, data, objective, train, run_seed))
+            if trains:
+                tokenizer_jobs.add(tokenizer)
+                if tokenizers[tokenizer]["source"] == "train":
+                    downloads.add((tokenizers[tokenizer]["dataset"], "train"))
+                for split in set(tokenize_splits) & set(splits(datasets[data])):
+                    tokenized.add((tokenizer, data, split))
+                    downloads.add((data, split))
+            if not untrained:
+                perturbed.add((tokenizer, data, train, run_seed))
+                trained.add((model, data, objective, train, run_seed))
             for axis in ("train_perturbation", "test_perturbation"):
                 grid = exp.get(axis, {})
                 if any(alpha > 0 for alpha in grid.get("intensities", [0])):
                     synonyms.update((tokenizer, data, s) for s in grid.get("synonyms", ["distributional"]))
-            for eval_set, test in itertools.product(exp["eval_sets"], test_conditions(exp)):
-                sampled.add((model, data, objective, train, run_seed, eval_set, test))
+                    tokenizer_jobs.add(tokenizer)
+            for eval_set, decoder, test in itertools.product(exp["eval_sets"], exp.get("decoders", ["unbiased"]),
+                                                             test_conditions(exp)):
+                sampled.add((model, data, objective, train, run_seed, eval_set, decoder, test))
+                perplexity.add((model, data, objective, train, run_seed, eval_set))
                 prompts.add(eval_set)
                 downloads.add((eval_sets[eval_set]["dataset"], eval_sets[eval_set]["split"]))
     builtin = {es for es in prompts if datasets[eval_sets[es]["dataset"]]["source"] == "builtin"}
@@ -109,7 +120,7 @@ def expected_jobs(config: dict) -> dict[str, int]:
     counts = {
         "fetch": len(fetches), "unpack": len(unpacks), "download": len(downloads), "tokenizer": len(tokenizer_jobs), "tokenize": len(tokenized),
         "prompts": len(prompts), "features": len(prompts), "synonyms": len(synonyms), "perturb": len(perturbed),
-        "train": len(trained), "sample": len(sampled), "evaluate": len(sampled),
+        "train": len(trained), "sample": len(sampled), "evaluate": len(sampled), "perplexity": len(perplexity),
         "extrapolation": sum(1 for job in sampled if job[5] in builtin),
     }
     simulation = config.get("simulation", {})
@@ -137,8 +148,9 @@ def test_paper_config_holds_the_papers_study(paper):
     assert paper["sampling"]["runs"] == 20 and paper["evaluation"]["featuriser"] == "gpt2-large"
     assert paper["simulation"] == {"enabled": True, "replications": 100}
     experiments = paper["experiments"]
-    assert set(experiments["table1"]["objectives"]) == set(experiments["table1-perturbed"]["objectives"]) == {
-        "mle", "mixce", "tvd", "brier", "emo"}
+    assert set(experiments["table1-perturbed"]["objectives"]) == {"mle", "mixce", "tvd", "brier", "emo"}
+    assert set(experiments["table1"]["objectives"]) == {"untrained", "mle", "mixce", "tvd", "brier", "emo"}  # + zero-shot
+    assert paper["evaluation"]["mauve"]["kmeans_seeds"] == 5
     perturbed = experiments["table1-perturbed"]["train_perturbation"]
     assert (perturbed["strategies"], perturbed["intensities"], perturbed["modes"], perturbed["copies"]) == (
         ["insertion"], [0.025], ["augment"], 1)
@@ -181,7 +193,7 @@ def test_paper_config_plans_offline_in_seconds_with_the_expected_jobs(paper_work
 def test_paper_config_requests_gpus_and_multi_gpu_training(paper_workdir):
     """GPT-Neo trains on 4 GPUs: the job's gpu resource and accelerate's --multi_gpu follow from one setting."""
     neo = "results/models/gpt-neo-1.3b/wikitext2/mle/none/augment-m1/none-0/seed42"
-    gpt2 = "results/samples/gpt2/wikitext2/mle/none/augment-m1/none-0/seed42/webtext/none/none-0-exact.parquet"
+    gpt2 = "results/samples/gpt2/wikitext2/mle/none/augment-m1/none-0/seed42/webtext/unbiased/none/none-0-exact.parquet"
     result, _ = dry_run(paper_workdir, "--printshellcmds", neo, gpt2)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]

@@ -10,7 +10,7 @@ import torch
 from scipy import stats
 
 from workflow_lib.perturb import SynonymTable, perturb
-from workflow_lib.sampling import draw, generate, sample_cached, sample_exact
+from workflow_lib.sampling import decoded_probs, draw, generate, sample_cached, sample_exact
 
 V = 8
 SPECIAL = 0  # pad / end of text
@@ -76,12 +76,30 @@ def test_exact_insertion_samples_the_mixture_estimated_from_the_perturber():
     assert stats.chisquare(counts[support], plain[support] / plain[support].sum() * counts[support].sum()).pvalue < 1e-6
 
 
-def test_draw_is_inverse_cdf_and_respects_top_k_top_p():
-    logits = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]]))
+def test_draw_is_inverse_cdf_and_respects_every_decoder():
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]])).expand(5, 4)
     u = torch.tensor([0.05, 0.15, 0.35, 0.65, 0.95])
-    assert draw(logits.expand(5, 4), u).tolist() == [0, 1, 2, 3, 3]
-    assert set(draw(logits.expand(5, 4), u, top_k=2).tolist()) <= {2, 3}
-    assert set(draw(logits.expand(5, 4), u, top_p=0.5).tolist()) <= {2, 3}
+    assert draw(logits, u).tolist() == [0, 1, 2, 3, 3]
+    assert draw(logits, u, {"top_k": 2}).tolist() == [2, 2, 2, 3, 3]  # 0.3 / 0.7 below 0.35
+    assert draw(logits, u, {"top_k": 1}).tolist() == [3] * 5  # top-1 is greedy
+    assert set(draw(logits, u, {"top_p": 0.5}).tolist()) <= {2, 3}
+    # Typical sampling keeps the tokens whose surprisal is nearest the entropy (1.28 nats): 0.3 (1.20) and 0.2 (1.61).
+    assert set(draw(logits, u, {"typical_p": 0.5}).tolist()) == {1, 2}
+    # A low temperature sharpens towards the mode; a high one flattens towards uniform.
+    cold, hot = decoded_probs(logits[:1], {"temperature": 0.25})[0], decoded_probs(logits[:1], {"temperature": 4.0})[0]
+    assert cold[3] > 0.6 and (hot.max() - hot.min()) < 0.1 and torch.isclose(cold.sum(), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_neutral_decoder_settings_draw_what_unbiased_draws(tiny_lm):
+    """At temperature 1, top_p 1, top_k 0 and typical_p 1 are the law itself: the same samples as `unbiased`."""
+    model, tokenizer, table = tiny_lm
+    args = (model, tokenizer, [" the cat", " a dog"], np.array([3, 8]), 4, 6, {"strategy": "insertion", "intensity": 0.3},
+            table)
+    unbiased = generate(*args, seed=2)["continuation_ids"]
+    neutral = generate(*args, seed=2, decoder={"temperature": 1.0, "top_p": 1.0, "top_k": 0, "typical_p": 1.0})
+    np.testing.assert_array_equal(unbiased, neutral["continuation_ids"])
+    greedy = generate(*args, seed=2, decoder={"top_k": 1})["continuation_ids"]
+    assert not np.array_equal(greedy, unbiased)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -162,15 +163,15 @@ def test_sampling_and_evaluation_chain_reuses_human_features(workdir):
     result = snakemake(workdir)
     assert result.returncode == 0, result.stderr
     metrics = sorted((workdir / "results/metrics").rglob("*.json"))
-    names = sorted(f"{m.parent.parent.name}/{m.parent.name}/{m.name}" for m in metrics)
-    assert names == sorted(f"{es}/{c}" for es in ("syn-ood", "syn-test")
+    names = sorted("/".join(m.parts[-4:]) for m in metrics)
+    assert names == sorted(f"{es}/unbiased/{c}" for es in ("syn-ood", "syn-test")
                            for c in ("none/none-0-exact.json", "oracle/insertion-0.2-exact.json", "oracle/insertion-0.2-cached.json"))
     report = json.loads(metrics[0].read_text())
     assert report["runs"] == 2 and len(report["mauve"]) == 2 and 0 <= report["mauve_mean"] <= 1
     assert 0 < report["rouge1_mean"] <= 1 and report["featuriser"] == "minilm"
     samples = pq.read_table(next((workdir / "results/samples").rglob("insertion-0.2-cached.parquet"))).to_pylist()
     assert len(samples) == 2 * 10 and all(len(s["continuation_ids"]) == 8 for s in samples)
-    tv = json.loads(next((workdir / "results/extrapolation").rglob("syn-ood/oracle/insertion-0.2-exact.json")).read_text())
+    tv = json.loads(next((workdir / "results/extrapolation").rglob("syn-ood/unbiased/oracle/insertion-0.2-exact.json")).read_text())
     assert tv["law"] == "ood" and 0 < tv["tv_mean"] <= 1 and tv["prefixes"] > 0 and tv["draws"] == 8
     features = sorted((workdir / "results/features/minilm").glob("*.npy"))
     assert [f.name for f in features] == ["syn-ood.npy", "syn-test.npy"]
@@ -181,12 +182,16 @@ def test_sampling_and_evaluation_chain_reuses_human_features(workdir):
     plan = snakemake(workdir, "-n")
     assert plan.returncode == 0, plan.stdout + plan.stderr
     planned = planned_rules(plan.stdout + plan.stderr)
-    assert {"sample", "evaluate"} <= planned and not planned & {"features", "train", "extrapolation"}
+    assert {"sample", "evaluate"} <= planned and not planned & {"features", "train", "extrapolation", "perplexity"}
 
 
 def test_report_builds_on_a_tiny_config(workdir):
     config = tiny_config()
     config["experiments"]["main"]["train_perturbation"] = {"intensities": [0, 0.2], "synonyms": ["oracle"]}
+    # MLE again under another name: its paired contrasts compare a condition with itself, so they must include 0.
+    config["objectives"] = {"mle-again": {"loss": "mle"}}
+    config["experiments"]["same"] = {"models": ["tiny"], "train_dataset": "synthetic", "eval_sets": ["syn-test"],
+                                     "objectives": ["mle-again"]}
     config["experiments"]["main"]["test_perturbation"] = {"intensities": [0, 0.2], "synonyms": ["oracle"]}
     config["report"] = {"intensity": 0.2}
     config["simulation"] = {"enabled": True, "vocab_sizes": [6], "intensities": [0, 0.5], "replications": 2,
@@ -206,6 +211,16 @@ def test_report_builds_on_a_tiny_config(workdir):
     summary = (workdir / "results/summary.md").read_text()
     assert "## Headline table" in summary and "No model and eval set of this study is one of the paper's" in summary
     assert "## Simulation study" in summary and "| 6 | oracle | 0.5 | 2 |" in summary
+    contrasts = pl.read_csv(workdir / "results/report/contrasts.csv")
+    same = contrasts.filter(pl.col("family") == "objective")
+    assert same.height > 0 and (same["objective"] == "mle-again").all()
+    assert (same["difference"] == 0).all() and (same["low"] <= 0).all() and (same["high"] >= 0).all()
+    assert not same["significant"].any()
+    # Built to differ: training on 20% inserted oracle synonyms changes the model's perplexity on human text.
+    ppl = contrasts.filter((pl.col("family") == "perturbation") & (pl.col("metric") == "perplexity"))
+    assert ppl.height == 2 and ppl["significant"].all() and ((ppl["high"] < 0) | (ppl["low"] > 0)).all()
+    assert "## Paired comparisons" in summary and "✱" in summary and summary.startswith("# Summary of the study\n\n## Provenance")
+    assert (workdir / "results/report/figures/training/tiny/synthetic.png").stat().st_size > 5000
     data = summary.split("## Data\n", 1)[1]  # every split the study read, with its source
     for split in ("train", "validation", "test", "ood"):
         assert f"**synthetic/{split}** (recipe raw, cleaning none)" in data
@@ -215,7 +230,8 @@ def test_report_builds_on_a_tiny_config(workdir):
     assert "ERROR/" not in html.stderr, html.stderr  # docutils errors in a caption
     page = (workdir / "results/report.html").read_text()
     assert len(page) > 10000
-    for caption in ("Summary", "Tables", "Figures", "Simulation", "figure.png", "simulation study (paper Section 4)"):
+    for caption in ("Summary", "Tables", "Figures", "Simulation", "figure.png", "simulation study (paper Section 4)",
+                    "Training curves"):
         assert caption in page, caption
 
 
@@ -258,7 +274,7 @@ def test_hub_families_train_sample_and_evaluate(workdir):
             with open(model / "train_log.csv") as handle:
                 losses = np.array([float(r["loss"]) for r in csv.DictReader(handle)])
             assert np.isfinite(losses).all() and losses[-3:].mean() < losses[:3].mean() - 0.1, (family, objective, losses)
-            run = f"{family}/synthetic/{objective}/{condition}/syn-test/embedding/insertion-0.1-exact"
+            run = f"{family}/synthetic/{objective}/{condition}/syn-test/unbiased/embedding/insertion-0.1-exact"
             metrics = json.loads((workdir / "results/metrics" / f"{run}.json").read_text())
             assert np.isfinite(metrics["mauve"]).all() and 0 < metrics["mauve_mean"] <= 1 + 1e-9, (family, objective)
             assert 0 < metrics["rouge1_mean"] <= 1

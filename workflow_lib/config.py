@@ -24,6 +24,8 @@ PREDEFINED_OBJECTIVES = {
     "tvd": {"loss": "tvd", "gamma": 0.5, "min_weight": 0.2, "mix": 0.5},
     "emo": {"loss": "emo"},
 }
+UNTRAINED = "untrained"  # an experiment's objective that evaluates the pretrained model as it is: no training job
+PREDEFINED_DECODERS = {"unbiased": {}}  # ancestral sampling from the model's law: the paper's
 FEATURISERS = ("minilm", "gpt2-large")  # by name; anything else is a local model folder
 # GPT2Config keys the workflow sets from the tokenizer: a user's value would be overwritten or clash.
 SET_FROM_TOKENIZER = ("vocab_size", "bos_token_id", "eos_token_id")
@@ -85,6 +87,12 @@ def check_schema(config: dict, schema: dict | None = None) -> None:
     """Raise ConfigError naming the offending key if the config violates the schema."""
     import jsonschema
     from jsonschema.exceptions import best_match
+
+    moved = sorted(set(config.get("sampling") or {}) & {"top_k", "top_p", "temperature"})
+    if moved:
+        raise ConfigError(f"config key sampling.{moved[0]}: decoding settings are now named decoders, an axis of each "
+                          "experiment: define e.g. `decoders: {top-p-0.9: {top_p: 0.9}}` and list it in "
+                          "`experiments.<name>.decoders` (default [unbiased])")
 
     schema = schema or load_schema()
     validator = jsonschema.Draft202012Validator(schema)
@@ -263,7 +271,16 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
         for i, es in enumerate(exp["eval_sets"]):
             _need(es, config.get("eval_sets", {}), f"experiments.{name}.eval_sets[{i}]", "eval set")
         for i, objective in enumerate(exp.get("objectives", [])):
+            if objective == UNTRAINED:
+                for model in exp["models"]:
+                    if config["models"][model]["source"] != "hf":
+                        raise ConfigError(f"config key experiments.{name}.objectives[{i}]: 'untrained' evaluates a "
+                                          f"pretrained model as it is, but model {model!r} is source: "
+                                          f"{config['models'][model]['source']} (randomly initialised)")
+                continue
             _need(objective, config["objectives"], f"experiments.{name}.objectives[{i}]", "objective")
+        for i, decoder in enumerate(exp.get("decoders", [])):
+            _need(decoder, config["decoders"], f"experiments.{name}.decoders[{i}]", "decoder")
         for axis in ("train_perturbation", "test_perturbation"):
             sources = exp.get(axis, {}).get("synonyms", [])
             if "oracle" in sources and datasets[exp["train_dataset"]]["source"] != "builtin":
@@ -295,6 +312,13 @@ def validate_config(config: dict, workdir: Path | None = None) -> dict:
     validate(config, str(SCHEMA_PATH))
     for exp in config["experiments"].values():
         exp.setdefault("seeds", [config["seed"]])
+    if UNTRAINED in config.get("objectives", {}):
+        raise ConfigError(f"config key objectives.{UNTRAINED}: the name is reserved for models evaluated without training")
     config["objectives"] = {**PREDEFINED_OBJECTIVES, **config.get("objectives", {})}
+    neutral = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "typical_p": 1.0}
+    if any(config.get("decoders", {}).get("unbiased", {}).get(k, v) != v for k, v in neutral.items()):
+        raise ConfigError("config key decoders.unbiased: the name is reserved for the model's own law (the paper's "
+                          "sampling); give a truncated or tempered decoder another name")
+    config["decoders"] = {name: {} for name in PREDEFINED_DECODERS} | config.get("decoders", {})
     check_references(config, workdir)
     return config

@@ -45,11 +45,11 @@ def evaluation_prefixes(references: list[str], start: int, stride: int) -> list[
 
 @torch.no_grad()
 def model_next_word(model, tokenizer, prefixes: list[list[str]], word_tokens: np.ndarray, perturbation: dict, table,
-                    draws: int, seed: int, batch_size: int = 256) -> np.ndarray:
-    """[n, W + 1]: the model's perturbed next-word law (single-token words, then everything else)."""
+                    draws: int, seed: int, batch_size: int = 256, decoder: dict | None = None) -> np.ndarray:
+    """[n, W + 1]: the perturbed next-word law the decoder draws from (single-token words, then everything else)."""
     from workflow_lib.perturb import KeyedRandom
     from workflow_lib.perturb import perturb as apply_perturbation
-    from workflow_lib.sampling import context_length, left_pad, row_keys
+    from workflow_lib.sampling import context_length, decoded_probs, left_pad, row_keys
 
     device = next(model.parameters()).device
     special = sorted(set(tokenizer.all_special_ids))
@@ -74,7 +74,7 @@ def model_next_word(model, tokenizer, prefixes: list[list[str]], word_tokens: np
                 v, o = p.values, p.offsets
             ids, mask, positions = left_pad(v, o, pad, context_length(model))
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits[:, -1]
-            total += torch.softmax(logits.double(), -1)
+            total += decoded_probs(logits, decoder)
         probs = total / draws
         words = np.zeros((len(chunk), len(word_tokens) + 1))
         words[:, np.flatnonzero(word_tokens >= 0)] = probs[:, known].cpu().numpy()
@@ -87,7 +87,7 @@ def model_next_word(model, tokenizer, prefixes: list[list[str]], word_tokens: np
 
 
 def extrapolation_error(model, tokenizer, grammar, references: list[str], law: str, perturbation: dict, table,
-                        draws: int = 8, seed: int = 0, start: int = 20, stride: int = 10) -> dict:
+                        draws: int = 8, seed: int = 0, start: int = 20, stride: int = 10, decoder: dict | None = None) -> dict:
     prefixes = evaluation_prefixes(references, start, stride)
     word_ids = [np.asarray(ids) for ids in grammar.encode([" ".join(p) for p in prefixes])]
     truth = grammar.next_word_probs(word_ids, law)
@@ -96,24 +96,26 @@ def extrapolation_error(model, tokenizer, grammar, references: list[str], law: s
     single = word_tokens >= 0
     truth_cells = np.concatenate([truth[:, single], truth[:, ~single].sum(1, keepdims=True)], axis=1)
     model_law = model_next_word(model, tokenizer, [p for p, ok in zip(prefixes, possible) if ok], word_tokens, perturbation,
-                                table, draws, seed)
+                                table, draws, seed, decoder=decoder)
     model_cells = np.concatenate([model_law[:, :-1][:, single], model_law[:, -1:]], axis=1)
     tv = 0.5 * np.abs(model_cells - truth_cells[possible]).sum(1)
     return {"tv_mean": float(tv.mean()), "tv_2se": float(2 * tv.std(ddof=1) / np.sqrt(len(tv))) if len(tv) > 1 else None,
             "prefixes": int(possible.sum()), "impossible_prefixes": int((~possible).sum()), "law": law,
             "coverage": float(truth_cells[possible][:, :-1].sum(1).mean()), "draws": draws if perturbation["intensity"] > 0 else 1,
-            "perturbation": perturbation}
+            "perturbation": perturbation, "decoder": decoder or {}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m workflow_lib.extrapolation")
-    parser.add_argument("--model", required=True)
+    parser.add_argument("--model", required=True, help="model folder (with its tokenizer) or hub id")
+    parser.add_argument("--revision", help="hub revision of an untrained hub model")
     parser.add_argument("--prompts", required=True)
     parser.add_argument("--synonyms")
     parser.add_argument("--perturbation", required=True)
     parser.add_argument("--builtin", required=True, help="JSON: the builtin dataset's grammar settings")
     parser.add_argument("--split", required=True)
     parser.add_argument("--settings", required=True, help="JSON: draws, stride, seed")
+    parser.add_argument("--decoder", default="{}", help="JSON: the decoder whose law is compared (default: unbiased)")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
 
@@ -128,13 +130,13 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = load_model(args.model, device)
+    tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision)
+    model = load_model(args.model, device, revision=args.revision)
     table = SynonymTable.from_arrow(pq.read_table(args.synonyms)) if args.synonyms else None
     references = pq.read_table(args.prompts).column("reference").to_pylist()
     result = extrapolation_error(model, tokenizer, build_grammar(**grammar_params), references, LAW_OF_SPLIT[args.split],
                                  parse_json_arg(args.perturbation, "test perturbation"), table, settings["draws"],
-                                 settings["seed"], stride=settings["stride"])
+                                 settings["seed"], stride=settings["stride"], decoder=parse_json_arg(args.decoder, "decoder"))
     log.info("TV %.4f +- %.4f over %d prefixes (%s law)", result["tv_mean"], result["tv_2se"] or 0, result["prefixes"], result["law"])
     write_json(result, args.output)
 

