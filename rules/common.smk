@@ -17,6 +17,8 @@ from workflow_lib.downloads import archive_path, fetched, split_paths, unpacked_
 from workflow_lib.downloads import members as archive_members
 from workflow_lib.grid import (
     UNTRAINED,
+    curve_inputs,
+    curve_targets,
     example_inputs,
     extrapolation_targets,
     metric_targets,
@@ -352,12 +354,11 @@ def all_targets():
 
 
 def training_curve_targets():
-    """One training-curves figure per (model, dataset) that trains."""
-    return sorted({f"results/report/figures/training/{m.split('/')[2]}/{m.split('/')[3]}.png" for m in model_targets(config)})
+    return curve_targets(config)
 
 
 def training_curve_inputs(wildcards):
-    return [m for m in model_targets(config) if m.split("/")[2:4] == [wildcards.model, wildcards.dataset]]
+    return curve_inputs(config, wildcards.model, wildcards.dataset)
 
 
 def report_targets():

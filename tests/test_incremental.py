@@ -100,7 +100,7 @@ def test_changing_an_evaluation_setting_reruns_no_training(study):
 
 def test_editing_a_workflow_lib_module_reruns_the_jobs_whose_rules_run_it(study):
     workflow, _ = study
-    module = workflow / "workflow_lib/sampling.py"  # run by the sample rule, and imported by extrapolation.py
+    module = workflow / "workflow_lib/sampling.py"  # run by the sample rule, imported by extrapolation and perplexity
     original, stat = module.read_text(), module.stat()
     try:
         module.write_text(original + "\n# edited\n")
@@ -109,8 +109,8 @@ def test_editing_a_workflow_lib_module_reruns_the_jobs_whose_rules_run_it(study)
         module.write_text(original)
         os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     by_rule = {rule: [job for job in jobs if job.rule == rule] for rule in {job.rule for job in jobs}}
-    assert sorted(by_rule) == ["evaluate", "extrapolation", "sample"]  # evaluate: it reads the new samples
-    for job in by_rule["sample"] + by_rule["extrapolation"]:
+    assert sorted(by_rule) == ["evaluate", "extrapolation", "perplexity", "sample"]  # evaluate: it reads the new samples
+    for job in by_rule["sample"] + by_rule["extrapolation"] + by_rule["perplexity"]:
         assert job.reason == f"Updated input files: {module}", job.reason
     assert all("results/samples/" in job.reason for job in by_rule["evaluate"])
     assert len(by_rule["sample"]) == len(list((study[1] / "results/samples").rglob("*.parquet")))

@@ -112,6 +112,17 @@ def model_targets(config: dict) -> list[str]:
     return sorted(out)
 
 
+def curve_inputs(config: dict, model: str, dataset: str) -> list[str]:
+    """The trained model folders of one (model, dataset): one training-curves figure shows them all."""
+    return [m for m in model_targets(config) if m.split("/")[2:4] == [model, dataset]]
+
+
+def curve_targets(config: dict) -> list[str]:
+    """One training-curves figure per (model, dataset) that trains."""
+    pairs = {tuple(m.split("/")[2:4]) for m in model_targets(config)}
+    return sorted(f"results/report/figures/training/{model}/{dataset}.png" for model, dataset in pairs)
+
+
 @dataclass(frozen=True, order=True)
 class SamplingCondition:
     """One way of sampling: a decoder and a sampling-time perturbation (intensity 0 is the decoder alone)."""
