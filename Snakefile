@@ -20,6 +20,7 @@ include: "rules/perturb.smk"
 include: "rules/train.smk"
 include: "rules/sample.smk"
 include: "rules/evaluate.smk"
+include: "rules/lab.smk"
 include: "rules/report.smk"
 
 

@@ -3,10 +3,14 @@
 The default study's tiny GPT-2 architecture (or GPT-2 small with --model gpt2) on builtin-corpus prompts
 (20 words), one batch, 80 new tokens: unperturbed Hugging Face `generate` with its key/value cache against
 our `exact` (Algorithm 2: a fresh perturbation and a full forward pass every step) and `cached` modes at
-insertion intensity 0.025, same prompts, same batch. Then MAUVE on 1000 texts: MiniLM features and the
-MAUVE computation, per 1000 texts. Last line: `sample: {json}`.
+insertion intensity 0.025, same prompts, same batch. At intensity 0 both modes sample with a key/value cache
+(`sampling.sample_ancestral`); `intensity0_cached_vs_uncached` is its speed over exact mode's former uncached
+loop (`cache_fits` switched off), timed in the same run, and `intensity0_same_tokens` checks that the two drew
+the same tokens. Then MAUVE on 1000 texts: MiniLM features and the MAUVE computation, per 1000 texts. Last
+line: `sample: {json}`.
 
     python bench/sample.py [--batch 100] [--device cpu|cuda] [--model tiny|gpt2] [--precision fp32|bf16]
+    OMP_NUM_THREADS=1 python bench/sample.py --batch 150   # a default-study sample job (one thread, one batch)
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ def main() -> None:
 
     from workflow_lib.builtin_corpus import build_grammar
     from workflow_lib.prompts import make_prompts
+    from workflow_lib import sampling
     from workflow_lib.sampling import generate
     from workflow_lib.synonyms import distributional_synonyms
     from workflow_lib.tokenization import group_blocks, token_ids, train_bpe
@@ -87,6 +92,21 @@ def main() -> None:
         rates[mode] = timed(lambda: generate(model, tokenizer, prompts, np.arange(opts.batch), 1, opts.new_tokens, pert, table,
                                              seed=1, mode=mode, batch_size=opts.batch))
 
+    def intensity0():
+        return generate(model, tokenizer, prompts, np.arange(opts.batch), 1, opts.new_tokens,
+                        {"strategy": "insertion", "intensity": 0.0}, table, seed=1, mode="exact",
+                        batch_size=opts.batch)["continuation_ids"]
+
+    with_cache = intensity0()
+    rates["intensity0_cached"] = timed(intensity0)
+    fits = sampling.cache_fits
+    sampling.cache_fits = lambda *args: False  # the former path: the whole batch recomputed at every step
+    try:
+        same_tokens = bool(np.array_equal(intensity0(), with_cache))
+        rates["intensity0_uncached"] = timed(intensity0)
+    finally:
+        sampling.cache_fits = fits
+
     from workflow_lib.metrics import featurize, mauve_score
 
     human = frame["reference"].to_list()[:1000]
@@ -103,9 +123,13 @@ def main() -> None:
               "tokens_per_s": {k: round(v, 1) for k, v in rates.items()},
               "exact_vs_generate": round(rates["exact"] / rates["hf_generate"], 3),
               "cached_vs_generate": round(rates["cached"] / rates["hf_generate"], 3),
+              "intensity0_cached_vs_uncached": round(rates["intensity0_cached"] / rates["intensity0_uncached"], 2),
+              "intensity0_same_tokens": same_tokens,
               "mauve_per_1000_texts_seconds": {"minilm_features": round(feature_seconds, 2), "mauve": round(mauve_seconds, 2)},
               "targets": {"cached_vs_generate": ">= 0.8", "exact_vs_generate": ">= 0.1"}}
-    print(f"HF generate {rates['hf_generate']:,.0f} tok/s, exact {rates['exact']:,.0f} tok/s, cached {rates['cached']:,.0f} tok/s")
+    print(f"HF generate {rates['hf_generate']:,.0f} tok/s, exact {rates['exact']:,.0f} tok/s, cached {rates['cached']:,.0f} tok/s; "
+          f"intensity 0: cached {rates['intensity0_cached']:,.0f} tok/s, uncached {rates['intensity0_uncached']:,.0f} tok/s "
+          f"(same tokens: {same_tokens})")
     print("sample: " + json.dumps(result))
 
 

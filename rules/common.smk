@@ -21,6 +21,8 @@ from workflow_lib.grid import (
     curve_targets,
     example_inputs,
     extrapolation_targets,
+    lab_inputs,
+    lab_targets,
     metric_targets,
     model_targets,
     perplexity_targets,
@@ -98,6 +100,8 @@ localrules:
     examples,
     training_curves,
     simulation_summary,
+    lab_sets,
+    lab,
 
 
 # ---- input functions -------------------------------------------------------------------------------------
@@ -283,6 +287,11 @@ def extrapolation_params(wildcards):
             "settings": {**config["evaluation"]["extrapolation"], "seed": config["seed"]}}
 
 
+def lab_settings(*keys):
+    """The lab settings a rule's job uses (so that only they trigger its rerun), with the top-level seed."""
+    return {**{k: config["lab"][k] for k in keys}, "seed": config["seed"]}
+
+
 def evaluation_settings(wildcards=None):
     return {**config["evaluation"], "seed": config["seed"]}
 
@@ -350,7 +359,7 @@ def simulation_summary_input():
 def all_targets():
     return (token_targets() + prompt_targets() + synonym_targets(config) + perturbed_targets(config)
             + model_targets(config) + metric_targets(config) + extrapolation_targets(config)
-            + perplexity_targets(config) + report_targets() + simulation_targets())
+            + perplexity_targets(config) + report_targets() + simulation_targets() + lab_targets(config))
 
 
 def training_curve_targets():

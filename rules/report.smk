@@ -37,6 +37,7 @@ rule tables:
         contrasts="results/report/contrasts.csv",
         simulation=simulation_summary_input(),
         data=data_records(),
+        lab=[t for t in lab_targets(config) if t.endswith(".md")],
         code=workflow_code("workflow_lib.report"),
     output:
         summary=report("results/summary.md", caption="../report/summary.rst", category="Summary"),
@@ -54,7 +55,7 @@ rule tables:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} --data {input.data} --contrasts {input.contrasts} 2> {log}"
+        "python -m workflow_lib.report tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} --data {input.data} --contrasts {input.contrasts} --lab {input.lab} 2> {log}"
 
 
 rule figure:

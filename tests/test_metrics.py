@@ -74,6 +74,46 @@ def test_rouge_on_known_strings_matches_rouge_score():
         assert f[name].tolist() == [scorer.score(r, p)[name].fmeasure for p, r in zip(predictions, references)]
 
 
+def random_texts(rng, n: int, vocabulary: list[str]) -> list[str]:
+    """Texts rouge-score's tokenizer has to work for: mixed case, punctuation, digits, non-ASCII letters,
+    newlines and tabs, repeated words, empty and punctuation-only texts, and a few of 400 words (400-bit LCS rows)."""
+    separators = [" ", "  ", ", ", ". ", "\n", "\t", "-", "'", " (", ") ", " ! "]
+    texts = []
+    for _ in range(n):
+        length = int(rng.choice([0, 1, 2, 5, 20, 90, 120, 400], p=[0.03, 0.03, 0.04, 0.1, 0.2, 0.3, 0.27, 0.03]))
+        words = rng.choice(vocabulary, size=length)
+        texts.append("".join(w + str(rng.choice(separators)) for w in words))
+    return texts
+
+
+def test_rouge_matches_rouge_score_bit_for_bit_on_many_pairs():
+    """Our ROUGE-1/2/L F (own tokenizer, n-gram counts and bit-vector LCS) against rouge-score's on 1500 pairs:
+    random word salads over small vocabularies (many repeats, long common subsequences) and the builtin grammar's
+    sentences (the default study's text)."""
+    from rouge_score import rouge_scorer
+
+    from workflow_lib.builtin_corpus import build_grammar
+
+    rng = np.random.default_rng(0)
+    small = ["the", "The", "cat", "CAT", "sat", "on", "mat", "a", "dog", "42", "x1", "Über", "naïve", "...", "--", "İ",
+             "é", "don't", "U.S.", "日本"]
+    predictions = random_texts(rng, 700, small) + random_texts(rng, 300, small[:4])
+    references = random_texts(rng, 700, small) + random_texts(rng, 300, small[:4])
+    grammar_text = build_grammar(seed=5).generate("test", 50, 20, 0)
+    words = [w for text in grammar_text for w in text.split()]
+    for _ in range(500):
+        start, other = rng.integers(0, len(words) - 200, size=2)
+        predictions.append(" ".join(words[start : start + rng.integers(0, 120)]))
+        references.append(" ".join(words[other : other + rng.integers(0, 120)]))
+    ours = rouge_f(predictions, references)
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"])
+    theirs = [scorer.score(r, p) for p, r in zip(predictions, references)]
+    for name in ("rouge1", "rouge2", "rougeL"):
+        expected = np.array([t[name].fmeasure for t in theirs], dtype=np.float64)
+        np.testing.assert_array_equal(ours[name], expected)  # the same float64s, not merely close
+        assert 0.05 < (expected > 0).mean() < 1  # both zero and non-zero scores were compared
+
+
 def test_mean_2se():
     mean, se = mean_2se([1.0, 2.0, 3.0])
     assert mean == 2.0 and se == pytest.approx(2 * 1.0 / np.sqrt(3))

@@ -9,6 +9,7 @@ import pytest
 import torch
 from scipy import stats
 
+from workflow_lib import sampling
 from workflow_lib.perturb import SynonymTable, perturb
 from workflow_lib.sampling import decoded_probs, draw, generate, sample_cached, sample_exact
 
@@ -19,6 +20,15 @@ TABLE = SynonymTable.from_rows(V, sorted(SYN), [SYN[t][0] for t in sorted(SYN)],
 LAW = torch.softmax(torch.randn(V, V, generator=torch.Generator().manual_seed(0)) * 2, dim=-1)
 LAW[:, SPECIAL] = 0
 LAW = LAW / LAW.sum(-1, keepdim=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread; on a busy machine, more threads wait on each other (10x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 class LastTokenModel(torch.nn.Module):
@@ -151,3 +161,164 @@ def test_cached_and_exact_agree_at_intensity_zero(tiny_lm):
     model, tokenizer, table = tiny_lm
     args = (model, tokenizer, [" the cat", " a dog ran"], np.array([0, 1]), 3, 10, {"strategy": "insertion", "intensity": 0.0}, table, 2)
     assert np.array_equal(generate(*args, "exact")["continuation_ids"], generate(*args, "cached")["continuation_ids"])
+
+
+class ForwardWidths:
+    """Wraps a model's forward: the width of the ids each call was fed."""
+
+    def __init__(self, model):
+        self.widths = []
+        self.forward = model.forward
+
+    def __call__(self, *args, **kwargs):
+        self.widths.append(kwargs["input_ids"].shape[1])
+        return self.forward(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def family_lm():
+    """family -> (model, tokenizer): the tests' tiny random checkpoints of GPT-2 and of a Llama (untied head,
+    grouped-query attention, rotary positions, BOS prepended, no pad token), built in memory."""
+    from families import make_config, make_tokenizer
+    from transformers import AutoModelForCausalLM
+
+    from workflow_lib.builtin_corpus import build_grammar
+
+    corpus = build_grammar(seed=3, words_per_class=4).generate("train", 20, 8, 0)
+    built = {}
+    for index, family in enumerate(("gpt2", "llama")):
+        tokenizer = make_tokenizer(family, corpus)
+        torch.manual_seed(index)
+        built[family] = (AutoModelForCausalLM.from_config(make_config(family, tokenizer)).eval(), tokenizer)
+    words = corpus[1].split()
+    return built, [" ".join(words[i : i + n]) for i, n in enumerate((3, 9, 17, 26))]  # left padding of 23 words
+
+
+def sample_zero(model, tokenizer, prompts, mode, new_tokens, decoder=None, batch_size=5):
+    return generate(model, tokenizer, prompts, np.arange(len(prompts)) * 10, 3, new_tokens,
+                    {"strategy": "insertion", "intensity": 0.0}, None, 7, mode, batch_size, decoder)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("decoder", [{}, {"top_k": 5}, {"temperature": 0.7, "top_k": 20}])
+def test_intensity_zero_with_a_cache_draws_the_tokens_of_the_uncached_sampler(family_lm, family, decoder, monkeypatch):
+    """Both modes run intensity 0 through sample_ancestral (one token fed per step after the prompts, and a full
+    recomputation where a draw is within rounding of a CDF bound); with the cache switched off, exact mode
+    recomputes the whole left-padded batch at every step. Token for token equal."""
+    built, prompts = family_lm
+    model, tokenizer = built[family]
+    new_tokens = 16
+    forwards = ForwardWidths(model)
+    monkeypatch.setattr(model, "forward", forwards)
+    cached = {mode: sample_zero(model, tokenizer, prompts, mode, new_tokens, decoder) for mode in ("exact", "cached")}
+    assert sorted(set(forwards.widths)) == [1, *sorted({w for w in forwards.widths if w > 1})]
+    assert forwards.widths.count(1) == 2 * 3 * (new_tokens - 1)  # 2 modes x 3 batches x one feed per drawn token
+    forwards.widths.clear()
+    monkeypatch.setattr(sampling, "cache_fits", lambda *args: False)
+    uncached = sample_zero(model, tokenizer, prompts, "exact", new_tokens, decoder)
+    assert 1 not in forwards.widths and len(forwards.widths) == 3 * new_tokens
+    for mode in ("exact", "cached"):
+        for column in ("prompt_id", "run", "continuation_ids"):
+            np.testing.assert_array_equal(cached[mode][column], uncached[column])
+    ids = uncached["continuation_ids"]
+    assert ids.shape == (12, new_tokens) and not np.isin(ids, [tokenizer.eos_token_id]).any()
+    assert len(np.unique(ids)) > new_tokens  # a real sample, not one token repeated
+
+
+def test_intensity_zero_beyond_the_context_keeps_the_uncached_sampler(family_lm, monkeypatch):
+    """prompt + new_tokens - 1 positions fit: the cache; one more token: exact mode recomputes (keeping the last
+    tokens of the prefix, as it always did) and cached mode refuses."""
+    from families import make_config
+    from transformers import AutoModelForCausalLM
+
+    built, prompts = family_lm
+    _, tokenizer = built["gpt2"]
+    config = make_config("gpt2", tokenizer)
+    config.n_positions = 40
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    prompts = prompts[:2]  # 10 and 28 tokens
+    longest = max(len(tokenizer(p)["input_ids"]) for p in prompts)
+    fits = model.config.n_positions - longest + 1
+    assert fits > 4
+    assert sampling.cache_fits(model, longest, fits) and not sampling.cache_fits(model, longest, fits + 1)
+    calls = []
+    ancestral = sampling.sample_ancestral
+    monkeypatch.setattr(sampling, "sample_ancestral", lambda *args, **kwargs: calls.append(1) or ancestral(*args, **kwargs))
+    at_context = sample_zero(model, tokenizer, prompts, "exact", fits)
+    assert len(calls) == 2  # two batches of 5 (prompt, run) rows
+    beyond = sample_zero(model, tokenizer, prompts, "exact", fits + 1)
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match="use mode exact"):
+        sample_zero(model, tokenizer, prompts, "cached", fits + 1)
+    monkeypatch.setattr(sampling, "cache_fits", lambda *args: False)
+    np.testing.assert_array_equal(sample_zero(model, tokenizer, prompts, "exact", fits)["continuation_ids"],
+                                  at_context["continuation_ids"])
+    # Beyond the context the first `fits` tokens are drawn from untruncated prefixes: the same as at the context.
+    np.testing.assert_array_equal(beyond["continuation_ids"][:, :fits], at_context["continuation_ids"])
+
+
+def test_draw_margin_flags_uniforms_near_a_cdf_bound_and_top_k_ties():
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]])).expand(3, 4)
+    u = torch.tensor([0.3 - 1e-6, 0.45, 0.999], dtype=torch.float64)  # tokens 1 (just below the bound at 0.3), 2, 3
+    margin = sampling.draw_margin(logits, u, {})  # float32 logits: the bounds are 0.1, 0.3, 0.6 within 1e-7
+    torch.testing.assert_close(margin, torch.tensor([1e-6, 0.15, 0.001], dtype=torch.float64), atol=1e-7, rtol=0)
+    assert sampling.draw(logits, u, {}).tolist() == [1, 2, 3]
+    tied = torch.tensor([[0.0, 1.0, 1.0, 2.0], [0.0, 1.0, 1.5, 2.0]])
+    assert sampling.draw_margin(tied, torch.tensor([0.9, 0.9], dtype=torch.float64), {"top_k": 2}).tolist()[0] == -1
+    assert sampling.draw_margin(tied, torch.tensor([0.9, 0.9], dtype=torch.float64), {"top_k": 2}).tolist()[1] > 0
+    assert not sampling.cache_keeps_draws({"top_p": 0.9}) and not sampling.cache_keeps_draws({"typical_p": 0.9})
+    assert sampling.cache_keeps_draws({"temperature": 0.5, "top_k": 3})
+
+
+def test_intensity_zero_recomputed_steps_and_the_fallback_draw_the_uncached_tokens(family_lm, monkeypatch, caplog):
+    """Every step recomputed (a tolerance no margin exceeds), then a top-k decoder's cached logits judged too far
+    from the exact ones (a logit tolerance no rounding meets: the batch goes to sample_exact), then a top-p decoder
+    (no cache): each draws the uncached sampler's tokens."""
+    built, prompts = family_lm
+    model, tokenizer = built["gpt2"]
+    forwards = ForwardWidths(model)
+    monkeypatch.setattr(model, "forward", forwards)
+    monkeypatch.setattr(sampling, "cache_fits", lambda *args: False)
+    uncached = {str(d): sample_zero(model, tokenizer, prompts, "exact", 10, d)["continuation_ids"]
+                for d in ({}, {"top_k": 20}, {"top_p": 0.8})}
+    monkeypatch.undo()
+    monkeypatch.setattr(model, "forward", forwards)
+    monkeypatch.setattr(sampling, "CDF_TOLERANCE", 1.0)
+    forwards.widths.clear()
+    np.testing.assert_array_equal(sample_zero(model, tokenizer, prompts, "exact", 10)["continuation_ids"], uncached["{}"])
+    assert forwards.widths.count(1) == 3 * 9 and len(forwards.widths) == 3 * (1 + 10 + 9)  # prefill, recomputes, feeds
+    monkeypatch.setattr(sampling, "LOGIT_TOLERANCE", 0.0)
+    forwards.widths.clear()
+    np.testing.assert_array_equal(sample_zero(model, tokenizer, prompts, "cached", 10, {"top_k": 20})["continuation_ids"],
+                                  uncached[str({"top_k": 20})])
+    # The prompts' pass agrees with the uncached one bit for bit; the first fed token's logits do not.
+    assert "sampled without a cache" in caplog.text and forwards.widths.count(1) == 3
+    forwards.widths.clear()
+    top_p = sample_zero(model, tokenizer, prompts, "exact", 10, {"top_p": 0.8})["continuation_ids"]
+    np.testing.assert_array_equal(top_p, uncached[str({"top_p": 0.8})])
+    assert 1 not in forwards.widths
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_in_place_gelu_new_is_transformers_gelu_new_bit_for_bit(dtype):
+    from transformers.activations import NewGELUActivation
+
+    from workflow_lib.models import gelu_new_in_place, use_in_place_activations
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randn(150 * 70 * 16, generator=generator) * scale for scale in (0.1, 1.0, 4.0, 30.0)])
+    x = torch.cat([x, torch.tensor([0.0, -0.0, 1e-40, -1e-40, 3e38, -3e38, float("inf"), float("-inf"), float("nan")])])
+    x = x.to(dtype)
+    expected = NewGELUActivation()(x)
+    assert torch.equal(gelu_new_in_place(x).view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                       expected.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))  # NaNs bit for bit too
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = use_in_place_activations(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)).eval())
+    ids = torch.arange(12)[None] % 50
+    with torch.no_grad():
+        fast = model(input_ids=ids).logits
+    slow = model(input_ids=ids).logits  # under autograd: transformers' own activation, whose backward training uses
+    slow.sum().backward()
+    assert torch.equal(fast, slow.detach()) and model.transformer.wte.weight.grad is not None

@@ -45,6 +45,7 @@ def test_default_config_dry_run_and_lint(workdir):
     for figure in ("ablation", "intensity", "extrapolation"):
         assert f"results/report/figures/{figure}.png" in dry.stdout, figure
     assert "results/simulation/figure.png" in dry.stdout
+    assert "results/lab/baseline/figure.png" in dry.stdout  # the theory lab, with its table in the summary
     lint = snakemake(workdir, "--lint")
     assert lint.returncode == 0, lint.stdout + lint.stderr
 

@@ -289,6 +289,31 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
             if "embedding" in sources:
                 for model in exp["models"]:
                     embedding_model(config, config["models"][model]["tokenizer"], f"experiments.{name}.{axis}.synonyms")
+    check_lab(config)
+
+
+def check_lab(config: dict) -> None:
+    """The theory lab needs a group of models trained on the same data: a builtin train_dataset (its true law is
+    the yardstick), one training condition and at least two trained models."""
+    from workflow_lib.grid import lab_models, train_conditions
+
+    lab = config.get("lab", {})
+    for i, name in enumerate(lab.get("experiments", [])):
+        key = f"lab.experiments[{i}]"
+        _need(name, config["experiments"], key, "experiment")
+        exp = config["experiments"][name]
+        if config["datasets"][exp["train_dataset"]]["source"] != "builtin":
+            raise ConfigError(f"config key {key}: experiment {name!r} trains on {exp['train_dataset']!r}, not a builtin "
+                              "dataset; the lab needs the grammar's true law")
+        if len(train_conditions(exp)) != 1:
+            raise ConfigError(f"config key {key}: experiment {name!r} has {len(train_conditions(exp))} training "
+                              "conditions; the lab compares models trained on the same data (one condition)")
+        if len(lab_models(exp)) < 2:
+            raise ConfigError(f"config key {key}: experiment {name!r} trains {len(lab_models(exp))} model(s); the lab "
+                              "needs at least 2 (objectives x seeds x models) to measure their disagreement")
+    if any(d > lab.get("last", 16) for d in lab.get("deltas", [])):
+        raise ConfigError(f"config key lab.deltas: every delta must be at most lab.last ({lab.get('last', 16)}): the "
+                          "changed positions lie among the last l words, where T acts")
 
 
 def embedding_model(config: dict, tokenizer: str, key: str = "synonyms.embedding_model") -> str:

@@ -212,3 +212,25 @@ def example_inputs(config: dict) -> tuple[str, list[str]]:
     eval_set = next(iter(config["experiments"].values()))["eval_sets"][0]
     samples = sorted({sample_path(m, es, t) for m, es, t in evaluation_runs(config) if es == eval_set})
     return eval_set, samples
+
+
+def lab_models(experiment: dict) -> list[tuple[str, str, TrainCondition, int]]:
+    """The theory lab's group: an experiment's trained models (every model, objective and seed)."""
+    return [run for run in model_runs(experiment) if run[1] != UNTRAINED]
+
+
+def lab_law_path(model_dir: str) -> str:
+    """Where the lab writes one model's next-word laws: results/lab/laws/<model>/<dataset>/<objective>/...npz."""
+    return model_dir.replace("results/models/", "results/lab/laws/", 1) + ".npz"
+
+
+def lab_inputs(config: dict, experiment: str) -> dict:
+    """The lab job of one experiment: its prefix sets and the laws of every model of its group."""
+    exp = config["experiments"][experiment]
+    laws = [lab_law_path(model_path(m, exp["train_dataset"], o, c, s)) for m, o, c, s in lab_models(exp)]
+    return {"prefixes": f"results/lab/sets/{exp['train_dataset']}.parquet", "laws": sorted(laws)}
+
+
+def lab_targets(config: dict) -> list[str]:
+    return [f"results/lab/{name}/{f}" for name in config.get("lab", {}).get("experiments", [])
+            for f in ("uncertainty.csv", "uncertainty.md", "figure.png", "figure.pdf")]

@@ -49,3 +49,34 @@ def load_input_embeddings(spec: dict) -> np.ndarray:
         raise StageError(f"models.{key}: embedding synonyms need a pretrained (source: hf) model, not {spec['source']!r}")
     model = load_pretrained(key, spec)
     return model.get_input_embeddings().weight.detach().float().numpy()
+
+
+def gelu_new_in_place(x):
+    """transformers' NewGELUActivation (`gelu_new`, GPT-2's and GPT-Neo's activation),
+    0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))), as the same float operations in the same order,
+    written in place: two buffers instead of seven, so about twice as fast on a CPU and bit for bit the same
+    (each product or sum only has its operands swapped, which IEEE arithmetic leaves exact)."""
+    import math
+
+    import torch
+
+    inner = torch.pow(x, 3.0)
+    inner.mul_(0.044715).add_(x).mul_(math.sqrt(2.0 / math.pi)).tanh_().add_(1.0)
+    return (x * 0.5).mul_(inner)
+
+
+def use_in_place_activations(model):
+    """Inference only: every NewGELUActivation of `model` computes `gelu_new_in_place` when no gradient is
+    recorded (a forward under autograd keeps transformers' own, whose backward training uses). Returns the model."""
+    import torch
+    from transformers.activations import NewGELUActivation
+
+    for module in model.modules():
+        if isinstance(module, NewGELUActivation):
+            recorded = module.forward
+
+            def forward(x, recorded=recorded):
+                return recorded(x) if torch.is_grad_enabled() and x.requires_grad else gelu_new_in_place(x)
+
+            module.forward = forward
+    return model

@@ -372,11 +372,12 @@ def variance_line(frame: pl.DataFrame) -> str:
 
 
 def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensity: float, figures: list[str],
-            simulation: str | None = None, data: list[dict] | None = None, contrasts: pl.DataFrame | None = None) -> str:
+            simulation: str | None = None, data: list[dict] | None = None, contrasts: pl.DataFrame | None = None,
+            lab: dict[str, str] | None = None) -> str:
     """results/summary.md: provenance first, then the tables, the paired comparisons and the rest.
     `simulation`: the simulation study's summary.md (its table), included as a section; `data`: the data
     stage's records of the splits the study read, listed with their sources; `contrasts`: the paired
-    comparisons of workflow_lib.contrasts."""
+    comparisons of workflow_lib.contrasts; `lab`: the theory lab's uncertainty.md of each lab experiment."""
     models = frame.select(KEYS[:9]).unique()
     untrained = models.filter(pl.col("objective") == UNTRAINED).height
     objectives = sorted(set(frame["objective"].to_list()) - {UNTRAINED})
@@ -410,6 +411,9 @@ def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensit
                                            "eval_set", [("tv", "TV")])
         parts.append("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n" +
                      "\n".join("| " + " | ".join(r[c] for c in columns) + " |" for r in rows) + "\n")
+    for experiment, text in (lab or {}).items():
+        parts += [f"## Theory lab: extrapolation uncertainty of `{experiment}` (paper Section 3)\n", text.strip() + "\n",
+                  f"Figure: `results/lab/{experiment}/figure.png`; table: `results/lab/{experiment}/uncertainty.csv`.\n"]
     if simulation:
         body = simulation.split("\n", 1)[1] if simulation.startswith("# ") else simulation
         parts += ["## Simulation study (paper Section 4)\n", body.strip() + "\n",
@@ -462,6 +466,7 @@ def main() -> None:
     tb.add_argument("--simulation", nargs="?", help="the simulation study's summary.md, if it ran")
     tb.add_argument("--data", nargs="*", default=[], help="results/data/<dataset>/<split>.json records to list")
     tb.add_argument("--contrasts", help="results/report/contrasts.csv (python -m workflow_lib.contrasts), if any")
+    tb.add_argument("--lab", nargs="*", default=[], help="results/lab/<experiment>/uncertainty.md of the theory lab")
     fg = sub.add_parser("figure")
     fg.add_argument("--metrics", required=True)
     fg.add_argument("--name", required=True)
@@ -503,7 +508,8 @@ def main() -> None:
             records = [data_record(path) for path in args.data]
             contrasts = read_contrasts(args.contrasts) if args.contrasts else None
             tmp.write_text(summary(frame, config, written, settings["intensity"], settings.get("figures", []),
-                                   simulation, records, contrasts))
+                                   simulation, records, contrasts,
+                                   {Path(path).parent.name: Path(path).read_text() for path in args.lab}))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Two modes:
 - `exact`: Algorithm 2 as written. At EVERY step the whole prefix (prompt + tokens generated so far) is
   perturbed afresh with the shared perturber on the model's device, the ragged perturbed prefixes are left-
   padded into one batch (attention mask, position ids), and X_t is drawn from P(. | X~). A fresh
-  perturbation can change any position, so each step recomputes the batch without a key/value cache.
+  perturbation can change any position, so at intensity > 0 each step recomputes the batch without a
+  key/value cache.
 - `cached`: each new token is perturbed once, when it is appended, and one perturbed prefix is kept with its
   key/value cache: replacement feeds the synonym instead of the token, deletion feeds nothing, insertion
   feeds the token and then its synonym. Every step's prefix has the marginal law of `exact` for
@@ -15,9 +16,16 @@ Two modes:
   attention, but a local or sliding-window layer (GPT-Neo, Mistral) counts slots, so such models are refused
   for cached insertion and deletion once the cache outgrows their window.
 
+At intensity 0 nothing is perturbed and both modes are plain ancestral sampling, which `sample_ancestral` runs
+with a key/value cache and the same uniforms, suppressed tokens and decoder as `sample_exact`. A cache rounds
+differently from the full forward, so a draw whose uniform lies within that rounding of a CDF bound is redrawn
+from logits recomputed as `sample_exact` computes them: the tokens are `sample_exact`'s. Intensity 0 goes through
+`sample_exact` (which keeps the last tokens of a long prefix) or `sample_cached` (which refuses) where a batch's
+longest prompt plus the new tokens outgrows the model's context, and for top-p and typical decoders.
+
 Randomness is counter-based (perturb.KeyedRandom): every draw depends on (seed, run, prompt_id, step) only,
-so neither batch size nor resumption changes a sample. Intensity 0 is plain ancestral sampling. The end-of-text
-token is suppressed so that every continuation has exactly `new_tokens` tokens (min = max new tokens).
+so neither batch size nor resumption changes a sample. The end-of-text token is suppressed so that every
+continuation has exactly `new_tokens` tokens (min = max new tokens).
 """
 
 from __future__ import annotations
@@ -132,6 +140,20 @@ def with_generated(prompt_values, prompt_offsets, generated: torch.Tensor):
     return values, offsets
 
 
+def prefix_logits(model, prompt_values, prompt_offsets, generated: torch.Tensor, k: torch.Tensor, perturbation: dict,
+                  table, special, pad_id: int) -> torch.Tensor:
+    """One step of Algorithm 2 without a cache: the next-token logits [B, V] of every prompt + generated row,
+    freshly perturbed with the step's keys `k`, the whole batch left-padded (a prefix longer than the context
+    keeps its last tokens) and recomputed."""
+    values, offsets = with_generated(prompt_values, prompt_offsets, generated)
+    if perturbation["intensity"] > 0:
+        out = perturb(values, offsets, perturbation["strategy"], perturbation["intensity"], table,
+                      KeyedRandom(k, offsets), special)
+        values, offsets = out.values, out.offsets
+    ids, mask, positions = left_pad(values, offsets, pad_id, context_length(model))
+    return model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=1).logits[:, -1]
+
+
 @torch.no_grad()
 def sample_exact(model, prompt_values, prompt_offsets, keys, new_tokens: int, perturbation: dict, table, special,
                  pad_id: int, suppress: list[int], **draw_kw) -> torch.Tensor:
@@ -140,20 +162,116 @@ def sample_exact(model, prompt_values, prompt_offsets, keys, new_tokens: int, pe
     generated = torch.empty((n_rows, 0), dtype=torch.long, device=prompt_values.device)
     finite = torch.ones((), dtype=torch.bool, device=prompt_values.device)
     for step in range(new_tokens):
-        values, offsets = with_generated(prompt_values, prompt_offsets, generated)
         k = step_keys(keys, step)
-        if perturbation["intensity"] > 0:
-            out = perturb(values, offsets, perturbation["strategy"], perturbation["intensity"], table,
-                          KeyedRandom(k, offsets), special)
-            values, offsets = out.values, out.offsets
-        ids, mask, positions = left_pad(values, offsets, pad_id, context_length(model))
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=1).logits[:, -1]
+        logits = prefix_logits(model, prompt_values, prompt_offsets, generated, k, perturbation, table, special, pad_id)
         finite &= valid_logits(logits)
         logits[:, suppress] = float("-inf")
         token = draw(logits, hash_uniform(k * 31 + DRAW_PURPOSE), **draw_kw)
         generated = torch.cat([generated, token[:, None]], dim=1)
     check_finite_logits(finite, "sampling (exact)")
     return generated
+
+
+# A key/value cache computes the same logits as sample_exact's full forward in another floating-point order:
+# they differ by ~1e-6 and the normalised CDF a uniform is compared with by up to 8e-7 (measured on the default
+# study's trained models, 288,000 draws). A draw is trusted to the cache only when its uniform lies further than
+# CDF_TOLERANCE from the CDF bounds of its token (and a top-k cut is further than LOGIT_TOLERANCE from a tie);
+# otherwise that step is recomputed as sample_exact computes it. At every recomputation the cached law is
+# compared with the exact one, and a difference above half a tolerance sends the whole batch to sample_exact.
+CDF_TOLERANCE = 4e-6
+LOGIT_TOLERANCE = 4e-5
+
+
+def draw_margin(logits: torch.Tensor, u: torch.Tensor, decoder: dict) -> torch.Tensor:
+    """Per row: how far `draw`'s uniform lies from the CDF bounds of the token it selects (probability, normalised),
+    or -1 where the decoder's top-k cut is within LOGIT_TOLERANCE of a tie. A row whose margin exceeds the
+    rounding of its law selects the same token from the exactly computed logits."""
+    probs = decoded_probs(logits, decoder)
+    cdf = probs.cumsum(-1)
+    target = u * cdf[:, -1]
+    token = torch.searchsorted(cdf, target[:, None], right=True).clamp(max=probs.shape[-1] - 1)
+    upper = cdf.gather(1, token)[:, 0]
+    lower = torch.where(token[:, 0] > 0, cdf.gather(1, (token - 1).clamp(min=0))[:, 0], 0.0)
+    margin = torch.minimum(target - lower, upper - target) / cdf[:, -1]
+    top_k = {**DECODER_DEFAULTS, **decoder}["top_k"]
+    if top_k and top_k < logits.shape[-1]:  # the temperature divides scores without reordering them
+        cut = torch.topk(logits.float(), top_k + 1, dim=-1).values
+        margin = torch.where(cut[:, -2] - cut[:, -1] > LOGIT_TOLERANCE, margin, -1.0)
+    return margin
+
+
+def within_rounding(cached: torch.Tensor, exact: torch.Tensor, decoder: dict) -> bool:
+    """Whether the cached logits' law (and, for a top-k decoder, their scores) lie within half the tolerances of
+    the exact ones."""
+    law_gap = (decoded_probs(cached, decoder).cumsum(-1) - decoded_probs(exact, decoder).cumsum(-1)).abs().max()
+    if not {**DECODER_DEFAULTS, **decoder}["top_k"]:
+        return bool(law_gap <= CDF_TOLERANCE / 2)
+    finite = torch.isfinite(exact)
+    logit_gap = (cached - exact)[finite].abs().max() if finite.any() else torch.zeros(())
+    return bool(law_gap <= CDF_TOLERANCE / 2) and bool(logit_gap <= LOGIT_TOLERANCE / 2)
+
+
+def cache_keeps_draws(decoder: dict) -> bool:
+    """Decoders whose draws `sample_ancestral` certifies: temperature and top-k. Top-p and typical sets are cut
+    on cumulative sums of sorted probabilities, which its margins do not cover; those decoders recompute."""
+    d = {**DECODER_DEFAULTS, **decoder}
+    return d["top_p"] >= 1.0 and d["typical_p"] >= 1.0
+
+
+@torch.no_grad()
+def sample_ancestral(model, prompt_values, prompt_offsets, keys, new_tokens: int, perturbation: dict, table, special,
+                     pad_id: int, suppress: list[int], decoder: dict | None = None) -> torch.Tensor:
+    """Intensity 0 (Algorithm 2 with nothing perturbed): plain ancestral sampling with a key/value cache, drawing
+    the tokens `sample_exact` draws.
+
+    The batch is laid out as `sample_exact` lays it out (left padding, position ids counting real tokens) and each
+    step draws with the same uniforms, suppressed tokens and decoder from the cached logits, except where a draw
+    lies within the rounding of a CDF bound (see CDF_TOLERANCE): that step's logits are recomputed without the
+    cache, as `sample_exact` computes them. The last token is drawn, never fed: the cache holds at most
+    prompt + new_tokens - 1 positions (`cache_fits`). Arguments as `sample_exact`; `perturbation`, `table` and
+    `special` are unused (intensity 0)."""
+    decoder = decoder or {}
+    ids, mask, positions = left_pad(prompt_values, prompt_offsets, pad_id)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    past, logits = out.past_key_values, out.logits[:, -1]
+    finite = valid_logits(logits)
+    fed = torch.ones((len(keys), 1), dtype=mask.dtype, device=mask.device)
+    generated = torch.empty((len(keys), 0), dtype=torch.long, device=keys.device)
+    recomputed = 0
+    for step in range(new_tokens):
+        k = step_keys(keys, step)
+        u = hash_uniform(k * 31 + DRAW_PURPOSE)
+        logits[:, suppress] = float("-inf")
+        if (draw_margin(logits, u, decoder) <= CDF_TOLERANCE).any():
+            exact = prefix_logits(model, prompt_values, prompt_offsets, generated, k, perturbation, table, special, pad_id)
+            finite &= valid_logits(exact)
+            exact[:, suppress] = float("-inf")
+            if not within_rounding(logits, exact, decoder):
+                log.warning("intensity 0: the cached logits differ from the uncached ones by more than the rounding "
+                            "sample_ancestral allows for; this batch is sampled without a cache")
+                return sample_exact(model, prompt_values, prompt_offsets, keys, new_tokens, perturbation, table,
+                                    special, pad_id, suppress, decoder=decoder)
+            logits, recomputed = exact, recomputed + 1
+        token = draw(logits, u, decoder=decoder)
+        generated = torch.cat([generated, token[:, None]], dim=1)
+        if step == new_tokens - 1:
+            break
+        position = mask.sum(1, keepdim=True)  # the real tokens before this one, as left_pad counts them
+        mask = torch.cat([mask, fed], dim=1)
+        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, past_key_values=past,
+                    use_cache=True)
+        past, logits = out.past_key_values, out.logits[:, -1]
+        finite &= valid_logits(logits)
+    check_finite_logits(finite, "sampling (intensity 0)")
+    log.debug("intensity 0: %d of %d steps recomputed without the cache", recomputed, new_tokens)
+    return generated
+
+
+def cache_fits(model, longest_prompt: int, new_tokens: int) -> bool:
+    """Whether `sample_ancestral` can keep a batch whose longest prompt has `longest_prompt` tokens in its cache
+    (prompt + new_tokens - 1 positions). Where it cannot, `sample_exact` keeps the last tokens of the prefix."""
+    context = context_length(model)
+    return context is None or longest_prompt + new_tokens - 1 <= context
 
 
 @torch.no_grad()
@@ -249,8 +367,11 @@ def generate(model, tokenizer, prompts: list[str], prompt_ids: np.ndarray, runs:
         values = torch.as_tensor(np.concatenate([encoded[p] for p, _ in chunk]), device=device)
         pids = torch.as_tensor([int(prompt_ids[p]) for p, _ in chunk], device=device)
         run_ids = torch.as_tensor([r for _, r in chunk], device=device)
-        generated = SAMPLERS[mode](model, values, offsets, row_keys(seed, pids, run_ids), new_tokens, perturbation, table,
-                                   special, pad_id, suppress, decoder=decoder or {})
+        sampler = SAMPLERS[mode]
+        if perturbation["intensity"] == 0 and cache_keeps_draws(decoder or {}) and cache_fits(model, int(lengths.max()), new_tokens):
+            sampler = sample_ancestral  # both modes' law at intensity 0, the same tokens, with a cache
+        generated = sampler(model, values, offsets, row_keys(seed, pids, run_ids), new_tokens, perturbation, table,
+                            special, pad_id, suppress, decoder=decoder or {})
         out_prompt.append(pids.cpu().numpy())
         out_run.append(run_ids.cpu().numpy())
         out_ids.append(generated.cpu().numpy())
@@ -264,12 +385,13 @@ def load_model(path: str, device: str, precision: str = "fp32", revision: str | 
     """A trained model for sampling, refused if any weight is not finite (a diverged training must not be scored).
 
     `fp32` (the default) computes every next-token law in float32: the protocol's unbiased ancestral sampling.
-    `bf16` runs the model in bfloat16, a speed mode whose law differs (README, "Precision")."""
+    `bf16` runs the model in bfloat16, a speed mode whose law differs (README, "Precision"). GPT-2's activation runs
+    in place, the same floats twice as fast (`models.use_in_place_activations`)."""
     from transformers import AutoModelForCausalLM
 
     from workflow_lib.cli import StageError
-
     from workflow_lib.hub import hub_unreachable
+    from workflow_lib.models import use_in_place_activations
 
     if why := hub_unreachable(path):  # an untrained model is named by its hub id
         raise StageError(f"{path}: {why}; point models.<key>.name at a local copy of the checkpoint")
@@ -281,7 +403,7 @@ def load_model(path: str, device: str, precision: str = "fp32", revision: str | 
     if bad:
         raise StageError(f"{path}: {len(bad)} weight tensors are not finite (first: {bad[0]}); the model diverged in "
                          "training, so nothing is sampled or scored from it. Retrain it (see its train_log.csv)")
-    return model.to(device=device, dtype=PRECISIONS[precision]).eval()
+    return use_in_place_activations(model.to(device=device, dtype=PRECISIONS[precision]).eval())
 
 
 def valid_logits(logits: torch.Tensor) -> torch.Tensor:

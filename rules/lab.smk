@@ -1,0 +1,65 @@
+rule lab_sets:
+    input:
+        code=workflow_code("workflow_lib.lab_laws"),
+    output:
+        "results/lab/sets/{dataset}.parquet",
+    params:
+        builtin=lambda w: as_json(DATASETS[w.dataset]["builtin"]),
+        settings=lambda w: as_json(lab_settings("prefixes", "length", "deltas", "last", "tries")),
+    log:
+        "results/logs/lab/sets/{dataset}.log",
+    benchmark:
+        "results/benchmarks/lab/sets/{dataset}.tsv"
+    conda:
+        "../envs/evaluate.yaml"
+    shell:
+        "python -m workflow_lib.lab_laws sets --builtin {params.builtin:q} --settings {params.settings:q} --output {output} 2> {log}"
+
+
+rule lab_laws:
+    input:
+        unpack(model_input),
+        sets="results/lab/sets/{dataset}.parquet",
+        code=workflow_code("workflow_lib.lab_laws"),
+    output:
+        f"results/lab/laws/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.npz",
+    params:
+        model=model_options,
+        builtin=lambda w: as_json(DATASETS[w.dataset]["builtin"]),
+        settings=lambda w: as_json(lab_settings("last", "draws", "perturbations")),
+    log:
+        f"results/logs/lab/laws/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.log",
+    benchmark:
+        f"results/benchmarks/lab/laws/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.tsv"
+    resources:
+        gpu=config["evaluation"]["gpus"],
+    conda:
+        "../envs/evaluate.yaml"
+    shell:
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.lab_laws laws {params.model} --sets {input.sets} --builtin {params.builtin:q} --settings {params.settings:q} --output {output} 2> {log}"
+
+
+rule lab:
+    input:
+        unpack(lambda w: lab_inputs(config, w.experiment)),
+        code=workflow_code("workflow_lib.lab_report"),
+    output:
+        csv="results/lab/{experiment}/uncertainty.csv",
+        markdown=report("results/lab/{experiment}/uncertainty.md", caption="../report/lab.rst", category="Theory lab",
+                        labels={"experiment": "{experiment}", "output": "table"}),
+        png=report("results/lab/{experiment}/figure.png", caption="../report/lab.rst", category="Theory lab",
+                   labels={"experiment": "{experiment}", "output": "figure"}),
+        pdf="results/lab/{experiment}/figure.pdf",
+    params:
+        settings=lambda w: as_json(lab_settings("last", "perturbations")),
+        stem=lambda w, output: output.png.removesuffix(".png"),
+    log:
+        "results/logs/lab/{experiment}.log",
+    benchmark:
+        "results/benchmarks/lab/{experiment}.tsv"
+    wildcard_constraints:
+        experiment=_names(config["lab"]["experiments"]),
+    conda:
+        "../envs/evaluate.yaml"
+    shell:
+        "python -m workflow_lib.lab_report --prefixes {input.prefixes} --laws {input.laws} --settings {params.settings:q} --csv {output.csv} --markdown {output.markdown} --figure {params.stem} 2> {log}"
