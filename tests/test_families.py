@@ -24,13 +24,7 @@ NEW_TOKENS = 12
 WORD_COUNTS = (3, 9, 17, 26)  # prompts of different lengths, most longer than GPT-Neo's local window
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; on a busy machine, more threads wait on each other (10x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: tiny models on one thread
 
 
 @pytest.fixture(scope="module")

@@ -22,13 +22,7 @@ LAW[:, SPECIAL] = 0
 LAW = LAW / LAW.sum(-1, keepdim=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; on a busy machine, more threads wait on each other (10x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: tiny models on one thread
 
 
 class LastTokenModel(torch.nn.Module):

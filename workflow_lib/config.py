@@ -311,8 +311,8 @@ def check_lab(config: dict) -> None:
         if len(lab_models(exp)) < 2:
             raise ConfigError(f"config key {key}: experiment {name!r} trains {len(lab_models(exp))} model(s); the lab "
                               "needs at least 2 (objectives x seeds x models) to measure their disagreement")
-    if any(d > lab.get("last", 16) for d in lab.get("deltas", [])):
-        raise ConfigError(f"config key lab.deltas: every delta must be at most lab.last ({lab.get('last', 16)}): the "
+    if any(d > lab["last"] for d in lab["deltas"]):
+        raise ConfigError(f"config key lab.deltas: every delta must be at most lab.last ({lab['last']}): the "
                           "changed positions lie among the last l words, where T acts")
 
 
