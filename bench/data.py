@@ -32,10 +32,10 @@ def timed(fn, *args, **kwargs):
 
 
 def main() -> None:
-    from workflow_lib.cleaning import clean
-    from workflow_lib.prompts import make_prompts
-    from workflow_lib.readers import read_rows
-    from workflow_lib.tokenization import group_blocks, token_ids, train_bpe
+    from workflow_lib.data.cleaning import clean
+    from workflow_lib.data.prompts import make_prompts
+    from workflow_lib.data.readers import read_rows
+    from workflow_lib.data.tokenization import group_blocks, token_ids, train_bpe
 
     if (WIKI / "wiki.test.raw").exists():
         source = "wikitext-2-raw (valid+test; train = those rows x4)"
@@ -45,7 +45,7 @@ def main() -> None:
         train_rows = (valid_rows + test_rows) * 4
         cleaning = "wikitext"
     else:
-        from workflow_lib.builtin_corpus import build_grammar
+        from workflow_lib.data.builtin_corpus import build_grammar
 
         source = "builtin (no ../shared/data)"
         grammar = build_grammar(seed=1)

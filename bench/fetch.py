@@ -1,6 +1,6 @@
-"""Benchmark of workflow_lib.fetch on a loopback server: what resumable, verified downloads cost over a plain loop.
+"""Benchmark of workflow_lib.data.fetch on a loopback server: what resumable, verified downloads cost over a plain loop.
 
-The server is tests/httpserver.py in a child process (so it does not share the benchmark's GIL). Measured:
+The server is tests/support/httpserver.py in a child process (so it does not share the benchmark's GIL). Measured:
 fetch() of 200 MB of random bytes (median of 3) against a plain `requests` iter_content loop into nothing
 (the floor: no file, no checksum, no progress bar) and the same loop into a file (the floor with the disk);
 sha256_file on the result; a head_bytes=8 MiB fetch of a 200 MB jsonl-like file with and without Range
@@ -67,7 +67,7 @@ def jsonl_like(n_bytes: int) -> bytes:
 
 def server_process(files: dict[str, bytes], range_support: bool, conn) -> None:
     """Serve `files` until told to stop; answer "requests" with what the server has seen so far."""
-    from httpserver import serve
+    from support.httpserver import serve
 
     with serve(files, range_support=range_support) as server:
         conn.send(server.port)
@@ -131,7 +131,7 @@ def make_archive(path: Path) -> list[str]:
 def main() -> None:
     import logging
 
-    from workflow_lib.fetch import fetch, unpack
+    from workflow_lib.data.fetch import fetch, unpack
     from workflow_lib.files import sha256_file
 
     logging.basicConfig(level=logging.ERROR)
@@ -158,7 +158,7 @@ def main() -> None:
             head_sent = sum(r["sent"] for r in server.requests()[before:])
             # What one fetch job costs whatever the size: the rule's command on a 1 KB file, against starting
             # the same interpreter to do nothing.
-            cli = [sys.executable, "-m", "workflow_lib.fetch", "download", "--what", "bench", "--url",
+            cli = [sys.executable, "-m", "workflow_lib.data.fetch", "download", "--what", "bench", "--url",
                    server.url("small.txt"), "--output", str(tmp / "small.txt")]
             _, t_cli = median_timed(REPEAT, tmp / "small.txt", subprocess.run, cli, check=True, cwd=REPO,
                                     capture_output=True)

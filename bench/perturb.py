@@ -3,7 +3,7 @@
 Tokens: WikiText-2 raw valid+test from ../shared/data through a BPE trained on them, repeated to 2.4M tokens
 (otherwise the builtin corpus), cut into 256-token blocks; synonyms: the distributional table of that
 stream. Each strategy at the paper's intensity 0.025 runs through the vectorised perturber (numpy, and
-torch on the CPU) and through the per-token Python loop of tests/reference_perturb.py (on a 100k-token
+torch on the CPU) and through the per-token Python loop of tests/support/reference_perturb.py (on a 100k-token
 slice, scaled). Last line: `perturb: {json}`.
 
     python bench/perturb.py
@@ -34,15 +34,15 @@ INTENSITY = 0.025
 
 
 def token_stream() -> tuple[np.ndarray, list[int], str]:
-    from workflow_lib.tokenization import token_ids, train_bpe
+    from workflow_lib.data.tokenization import token_ids, train_bpe
 
     if (WIKI / "wiki.test.raw").exists():
-        from workflow_lib.readers import read_rows
+        from workflow_lib.data.readers import read_rows
 
         rows = read_rows("wikitext", [str(WIKI / "wiki.valid.raw"), str(WIKI / "wiki.test.raw")])[0]
         source = "wikitext-2-raw valid+test, BPE 8192, repeated"
     else:
-        from workflow_lib.builtin_corpus import build_grammar
+        from workflow_lib.data.builtin_corpus import build_grammar
 
         rows = build_grammar(seed=1).generate("train", n_docs=3000, sentences_per_doc=20, seed=1)
         source = "builtin corpus, BPE 8192, repeated"
@@ -63,10 +63,10 @@ def best_of(fn, repeat: int = 3) -> float:
 
 def main() -> None:
     import torch
+    from support.reference_perturb import perturb_loop
 
-    from reference_perturb import perturb_loop
-    from workflow_lib.perturb import STRATEGIES, perturb
-    from workflow_lib.synonyms import distributional_synonyms
+    from workflow_lib.perturb.perturber import STRATEGIES, perturb
+    from workflow_lib.perturb.synonyms import distributional_synonyms
 
     torch.set_num_threads(1)
     stream, special, source = token_stream()

@@ -2,7 +2,7 @@
 
 Models: the default study's tiny GPT-2 trained for `--steps` steps on the builtin corpus (a trained model has the
 peaked laws that bf16 rounding moves most), and the tiny random checkpoints of every family the tests use
-(tests/families.py: GPT-2, OPT, GPT-Neo, Llama, GPT-NeoX, saved as their hub originals). For each model, the
+(tests/support/families.py: GPT-2, OPT, GPT-Neo, Llama, GPT-NeoX, saved as their hub originals). For each model, the
 law at every position of 200 held-out texts, computed with the weights in float32 (as `load_model(...,
 "fp32")`) and in bfloat16 (as `load_model(..., "bf16")`); TV = 0.5 sum |p32 - p16|. Last line:
 `precision: {json}`.
@@ -30,7 +30,7 @@ def law_tv(folder: Path | str, texts: list[str], max_length: int = 64) -> np.nda
     import torch
     from transformers import AutoTokenizer
 
-    from workflow_lib.sampling import load_model
+    from workflow_lib.sample.sampler import load_model
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if tokenizer.pad_token is None:
@@ -48,11 +48,11 @@ def law_tv(folder: Path | str, texts: list[str], max_length: int = 64) -> np.nda
 def train_tiny(root: Path, texts: list[str], steps: int) -> Path:
     import argparse as ap
 
+    from workflow_lib.data.tokenization import group_blocks, token_ids, train_bpe
     from workflow_lib.files import write_parquet
-    from workflow_lib.perturb import SynonymTable
-    from workflow_lib.perturbed_data import perturb_blocks
-    from workflow_lib.tokenization import group_blocks, token_ids, train_bpe
-    from workflow_lib.train import train
+    from workflow_lib.perturb.synonym_table import SynonymTable
+    from workflow_lib.perturb.training_data import perturb_blocks
+    from workflow_lib.train.trainer import train
 
     tokenizer = train_bpe(texts, 512)
     tokenizer.save_pretrained(root / "tok")
@@ -77,9 +77,9 @@ def summary(tv: np.ndarray) -> dict:
 
 def main() -> None:
     import torch
+    from support.families import FAMILIES, make_checkpoint
 
-    from families import FAMILIES, make_checkpoint
-    from workflow_lib.builtin_corpus import build_grammar
+    from workflow_lib.data.builtin_corpus import build_grammar
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=300)

@@ -2,7 +2,7 @@
 
 Input: WikiText-2 raw from ../shared/data (valid + test, repeated 4x: about 36k rows and 1.8M words, the size
 of WikiText-2 train), otherwise the builtin corpus at a similar size. Each recipe runs as the download rule runs
-it (workflow_lib.data.normalise on a local dataset), so reading, cleaning, the recipe's steps and the row
+it (workflow_lib.data.prepare.normalise on a local dataset), so reading, cleaning, the recipe's steps and the row
 checksum are all in the time; Parquet writing is not.
 
 - raw, cleaning wikitext: WikiText-2's recipe (rows verbatim).
@@ -34,18 +34,18 @@ WIKI = REPO.parent / "shared" / "data" / "wikitext-2-raw"
 
 def rows_of_input() -> tuple[list[str], str]:
     if (WIKI / "wiki.test.raw").exists():
-        from workflow_lib.readers import read_rows
+        from workflow_lib.data.readers import read_rows
 
         rows = read_rows("wikitext", [str(WIKI / "wiki.valid.raw"), str(WIKI / "wiki.test.raw")])[0]
         return rows * 4, "wikitext-2-raw valid+test x4"
-    from workflow_lib.builtin_corpus import build_grammar
+    from workflow_lib.data.builtin_corpus import build_grammar
 
     grammar = build_grammar(seed=1)
     return grammar.generate("train", n_docs=12000, sentences_per_doc=20, seed=1), "builtin (no ../shared/data)"
 
 
 def timed_build(spec: dict, split: str) -> tuple[float, dict]:
-    from workflow_lib.data import normalise
+    from workflow_lib.data.prepare import normalise
 
     start = time.perf_counter()
     _, meta = normalise("bench", spec, split)

@@ -4,7 +4,7 @@ The default study's tiny GPT-2 architecture (or GPT-2 small with --model gpt2) o
 (20 words), one batch, 80 new tokens: unperturbed Hugging Face `generate` with its key/value cache against
 our `exact` (Algorithm 2: a fresh perturbation and a full forward pass every step) and `cached` modes at
 insertion intensity 0.025, same prompts, same batch. At intensity 0 both modes sample with a key/value cache
-(`sampling.sample_ancestral`); `intensity0_cached_vs_uncached` is its speed over exact mode's former uncached
+(`loops.sample_ancestral`); `intensity0_cached_vs_uncached` is its speed over exact mode's former uncached
 loop (`cache_fits` switched off), timed in the same run, and `intensity0_same_tokens` checks that the two drew
 the same tokens. Then MAUVE on 1000 texts: MiniLM features and the MAUVE computation, per 1000 texts. Last
 line: `sample: {json}`.
@@ -34,12 +34,12 @@ def main() -> None:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from workflow_lib.builtin_corpus import build_grammar
-    from workflow_lib.prompts import make_prompts
-    from workflow_lib import sampling
-    from workflow_lib.sampling import generate
-    from workflow_lib.synonyms import distributional_synonyms
-    from workflow_lib.tokenization import group_blocks, token_ids, train_bpe
+    from workflow_lib.data.builtin_corpus import build_grammar
+    from workflow_lib.data.prompts import make_prompts
+    from workflow_lib.data.tokenization import group_blocks, token_ids, train_bpe
+    from workflow_lib.perturb.synonyms import distributional_synonyms
+    from workflow_lib.sample import loops
+    from workflow_lib.sample.sampler import generate
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=100)
@@ -99,15 +99,15 @@ def main() -> None:
 
     with_cache = intensity0()
     rates["intensity0_cached"] = timed(intensity0)
-    fits = sampling.cache_fits
-    sampling.cache_fits = lambda *args: False  # the former path: the whole batch recomputed at every step
+    fits = loops.cache_fits
+    loops.cache_fits = lambda *args: False  # the former path: the whole batch recomputed at every step
     try:
         same_tokens = bool(np.array_equal(intensity0(), with_cache))
         rates["intensity0_uncached"] = timed(intensity0)
     finally:
-        sampling.cache_fits = fits
+        loops.cache_fits = fits
 
-    from workflow_lib.metrics import featurize, mauve_score
+    from workflow_lib.evaluate.metrics import featurize, mauve_score
 
     human = frame["reference"].to_list()[:1000]
     other = test[:1000]

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from workflow_lib.config import load_schema  # noqa: E402
-from workflow_lib.simulation import fit_vocabulary  # noqa: E402
+from workflow_lib.simulation.study import fit_vocabulary
 
 CORES = 2
 MAE_COLUMNS = ("mae_unseen_rows", "mae_unseen_pairs", "mae_all")

@@ -31,11 +31,11 @@ GPT2_SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024}
 
 
 def make_data(root: Path, vocab: int, block: int):
-    from workflow_lib.builtin_corpus import build_grammar
+    from workflow_lib.data.builtin_corpus import build_grammar
+    from workflow_lib.data.tokenization import group_blocks, token_ids, train_bpe
     from workflow_lib.files import write_parquet
-    from workflow_lib.perturbed_data import perturb_blocks
-    from workflow_lib.synonyms import distributional_synonyms
-    from workflow_lib.tokenization import group_blocks, token_ids, train_bpe
+    from workflow_lib.perturb.synonyms import distributional_synonyms
+    from workflow_lib.perturb.training_data import perturb_blocks
 
     texts = build_grammar(seed=1234).generate("train", n_docs=1500, sentences_per_doc=20, seed=1234)
     tokenizer = train_bpe(texts, vocab)
@@ -50,7 +50,7 @@ def make_data(root: Path, vocab: int, block: int):
 
 
 def our_rate(root: Path, mode: str, settings: dict, arch: dict) -> float:
-    from workflow_lib.train import train
+    from workflow_lib.train.trainer import train
 
     out = root / f"ours-{mode}"
     args = argparse.Namespace(train=str(root / f"{mode}.parquet"), validation=None, tokenizer=str(root / "tok"),
@@ -77,7 +77,7 @@ def launched_rate(root: Path, processes: int, threads: int, settings: dict, arch
     multi = ["--multi_gpu"] if processes > 1 else []
     cmd = [str(Path(sys.executable).parent / "accelerate"), "launch", *multi, "--num_processes", str(processes),
            "--num_machines", "1", "--mixed_precision", settings["mixed_precision"], "--dynamo_backend", "no",
-           "--main_process_port", "0", "-m", "workflow_lib.train", "--train", str(root / "augment.parquet"),
+           "--main_process_port", "0", "-m", "workflow_lib.train.trainer", "--train", str(root / "augment.parquet"),
            "--tokenizer", str(root / "tok"), "--model-key", "bench", "--model",
            json.dumps({"source": "scratch", "architecture": arch}), "--objective", json.dumps({"loss": "mle"}),
            "--settings", json.dumps(settings), "--resume-dir", str(out / "resume"), "--output", str(out / "model")]

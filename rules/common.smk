@@ -13,8 +13,8 @@ if workflow.basedir not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")])))
 
 from workflow_lib.config import ConfigError, dataset_splits, embedding_model, local_files, validate_config
-from workflow_lib.downloads import archive_path, fetched, split_paths, unpacked_dir
-from workflow_lib.downloads import members as archive_members
+from workflow_lib.data.downloads import archive_path, fetched, split_paths, unpacked_dir
+from workflow_lib.data.downloads import members as archive_members
 from workflow_lib.grid import (
     UNTRAINED,
     curve_inputs,
@@ -31,7 +31,7 @@ from workflow_lib.grid import (
     synonym_targets,
     trained_objectives,
 )
-# A rule's `code` input, workflow_code("workflow_lib.<module>"): the files that `python -m <module>` runs (the
+# A rule's `code` input, workflow_code("workflow_lib.<stage>.<module>"): the files that `python -m <module>` runs (with its packages' __init__.py) (the
 # module and what it imports, found by a static scan), so editing one reruns the rule's jobs and what follows.
 from workflow_lib.module_deps import module_files as workflow_code
 

@@ -14,13 +14,13 @@ rule fetch:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_lib.fetch download --what datasets.{wildcards.dataset} --url {params.url:q} {params.options} --output {output} 2> {log}"
+        "python -m workflow_lib.data.fetch download --what datasets.{wildcards.dataset} --url {params.url:q} {params.options} --output {output} 2> {log}"
 
 
 rule unpack:
     input:
         archive=lambda w: archive_path(w.dataset, DATASETS[w.dataset]),
-        code=workflow_code("workflow_lib.fetch"),
+        code=workflow_code("workflow_lib.data.fetch"),
     output:
         directory("results/downloads/{dataset}/unpacked"),
     params:
@@ -30,13 +30,13 @@ rule unpack:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_lib.fetch unpack --what datasets.{wildcards.dataset}.archive --archive {input.archive} --members {params.members:q} --output {output} 2> {log}"
+        "python -m workflow_lib.data.fetch unpack --what datasets.{wildcards.dataset}.archive --archive {input.archive} --members {params.members:q} --output {output} 2> {log}"
 
 
 rule download:
     input:
         data=download_inputs,
-        code=workflow_code("workflow_lib.data"),
+        code=workflow_code("workflow_lib.data.prepare"),
     output:
         parquet="results/data/{dataset}/{split}.parquet",
         meta="results/data/{dataset}/{split}.json",
@@ -51,13 +51,13 @@ rule download:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_lib.data download --dataset {wildcards.dataset} --spec {params.spec:q} --split {wildcards.split} --output {output.parquet} --meta {output.meta} 2> {log}"
+        "python -m workflow_lib.data.prepare download --dataset {wildcards.dataset} --spec {params.spec:q} --split {wildcards.split} --output {output.parquet} --meta {output.meta} 2> {log}"
 
 
 rule tokenizer:
     input:
         unpack(tokenizer_inputs),
-        code=workflow_code("workflow_lib.tokenization"),
+        code=workflow_code("workflow_lib.data.tokenization"),
     output:
         directory("results/tokenizers/{tokenizer}"),
     params:
@@ -70,14 +70,14 @@ rule tokenizer:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_lib.tokenization tokenizer --key {wildcards.tokenizer} --spec {params.spec:q} {params.train_data} --output {output} 2> {log}"
+        "python -m workflow_lib.data.tokenization tokenizer --key {wildcards.tokenizer} --spec {params.spec:q} {params.train_data} --output {output} 2> {log}"
 
 
 rule tokenize:
     input:
         tokenizer="results/tokenizers/{tokenizer}",
         data="results/data/{dataset}/{split}.parquet",
-        code=workflow_code("workflow_lib.tokenization"),
+        code=workflow_code("workflow_lib.data.tokenization"),
     output:
         "results/tokens/{tokenizer}/{dataset}/{split}.parquet",
     params:
@@ -89,13 +89,13 @@ rule tokenize:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_lib.tokenization tokenize --tokenizer {input.tokenizer} --input {input.data} --output {output} --block-size {params.block_size} 2> {log}"
+        "python -m workflow_lib.data.tokenization tokenize --tokenizer {input.tokenizer} --input {input.data} --output {output} --block-size {params.block_size} 2> {log}"
 
 
 rule prompts:
     input:
         data=prompts_input,
-        code=workflow_code("workflow_lib.data"),
+        code=workflow_code("workflow_lib.data.prepare"),
     output:
         parquet="results/prompts/{eval_set}.parquet",
         meta="results/prompts/{eval_set}.json",
@@ -108,4 +108,4 @@ rule prompts:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_lib.data prompts --eval-set {wildcards.eval_set} --input {input.data} --settings {params.settings:q} --output {output.parquet} --meta {output.meta} 2> {log}"
+        "python -m workflow_lib.data.prepare prompts --eval-set {wildcards.eval_set} --input {input.data} --settings {params.settings:q} --output {output.parquet} --meta {output.meta} 2> {log}"

@@ -1,7 +1,7 @@
 rule features:
     input:
         prompts="results/prompts/{eval_set}.parquet",
-        code=workflow_code("workflow_lib.metrics"),
+        code=workflow_code("workflow_lib.evaluate.metrics"),
     output:
         "results/features/{featuriser}/{eval_set}.npy",
     params:
@@ -15,7 +15,7 @@ rule features:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.metrics features --prompts {input.prompts} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics features --prompts {input.prompts} --settings {params.settings:q} --output {output} 2> {log}"
 
 
 rule evaluate:
@@ -23,7 +23,7 @@ rule evaluate:
         samples=f"results/samples/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.parquet",
         prompts="results/prompts/{eval_set}.parquet",
         human=lambda w: f"results/features/{featuriser_id()}/{w.eval_set}.npy",
-        code=workflow_code("workflow_lib.metrics"),
+        code=workflow_code("workflow_lib.evaluate.metrics"),
     output:
         json=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json",
         per_prompt=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.prompts.parquet",
@@ -39,14 +39,14 @@ rule evaluate:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.metrics evaluate --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} --curves {output.curves} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics evaluate --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} --curves {output.curves} 2> {log}"
 
 
 rule perplexity:
     input:
         unpack(model_input),
         prompts="results/prompts/{eval_set}.parquet",
-        code=workflow_code("workflow_lib.perplexity"),
+        code=workflow_code("workflow_lib.evaluate.perplexity"),
     output:
         json=f"results/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{{eval_set}}.json",
         per_prompt=f"results/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{{eval_set}}.prompts.parquet",
@@ -62,13 +62,13 @@ rule perplexity:
     conda:
         "../envs/train.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.perplexity {params.model} --prompts {input.prompts} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.perplexity {params.model} --prompts {input.prompts} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} 2> {log}"
 
 
 rule extrapolation:
     input:
         unpack(sample_inputs),
-        code=workflow_code("workflow_lib.extrapolation"),
+        code=workflow_code("workflow_lib.evaluate.extrapolation"),
     output:
         f"results/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json",
     params:
@@ -88,4 +88,4 @@ rule extrapolation:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.extrapolation {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --builtin {params.builtin:q} --split {params.split} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.extrapolation {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --builtin {params.builtin:q} --split {params.split} --settings {params.settings:q} --output {output} 2> {log}"

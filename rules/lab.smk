@@ -1,6 +1,6 @@
 rule lab_sets:
     input:
-        code=workflow_code("workflow_lib.lab_laws"),
+        code=workflow_code("workflow_lib.lab.laws"),
     output:
         "results/lab/sets/{dataset}.parquet",
     params:
@@ -13,14 +13,14 @@ rule lab_sets:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.lab_laws sets --builtin {params.builtin:q} --settings {params.settings:q} --output {output} 2> {log}"
+        "python -m workflow_lib.lab.laws sets --builtin {params.builtin:q} --settings {params.settings:q} --output {output} 2> {log}"
 
 
 rule lab_laws:
     input:
         unpack(model_input),
         sets="results/lab/sets/{dataset}.parquet",
-        code=workflow_code("workflow_lib.lab_laws"),
+        code=workflow_code("workflow_lib.lab.laws"),
     output:
         f"results/lab/laws/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.npz",
     params:
@@ -36,13 +36,13 @@ rule lab_laws:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.lab_laws laws {params.model} --sets {input.sets} --builtin {params.builtin:q} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.lab.laws laws {params.model} --sets {input.sets} --builtin {params.builtin:q} --settings {params.settings:q} --output {output} 2> {log}"
 
 
 rule lab:
     input:
         unpack(lambda w: lab_inputs(config, w.experiment)),
-        code=workflow_code("workflow_lib.lab_report"),
+        code=workflow_code("workflow_lib.lab.report"),
     output:
         csv="results/lab/{experiment}/uncertainty.csv",
         markdown=report("results/lab/{experiment}/uncertainty.md", caption="../report/lab.rst", category="Theory lab",
@@ -62,4 +62,4 @@ rule lab:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.lab_report --prefixes {input.prefixes} --laws {input.laws} --settings {params.settings:q} --csv {output.csv} --markdown {output.markdown} --figure {params.stem} 2> {log}"
+        "python -m workflow_lib.lab.report --prefixes {input.prefixes} --laws {input.laws} --settings {params.settings:q} --csv {output.csv} --markdown {output.markdown} --figure {params.stem} 2> {log}"

@@ -1,7 +1,7 @@
 rule synonyms:
     input:
         unpack(synonym_inputs),
-        code=workflow_code("workflow_lib.synonyms"),
+        code=workflow_code("workflow_lib.perturb.synonyms"),
     output:
         "results/synonyms/{tokenizer}/{dataset}/{synonyms}.parquet",
     params:
@@ -14,13 +14,13 @@ rule synonyms:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_lib.synonyms --source {wildcards.synonyms} --tokenizer {input.tokenizer} {params.tokens} --settings {params.settings:q} --output {output} 2> {log}"
+        "python -m workflow_lib.perturb.synonyms --source {wildcards.synonyms} --tokenizer {input.tokenizer} {params.tokens} --settings {params.settings:q} --output {output} 2> {log}"
 
 
 rule perturb:
     input:
         unpack(perturb_inputs),
-        code=workflow_code("workflow_lib.perturbed_data"),
+        code=workflow_code("workflow_lib.perturb.training_data"),
     output:
         parquet="results/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.parquet",
         meta="results/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.json",
@@ -35,4 +35,4 @@ rule perturb:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_lib.perturbed_data --tokens {input.tokens} --tokenizer {input.tokenizer} {params.synonyms} --condition {params.condition:q} --key {params.key} --output {output.parquet} --meta {output.meta} 2> {log}"
+        "python -m workflow_lib.perturb.training_data --tokens {input.tokens} --tokenizer {input.tokenizer} {params.synonyms} --condition {params.condition:q} --key {params.key} --output {output.parquet} --meta {output.meta} 2> {log}"

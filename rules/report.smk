@@ -1,7 +1,7 @@
 rule collect_metrics:
     input:
         metrics=metric_targets(config) + extrapolation_targets(config) + perplexity_targets(config),
-        code=workflow_code("workflow_lib.report"),
+        code=workflow_code("workflow_lib.report.build"),
     output:
         "results/report/metrics.csv",
     log:
@@ -9,7 +9,7 @@ rule collect_metrics:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report collect --output {output} {input.metrics} 2> {log}"
+        "python -m workflow_lib.report.build collect --output {output} {input.metrics} 2> {log}"
 
 
 rule contrasts:
@@ -18,7 +18,7 @@ rule contrasts:
         # inputs too (contrasts reads them beside each JSON).
         metrics=metric_targets(config) + perplexity_targets(config),
         sidecars=[m.replace(".json", ".prompts.parquet") for m in metric_targets(config) + perplexity_targets(config)],
-        code=workflow_code("workflow_lib.contrasts"),
+        code=workflow_code("workflow_lib.report.contrasts"),
     output:
         "results/report/contrasts.csv",
     params:
@@ -28,7 +28,7 @@ rule contrasts:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.contrasts --intensity {params.intensity} --output {output} {input.metrics} 2> {log}"
+        "python -m workflow_lib.report.contrasts --intensity {params.intensity} --output {output} {input.metrics} 2> {log}"
 
 
 rule tables:
@@ -38,7 +38,7 @@ rule tables:
         simulation=simulation_summary_input(),
         data=data_records(),
         lab=[t for t in lab_targets(config) if t.endswith(".md")],
-        code=workflow_code("workflow_lib.report"),
+        code=workflow_code("workflow_lib.report.build"),
     output:
         summary=report("results/summary.md", caption="../report/summary.rst", category="Summary"),
         tables=[
@@ -55,13 +55,13 @@ rule tables:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} --data {input.data} --contrasts {input.contrasts} --lab {input.lab} 2> {log}"
+        "python -m workflow_lib.report.build tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} --data {input.data} --contrasts {input.contrasts} --lab {input.lab} 2> {log}"
 
 
 rule figure:
     input:
         metrics="results/report/metrics.csv",
-        code=workflow_code("workflow_lib.report"),
+        code=workflow_code("workflow_lib.report.build"),
     output:
         png=report("results/report/figures/{figure}.png", caption="../report/figure.rst", category="Figures",
                    labels={"figure": "{figure}"}),
@@ -73,14 +73,14 @@ rule figure:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report figure --metrics {input.metrics} --name {wildcards.figure} --intensity {params.intensity} --stem results/report/figures/{wildcards.figure} 2> {log}"
+        "python -m workflow_lib.report.build figure --metrics {input.metrics} --name {wildcards.figure} --intensity {params.intensity} --stem results/report/figures/{wildcards.figure} 2> {log}"
 
 
 rule examples:
     input:
         prompts=f"results/prompts/{example_inputs(config)[0]}.parquet",
         samples=example_inputs(config)[1],
-        code=workflow_code("workflow_lib.report"),
+        code=workflow_code("workflow_lib.report.build"),
     output:
         report("results/report/tables/examples.md", caption="../report/table.rst", category="Tables", subcategory="examples",
                labels={"table": "examples", "format": "md"}),
@@ -91,13 +91,13 @@ rule examples:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report examples --prompts {input.prompts} --stem results/report/tables/examples {input.samples} 2> {log}"
+        "python -m workflow_lib.report.build examples --prompts {input.prompts} --stem results/report/tables/examples {input.samples} 2> {log}"
 
 
 rule training_curves:
     input:
         models=training_curve_inputs,
-        code=workflow_code("workflow_lib.report"),
+        code=workflow_code("workflow_lib.report.build"),
     output:
         png=report("results/report/figures/training/{model}/{dataset}.png", caption="../report/training.rst",
                    category="Training curves", labels={"model": "{model}", "dataset": "{dataset}"}),
@@ -107,4 +107,4 @@ rule training_curves:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report curves --stem results/report/figures/training/{wildcards.model}/{wildcards.dataset} {input.models} 2> {log}"
+        "python -m workflow_lib.report.build curves --stem results/report/figures/training/{wildcards.model}/{wildcards.dataset} {input.models} 2> {log}"

@@ -1,7 +1,7 @@
 rule sample:
     input:
         unpack(sample_inputs),
-        code=workflow_code("workflow_lib.sampling"),
+        code=workflow_code("workflow_lib.sample.sampler"),
     output:
         f"results/samples/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.parquet",
     params:
@@ -20,4 +20,4 @@ rule sample:
     conda:
         "../envs/train.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.sampling {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.sample.sampler {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --settings {params.settings:q} --output {output} 2> {log}"

@@ -1,6 +1,6 @@
 rule simulation_fit:
     input:
-        code=workflow_code("workflow_lib.simulation"),
+        code=workflow_code("workflow_lib.simulation.study"),
     output:
         "results/simulation/V{vocab}.parquet",
     params:
@@ -17,13 +17,13 @@ rule simulation_fit:
     conda:
         "../envs/simulation.yaml"
     shell:
-        "python -m workflow_lib.simulation fit --vocab-size {wildcards.vocab} --settings {params.settings:q} --threads {threads} --output {output} 2> {log}"
+        "python -m workflow_lib.simulation.study fit --vocab-size {wildcards.vocab} --settings {params.settings:q} --threads {threads} --output {output} 2> {log}"
 
 
 rule simulation_summary:
     input:
         fits=simulation_fits(),
-        code=workflow_code("workflow_lib.simulation"),
+        code=workflow_code("workflow_lib.simulation.study"),
     output:
         csv="results/simulation/summary.csv",
         markdown=report("results/simulation/summary.md", caption="../report/simulation.rst", category="Simulation",
@@ -40,4 +40,4 @@ rule simulation_summary:
     conda:
         "../envs/simulation.yaml"
     shell:
-        "python -m workflow_lib.simulation summarize --inputs {input.fits} --csv {output.csv} --markdown {output.markdown} --figure {params.stem} 2> {log}"
+        "python -m workflow_lib.simulation.study summarize --inputs {input.fits} --csv {output.csv} --markdown {output.markdown} --figure {params.stem} 2> {log}"

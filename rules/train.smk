@@ -1,7 +1,7 @@
 rule train:
     input:
         unpack(train_inputs),
-        code=workflow_code("workflow_lib.train"),
+        code=workflow_code("workflow_lib.train.trainer"),
     output:
         directory(f"results/models/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"),
     params:
@@ -24,4 +24,4 @@ rule train:
     conda:
         "../envs/train.yaml"
     shell:
-        "OMP_NUM_THREADS=1 accelerate launch {params.launch} -m workflow_lib.train --train {input.train} {params.validation} --tokenizer {input.tokenizer} --model-key {wildcards.model} --model {params.model:q} --objective {params.objective:q} --settings {params.settings:q} --resume-dir {params.resume} --output {output} 2> {log}"
+        "OMP_NUM_THREADS=1 accelerate launch {params.launch} -m workflow_lib.train.trainer --train {input.train} {params.validation} --tokenizer {input.tokenizer} --model-key {wildcards.model} --model {params.model:q} --objective {params.objective:q} --settings {params.settings:q} --resume-dir {params.resume} --output {output} 2> {log}"

@@ -124,7 +124,7 @@ def _as_list(files) -> list:
 def check_url_dataset(name: str, ds: dict) -> None:
     """What the schema cannot say about downloaded files: entries of one kind, safe member paths, distinct
     local names, heads of line-based files only, two files for WritingPrompts."""
-    from workflow_lib.downloads import file_name
+    from workflow_lib.data.downloads import file_name
 
     key = f"config key datasets.{name}"
     names: dict[str, dict] = {}

@@ -1,7 +1,7 @@
 """Which workflow_lib source files a rule runs, found by a static import scan.
 
 Snakemake reruns a job when its shell command changes, not when a module that the command runs changes. So
-every rule that runs `python -m workflow_lib.<module>` lists, as inputs, that module's file and the files of
+every rule that runs `python -m workflow_lib.<stage>.<module>` lists, as inputs, that module's file and the files of
 every workflow_lib module it imports, directly or through others, at the top or inside a function (heavy
 imports live inside functions): editing one of them makes the job's outputs older than an input, and the job
 and what follows it rerun. Nothing is imported or executed: the source is parsed with `ast`, once per module
@@ -19,51 +19,73 @@ PACKAGE = "workflow_lib"
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
+def _source(module: str) -> Path | None:
+    """The file that `import module` runs: a package's __init__.py or a module's .py; None outside the package."""
+    if module != PACKAGE and not module.startswith(PACKAGE + "."):
+        return None
+    folder = PACKAGE_DIR.joinpath(*module.split(".")[1:])
+    if (folder / "__init__.py").is_file():
+        return folder / "__init__.py"
+    return folder.with_suffix(".py") if folder.with_suffix(".py").is_file() else None
+
+
 def module_path(module: str) -> Path:
-    """The source file of a workflow_lib module ('workflow_lib.data' -> .../workflow_lib/data.py)."""
-    if module == PACKAGE:
-        return PACKAGE_DIR / "__init__.py"
-    if not module.startswith(PACKAGE + "."):
+    """The source file of a workflow_lib module or subpackage ('workflow_lib.data.fetch' -> .../data/fetch.py,
+    'workflow_lib.data' -> .../data/__init__.py)."""
+    if module != PACKAGE and not module.startswith(PACKAGE + "."):
         raise ValueError(f"{module!r} is not a {PACKAGE} module")
-    path = PACKAGE_DIR.joinpath(*module.split(".")[1:]).with_suffix(".py")
-    if not path.is_file():
-        raise ValueError(f"no source file for {module!r} (looked for {path})")
+    path = _source(module)
+    if path is None:
+        raise ValueError(f"no source file for {module!r} (looked under {PACKAGE_DIR})")
     return path
 
 
 def _is_module(name: str) -> bool:
-    return name == PACKAGE or PACKAGE_DIR.joinpath(*name.split(".")[1:]).with_suffix(".py").is_file()
+    return _source(name) is not None
+
+
+def _parents(module: str) -> list[str]:
+    """The packages Python imports before `module` ('a.b.c' -> ['a', 'a.b']), whose __init__.py files run too."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
 @lru_cache(maxsize=None)
 def direct_imports(module: str) -> frozenset[str]:
     """Every module name imported anywhere in `module`'s source (absolute; relative imports resolved)."""
-    tree = ast.parse(module_path(module).read_text(), filename=str(module_path(module)))
+    path = module_path(module)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    # A relative import counts from the package that holds the module; a package's __init__ is its own package.
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = module.split(".")[: -node.level] if module != PACKAGE else []
-                base_name = ".".join([*base, node.module] if node.module else base) or PACKAGE
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                if len(base) < 1 or node.level - 1 >= len(package.split(".")):
+                    raise ValueError(f"{path}: relative import beyond the top-level package")
+                base_name = ".".join([*base, node.module] if node.module else base)
             else:
                 base_name = node.module
             names.add(base_name)
-            # `from workflow_lib import objectives` imports a submodule, not a name.
+            # `from workflow_lib.lab import laws` imports a submodule, not a name.
             names.update(f"{base_name}.{alias.name}" for alias in node.names if alias.name != "*")
     return frozenset(names)
 
 
 @lru_cache(maxsize=None)
 def module_closure(module: str) -> tuple[str, ...]:
-    """`module` and every workflow_lib module it imports, transitively, with the package itself."""
-    seen, todo = {PACKAGE}, [module]
+    """`module`, every workflow_lib module it imports, transitively, and every package on the way (whose
+    __init__.py runs first): all the files that `python -m module` executes from this package."""
+    seen, todo = set(), [module]
     while todo:
         current = todo.pop()
         if current in seen:
             continue
         seen.add(current)
+        todo.extend(_parents(current))
         for name in direct_imports(current):
             if name.split(".")[0] == PACKAGE and _is_module(name):
                 todo.append(name)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A single-node SLURM cluster on this machine, for the workflow's SLURM tests (tests/test_cluster.py) and CI.
+# A single-node SLURM cluster on this machine, for the workflow's SLURM tests (tests/workflow/test_cluster.py) and CI.
 #
 #   tests/slurm/cluster.sh install   apt-get install munge, slurmctld, slurmd, slurm-client (Debian; root)
 #   tests/slurm/cluster.sh start     install if needed, write the config, start munged, slurmctld, slurmd

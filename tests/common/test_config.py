@@ -1,0 +1,270 @@
+"""Config validation: every bad config stops with one line that names the key and what is allowed."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from support.study import REPO, snakemake, tiny_config, write_config
+
+from workflow_lib.config import ConfigError, validate_config
+
+
+def check(config: dict, tmp_path: Path | None = None) -> dict:
+    return validate_config(copy.deepcopy(config), workdir=tmp_path or Path("."))
+
+
+def error_of(config: dict, tmp_path: Path | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        check(config, tmp_path)
+    return str(info.value)
+
+
+def test_default_config_is_valid_and_defaults_are_filled():
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    filled = validate_config(config, workdir=REPO)
+    assert filled["tokenize"]["splits"] == ["train", "validation"]
+    assert filled["prompts"]["reference_words"] == 80
+    assert filled["eval_sets"]["synthetic-test"]["prefix_words"] == 20
+    assert filled["datasets"]["synthetic"]["cleaning"] == "none"
+
+
+def test_unknown_key_names_key_and_allowed_keys():
+    config = tiny_config()
+    config["datasets"]["synthetic"]["colour"] = "red"
+    message = error_of(config)
+    assert "datasets.synthetic" in message and "'colour'" in message
+    assert "allowed keys:" in message and "source" in message
+
+
+def test_unknown_top_level_key():
+    config = tiny_config()
+    config["trainning"] = {}
+    message = error_of(config)
+    assert "'trainning'" in message and "experiments" in message
+
+
+def test_wrong_type_names_key_and_type():
+    config = tiny_config()
+    config["tokenize"]["block_size"] = "big"
+    message = error_of(config)
+    assert "tokenize.block_size" in message and "integer" in message
+
+
+def test_negative_intensity():
+    config = tiny_config()
+    config["experiments"]["main"]["train_perturbation"] = {"intensities": [0, -0.1]}
+    message = error_of(config)
+    assert "experiments.main.train_perturbation.intensities.1" in message and "minimum 0" in message
+
+
+def test_unknown_enum_lists_allowed_values():
+    config = tiny_config()
+    config["datasets"]["synthetic"]["source"] = "ftp"
+    message = error_of(config)
+    assert "datasets.synthetic.source" in message and "'hf'" in message and "'builtin'" in message
+
+
+def test_unknown_dataset_referenced_by_experiment():
+    config = tiny_config()
+    config["experiments"]["main"]["train_dataset"] = "wiki"
+    message = error_of(config)
+    assert "experiments.main.train_dataset" in message and "'wiki'" in message and "synthetic" in message
+
+
+def test_unknown_eval_set_and_split():
+    config = tiny_config()
+    config["experiments"]["main"]["eval_sets"] = ["syn-test", "nope"]
+    assert "experiments.main.eval_sets[1]" in error_of(config)
+    config = tiny_config()
+    config["eval_sets"]["syn-test"]["split"] = "dev"
+    message = error_of(config)
+    assert "eval_sets.syn-test.split" in message and "ood" in message
+
+
+def test_missing_local_file_names_key_and_path(tmp_path):
+    config = tiny_config()
+    config["datasets"]["wiki"] = {"source": "local", "format": "wikitext", "files": {"test": "nowhere/wiki.test.raw"}}
+    message = error_of(config, tmp_path)
+    assert "datasets.wiki.files.test" in message and "nowhere/wiki.test.raw" in message
+
+
+def test_writingprompts_needs_two_files(tmp_path):
+    (tmp_path / "a.wp_source").write_text("x\n")
+    config = tiny_config()
+    config["datasets"]["wp"] = {"source": "local", "format": "writingprompts", "files": {"test": "a.wp_source"}}
+    assert "takes 2 file(s)" in error_of(config, tmp_path)
+
+
+def test_hf_dataset_requires_path():
+    config = tiny_config()
+    config["datasets"]["wiki"] = {"source": "hf", "splits": {"test": "test"}}
+    assert "'path' is a required property" in error_of(config)
+
+
+def test_snakemake_stops_before_any_job_with_one_clear_message(workdir):
+    config = tiny_config()
+    config["experiments"]["main"]["models"] = ["huge"]
+    write_config(workdir, config)
+    result = snakemake(workdir)
+    assert result.returncode != 0
+    assert "Invalid configuration: config key experiments.main.models[0]: unknown model 'huge'; allowed: tiny" in result.stderr
+    assert not (workdir / "results").exists()
+
+
+def test_training_hyperparameters_are_checked_before_any_job():
+    config = tiny_config()
+    config["training"] = {"learning_rate": 0}
+    message = error_of(config)
+    assert "training.learning_rate" in message and "exclusiveMinimum 0" in message
+    config = tiny_config()
+    config["models"]["tiny"]["training"] = {"learning_rate": -1.0}
+    assert "models.tiny.training.learning_rate" in error_of(config)
+    config["models"]["tiny"]["training"] = {"learnin_rate": 1.0}
+    assert "models.tiny.training: unknown key(s) 'learnin_rate'" in error_of(config)
+
+
+def test_unknown_objective_names_key_and_allowed():
+    config = tiny_config()
+    config["experiments"]["main"]["objectives"] = ["mle", "focal"]
+    message = error_of(config)
+    assert "experiments.main.objectives[1]" in message and "'focal'" in message and "brier" in message
+    config["objectives"] = {"focal": {"loss": "focal"}}
+    assert "objectives.focal.loss" in error_of(config)
+
+
+def test_user_objectives_extend_the_predefined_ones():
+    config = tiny_config()
+    config["objectives"] = {"alpha3": {"loss": "alpha_power", "alpha": 3}}
+    config["experiments"]["main"]["objectives"] = ["mle", "alpha3"]
+    filled = check(config)
+    assert set(filled["objectives"]) >= {"mle", "brier", "mixce", "tvd", "emo", "alpha3"}
+
+
+def with_architecture(**changes) -> dict:
+    config = tiny_config()
+    arch = {**config["models"]["tiny"]["architecture"], **changes}
+    config["models"]["tiny"]["architecture"] = {k: v for k, v in arch.items() if v is not ...}
+    return config
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"n_embd": 30, "n_head": 4}, ["models.tiny.architecture: n_embd = 30 is not divisible by n_head = 4"]),
+    ({"n_head": ...}, ["n_embd = 16 is not divisible by n_head = 12 (unset: GPT2Config's default)"]),
+    ({"n_heads": 2}, ["models.tiny.architecture: unknown key(s) 'n_heads'", "allowed keys:", "n_head,"]),
+    ({"vocab_size": 300}, ["models.tiny.architecture: unknown key(s) 'vocab_size'", "come from the tokenizer"]),
+    ({"n_layer": 0}, ["models.tiny.architecture.n_layer", "minimum 1"]),
+    ({"n_inner": 0}, ["models.tiny.architecture.n_inner", "minimum 1"]),
+    ({"attn_pdrop": 1.5}, ["models.tiny.architecture.attn_pdrop", "exclusiveMaximum 1"]),
+    ({"activation_function": "gelu2"}, ["models.tiny.architecture.activation_function", "'gelu_new'"]),
+    ({"n_embd": "wide"}, ["models.tiny.architecture.n_embd", "integer"]),
+    ({"n_embd": 16.0}, ["models.tiny.architecture.n_embd: GPT2Config takes an integer", "write 16"]),
+    ({"layer_norm_epsilon": 1}, ["models.tiny.architecture.layer_norm_epsilon: GPT2Config takes a float", "write 1.0"]),
+])
+def test_scratch_architecture_that_cannot_be_built_is_refused_before_any_job(changes, expected):
+    message = error_of(with_architecture(**changes))
+    assert all(part in message for part in expected), message
+
+
+def test_scratch_architecture_with_every_kind_of_key_is_valid():
+    config = with_architecture(n_layer=2, n_head=4, n_embd=32, n_positions=32, n_inner=None, activation_function="relu",
+                               resid_pdrop=0, embd_pdrop=0.0, attn_pdrop=0.2, layer_norm_epsilon=1.0e-5,
+                               initializer_range=0.02, scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False,
+                               reorder_and_upcast_attn=False, tie_word_embeddings=False)
+    assert check(config)["models"]["tiny"]["architecture"]["n_inner"] is None
+
+
+def test_architecture_of_a_pretrained_model_is_refused():
+    config = tiny_config()
+    config["models"]["gpt2"] = {"source": "hf", "name": "gpt2", "tokenizer": "bpe", "architecture": {"n_layer": 2}}
+    message = error_of(config)
+    assert "models.gpt2.architecture" in message and "source: scratch" in message
+
+
+def test_featuriser_is_a_known_name_or_a_local_model_folder(tmp_path):
+    config = tiny_config()
+    config["evaluation"]["featuriser"] = "models/my-encoder"
+    message = error_of(config, tmp_path)
+    assert "evaluation.featuriser" in message and "'models/my-encoder'" in message
+    assert "'minilm', 'gpt2-large'" in message and "config.json" in message
+    (tmp_path / "models/my-encoder").mkdir(parents=True)
+    assert "evaluation.featuriser" in error_of(config, tmp_path)  # a folder, but no model in it
+    (tmp_path / "models/my-encoder/config.json").write_text("{}")
+    assert check(config, tmp_path)["evaluation"]["featuriser"] == "models/my-encoder"
+    config["evaluation"]["featuriser"] = "gpt2-large"
+    check(config, tmp_path)
+
+
+def url_dataset(**changes) -> dict:
+    return {"source": "url", "format": "jsonl", "cleaning": "webtext",
+            "files": {"test": {"url": "https://example.org/v1/webtext.test.jsonl", "sha256": "a" * 64}}, **changes}
+
+
+@pytest.mark.parametrize("dataset, expected", [
+    (url_dataset(files={"test": {"url": "ftp://example.org/x.jsonl", "sha256": None}}), "does not match '^https?://'"),
+    (url_dataset(files={"test": {"url": "https://example.org/x.jsonl", "sha256": "abc"}}), "datasets.web.files.test"),
+    (url_dataset(files={"test": {"url": "https://example.org/x.jsonl"}}), "datasets.web.files.test"),
+    (url_dataset(files={"test": "data/webtext.test.jsonl"}),
+     "datasets.web.files.test: source: url takes {url: ..., sha256: ...} entries"),
+    (url_dataset(format="parquet", files={"test": {"url": "https://e.org/x.parquet", "sha256": None, "head_bytes": 4096}}),
+     "datasets.web.files.test.head_bytes: a head is cut to whole lines"),
+    (url_dataset(files={"test": {"url": "https://a.org/x.jsonl", "sha256": None},
+                        "train": {"url": "https://b.org/x.jsonl", "sha256": None}}), "would both be saved as 'x.jsonl'"),
+    (url_dataset(format="writingprompts", archive={"url": "https://e.org/wp.tar.gz", "sha256": None},
+                 files={"test": ["wp/test.wp_source", "../test.wp_target"]}), "must be a relative path without '..'"),
+    (url_dataset(format="writingprompts", archive={"url": "https://e.org/wp.tar.gz", "sha256": None},
+                 files={"test": ["wp/test.wp_source"]}), "format 'writingprompts' takes 2 files"),
+    (url_dataset(archive={"url": "https://e.org/wp.tar.gz", "sha256": None}),
+     "with `archive`, files are the archive's member paths"),
+    ({"source": "local", "format": "jsonl", "files": {"test": {"url": "https://e.org/x.jsonl", "sha256": None}}},
+     "{url, sha256} entries need source: url"),
+])
+def test_url_datasets_are_checked_before_any_job(dataset, expected):
+    config = tiny_config()
+    config["datasets"]["web"] = dataset
+    assert expected in error_of(config)
+
+
+def test_url_datasets_need_no_local_file_and_name_their_downloads():
+    from workflow_lib.data.downloads import fetched, split_paths
+
+    config = tiny_config()
+    head = {"url": "https://e.org/v1/webtext.train.jsonl?x=1", "sha256": None, "head_bytes": 8192}
+    config["datasets"]["web"] = url_dataset(files={"test": {"url": "https://e.org/v1/webtext.test.jsonl", "sha256": None},
+                                                   "train": head})
+    config["datasets"]["wp"] = {"source": "url", "format": "writingprompts",
+                                "archive": {"url": "https://e.org/data/writingPrompts.tar.gz", "sha256": "b" * 64},
+                                "files": {"test": ["writingPrompts/test.wp_source", "writingPrompts/test.wp_target"]}}
+    datasets = check(config)["datasets"]
+    assert set(fetched(datasets["web"])) == {"webtext.test.jsonl", "head8192-webtext.train.jsonl"}
+    assert split_paths("web", datasets["web"], "train") == ["results/downloads/web/head8192-webtext.train.jsonl"]
+    assert list(fetched(datasets["wp"])) == ["writingPrompts.tar.gz"]
+    assert split_paths("wp", datasets["wp"], "test") == ["results/downloads/wp/unpacked/writingPrompts/test.wp_source",
+                                                         "results/downloads/wp/unpacked/writingPrompts/test.wp_target"]
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda c: c["sampling"].update(top_p=0.9), "config key sampling.top_p: decoding settings are now named decoders"),
+    (lambda c: c["experiments"]["main"].update(decoders=["greedy"]), "experiments.main.decoders[0]: unknown decoder 'greedy'"),
+    (lambda c: c.update(decoders={"unbiased": {"top_k": 40}}), "decoders.unbiased: the name is reserved"),
+    (lambda c: c.update(decoders={"hot": {"temperature": 0}}), "decoders.hot.temperature"),
+    (lambda c: c["experiments"]["main"].update(objectives=["untrained"]),
+     "experiments.main.objectives[0]: 'untrained' evaluates a pretrained model as it is, but model 'tiny' is source: scratch"),
+    (lambda c: c.update(objectives={"untrained": {"loss": "mle"}}), "objectives.untrained: the name is reserved"),
+])
+def test_decoders_and_untrained_models_are_checked_before_any_job(change, expected):
+    config = tiny_config()
+    change(config)
+    assert expected in error_of(config)
+
+
+def test_decoders_are_named_and_unbiased_is_predefined():
+    config = tiny_config()
+    config["decoders"] = {"top-p-0.9": {"top_p": 0.9}}
+    config["experiments"]["main"]["decoders"] = ["unbiased", "top-p-0.9"]
+    filled = check(config)
+    assert filled["decoders"]["unbiased"] == {}
+    assert filled["decoders"]["top-p-0.9"] == {"top_p": 0.9, "top_k": 0, "temperature": 1.0, "typical_p": 1.0}
+    assert check(tiny_config())["experiments"]["main"]["decoders"] == ["unbiased"]

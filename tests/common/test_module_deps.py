@@ -1,0 +1,79 @@
+"""The import scan behind every rule's `code` input, on subpackages, relative imports and `__init__` files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workflow_lib import module_deps
+from workflow_lib.module_deps import module_closure, module_files, module_path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def fake_package(tmp_path, monkeypatch):
+    """A workflow_lib of two stages, written file by file, that the scan reads instead of the real one."""
+    root = tmp_path / "workflow_lib"
+
+    def write(files: dict[str, str]) -> Path:
+        for name, text in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        return root
+
+    monkeypatch.setattr(module_deps, "PACKAGE_DIR", root)
+    module_deps.direct_imports.cache_clear()
+    module_deps.module_closure.cache_clear()
+    yield write
+    module_deps.direct_imports.cache_clear()
+    module_deps.module_closure.cache_clear()
+
+
+def test_a_subpackage_module_runs_every_init_on_its_way(fake_package):
+    fake_package({"__init__.py": "", "files.py": "", "stage/__init__.py": "", "stage/job.py": "import os\n",
+                  "other/__init__.py": "", "other/unused.py": ""})
+    assert module_closure("workflow_lib.stage.job") == ("workflow_lib", "workflow_lib.stage", "workflow_lib.stage.job")
+    assert module_path("workflow_lib.stage") == module_deps.PACKAGE_DIR / "stage/__init__.py"
+
+
+def test_relative_imports_resolve_from_the_module_and_from_a_package_init(fake_package):
+    fake_package({
+        "__init__.py": "",
+        "files.py": "",
+        "shared.py": "",
+        "stage/__init__.py": "from . import helper\n",  # in an __init__, '.' is the package itself
+        "stage/helper.py": "",
+        "stage/sibling.py": "from ..shared import thing\n",
+        "stage/job.py": "from . import sibling\nfrom .. import files\n\ndef main():\n    from ..other.deep import x\n",
+        "other/__init__.py": "",
+        "other/deep.py": "",
+    })
+    assert module_closure("workflow_lib.stage.job") == (
+        "workflow_lib", "workflow_lib.files", "workflow_lib.other", "workflow_lib.other.deep", "workflow_lib.shared",
+        "workflow_lib.stage", "workflow_lib.stage.helper", "workflow_lib.stage.job", "workflow_lib.stage.sibling")
+
+
+def test_a_name_imported_from_a_package_is_not_taken_for_a_module(fake_package):
+    fake_package({"__init__.py": "", "stage/__init__.py": "VALUE = 1\n", "stage/job.py": "from workflow_lib.stage import VALUE\n"})
+    assert module_closure("workflow_lib.stage.job") == ("workflow_lib", "workflow_lib.stage", "workflow_lib.stage.job")
+
+
+def test_a_missing_module_and_a_relative_import_past_the_top_are_errors(fake_package):
+    fake_package({"__init__.py": "", "job.py": "from ... import nothing\n"})
+    with pytest.raises(ValueError, match="no source file"):
+        module_path("workflow_lib.absent")
+    with pytest.raises(ValueError, match="not a workflow_lib module"):
+        module_path("numpy")
+    with pytest.raises(ValueError, match="beyond the top-level package"):
+        module_closure("workflow_lib.job")
+
+
+def test_the_real_stages_list_their_own_files_and_not_other_stages():
+    sample = module_closure("workflow_lib.sample.sampler")
+    assert {"workflow_lib", "workflow_lib.sample", "workflow_lib.sample.loops", "workflow_lib.sample.decoding",
+            "workflow_lib.perturb", "workflow_lib.perturb.perturber"} <= set(sample)
+    assert not any(m.startswith(("workflow_lib.evaluate", "workflow_lib.train", "workflow_lib.report")) for m in sample)
+    files = module_files("workflow_lib.sample.sampler")
+    assert str(REPO / "workflow_lib/sample/__init__.py") in files and str(REPO / "workflow_lib/__init__.py") in files

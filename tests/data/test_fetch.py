@@ -1,0 +1,279 @@
+"""Downloads and archive members: a finished file is the verified file, and interruptions resume, not restart.
+
+Everything runs against tests/support/httpserver.py on the loopback interface: no test touches the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import random
+import subprocess
+import sys
+import tarfile
+
+import pytest
+from support.httpserver import serve
+
+from workflow_lib.cli import StageError
+from workflow_lib.data.fetch import fetch, unpack
+
+FAST = {"backoff": 0.01, "timeout": 10.0}
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def random_bytes(n: int, seed: int = 0) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+def jsonl(n_bytes: int, seed: int = 0) -> bytes:
+    """Lines of uneven length, like a jsonl corpus, about n_bytes long."""
+    rng = random.Random(seed)
+    lines, size = [], 0
+    while size < n_bytes:
+        line = json.dumps({"id": len(lines), "text": "w" * rng.randint(10, 400)}).encode() + b"\n"
+        lines.append(line)
+        size += len(line)
+    return b"".join(lines)
+
+
+def test_full_download_is_verified_renamed_and_recorded(tmp_path):
+    body = random_bytes(3_000_000)
+    output = tmp_path / "sub" / "data.bin"
+    with serve({"data.bin": body}) as server:
+        record = fetch(server.url("data.bin"), output, sha256=sha(body).upper(), what="datasets.d.files.test", **FAST)
+    assert output.read_bytes() == body
+    assert not (tmp_path / "sub" / "data.bin.part").exists()
+    assert record["sha256"] == sha(body) and record["pinned"] is True
+    assert record["bytes"] == len(body) and record["attempts"] == 1 and record["resumed_bytes"] == 0
+    assert record["head_bytes"] is None and record["url"] == server.url("data.bin") and record["seconds"] >= 0
+    assert [r["range"] for r in server.requests] == [None]
+
+
+def test_unpinned_download_logs_the_value_to_pin(tmp_path, caplog):
+    body = b"line\n" * 10
+    with serve({"x.txt": body}) as server:
+        record = fetch(server.url("x.txt"), tmp_path / "x.txt", sha256=None, what="datasets.d.files.train", **FAST)
+    assert record["pinned"] is False and record["sha256"] == sha(body)
+    assert f"sha256: {sha(body)}" in caplog.text and "datasets.d.files.train" in caplog.text
+
+
+def test_wrong_sha256_fails_naming_the_key_and_leaves_nothing(tmp_path):
+    output = tmp_path / "data.bin"
+    with serve({"data.bin": b"abc" * 1000}) as server:
+        with pytest.raises(StageError) as error:
+            fetch(server.url("data.bin"), output, sha256="0" * 64, what="datasets.d.files.test", **FAST)
+    message = str(error.value)
+    assert "datasets.d.files.test" in message and server.url("data.bin") in message and sha(b"abc" * 1000) in message
+    assert not output.exists() and not (tmp_path / "data.bin.part").exists()
+    assert len(server.requests) == 1  # nothing was resumed, so nothing to retry from zero
+
+
+def test_dropped_connection_resumes_where_it_stopped(tmp_path):
+    body = random_bytes(2_000_001)
+    with serve({"data.bin": body}, drop_first={"data.bin"}) as server:
+        record = fetch(server.url("data.bin"), tmp_path / "data.bin", sha256=sha(body), what="k", **FAST)
+    assert (tmp_path / "data.bin").read_bytes() == body
+    first, second = server.requests
+    assert first["range"] is None and 0 < first["sent"] < len(body)
+    assert second["range"] == f"bytes={first['sent']}-" and second["status"] == 206
+    assert record["attempts"] == 2 and record["resumed_bytes"] == 0
+
+
+def test_dropped_connection_without_range_support_starts_again(tmp_path):
+    body = random_bytes(1_000_000)
+    with serve({"data.bin": body}, drop_first={"data.bin"}, range_support=False) as server:
+        record = fetch(server.url("data.bin"), tmp_path / "data.bin", sha256=sha(body), what="k", **FAST)
+    assert (tmp_path / "data.bin").read_bytes() == body
+    assert [r["status"] for r in server.requests] == [200, 200] and server.requests[1]["range"].startswith("bytes=")
+    assert record["attempts"] == 2
+
+
+def test_server_error_is_retried(tmp_path):
+    with serve({"x.txt": b"hello\n"}, fail_first={"x.txt": 503}) as server:
+        record = fetch(server.url("x.txt"), tmp_path / "x.txt", sha256=sha(b"hello\n"), what="k", **FAST)
+    assert (tmp_path / "x.txt").read_bytes() == b"hello\n"
+    assert [r["status"] for r in server.requests] == [503, 200] and record["attempts"] == 2
+
+
+def test_not_found_fails_at_once(tmp_path):
+    with serve({}) as server:
+        with pytest.raises(StageError) as error:
+            fetch(server.url("missing.txt"), tmp_path / "x.txt", sha256=None, what="datasets.d.files.test", **FAST)
+    message = str(error.value)
+    assert "datasets.d.files.test" in message and server.url("missing.txt") in message and "404" in message
+    assert len(server.requests) == 1 and not (tmp_path / "x.txt").exists()
+
+
+@pytest.mark.parametrize("misbehaviour", [{"fail_always": {"x.bin": 503}}, {"drop_always": {"x.bin"}}])
+def test_retries_run_out_and_the_part_is_kept_for_later(tmp_path, misbehaviour):
+    body = random_bytes(100_000)
+    with serve({"x.bin": body}, **misbehaviour) as server:
+        with pytest.raises(StageError) as error:
+            fetch(server.url("x.bin"), tmp_path / "x.bin", sha256=sha(body), what="datasets.d.files.test",
+                  retries=2, **FAST)
+    url = server.url("x.bin")
+    assert str(error.value).startswith(f"datasets.d.files.test: could not download {url} after 3 attempts")
+    assert len(server.requests) == 3 and not (tmp_path / "x.bin").exists()
+    if "drop_always" in misbehaviour:  # each attempt added half of what it was asked for
+        part = (tmp_path / "x.bin.part").read_bytes()
+        assert 0 < len(part) < len(body) and body.startswith(part)
+
+
+def test_a_part_left_by_an_earlier_job_is_resumed(tmp_path):
+    body = random_bytes(500_000)
+    (tmp_path / "x.bin.part").write_bytes(body[:123_456])
+    with serve({"x.bin": body}) as server:
+        record = fetch(server.url("x.bin"), tmp_path / "x.bin", sha256=sha(body), what="k", **FAST)
+    assert (tmp_path / "x.bin").read_bytes() == body
+    assert [r["range"] for r in server.requests] == ["bytes=123456-"]
+    assert record["resumed_bytes"] == 123_456 and record["attempts"] == 1
+
+
+def test_a_complete_part_is_finished_by_a_416(tmp_path):
+    body = random_bytes(10_000)
+    (tmp_path / "x.bin.part").write_bytes(body)
+    with serve({"x.bin": body}) as server:
+        record = fetch(server.url("x.bin"), tmp_path / "x.bin", sha256=sha(body), what="k", **FAST)
+    assert (tmp_path / "x.bin").read_bytes() == body
+    assert [r["status"] for r in server.requests] == [416] and record["bytes"] == len(body)
+
+
+def test_a_stale_part_from_a_changed_remote_is_discarded_once(tmp_path):
+    new = random_bytes(300_000, seed=2)
+    (tmp_path / "x.bin.part").write_bytes(random_bytes(100_000, seed=1))
+    with serve({"x.bin": new}) as server:
+        record = fetch(server.url("x.bin"), tmp_path / "x.bin", sha256=sha(new), what="k", **FAST)
+    assert (tmp_path / "x.bin").read_bytes() == new
+    assert [r["range"] for r in server.requests] == ["bytes=100000-", None]
+    assert record["resumed_bytes"] == 0 and record["attempts"] == 2
+
+
+def test_head_bytes_asks_for_a_range_and_keeps_whole_lines(tmp_path):
+    body = jsonl(2_000_000)
+    n = 100_000
+    with serve({"c.jsonl": body}) as server:
+        record = fetch(server.url("c.jsonl"), tmp_path / "h.jsonl", sha256=None, head_bytes=n, what="k", **FAST)
+    head = (tmp_path / "h.jsonl").read_bytes()
+    assert head == body[:body[:n].rindex(b"\n") + 1] and head.endswith(b"\n") and len(head) < n
+    assert [r["range"] for r in server.requests] == [f"bytes=0-{n - 1}"]
+    assert record["bytes"] == len(head) and record["head_bytes"] == n
+
+
+def test_head_bytes_without_range_support_stops_reading_early(tmp_path):
+    body = jsonl(1_000_000) * 64
+    n = 100_000
+    with serve({"c.jsonl": body}, range_support=False) as server:
+        fetch(server.url("c.jsonl"), tmp_path / "h.jsonl", sha256=None, head_bytes=n, what="k", **FAST)
+        server.settle()
+    assert (tmp_path / "h.jsonl").read_bytes() == body[:body[:n].rindex(b"\n") + 1]
+    (request,) = server.requests
+    # What was sent beyond the head filled the loopback socket buffers (4-8 MB here) before the client hung up.
+    assert request["status"] == 200 and request["sent"] < len(body) // 4
+
+
+def test_head_bytes_past_the_end_is_the_whole_file(tmp_path):
+    body = b"one\ntwo\nthree without newline"
+    with serve({"s.txt": body}) as server:
+        record = fetch(server.url("s.txt"), tmp_path / "s.txt", sha256=sha(body), head_bytes=1000, what="k", **FAST)
+    assert (tmp_path / "s.txt").read_bytes() == body and record["bytes"] == len(body)
+
+
+def test_head_bytes_exactly_the_file_size_is_not_trimmed(tmp_path):
+    body = b"one\ntwo\nlast"
+    with serve({"s.txt": body}) as server:
+        fetch(server.url("s.txt"), tmp_path / "s.txt", sha256=sha(body), head_bytes=len(body), what="k", **FAST)
+    assert (tmp_path / "s.txt").read_bytes() == body
+
+
+def test_head_bytes_smaller_than_a_line_is_an_error(tmp_path):
+    with serve({"s.txt": b"x" * 1000 + b"\n"}) as server:
+        with pytest.raises(StageError, match=r"datasets\.d\.files\.test: head_bytes=100 is smaller than one line"):
+            fetch(server.url("s.txt"), tmp_path / "s.txt", sha256=None, head_bytes=100, what="datasets.d.files.test",
+                  **FAST)
+    assert not (tmp_path / "s.txt").exists() and not (tmp_path / "s.txt.part").exists()
+
+
+def make_tar(path, members: dict[str, bytes], mode: str = "w:gz") -> None:
+    with tarfile.open(path, mode) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+MEMBERS = {"a/test.src": b"source test\n", "a/test.tgt": b"target test\n", "a/train.src": b"train\n" * 1000}
+
+
+def test_unpack_extracts_exactly_the_named_members(tmp_path):
+    make_tar(tmp_path / "a.tar.gz", MEMBERS)
+    record = unpack(tmp_path / "a.tar.gz", ["a/test.tgt", "a/test.src"], tmp_path / "out", what="k")
+    files = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert files == ["a/test.src", "a/test.tgt"]
+    for name in files:
+        assert (tmp_path / "out" / name).read_bytes() == MEMBERS[name]
+        assert record["members"][name] == {"bytes": len(MEMBERS[name]), "sha256": sha(MEMBERS[name])}
+    assert record["archive_sha256"] == sha((tmp_path / "a.tar.gz").read_bytes())
+
+
+def test_unpack_matches_members_stored_with_a_dot_slash_prefix(tmp_path):
+    make_tar(tmp_path / "a.tar.xz", {"./" + name: data for name, data in MEMBERS.items()}, mode="w:xz")
+    unpack(tmp_path / "a.tar.xz", ["a/train.src"], tmp_path / "out", what="k")
+    assert (tmp_path / "out" / "a" / "train.src").read_bytes() == MEMBERS["a/train.src"]
+
+
+def test_unpack_names_missing_members_and_what_the_archive_holds(tmp_path):
+    make_tar(tmp_path / "a.tar.gz", MEMBERS)
+    with pytest.raises(StageError) as error:
+        unpack(tmp_path / "a.tar.gz", ["a/test.src", "a/valid.src"], tmp_path / "out", what="datasets.d.archive")
+    message = str(error.value)
+    assert "datasets.d.archive" in message and "a.tar.gz" in message and "a/valid.src" in message
+    assert all(name in message for name in MEMBERS)
+    assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == [tmp_path / "a.tar.gz"]
+
+
+@pytest.mark.parametrize("member", ["../x", "/etc/passwd", "a/../../x"])
+def test_unpack_refuses_paths_outside_the_folder(tmp_path, member):
+    make_tar(tmp_path / "a.tar.gz", MEMBERS)
+    with pytest.raises(StageError, match="datasets.d.archive"):
+        unpack(tmp_path / "a.tar.gz", [member], tmp_path / "out", what="datasets.d.archive")
+
+
+def test_unpack_of_a_file_that_is_not_a_tar(tmp_path):
+    (tmp_path / "a.tar.gz").write_bytes(b"<html>not found</html>")
+    with pytest.raises(StageError, match=r"datasets\.d\.archive: .*a\.tar\.gz is not a readable tar archive"):
+        unpack(tmp_path / "a.tar.gz", ["a/test.src"], tmp_path / "out", what="datasets.d.archive")
+    assert not (tmp_path / "out").exists()
+
+
+def fetch_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workflow_lib.data.fetch", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_cli_download_failure_is_one_line_naming_the_key_and_url(tmp_path):
+    with serve({"x.txt": b"hello\n"}) as server:
+        done = fetch_cli("download", "--what", "datasets.d.files.test", "--url", server.url("x.txt"),
+                         "--sha256", "f" * 64, "--output", str(tmp_path / "x.txt"))
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert "datasets.d.files.test" in last and server.url("x.txt") in last and "sha256 mismatch" in last
+    assert not (tmp_path / "x.txt").exists()
+
+
+def test_cli_download_and_unpack_write_their_outputs(tmp_path):
+    make_tar(tmp_path / "src.tar.gz", MEMBERS)
+    archive = (tmp_path / "src.tar.gz").read_bytes()
+    with serve({"a.tar.gz": archive}) as server:
+        download = fetch_cli("download", "--what", "k", "--url", server.url("a.tar.gz"), "--sha256", sha(archive),
+                             "--output", str(tmp_path / "d" / "a.tar.gz"), "--record", str(tmp_path / "d" / "a.json"))
+    assert download.returncode == 0, download.stderr
+    assert json.loads((tmp_path / "d" / "a.json").read_text())["sha256"] == sha(archive)
+    extract = fetch_cli("unpack", "--what", "k", "--archive", str(tmp_path / "d" / "a.tar.gz"),
+                        "--members", '["a/test.src"]', "--output", str(tmp_path / "d" / "unpacked"))
+    assert extract.returncode == 0, extract.stderr
+    assert (tmp_path / "d" / "unpacked" / "a" / "test.src").read_bytes() == MEMBERS["a/test.src"]

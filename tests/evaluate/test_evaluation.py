@@ -1,0 +1,78 @@
+"""Evaluation axes through the workflow: a checkpoint evaluated as it is (no training job), decoders as
+conditions paired with the test perturbation, paired comparisons, provenance and training curves in the report.
+
+The checkpoint is a tiny GPT-2 saved as the hub saves it (tests/support/families.py), loaded by folder as a hub id would be.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+from support.study import planned_rules, snakemake, tiny_config, write_config
+
+pytestmark = pytest.mark.workflow
+
+
+def zero_shot_config(folder) -> dict:
+    config = tiny_config()
+    config["tokenizers"]["gpt2"] = {"source": "hf", "name": str(folder)}
+    config["models"]["released"] = {"source": "hf", "name": str(folder), "tokenizer": "gpt2"}
+    config["decoders"] = {"neutral": {"temperature": 1.0, "top_p": 1.0, "top_k": 0}, "top-k-3": {"top_k": 3}}
+    config["evaluation"]["mauve"]["kmeans_seeds"] = 2
+    config["experiments"] = {"zero-shot": {
+        "models": ["released"], "train_dataset": "synthetic", "eval_sets": ["syn-test"], "objectives": ["untrained"],
+        "decoders": ["unbiased", "neutral", "top-k-3"],
+        "test_perturbation": {"intensities": [0, 0.3], "synonyms": ["uniform"]}}}
+    return config
+
+
+def test_an_untrained_checkpoint_is_evaluated_under_every_decoder_without_training(workdir):
+    from support.families import make_checkpoint
+
+    from workflow_lib.data.builtin_corpus import build_grammar
+
+    texts = build_grammar(seed=7, words_per_class=4).generate("train", n_docs=40, sentences_per_doc=16, seed=7)
+    folder = make_checkpoint(workdir / "hub", "gpt2", texts)
+    write_config(workdir, zero_shot_config(folder))
+    plan = snakemake(workdir, "-n")
+    assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-3000:]
+    planned = planned_rules(plan.stdout + plan.stderr)
+    assert not planned & {"train", "perturb", "tokenize", "training_curves"}, planned
+    assert {"sample", "evaluate", "perplexity", "extrapolation", "contrasts", "tables"} <= planned
+
+    result = snakemake(workdir, timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert not (workdir / "results/models").exists()
+    run = workdir / "results/samples/released/synthetic/untrained/none/augment-m1/none-0/seed1/syn-test"
+    for condition in ("none/none-0-exact", "uniform/insertion-0.3-exact"):
+        ids = {d: np.stack(pq.read_table(run / d / f"{condition}.parquet").column("continuation_ids").to_numpy(
+            zero_copy_only=False)) for d in ("unbiased", "neutral", "top-k-3")}
+        # Neutral settings are the law itself, and the perturbation draws are shared: the very same samples.
+        np.testing.assert_array_equal(ids["unbiased"], ids["neutral"])
+        assert not np.array_equal(ids["unbiased"], ids["top-k-3"])
+
+    metrics = json.loads((workdir / "results/metrics/released/synthetic/untrained/none/augment-m1/none-0/seed1/"
+                                      "syn-test/top-k-3/none/none-0-exact.json").read_text())
+    provenance = metrics["provenance"]
+    assert len(provenance["git_commit"] or "x" * 40) == 40 and provenance["featuriser"] == "minilm"
+    assert {"torch", "transformers", "mauve-text"} <= set(provenance["versions"]) and provenance["settings_sha256"]
+    split = metrics["mauve_variance"]
+    assert split["sampling"] + split["clustering"] == pytest.approx(split["total"])
+    assert np.array(metrics["mauve_by_seed"]).shape == (2, 2)
+    for name in ("rouge2_mean", "rougeL_mean", "distinct_2_mean", "repetition_mean"):
+        assert metrics[name] is not None and np.isfinite(metrics[name]), name
+    perplexity = json.loads((workdir / "results/perplexity/released/synthetic/untrained/none/augment-m1/none-0/seed1/"
+                                         "syn-test.json").read_text())
+    assert perplexity["perplexity"] > 1 and perplexity["tokens"] > 0
+
+    table = pl.read_csv(workdir / "results/report/metrics.csv")
+    assert set(table["decoder"].to_list()) == {"unbiased", "neutral", "top-k-3"}
+    assert set(table["objective"].to_list()) == {"untrained"}
+    table1 = (workdir / "results/report/tables/table1.md").read_text()
+    assert "untrained" in table1 and "top-k-3" in table1
+    summary = (workdir / "results/summary.md").read_text()
+    assert summary.index(provenance["git_commit"] or "commit") < summary.index("## Headline table")

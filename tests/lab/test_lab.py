@@ -1,0 +1,365 @@
+"""The theory lab's grammar side: exact support distance, delta sets, true law, keyed perturbation, constants."""
+
+from __future__ import annotations
+
+from itertools import product
+
+import numpy as np
+import pytest
+
+from workflow_lib.data.builtin_corpus import build_grammar
+from workflow_lib.lab import perturbation, prefix_sets
+
+SEED, LENGTH, LAST, DELTAS = 9, 30, 12, [0, 1, 2, 3]
+
+
+def tiny(**probs):
+    return build_grammar(seed=3, n_noun_classes=2, n_verb_classes=2, n_adj_classes=1, words_per_class=2,
+                         ood_fraction=0.25, **probs)
+
+
+@pytest.fixture(scope="module")
+def grammar():
+    return build_grammar(1234)
+
+
+@pytest.fixture(scope="module")
+def lex(grammar):
+    return prefix_sets.lexicon(grammar, SEED)
+
+
+@pytest.fixture(scope="module")
+def base(grammar):
+    return prefix_sets.base_prefixes(grammar, 80, LENGTH, SEED)
+
+
+@pytest.fixture(scope="module")
+def sets(grammar, lex, base):
+    return {(s["family"], s["delta"]): s for s in prefix_sets.delta_sets(grammar, lex, base, DELTAS, LAST, SEED)}
+
+
+def support_class_sequences(grammar, length: int) -> np.ndarray:
+    """[k, length] every class sequence whose words all have positive in-support probability given their
+    prefix, grown one position at a time from next_word_probs (independent of the lab's automaton)."""
+    representative = np.searchsorted(grammar.word_class, np.arange(len(grammar.class_names)))
+    seqs = np.zeros((1, 0), dtype=np.int64)
+    for _ in range(length):
+        probs = grammar.next_word_probs(list(representative[seqs]), "in_support")[:, representative]
+        row, cls = np.nonzero(np.nan_to_num(probs) > 0)
+        seqs = np.concatenate([seqs[row], cls[:, None]], axis=1)
+    return seqs
+
+
+def brute_distance(lex, prefixes: np.ndarray, support: np.ndarray) -> np.ndarray:
+    matches = lex.seen[prefixes][:, None, :] & (lex.word_class[prefixes][:, None, :] == support[None])
+    return (~matches).sum(axis=2).min(axis=1)
+
+
+def sentence_index(grammar, prefixes: np.ndarray) -> np.ndarray:
+    """[n, L] index of each word's sentence, a "." counted in the sentence it closes."""
+    is_end = prefixes == len(grammar.vocabulary) - 1
+    return np.cumsum(is_end, axis=1) - is_end
+
+
+# ---- lexicon and support distance ---------------------------------------------------------------------------
+
+
+def test_lexicon_adds_one_new_word_per_content_class(grammar, lex):
+    w = len(grammar.vocabulary)
+    assert lex.n_seen == w and lex.words[:w] == grammar.vocabulary
+    assert lex.seen[:w].all() and not lex.seen[w:].any()
+    new = lex.words[w:]
+    assert len(set(new)) == len(new) and not set(new) & set(grammar.vocabulary)
+    assert sorted(lex.word_class[w:].tolist()) == list(range(grammar.noun0, grammar.end_class))
+    assert np.array_equal(lex.word_class[:w], grammar.word_class)
+    assert prefix_sets.lexicon(grammar, SEED).words == lex.words and prefix_sets.lexicon(grammar, SEED + 1).words != lex.words
+
+
+@pytest.mark.parametrize("probs", [{}, {"p_adj": 0.0, "p_adv": 1.0}, {"p_adj": 1.0, "p_adv": 0.0}])
+def test_support_distance_equals_brute_force_minimum(probs):
+    grammar = tiny(**probs)
+    lex = prefix_sets.lexicon(grammar, 0)
+    rng = np.random.default_rng(0)
+    seen_distances = set()
+    for length in range(1, 11):  # 10 words always cross a sentence end
+        support = support_class_sequences(grammar, length)
+        near = prefix_sets.base_prefixes(grammar, 40, length, seed=length)
+        hits = rng.random(near.shape) < rng.choice([0.1, 0.3], size=(40, 1))
+        near[hits] = rng.integers(len(lex.words), size=hits.sum())
+        far = rng.integers(len(lex.words), size=(40, length))
+        prefixes = np.concatenate([near, far])
+        expected = brute_distance(lex, prefixes, support)
+        assert np.array_equal(prefix_sets.support_distance(grammar, lex, prefixes), expected), (probs, length)
+        seen_distances |= set(expected.tolist())
+    assert {0, 1, 2, 3} <= seen_distances
+
+
+def test_support_distance_rejects_ids_outside_the_lexicon(grammar, lex):
+    with pytest.raises(ValueError, match="lexicon ids"):
+        prefix_sets.support_distance(grammar, lex, np.array([[0, len(lex.words)]]))
+
+
+# ---- delta sets ---------------------------------------------------------------------------------------------
+
+
+def test_base_prefixes_are_in_support_and_cut_at_varied_slots(grammar, lex, base):
+    assert base.shape == (80, LENGTH)
+    assert (prefix_sets.support_distance(grammar, lex, base) == 0).all()
+    assert len(np.unique(grammar.word_class[base[:, -1]])) >= 4
+    assert np.array_equal(prefix_sets.base_prefixes(grammar, 80, LENGTH, SEED), base)
+
+
+def test_every_delta_set_row_is_at_exact_distance(grammar, lex, base, sets):
+    assert sorted(sets) == sorted(product(prefix_sets.FAMILIES, DELTAS))
+    for (family, delta), s in sets.items():
+        assert s["prefixes"].shape == (len(s["base"]), LENGTH)
+        assert (prefix_sets.support_distance(grammar, lex, s["prefixes"]) == delta).all(), (family, delta)
+        changed = s["prefixes"] != base[s["base"]]
+        assert (changed.sum(axis=1) == delta).all()
+        assert not changed[:, : LENGTH - LAST].any()
+    for family in prefix_sets.FAMILIES:
+        assert np.array_equal(sets[family, 0]["prefixes"], base)
+        assert len(sets[family, 1]["base"]) > len(base) // 2
+    assert len(sets["composition", 2]["base"]) > 0
+    assert len(sets["synonym", 3]["base"]) == len(base)
+
+
+def test_composition_rows_move_nouns_and_verbs_to_another_seen_class(grammar, lex, base, sets):
+    kind = np.array([name.rstrip("0123456789") for name in grammar.class_names])
+    for delta in DELTAS[1:]:
+        s = sets["composition", delta]
+        changed = s["prefixes"] != base[s["base"]]
+        old, new = base[s["base"]][changed], s["prefixes"][changed]
+        assert lex.seen[new].all()
+        assert np.isin(kind[grammar.word_class[old]], ["noun", "verb"]).all()
+        assert (kind[grammar.word_class[old]] == kind[grammar.word_class[new]]).all()
+        assert (grammar.word_class[old] != grammar.word_class[new]).all()
+        assert all(len(set(row[c])) == delta for row, c in zip(sentence_index(grammar, base[s["base"]]), changed))
+
+
+def test_composition_reaches_delta_4_with_one_change_in_each_of_4_sentences():
+    """The default grammar, 40 words, changes among the last 32 (about five sentences): most rows reach
+    delta 4, and every changed sentence is, on its own, off the support."""
+    grammar = build_grammar(1234)
+    lex = prefix_sets.lexicon(grammar, 42)
+    base = prefix_sets.base_prefixes(grammar, 100, 40, 42)
+    sets = prefix_sets.delta_sets(grammar, lex, base, [2, 3, 4], 32, 42, tries=4)
+    for s in (s for s in sets if s["family"] == "composition"):
+        delta, rows = s["delta"], base[s["base"]]
+        assert len(rows) >= len(base) // 2, delta
+        assert (prefix_sets.support_distance(grammar, lex, s["prefixes"]) == delta).all()
+        changed = s["prefixes"] != rows
+        assert not changed[:, :8].any() and (changed.sum(axis=1) == delta).all()
+        sentences = sentence_index(grammar, rows)
+        broken = []
+        for prefix, sentence, c in zip(s["prefixes"], sentences, changed):
+            assert len(set(sentence[c])) == delta
+            for k in set(sentence[c]):
+                words = prefix[sentence == k]
+                broken.append(words[words != len(grammar.vocabulary) - 1])  # the sentence, without its "."
+        assert np.isnan(grammar.next_word_probs(broken, "in_support")).all(axis=1).all()
+        assert np.isfinite(prefix_sets.truth(grammar, lex, s["prefixes"], "composition")).all()
+
+
+def test_delta_sets_need_an_in_support_base(grammar, lex, sets):
+    with pytest.raises(ValueError, match="in the support"):
+        prefix_sets.delta_sets(grammar, lex, sets["composition", 1]["prefixes"], [1], LAST, SEED)
+
+
+def test_synonym_rows_differ_only_by_unseen_class_mates(lex, base, sets):
+    for delta in DELTAS[1:]:
+        s = sets["synonym", delta]
+        changed = s["prefixes"] != base[s["base"]]
+        old, new = base[s["base"]][changed], s["prefixes"][changed]
+        assert not lex.seen[new].any()
+        assert np.array_equal(lex.word_class[new], lex.word_class[old])
+
+
+# ---- the true law -------------------------------------------------------------------------------------------
+
+
+def current_sentence_start(grammar, prefixes: np.ndarray) -> np.ndarray:
+    is_end = prefixes == len(grammar.vocabulary) - 1
+    return np.where(is_end.any(1), prefixes.shape[1] - np.argmax(is_end[:, ::-1], axis=1), 0)
+
+
+def test_truth_is_a_law_and_matches_the_base_where_the_current_sentence_is_kept(grammar, lex, base, sets):
+    for (family, delta), s in sets.items():
+        probs = prefix_sets.truth(grammar, lex, s["prefixes"], family)
+        assert probs.shape == (len(s["base"]), len(grammar.vocabulary))
+        assert np.isfinite(probs).all() and np.allclose(probs.sum(axis=1), 1.0)
+        base_law = grammar.next_word_probs(list(base[s["base"]]), "in_support")
+        if family == "synonym":
+            assert np.allclose(probs, base_law)
+            continue
+        changed = s["prefixes"] != base[s["base"]]
+        kept = ~(changed & (np.arange(LENGTH) >= current_sentence_start(grammar, s["prefixes"])[:, None])).any(1)
+        assert np.allclose(probs[kept], base_law[kept])
+        if delta in (1, 2):
+            assert kept.any() and not kept.all()
+
+
+def test_truth_extends_the_in_support_law_by_the_ood_law(grammar, lex, sets):
+    s = sets["composition", 1]
+    rows = list(s["prefixes"])
+    in_support = grammar.next_word_probs(rows, "in_support")
+    off = np.isnan(in_support).any(axis=1)
+    assert off.any()
+    probs = prefix_sets.truth(grammar, lex, s["prefixes"], "composition")
+    assert np.allclose(probs[off], grammar.next_word_probs([rows[i] for i in np.flatnonzero(off)], "ood"))
+    with pytest.raises(ValueError, match="no true law"):
+        prefix_sets.truth(grammar, lex, s["prefixes"][off], "synonym")
+    with pytest.raises(ValueError, match="no true law"):
+        prefix_sets.truth(grammar, lex, np.zeros((1, 3), dtype=np.int64), "composition")  # "the the the"
+
+
+# ---- the keyed perturbation ---------------------------------------------------------------------------------
+
+
+def test_splitmix64_matches_the_reference_stream():
+    golden = 0x9E3779B97F4A7C15
+    states = np.array([0, golden, 2 * golden % (1 << 64)], dtype=np.uint64)
+    assert [int(v) for v in perturbation.splitmix64(states)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
+
+
+def test_perturbation_is_a_pure_function_of_keys_and_draw(grammar, lex, base):
+    keys = perturbation.keys_for(SEED, np.arange(len(base)))
+    assert len(np.unique(keys)) == len(base) and np.array_equal(keys, perturbation.keys_for(SEED, np.arange(len(base))))
+    for q0 in perturbation.Q0S:
+        once = perturbation.perturb_words(lex, base, q0, 0.5, LAST, keys, draw=0, weights_source=grammar)
+        assert np.array_equal(once, perturbation.perturb_words(lex, base, q0, 0.5, LAST, keys, 0, weights_source=grammar))
+        assert not np.array_equal(once, perturbation.perturb_words(lex, base, q0, 0.5, LAST, keys, 1, weights_source=grammar))
+        half = perturbation.perturb_words(lex, base[:10], q0, 0.5, LAST, keys[:10], draw=0, weights_source=grammar)
+        assert np.array_equal(half, once[:10])
+
+
+def test_draws_are_indexed_from_the_end_of_the_prefix(grammar, lex, base):
+    """A longer prefix with the same last words and key gets the same perturbation of those words."""
+    keys = perturbation.keys_for(SEED, np.arange(len(base)))
+    for q0 in perturbation.Q0S:
+        full = perturbation.perturb_words(lex, base, q0, 0.5, LAST, keys, 3, grammar)
+        cut = perturbation.perturb_words(lex, base[:, 7:], q0, 0.5, LAST, keys, 3, grammar)
+        assert np.array_equal(full[:, 7:], cut)
+
+
+def test_synonym_perturbation_maps_a_synonym_prefix_onto_its_base(grammar, lex, base, sets):
+    for delta in DELTAS[1:]:
+        s = sets["synonym", delta]
+        keys = perturbation.keys_for(SEED, s["base"])
+        for draw in range(3):
+            corrupted = perturbation.perturb_words(lex, s["prefixes"], "synonym", 1.0, LAST, keys, draw, grammar)
+            clean = perturbation.perturb_words(lex, base[s["base"]], "synonym", 1.0, LAST, keys, draw, grammar)
+            assert np.array_equal(corrupted, clean)
+        c = sets["composition", delta]  # the class changed: the synonym perturber never restores it
+        keys = perturbation.keys_for(SEED, c["base"])
+        corrupted = perturbation.perturb_words(lex, c["prefixes"], "synonym", 1.0, LAST, keys, 0, grammar)
+        clean = perturbation.perturb_words(lex, base[c["base"]], "synonym", 1.0, LAST, keys, 0, grammar)
+        assert (corrupted != clean).any(axis=1).all()
+
+
+def test_uniform_perturbation_couples_rows_wherever_every_change_was_replaced(lex, base, sets):
+    beta = 0.6
+    for family, delta in product(prefix_sets.FAMILIES, DELTAS[1:]):
+        s = sets[family, delta]
+        keys = perturbation.keys_for(SEED, s["base"])
+        corrupted = perturbation.perturb_words(lex, s["prefixes"], "uniform", beta, LAST, keys, draw=4)
+        clean = perturbation.perturb_words(lex, base[s["base"]], "uniform", beta, LAST, keys, draw=4)
+        replaced = perturbation.keyed_uniforms(keys, 4, np.arange(LAST)[::-1], perturbation.SELECT) < beta
+        changed = (s["prefixes"] != base[s["base"]])[:, -LAST:]
+        coupled = ~(changed & ~replaced).any(axis=1)
+        assert np.array_equal((corrupted == clean).all(axis=1), coupled), (family, delta)
+        if len(s["base"]):
+            assert coupled.any() and not coupled.all()
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.45])
+def test_replacement_frequency_is_beta(grammar, lex, base, beta):
+    rows = np.tile(base, (6, 1))
+    keys = perturbation.keys_for(SEED + 1, np.arange(len(rows)))
+    window = rows[:, -LAST:]
+    n = window.size
+
+    def check(changed: np.ndarray, expected: float) -> None:
+        assert abs(changed.mean() - expected) < 4.5 * np.sqrt(expected * (1 - expected) / n), (changed.mean(), expected)
+
+    selected = perturbation.keyed_uniforms(keys, 0, np.arange(LAST)[::-1], perturbation.SELECT) < beta
+    check(selected, beta)
+    out = perturbation.perturb_words(lex, rows, "uniform", beta, LAST, keys, draw=0)
+    check(out[:, -LAST:] != window, beta * (1 - 1 / lex.n_seen))
+    out = perturbation.perturb_words(lex, rows, "synonym", beta, LAST, keys, draw=0, weights_source=grammar)
+    content = lex.content_class[lex.word_class[window]]
+    check(out[:, -LAST:] != window, beta * (content * (1 - grammar.word_weight[window])).mean())
+
+
+def test_uniform_draws_cover_the_seen_vocabulary_evenly(grammar, lex, base):
+    """At the replaced positions (and only there, so the draw must not depend on the replace decision)."""
+    rows = np.tile(base, (40, 1))
+    keys = perturbation.keys_for(0, np.arange(len(rows)))
+    out = perturbation.perturb_words(lex, rows, "uniform", 0.5, LAST, keys, draw=2)
+    assert np.array_equal(out[:, :-LAST], rows[:, :-LAST])
+    replaced = perturbation.keyed_uniforms(keys, 2, np.arange(LAST)[::-1], perturbation.SELECT) < 0.5
+    assert np.array_equal(out[:, -LAST:][~replaced], rows[:, -LAST:][~replaced])
+    counts = np.bincount(out[:, -LAST:][replaced], minlength=len(lex.words))
+    assert not counts[lex.n_seen :].any()
+    expected = replaced.sum() / lex.n_seen
+    chi2 = ((counts[: lex.n_seen] - expected) ** 2 / expected).sum()
+    assert counts[: lex.n_seen].min() > 0 and chi2 < (lex.n_seen - 1) + 6 * np.sqrt(2 * (lex.n_seen - 1))
+
+
+def test_synonym_draws_stay_in_class_with_the_grammar_weights(grammar, lex, base, sets):
+    rows = np.tile(sets["synonym", 3]["prefixes"], (4, 1))
+    out = perturbation.perturb_words(lex, rows, "synonym", 1.0, LAST, perturbation.keys_for(1, np.arange(len(rows))), 0, grammar)
+    assert np.array_equal(out[:, :-LAST], rows[:, :-LAST])
+    assert np.array_equal(lex.word_class[out], lex.word_class[rows]) and lex.seen[out].all()
+    content = lex.content_class[lex.word_class[rows]]
+    assert np.array_equal(out[~content], rows[~content])
+    unseen_noun = np.flatnonzero(~lex.seen & (lex.word_class == grammar.noun0))[0]
+    draws = perturbation.perturb_words(lex, np.full((3000, LAST), unseen_noun), "synonym", 1.0, LAST,
+                              perturbation.keys_for(2, np.arange(3000)), 0, grammar).ravel()
+    members = np.flatnonzero(grammar.word_class == grammar.noun0)
+    freq = np.bincount(draws, minlength=len(lex.words))[members] / draws.size
+    weights = grammar.word_weight[members]
+    assert np.all(np.abs(freq - weights) < 5 * np.sqrt(weights * (1 - weights) / draws.size))
+
+
+def test_synonym_perturbation_needs_the_grammar(lex, base):
+    with pytest.raises(ValueError, match="weights_source"):
+        perturbation.perturb_words(lex, base, "synonym", 0.5, LAST, perturbation.keys_for(0, np.arange(len(base))), 0)
+
+
+# ---- the constants ------------------------------------------------------------------------------------------
+
+
+def test_constants_of_the_proposition_and_the_bounds():
+    assert perturbation.proposition_constants(0.9, 16, 2) == pytest.approx((1.0, 0.2))
+    assert perturbation.proposition_constants(0.95, 16, 2) == pytest.approx((0.8, 0.1))
+    assert perturbation.bound_constants("uniform", "composition", 0.95, 16, 2) == pytest.approx((0.8, 0.1))
+    assert perturbation.bound_constants("synonym", "synonym", 0.95, 16, 2) == pytest.approx((1.0, 0.1))
+    assert perturbation.bound_constants("synonym", "composition", 0.95, 16, 2) == (1.0, 1.0)
+    assert perturbation.bound_constants("synonym", "composition", 0.95, 16, 0) == (1.0, 0.0)
+    with pytest.raises(ValueError):
+        perturbation.proposition_constants(1.5, 16, 2)
+
+
+def test_exact_tv_of_small_cases():
+    assert perturbation.exact_tv_of_T(3, 0.4, (0,), (2,)) == pytest.approx(0.6)
+    assert perturbation.exact_tv_of_T(2, 0.5, (0, 0), (1, 1)) == pytest.approx(0.5)  # marginals (.75,.25) vs (.25,.75)
+    assert perturbation.exact_tv_of_T(2, 0.0, (0, 1), (0, 0)) == pytest.approx(1.0)
+    assert perturbation.exact_tv_of_T(3, 1.0, (0, 1), (2, 2)) == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.3, 0.5, 0.8, 0.95, 1.0])
+def test_proposition_holds_by_exhaustive_enumeration(beta):
+    vocab = 3
+    for length in range(1, 4):
+        seqs = list(product(range(vocab), repeat=length))
+        worst = np.zeros(length + 1)  # sup of TV over pairs at each Hamming distance
+        for x, x_prime in product(seqs, repeat=2):
+            delta = sum(a != b for a, b in zip(x, x_prime))
+            worst[delta] = max(worst[delta], perturbation.exact_tv_of_T(vocab, beta, x, x_prime))
+        alpha, _ = perturbation.proposition_constants(beta, length, length)
+        assert worst.max() <= alpha + 1e-12
+        assert worst[0] == 0.0  # U(0) = 0
+        for delta in range(1, length + 1):
+            assert worst[delta] <= perturbation.proposition_constants(beta, length, delta)[1] + 1e-12
+        assert worst[1] == pytest.approx(1 - beta)

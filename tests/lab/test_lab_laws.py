@@ -1,0 +1,61 @@
+"""The lab's laws job on hub-shaped checkpoints of two families: laws are distributions, rows that read the same
+words get the same law, and the coupling share bounds how far a row's estimated law lies from its support
+prefix's, for any model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from workflow_lib.data.builtin_corpus import build_grammar
+from workflow_lib.lab import prefix_sets
+from workflow_lib.lab.laws import base_rows, build_sets, model_laws
+
+SETTINGS = {"prefixes": 8, "length": 24, "deltas": [0, 1, 2], "last": 12, "tries": 16, "seed": 3,
+            "draws": 3, "perturbations": {"uniform": {"q0": "uniform", "beta": 0.8}, "synonym": {"q0": "synonym", "beta": 1.0}}}
+
+
+@pytest.fixture(scope="module")
+def grammar():
+    return build_grammar(seed=7, words_per_class=4)
+
+
+@pytest.fixture(scope="module")
+def sets(grammar):
+    return build_sets(grammar, SETTINGS).to_pydict()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_laws_of_a_checkpoint_are_distributions_and_the_coupling_bounds_them(tmp_path, grammar, sets, family):
+    from support.families import make_checkpoint
+    from transformers import AutoTokenizer
+
+    from workflow_lib.sample.sampler import load_model
+
+    texts = grammar.generate("train", n_docs=30, sentences_per_doc=12, seed=7)
+    folder = make_checkpoint(tmp_path, family, texts)
+    model, tokenizer = load_model(str(folder), "cpu"), AutoTokenizer.from_pretrained(folder)
+    ids = np.stack([np.asarray(row) for row in sets["ids"]])
+    base, family_, delta = np.array(sets["base"]), np.array(sets["family"]), np.array(sets["delta"])
+    rows = base_rows(family_, delta, base)
+    assert (delta[rows] == 0).all() and (base[rows] == base).all() and (family_[rows] == family_).all()
+    out = model_laws(model, tokenizer, grammar, prefix_sets.lexicon(grammar, SETTINGS["seed"]), ids, base, rows, SETTINGS)
+    laws, differs = out["laws"], out["differs"]
+    assert list(out["perturbations"]) == ["none", "synonym", "uniform"] and laws.shape[:2] == (3, len(ids))
+    np.testing.assert_allclose(laws.sum(-1), 1.0, atol=1e-9)
+    assert (laws >= 0).all()
+    # Unperturbed, a delta-0 row of each family is the same prefix: the very same law.
+    zero = np.flatnonzero(delta == 0)
+    by_base = {}
+    for r in zero:
+        by_base.setdefault(base[r], []).append(r)
+    for same in by_base.values():
+        np.testing.assert_array_equal(laws[0, same[0]], laws[0, same[-1]])
+    # Class replacement at beta 1 maps an unseen-synonym row onto its support prefix, draw for draw.
+    synonym = np.flatnonzero(family_ == "synonym")
+    assert (differs[1, synonym] == 0).all()
+    np.testing.assert_array_equal(laws[1, synonym], laws[1, rows[synonym]])
+    # Everywhere: TV(row, its support prefix) <= the share of draws whose words differed.
+    tv = 0.5 * np.abs(laws - laws[:, rows]).sum(-1)
+    assert (tv <= differs + 1e-12).all()
+    assert differs[0, delta > 0].min() == 1.0 and (differs[2, delta > 0] < 1).any()

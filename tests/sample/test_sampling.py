@@ -1,0 +1,322 @@
+"""Perturbed sampling: the law it samples, plain sampling at intensity 0, and batch-size invariance."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from workflow_lib.perturb.perturber import perturb
+from workflow_lib.perturb.synonym_table import SynonymTable
+from workflow_lib.sample import decoding, loops, sampler
+from workflow_lib.sample.decoding import decoded_probs, draw
+from workflow_lib.sample.loops import sample_cached, sample_exact
+from workflow_lib.sample.sampler import generate
+
+V = 8
+SPECIAL = 0  # pad / end of text
+SYN = {1: ([2, 3], [0.25, 0.75]), 4: ([5], [1.0])}
+TABLE = SynonymTable.from_rows(V, sorted(SYN), [SYN[t][0] for t in sorted(SYN)], [SYN[t][1] for t in sorted(SYN)])
+LAW = torch.softmax(torch.randn(V, V, generator=torch.Generator().manual_seed(0)) * 2, dim=-1)
+LAW[:, SPECIAL] = 0
+LAW = LAW / LAW.sum(-1, keepdim=True)
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: tiny models on one thread
+
+
+class LastTokenModel(torch.nn.Module):
+    """P(next | prefix) = LAW[last real token of the prefix]: a model whose dependence on the prefix is known."""
+
+    def __init__(self):
+        super().__init__()
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, attention_mask, position_ids=None, past_key_values=None, use_cache=False, logits_to_keep=0):
+        # The law at each position is that of the last real token up to it (masked slots repeat the previous one).
+        idx = torch.where(attention_mask[:, -input_ids.shape[1]:] > 0, torch.arange(input_ids.shape[1]), -1).cummax(1).values
+        last = input_ids.gather(1, idx.clamp(min=0))
+        if past_key_values is not None:
+            last = torch.where(idx >= 0, last, past_key_values[:, None])
+        logits = LAW[last].log()
+        return SimpleNamespace(logits=logits, past_key_values=last[:, -1])
+
+
+def first_tokens(sampler, prompt, strategy, alpha, n=6000):
+    values = torch.tensor(prompt * n)
+    offsets = torch.arange(0, len(prompt) * n + 1, len(prompt))
+    keys = torch.arange(n) * 7 + 11
+    out = sampler(LastTokenModel(), values, offsets, keys, 1, {"strategy": strategy, "intensity": alpha}, TABLE.to("cpu"),
+                  [SPECIAL], SPECIAL, [SPECIAL])
+    return np.bincount(out[:, 0].numpy(), minlength=V)
+
+
+@pytest.mark.parametrize("sampler", [sample_exact, sample_cached])
+def test_replacement_samples_the_mixture_over_perturbed_prefixes(sampler):
+    # Last token 4 is replaced by 5 with probability alpha: the law is (1 - alpha) LAW[4] + alpha LAW[5].
+    alpha = 0.3
+    mixture = (1 - alpha) * LAW[4] + alpha * LAW[5]
+    counts = first_tokens(sampler, [1, 6, 4], "replacement", alpha)
+    keep = (mixture > 0).numpy()
+    expected = mixture.double().numpy()[keep]
+    assert stats.chisquare(counts[keep], expected / expected.sum() * counts[keep].sum()).pvalue > 1e-3
+
+
+def test_exact_insertion_samples_the_mixture_estimated_from_the_perturber():
+    """E_T[P(. | X~)] by Monte Carlo over the perturber alone, against the sampler's first tokens."""
+    alpha, prompt = 0.4, [1, 4, 6]
+    rng = np.random.default_rng(1)
+    n = 200_000
+    out = perturb(np.array(prompt * n), np.arange(0, 3 * n + 1, 3), "insertion", alpha, TABLE, rng, [SPECIAL])
+    last = out.values[out.offsets[1:] - 1]
+    mixture = LAW[torch.from_numpy(last)].mean(0)
+    counts = first_tokens(sample_exact, prompt, "insertion", alpha)
+    keep = (mixture > 1e-4).numpy()
+    expected = mixture.double().numpy()[keep]
+    expected = expected / expected.sum() * counts[keep].sum()
+    assert stats.chisquare(counts[keep], expected).pvalue > 1e-3
+    plain = LAW[6].double().numpy()  # and it is not the unperturbed law
+    support = plain > 0
+    assert stats.chisquare(counts[support], plain[support] / plain[support].sum() * counts[support].sum()).pvalue < 1e-6
+
+
+def test_draw_is_inverse_cdf_and_respects_every_decoder():
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]])).expand(5, 4)
+    u = torch.tensor([0.05, 0.15, 0.35, 0.65, 0.95])
+    assert draw(logits, u).tolist() == [0, 1, 2, 3, 3]
+    assert draw(logits, u, {"top_k": 2}).tolist() == [2, 2, 2, 3, 3]  # 0.3 / 0.7 below 0.35
+    assert draw(logits, u, {"top_k": 1}).tolist() == [3] * 5  # top-1 is greedy
+    assert set(draw(logits, u, {"top_p": 0.5}).tolist()) <= {2, 3}
+    # Typical sampling keeps the tokens whose surprisal is nearest the entropy (1.28 nats): 0.3 (1.20) and 0.2 (1.61).
+    assert set(draw(logits, u, {"typical_p": 0.5}).tolist()) == {1, 2}
+    # A low temperature sharpens towards the mode; a high one flattens towards uniform.
+    cold, hot = decoded_probs(logits[:1], {"temperature": 0.25})[0], decoded_probs(logits[:1], {"temperature": 4.0})[0]
+    assert cold[3] > 0.6 and (hot.max() - hot.min()) < 0.1 and torch.isclose(cold.sum(), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_neutral_decoder_settings_draw_what_unbiased_draws(tiny_lm):
+    """At temperature 1, top_p 1, top_k 0 and typical_p 1 are the law itself: the same samples as `unbiased`."""
+    model, tokenizer, table = tiny_lm
+    args = (model, tokenizer, [" the cat", " a dog"], np.array([3, 8]), 4, 6, {"strategy": "insertion", "intensity": 0.3},
+            table)
+    unbiased = generate(*args, seed=2)["continuation_ids"]
+    neutral = generate(*args, seed=2, decoder={"temperature": 1.0, "top_p": 1.0, "top_k": 0, "typical_p": 1.0})
+    np.testing.assert_array_equal(unbiased, neutral["continuation_ids"])
+    greedy = generate(*args, seed=2, decoder={"top_k": 1})["continuation_ids"]
+    assert not np.array_equal(greedy, unbiased)
+
+
+@pytest.fixture(scope="module")
+def tiny_lm():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from workflow_lib.data.tokenization import train_bpe
+
+    texts = [" the cat sat on the mat .", " a dog ran in the park .", " the bird sang a song ."] * 20
+    tokenizer = train_bpe(texts, 280, min_frequency=1)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_layer=1, n_head=2, n_embd=16, n_positions=64)).eval()
+    table = SynonymTable.uniform(len(tokenizer), tokenizer.all_special_ids)
+    return model, tokenizer, table
+
+
+def test_intensity_zero_is_plain_ancestral_sampling(tiny_lm):
+    model, tokenizer, table = tiny_lm
+    runs = 3000
+    ours = generate(model, tokenizer, [" the cat"], np.array([0]), runs, 2, {"strategy": "insertion", "intensity": 0.0}, table,
+                    seed=5, batch_size=1000)["continuation_ids"]
+    torch.manual_seed(5)
+    ids = torch.tensor([tokenizer(" the cat")["input_ids"]] * runs)
+    hf = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, top_k=0, top_p=1.0, temperature=1.0,
+                        max_new_tokens=2, min_new_tokens=2, pad_token_id=tokenizer.pad_token_id)[:, -2:].numpy()
+    for step in range(2):  # the same marginal law at each step
+        a = np.bincount(ours[:, step], minlength=len(tokenizer))
+        b = np.bincount(hf[:, step], minlength=len(tokenizer))
+        keep = (a + b) > 0
+        assert stats.chi2_contingency(np.stack([a[keep], b[keep]])).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("mode", ["exact", "cached"])
+@pytest.mark.parametrize("strategy", ["insertion", "replacement", "deletion"])
+def test_samples_do_not_depend_on_batch_size(tiny_lm, mode, strategy):
+    model, tokenizer, table = tiny_lm
+    prompts = [" the cat sat", " a dog", " the bird sang a song ."]
+    args = (model, tokenizer, prompts, np.array([10, 11, 12]), 4, 12, {"strategy": strategy, "intensity": 0.3}, table, 9, mode)
+    small, big = generate(*args, batch_size=2), generate(*args, batch_size=12)
+    order_small = np.lexsort((small["prompt_id"], small["run"]))
+    order_big = np.lexsort((big["prompt_id"], big["run"]))
+    assert np.array_equal(small["continuation_ids"][order_small], big["continuation_ids"][order_big])
+    other_seed = generate(*args[:-2], 10, mode, batch_size=12)
+    assert not np.array_equal(other_seed["continuation_ids"], big["continuation_ids"])
+    assert big["continuation_ids"].shape == (12, 12) and (big["continuation_ids"] != tokenizer.eos_token_id).all()
+
+
+def test_cached_and_exact_agree_at_intensity_zero(tiny_lm):
+    model, tokenizer, table = tiny_lm
+    args = (model, tokenizer, [" the cat", " a dog ran"], np.array([0, 1]), 3, 10, {"strategy": "insertion", "intensity": 0.0}, table, 2)
+    assert np.array_equal(generate(*args, "exact")["continuation_ids"], generate(*args, "cached")["continuation_ids"])
+
+
+class ForwardWidths:
+    """Wraps a model's forward: the width of the ids each call was fed."""
+
+    def __init__(self, model):
+        self.widths = []
+        self.forward = model.forward
+
+    def __call__(self, *args, **kwargs):
+        self.widths.append(kwargs["input_ids"].shape[1])
+        return self.forward(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def family_lm():
+    """family -> (model, tokenizer): the tests' tiny random checkpoints of GPT-2 and of a Llama (untied head,
+    grouped-query attention, rotary positions, BOS prepended, no pad token), built in memory."""
+    from support.families import make_config, make_tokenizer
+    from transformers import AutoModelForCausalLM
+
+    from workflow_lib.data.builtin_corpus import build_grammar
+
+    corpus = build_grammar(seed=3, words_per_class=4).generate("train", 20, 8, 0)
+    built = {}
+    for index, family in enumerate(("gpt2", "llama")):
+        tokenizer = make_tokenizer(family, corpus)
+        torch.manual_seed(index)
+        built[family] = (AutoModelForCausalLM.from_config(make_config(family, tokenizer)).eval(), tokenizer)
+    words = corpus[1].split()
+    return built, [" ".join(words[i : i + n]) for i, n in enumerate((3, 9, 17, 26))]  # left padding of 23 words
+
+
+def sample_zero(model, tokenizer, prompts, mode, new_tokens, decoder=None, batch_size=5):
+    return generate(model, tokenizer, prompts, np.arange(len(prompts)) * 10, 3, new_tokens,
+                    {"strategy": "insertion", "intensity": 0.0}, None, 7, mode, batch_size, decoder)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("decoder", [{}, {"top_k": 5}, {"temperature": 0.7, "top_k": 20}])
+def test_intensity_zero_with_a_cache_draws_the_tokens_of_the_uncached_sampler(family_lm, family, decoder, monkeypatch):
+    """Both modes run intensity 0 through sample_ancestral (one token fed per step after the prompts, and a full
+    recomputation where a draw is within rounding of a CDF bound); with the cache switched off, exact mode
+    recomputes the whole left-padded batch at every step. Token for token equal."""
+    built, prompts = family_lm
+    model, tokenizer = built[family]
+    new_tokens = 16
+    forwards = ForwardWidths(model)
+    monkeypatch.setattr(model, "forward", forwards)
+    cached = {mode: sample_zero(model, tokenizer, prompts, mode, new_tokens, decoder) for mode in ("exact", "cached")}
+    assert sorted(set(forwards.widths)) == [1, *sorted({w for w in forwards.widths if w > 1})]
+    assert forwards.widths.count(1) == 2 * 3 * (new_tokens - 1)  # 2 modes x 3 batches x one feed per drawn token
+    forwards.widths.clear()
+    monkeypatch.setattr(sampler, "cache_fits", lambda *args: False)
+    uncached = sample_zero(model, tokenizer, prompts, "exact", new_tokens, decoder)
+    assert 1 not in forwards.widths and len(forwards.widths) == 3 * new_tokens
+    for mode in ("exact", "cached"):
+        for column in ("prompt_id", "run", "continuation_ids"):
+            np.testing.assert_array_equal(cached[mode][column], uncached[column])
+    ids = uncached["continuation_ids"]
+    assert ids.shape == (12, new_tokens) and not np.isin(ids, [tokenizer.eos_token_id]).any()
+    assert len(np.unique(ids)) > new_tokens  # a real sample, not one token repeated
+
+
+def test_intensity_zero_beyond_the_context_keeps_the_uncached_sampler(family_lm, monkeypatch):
+    """prompt + new_tokens - 1 positions fit: the cache; one more token: exact mode recomputes (keeping the last
+    tokens of the prefix, as it always did) and cached mode refuses."""
+    from support.families import make_config
+    from transformers import AutoModelForCausalLM
+
+    built, prompts = family_lm
+    _, tokenizer = built["gpt2"]
+    config = make_config("gpt2", tokenizer)
+    config.n_positions = 40
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    prompts = prompts[:2]  # 10 and 28 tokens
+    longest = max(len(tokenizer(p)["input_ids"]) for p in prompts)
+    fits = model.config.n_positions - longest + 1
+    assert fits > 4
+    assert loops.cache_fits(model, longest, fits) and not loops.cache_fits(model, longest, fits + 1)
+    calls = []
+    ancestral = loops.sample_ancestral
+    monkeypatch.setattr(sampler, "sample_ancestral", lambda *args, **kwargs: calls.append(1) or ancestral(*args, **kwargs))
+    at_context = sample_zero(model, tokenizer, prompts, "exact", fits)
+    assert len(calls) == 2  # two batches of 5 (prompt, run) rows
+    beyond = sample_zero(model, tokenizer, prompts, "exact", fits + 1)
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match="use mode exact"):
+        sample_zero(model, tokenizer, prompts, "cached", fits + 1)
+    monkeypatch.setattr(sampler, "cache_fits", lambda *args: False)
+    np.testing.assert_array_equal(sample_zero(model, tokenizer, prompts, "exact", fits)["continuation_ids"],
+                                  at_context["continuation_ids"])
+    # Beyond the context the first `fits` tokens are drawn from untruncated prefixes: the same as at the context.
+    np.testing.assert_array_equal(beyond["continuation_ids"][:, :fits], at_context["continuation_ids"])
+
+
+def test_draw_margin_flags_uniforms_near_a_cdf_bound_and_top_k_ties():
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]])).expand(3, 4)
+    u = torch.tensor([0.3 - 1e-6, 0.45, 0.999], dtype=torch.float64)  # tokens 1 (just below the bound at 0.3), 2, 3
+    margin = decoding.draw_margin(logits, u, {})  # float32 logits: the bounds are 0.1, 0.3, 0.6 within 1e-7
+    torch.testing.assert_close(margin, torch.tensor([1e-6, 0.15, 0.001], dtype=torch.float64), atol=1e-7, rtol=0)
+    assert decoding.draw(logits, u, {}).tolist() == [1, 2, 3]
+    tied = torch.tensor([[0.0, 1.0, 1.0, 2.0], [0.0, 1.0, 1.5, 2.0]])
+    assert decoding.draw_margin(tied, torch.tensor([0.9, 0.9], dtype=torch.float64), {"top_k": 2}).tolist()[0] == -1
+    assert decoding.draw_margin(tied, torch.tensor([0.9, 0.9], dtype=torch.float64), {"top_k": 2}).tolist()[1] > 0
+    assert not decoding.cache_keeps_draws({"top_p": 0.9}) and not decoding.cache_keeps_draws({"typical_p": 0.9})
+    assert decoding.cache_keeps_draws({"temperature": 0.5, "top_k": 3})
+
+
+def test_intensity_zero_recomputed_steps_and_the_fallback_draw_the_uncached_tokens(family_lm, monkeypatch, caplog):
+    """Every step recomputed (a tolerance no margin exceeds), then a top-k decoder's cached logits judged too far
+    from the exact ones (a logit tolerance no rounding meets: the batch goes to sample_exact), then a top-p decoder
+    (no cache): each draws the uncached sampler's tokens."""
+    built, prompts = family_lm
+    model, tokenizer = built["gpt2"]
+    forwards = ForwardWidths(model)
+    monkeypatch.setattr(model, "forward", forwards)
+    monkeypatch.setattr(sampler, "cache_fits", lambda *args: False)
+    uncached = {str(d): sample_zero(model, tokenizer, prompts, "exact", 10, d)["continuation_ids"]
+                for d in ({}, {"top_k": 20}, {"top_p": 0.8})}
+    monkeypatch.undo()
+    monkeypatch.setattr(model, "forward", forwards)
+    monkeypatch.setattr(loops, "CDF_TOLERANCE", 1.0)
+    monkeypatch.setattr(decoding, "CDF_TOLERANCE", 1.0)
+    forwards.widths.clear()
+    np.testing.assert_array_equal(sample_zero(model, tokenizer, prompts, "exact", 10)["continuation_ids"], uncached["{}"])
+    assert forwards.widths.count(1) == 3 * 9 and len(forwards.widths) == 3 * (1 + 10 + 9)  # prefill, recomputes, feeds
+    monkeypatch.setattr(decoding, "LOGIT_TOLERANCE", 0.0)
+    forwards.widths.clear()
+    np.testing.assert_array_equal(sample_zero(model, tokenizer, prompts, "cached", 10, {"top_k": 20})["continuation_ids"],
+                                  uncached[str({"top_k": 20})])
+    # The prompts' pass agrees with the uncached one bit for bit; the first fed token's logits do not.
+    assert "sampled without a cache" in caplog.text and forwards.widths.count(1) == 3
+    forwards.widths.clear()
+    top_p = sample_zero(model, tokenizer, prompts, "exact", 10, {"top_p": 0.8})["continuation_ids"]
+    np.testing.assert_array_equal(top_p, uncached[str({"top_p": 0.8})])
+    assert 1 not in forwards.widths
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_in_place_gelu_new_is_transformers_gelu_new_bit_for_bit(dtype):
+    from transformers.activations import NewGELUActivation
+
+    from workflow_lib.models import gelu_new_in_place, use_in_place_activations
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randn(150 * 70 * 16, generator=generator) * scale for scale in (0.1, 1.0, 4.0, 30.0)])
+    x = torch.cat([x, torch.tensor([0.0, -0.0, 1e-40, -1e-40, 3e38, -3e38, float("inf"), float("-inf"), float("nan")])])
+    x = x.to(dtype)
+    expected = NewGELUActivation()(x)
+    assert torch.equal(gelu_new_in_place(x).view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                       expected.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))  # NaNs bit for bit too
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = use_in_place_activations(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)).eval())
+    ids = torch.arange(12)[None] % 50
+    with torch.no_grad():
+        fast = model(input_ids=ids).logits
+    slow = model(input_ids=ids).logits  # under autograd: transformers' own activation, whose backward training uses
+    slow.sum().backward()
+    assert torch.equal(fast, slow.detach()) and model.transformer.wte.weight.grad is not None

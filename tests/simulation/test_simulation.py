@@ -1,0 +1,245 @@
+"""The simulation study (paper Section 4): truth, perturbation law, batched training, metrics, workflow."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy import stats
+from support.study import planned_rules, snakemake, tiny_config, write_config
+
+from workflow_lib.config import ConfigError, check_schema
+from workflow_lib.simulation.model import (
+    ModelSettings,
+    init_parameters,
+    minibatch_gradients,
+    minibatch_loss,
+    torch_generator,
+    train_bigrams,
+)
+from workflow_lib.simulation.study import (
+    empirical_bigram,
+    expand_baseline,
+    mae_readings,
+    perturbed_copy,
+    results_table,
+    sample_truth,
+    synonym_table,
+)
+from workflow_lib.simulation.summary import markdown, summarize
+
+
+def synonym_set(P, prev, nxt, factor=2.0):
+    """S_t by the Supplement's definition, one occurrence at a time (the reference for the vectorised code)."""
+    V = len(P)
+    return {v for v in range(V) if P[prev, v] > factor / V and P[v, nxt] > factor / V}
+
+
+def test_truth_rows_are_distributions_and_data_follow_the_bigram():
+    rng = np.random.default_rng(0)
+    M, x = sample_truth(12, 4000, 6, 0.5, rng)
+    assert M.shape == (12, 12) and (M >= 0).all() and np.allclose(M.sum(1), 1.0)
+    assert x.shape == (4000, 6) and x.min() >= 0 and x.max() < 12
+    # Dirichlet(0.5) rows are skewed: most mass on few entries.
+    assert np.mean(np.sort(M, axis=1)[:, -3:].sum(1)) > 0.5
+    first = np.bincount(x[:, 0], minlength=12)
+    assert stats.chisquare(first).pvalue > 1e-4  # uniform initial law
+    counts = np.bincount((x[:, :-1] * 12 + x[:, 1:]).ravel(), minlength=144).reshape(12, 12)
+    row = int(counts.sum(1).argmax())
+    expected = M[row] * counts[row].sum()
+    keep = expected > 5
+    observed, expected = counts[row][keep], expected[keep] * counts[row][keep].sum() / expected[keep].sum()
+    assert stats.chisquare(observed, expected).pvalue > 1e-4
+
+
+def test_empirical_bigram_normalises_seen_rows_and_zeroes_unseen_ones():
+    x = np.array([[0, 1, 0, 2]])
+    P = empirical_bigram(x, 4)
+    assert np.allclose(P[0], [0, 0.5, 0.5, 0]) and np.allclose(P[1], [1, 0, 0, 0])
+    assert (P[2] == 0).all() and (P[3] == 0).all()
+
+
+@pytest.fixture(scope="module")
+def perturbation_case():
+    rng = np.random.default_rng(3)
+    M, x = sample_truth(25, 3000, 8, 0.5, rng)
+    return M, x, synonym_table(M, x, 2.0)
+
+
+def test_synonym_sets_match_the_definition(perturbation_case):
+    M, x, table = perturbation_case
+    offsets, candidates = table.offsets, table.candidates
+    k = 0
+    for s in range(50):
+        for t in range(1, x.shape[1] - 1):
+            got = set(candidates[offsets[k]:offsets[k + 1]].tolist())
+            assert got == synonym_set(M, x[s, t - 1], x[s, t + 1])
+            k += 1
+
+
+def test_intensity_zero_copies_the_data(perturbation_case):
+    M, x, table = perturbation_case
+    copy, eligible, replaced, changed = perturbed_copy(x, table, 0.0, np.random.default_rng(1))
+    assert np.array_equal(copy, x[:, :-1]) and replaced == 0 and changed == 0 and eligible > 0
+
+
+def test_replacements_have_rate_alpha_and_stay_in_the_synonym_set(perturbation_case):
+    M, x, table = perturbation_case
+    alpha = 0.3
+    copy, eligible, replaced, changed = perturbed_copy(x, table, alpha, np.random.default_rng(2))
+    sd = np.sqrt(eligible * alpha * (1 - alpha))
+    assert abs(replaced - alpha * eligible) < 4 * sd
+    assert np.array_equal(copy[:, 0], x[:, 0])  # the first token has no X_{t-1}: never replaced
+    diff = np.argwhere(copy != x[:, :-1])
+    assert len(diff) == changed > 0
+    for s, t in diff[:400]:
+        assert copy[s, t] in synonym_set(M, x[s, t - 1], x[s, t + 1])
+    # Occurrences with an empty set never change.
+    empty = (np.diff(table.offsets) == 0).reshape(len(x), -1)
+    assert np.array_equal(copy[:, 1:][empty], x[:, 1:-1][empty])
+    full, eligible_full, replaced_full, _ = perturbed_copy(x, table, 1.0, np.random.default_rng(2))
+    assert replaced_full == eligible_full == eligible
+
+
+def test_synonyms_are_drawn_proportionally_to_p_given_previous():
+    V = 10
+    P = np.full((V, V), 0.01)
+    P[0, [3, 4, 5, 6]] = [0.4, 0.3, 0.22, 0.05]  # 6 is below 2/V = 0.2: never a synonym
+    P[[3, 4, 5, 6], 1] = 0.9
+    P[4, 1] = 0.21  # 4 -> 1 just above 2/V: still a synonym
+    x = np.tile([0, 3, 1], (20000, 1))
+    table = synonym_table(P, x, 2.0)
+    copy, eligible, replaced, _ = perturbed_copy(x, table, 1.0, np.random.default_rng(5))
+    assert eligible == replaced == 20000
+    counts = np.bincount(copy[:, 1], minlength=V)[[3, 4, 5]]
+    assert np.bincount(copy[:, 1], minlength=V).sum() == counts.sum()
+    weights = np.array([0.4, 0.3, 0.22])
+    assert stats.chisquare(counts, weights / weights.sum() * counts.sum()).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("masks", ["pair", "token"])
+def test_hand_written_gradients_match_autograd(masks):
+    import torch
+
+    V, B, n = 9, 2, 40
+    settings = ModelSettings(embedding_dim=5, hidden_dim=4, dropout=0.0, dropout_masks=masks)
+    params = init_parameters(V, settings, [torch_generator(np.random.SeedSequence([b])) for b in range(B)])
+    gen = torch.Generator().manual_seed(0)
+    cond, target = torch.randint(V, (B, n), generator=gen), torch.randint(V, (B, n), generator=gen)
+    ours = minibatch_gradients(params, cond, target, 8, settings, [])
+    leaves = [p.clone().requires_grad_() for p in params]
+    minibatch_loss(leaves, cond, target, 8).backward()
+    for mine, leaf in zip(ours, leaves):
+        torch.testing.assert_close(mine, leaf.grad, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("masks,unit", [("pair", "pairs"), ("token", "sequences")])
+def test_batched_training_equals_training_each_replication_alone(masks, unit):
+    V, rng = 15, np.random.default_rng(0)
+    units, per_unit = (120, 1) if unit == "pairs" else (20, 6)
+    cond = rng.integers(V, size=(3, units, per_unit))
+    target = rng.integers(V, size=(3, units, per_unit))
+    settings = ModelSettings(embedding_dim=8, hidden_dim=6, batch_size=50 if unit == "pairs" else 8, epochs=3,
+                             dropout_masks=masks)
+    init = [np.random.SeedSequence([1, b]) for b in range(3)]
+    train = [np.random.SeedSequence([2, b]) for b in range(3)]
+    together = train_bigrams(cond, target, V, settings, init, train)
+    assert together.shape == (3, V, V) and np.allclose(together.sum(-1), 1.0)
+    for b in range(3):
+        alone = train_bigrams(cond[b:b + 1], target[b:b + 1], V, settings, init[b:b + 1], train[b:b + 1])[0]
+        # Batched matrix products may sum in another order: equal up to float32 rounding.
+        np.testing.assert_allclose(together[b], alone, rtol=0, atol=1e-6)
+    assert not np.allclose(together[0], together[1], atol=1e-3)  # different seeds and data: different fits
+    again = train_bigrams(cond, target, V, settings, init, train)
+    assert np.array_equal(together, again)
+
+
+def test_mae_readings_on_a_hand_made_case():
+    x = np.array([[0, 1, 0, 1]])  # pairs (0,1), (1,0), (0,1): token 2 never conditions
+    M = np.array([[0.2, 0.8, 0.0], [0.5, 0.5, 0.0], [0.1, 0.1, 0.8]])
+    M_hat = np.array([[0.3, 0.7, 0.0], [0.5, 0.4, 0.1], [0.4, 0.4, 0.2]])
+    r = mae_readings(M_hat, M, x)
+    assert r["n_unseen_rows"] == 1 and r["n_unseen_pairs"] == 7
+    assert r["mae_unseen_rows"] == pytest.approx((0.3 + 0.3 + 0.6) / 3)
+    unseen = [(0, 0), (0, 2), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
+    assert r["mae_unseen_pairs"] == pytest.approx(np.mean([abs(M_hat[c] - M[c]) for c in unseen]))
+    assert r["mae_all"] == pytest.approx(np.abs(M_hat - M).mean())
+    assert r["uniform_unseen_rows"] == pytest.approx(np.mean(np.abs(1 / 3 - M[2])))
+
+
+def test_empty_reading_a_is_flagged_not_a_number(tmp_path):
+    x = np.array([[0, 1, 2, 0]])  # every token conditions once
+    M = np.full((3, 3), 1 / 3)
+    r = mae_readings(M, M, x)
+    assert r["n_unseen_rows"] == 0 and r["mae_unseen_rows"] is None and r["uniform_unseen_rows"] is None
+    rows = []
+    for rep in range(3):
+        for alpha in (0.0, 0.5):
+            rows.append({"vocab_size": 3, "replication": rep, "synonyms": "none" if alpha == 0 else "oracle",
+                         "intensity": alpha, "n_eligible": 4, "n_replaced": 2, "n_changed": 1,
+                         "n_unseen_rows_perturbed": 0, "mean_synonyms": 1.0, **r,
+                         "mae_unseen_pairs": 0.1 + 0.01 * rep - 0.02 * alpha})
+    summary = summarize(results_table(expand_baseline(rows, ["oracle"])))
+    top = summary.filter(pl.col("intensity") == 0.5).row(0, named=True)
+    assert top["mae_unseen_rows_mean"] is None and top["n_unseen_rows_reps"] == 0
+    assert top["diff_unseen_pairs_mean"] == pytest.approx(-0.01)
+    assert top["diff_unseen_pairs_2se"] == pytest.approx(0.0, abs=1e-12)  # the same shift in every replication
+    assert top["mae_unseen_pairs_2se"] == pytest.approx(2 * 0.01 / np.sqrt(3))
+    assert "| n/a |" in markdown(summary)
+    from workflow_lib.simulation.figure import simulation_figure
+
+    simulation_figure(summary, str(tmp_path / "fig"))
+    assert (tmp_path / "fig.png").stat().st_size > 0 and (tmp_path / "fig.pdf").stat().st_size > 0
+
+
+def test_schema_requires_the_baseline_intensity():
+    config = tiny_config()
+    config["simulation"] = {"intensities": [0.1, 0.2]}
+    with pytest.raises(ConfigError, match="simulation.intensities"):
+        check_schema(config)
+    config["simulation"] = {"synonyms": ["thesaurus"]}
+    with pytest.raises(ConfigError, match="simulation.synonyms"):
+        check_schema(config)
+
+
+SIM_TARGETS = ["results/simulation/summary.csv", "results/simulation/summary.md", "results/simulation/figure.png",
+               "results/simulation/figure.pdf"]
+
+
+@pytest.mark.workflow
+def test_simulation_rules_run_and_are_reproducible(workdir):
+    config = tiny_config()
+    config["simulation"] = {"enabled": True, "vocab_sizes": [6, 80], "intensities": [0, 0.5], "replications": 3,
+                            "n_sequences": 20, "seq_len": 6, "epochs": 2, "batch_size": 50,
+                            "synonyms": ["oracle", "empirical"]}
+    write_config(workdir, config)
+    first = snakemake(workdir, *SIM_TARGETS)
+    assert first.returncode == 0, first.stderr
+    results = workdir / "results"
+    fits = pl.read_parquet(results / "simulation/V80.parquet")
+    assert fits.height == 3 * 2 * 2  # replications x rules x intensities (the baseline listed under each rule)
+    assert (fits["n_unseen_rows"] > 0).all()  # 80 tokens, 100 pairs: many never condition
+    small = pl.read_parquet(results / "simulation/V6.parquet")
+    assert (small["n_unseen_rows"] == 0).all() and small["mae_unseen_rows"].is_null().all()
+    summary = pl.read_csv(results / "simulation/summary.csv")
+    assert summary.height == 2 * 2 * 2 and {"mae_unseen_rows_mean", "diff_unseen_pairs_2se"} <= set(summary.columns)
+    assert "n/a" in (results / "simulation/summary.md").read_text()
+    assert (results / "simulation/figure.png").exists() and (results / "logs/simulation/V80.log").exists()
+
+    def outputs():
+        return {p.name: p.read_bytes() for p in (results / "simulation").iterdir() if p.suffix in (".parquet", ".csv")}
+
+    produced = outputs()
+    shutil.rmtree(results / "simulation")
+    second = snakemake(workdir, *SIM_TARGETS)
+    assert second.returncode == 0, second.stderr
+    assert outputs() == produced
+
+    config["simulation"]["epochs"] = 3
+    write_config(workdir, config)
+    plan = snakemake(workdir, *SIM_TARGETS, "-n", "--quiet", "rules")
+    text = plan.stdout + plan.stderr
+    assert plan.returncode == 0, text
+    assert planned_rules(text) == {"simulation_fit", "simulation_summary"}

@@ -1,0 +1,98 @@
+"""Data-parallel training through the train rule's own command: two CPU processes over gloo (`training.gpus: 2` on a
+machine without CUDA), as a GPU cluster runs `accelerate launch --multi_gpu` with one process per GPU."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from safetensors.torch import load_file
+from support.study import snakemake, tiny_builtin, tiny_config, write_config
+
+pytestmark = pytest.mark.workflow
+
+# No dropout: two processes at batch b and one at batch 2b then take the same steps, up to summation order.
+ARCH = {"n_layer": 1, "n_head": 2, "n_embd": 32, "n_positions": 128, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+KILL_AT = 7  # after the checkpoint at step 5
+# float32 sums in another order: measured ~1e-6 on losses and validation losses, ~1e-6 on weights.
+TOLERANCE, WEIGHT_TOLERANCE = 1e-4, 1e-5
+
+
+def parallel_config() -> dict:
+    config = tiny_config()
+    config["datasets"]["synthetic"] = tiny_builtin(train=12)  # about 20 steps an epoch
+    train = {"learning_rate": 3e-3, "lr_scheduler": "linear", "epochs": 2, "checkpoint_every": 5, "eval_every": 4,
+             "max_grad_norm": 0}
+    config["models"] = {
+        "two": {"source": "scratch", "tokenizer": "bpe", "architecture": ARCH, "training": {**train, "gpus": 2, "batch_size": 4}},
+        "one": {"source": "scratch", "tokenizer": "bpe", "architecture": ARCH, "training": {**train, "gpus": 1, "batch_size": 8}},
+    }
+    config["experiments"] = {"main": {"models": ["two", "one"], "train_dataset": "synthetic", "eval_sets": ["syn-test"]}}
+    return config
+
+
+def model_dir(workdir, model: str):
+    return workdir / "results/models" / model / "synthetic/mle/none/augment-m1/none-0/seed1"
+
+
+def log_rows(folder) -> list[dict]:
+    with open(folder / "train_log.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_two_processes_train_data_parallel_and_resume_exactly(workdir):
+    write_config(workdir, parallel_config())
+    first = snakemake(workdir, "--until", "train")
+    assert first.returncode == 0, first.stdout + first.stderr
+    two, one = model_dir(workdir, "two"), model_dir(workdir, "one")
+    log = (workdir / "results/logs/train" / two.relative_to(workdir / "results/models")).with_suffix(".log").read_text()
+    assert "training.gpus = 2 but there is no CUDA device: 2 CPU processes (gloo)" in log
+
+    summary = json.loads((two / "train_summary.json").read_text())
+    assert summary["ran"] | {"steps_per_epoch": None} == {"processes": 2, "distributed": "MULTI_CPU", "device": "cpu",
+                                                          "mixed_precision": "no", "master_weights": "float32",
+                                                          "global_batch": 8, "steps_per_epoch": None}
+    rows = pq.read_metadata(workdir / "results/perturbed/bpe/synthetic/none/augment-m1/none-0/seed1.parquet").num_rows
+    assert summary["ran"]["steps_per_epoch"] == rows // 8  # the data split between the processes, not trained twice
+    history_two, history_one = log_rows(two), log_rows(one)
+    assert len(history_two) == len(history_one) == 2 * (rows // 8)
+    assert float(history_two[-1]["lr"]) == 0.0 and float(history_two[-2]["lr"]) > 0  # the schedule spans all steps
+
+    # Two processes at batch 4 take the steps one process takes at batch 8.
+    for a, b in zip(history_two, history_one):
+        assert float(a["loss"]) == pytest.approx(float(b["loss"]), abs=TOLERANCE)
+        assert (a["validation_loss"] == "") == (b["validation_loss"] == "")
+        if a["validation_loss"]:  # each process scores every other validation row: the same number either way
+            assert float(a["validation_loss"]) == pytest.approx(float(b["validation_loss"]), abs=TOLERANCE)
+    w_two, w_one = load_file(two / "model.safetensors"), load_file(one / "model.safetensors")
+    # Except the attention's key bias: its gradient is 0 up to rounding (softmax ignores a shift shared by all keys),
+    # and Adam rescales that rounding noise into steps of about the learning rate.
+    d = ARCH["n_embd"]
+    key_bias = torch.zeros(3 * d, dtype=torch.bool)
+    key_bias[d : 2 * d] = True
+    for name in w_two:
+        differs = (w_two[name] - w_one[name]).abs()
+        assert float((differs[~key_bias] if name.endswith("c_attn.bias") else differs).max()) < WEIGHT_TOLERANCE, name
+
+    # SIGKILL both processes after a checkpoint, rerun: the resumed run ends with the uninterrupted weights.
+    reference = workdir / "uninterrupted"
+    shutil.copytree(two, reference)
+    shutil.rmtree(two)
+    killed = snakemake(workdir, "--until", "train", env={**os.environ, "PERTURBED_LM_KILL_AT_STEP": str(KILL_AT)})
+    assert killed.returncode != 0 and not two.exists()
+    checkpoints = workdir / "results/checkpoints" / two.relative_to(workdir / "results/models")
+    assert json.loads((checkpoints / "trainer_state.json").read_text())["step"] == 5
+    resumed = snakemake(workdir, "--until", "train")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    log = (workdir / "results/logs/train" / two.relative_to(workdir / "results/models")).with_suffix(".log").read_text()
+    assert "resuming from step 5" in log
+    a, b = load_file(reference / "model.safetensors"), load_file(two / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    timeless = lambda rows: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rows]  # noqa: E731
+    assert timeless(log_rows(reference)) == timeless(log_rows(two))
+    assert not checkpoints.exists()

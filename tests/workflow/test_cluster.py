@@ -1,0 +1,179 @@
+"""The workflow on a real SLURM cluster, through `--profile profiles/slurm` and snakemake-executor-plugin-slurm.
+
+`tests/slurm/cluster.sh start` runs a one-node cluster on this machine (CI does it in .ci/run). Without one
+these tests skip, unless PERTURBED_LM_REQUIRE_SLURM=1 (CI sets it), which makes them fail instead.
+
+The test cluster has no accounting, so `sacct` cannot report jobs: the runs poll with
+`--slurm-status-command squeue`, from the first second on. A real cluster keeps the plugin's defaults.
+One run is made to fail at training (a batch larger than the training data, which only the training job can
+see), then fixed and rerun: the first run shows the failure as the plugin reports it, the rerun completes only
+what was left, and together they run the tiny study end to end on SLURM.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+import yaml
+from support.study import REPO, SNAKEMAKE, tiny_config, write_config
+
+from workflow_lib.module_deps import third_party_imports
+
+TIME_LIMIT = 600  # seconds per snakemake run; the two runs take about three minutes together
+SLURM_ARGS = [
+    "--profile", str(REPO / "profiles/slurm"),
+    "--slurm-status-command", "squeue",
+    "--slurm-init-seconds-before-status-checks", "1",
+    "--max-threads", "2",  # the test node has 2 CPUs; the profile asks up to 8 threads for some rules
+    "--retries", "0",  # the profile retries a failed job twice (with more time and memory): not wanted here
+    "--latency-wait", "5",
+]
+# Which partition the profile sends each rule to, given the two variables below.
+PARTITION_ENV = {"PERTURBED_LM_PARTITION": "cpu", "PERTURBED_LM_GPU_PARTITION": "gpu"}
+GPU_PARTITION_RULES = {"train", "sample", "features", "evaluate", "perplexity", "extrapolation"}
+
+
+def slurm_available() -> bool:
+    if not (shutil.which("sbatch") and shutil.which("sinfo") and shutil.which("squeue")):
+        return False
+    probe = subprocess.run(["sinfo", "-h", "-o", "%a"], capture_output=True, text=True, timeout=30)
+    return probe.returncode == 0 and "up" in probe.stdout
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    if not slurm_available():
+        message = "no SLURM cluster (start one with tests/slurm/cluster.sh start)"
+        if os.environ.get("PERTURBED_LM_REQUIRE_SLURM") == "1":
+            pytest.fail(f"{message}, and PERTURBED_LM_REQUIRE_SLURM=1")
+        pytest.skip(message)
+
+
+def run_on_slurm(workdir) -> subprocess.CompletedProcess:
+    cmd = ["timeout", "-k", "10", str(TIME_LIMIT), str(SNAKEMAKE), "-s", str(REPO / "Snakefile"),
+           "--directory", str(workdir), "--configfile", str(workdir / "config.yaml"), *SLURM_ARGS]
+    env = {**os.environ, **PARTITION_ENV}
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, env=env, timeout=TIME_LIMIT + 30)
+
+
+def jobs_run(output: str) -> list[str]:
+    """The rule of every job a snakemake run started, in order ('rule x:' and 'localrule x:' headers)."""
+    return re.findall(r"^(?:local)?rule (\w+):$", output, flags=re.MULTILINE)
+
+
+def slurm_jobs(output: str) -> dict[str, str]:
+    """Job comment (rule and wildcards) -> partition, for every job the run submitted (squeue keeps finished
+    jobs for MinJobAge seconds)."""
+    ids = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
+    if not ids:
+        return {}
+    queue = subprocess.run(["squeue", "-t", "all", "-h", "-j", ",".join(ids), "-o", "%i|%P|%k"],
+                           capture_output=True, text=True, timeout=30)
+    assert queue.returncode == 0, queue.stderr
+    return {line.split("|")[2]: line.split("|")[1] for line in queue.stdout.splitlines()}
+
+
+def study_config() -> dict:
+    config = tiny_config()
+    config["experiments"]["main"]["eval_sets"] = ["syn-test"]
+    config["eval_sets"] = {"syn-test": config["eval_sets"]["syn-test"]}
+    return config
+
+
+@pytest.fixture(scope="module")
+def failed_then_fixed(slurm, tmp_path_factory):
+    """Run a study whose training fails, then the fixed study: (workdir, first run, its training log, rerun, s)."""
+    workdir = tmp_path_factory.mktemp("slurm")
+    config = study_config()
+    # The config check cannot count the training rows: the training job refuses the batch before any step.
+    broken = {**config["models"]["tiny"], "training": {"batch_size": 100_000}}
+    write_config(workdir, {**config, "models": {"tiny": broken}})
+    start = time.monotonic()
+    first = run_on_slurm(workdir)
+    train_log = workdir / "results/logs/train/tiny/synthetic/mle/none/augment-m1/none-0/seed1.log"
+    first_train_log = train_log.read_text() if train_log.exists() else ""
+    write_config(workdir, config)
+    rerun = run_on_slurm(workdir)
+    return workdir, first, first_train_log, rerun, time.monotonic() - start
+
+
+@pytest.mark.workflow
+def test_failing_job_fails_the_run_with_the_plugins_message(failed_then_fixed):
+    _, first, train_log, _, _ = failed_then_fixed
+    output = first.stdout + first.stderr
+    assert first.returncode not in (0, 124, 137), output[-3000:]
+    assert re.search(r"Error in rule train:\s+message: SLURM-job '\d+' failed, SLURM status is: 'FAILED'", output), \
+        output[-3000:]
+    assert "larger than the training data" in train_log
+    # keep-going (profile): everything that does not need the model still ran
+    assert {"tokenize", "perturb", "features", "train"} <= set(jobs_run(output))
+    assert "sample" not in jobs_run(output)
+
+
+@pytest.mark.workflow
+def test_rerun_completes_only_what_was_left(failed_then_fixed):
+    _, first, _, rerun, _ = failed_then_fixed
+    output = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0, output[-3000:]
+    done_before = set(jobs_run(first.stdout + first.stderr)) - {"train"}
+    ran = set(jobs_run(output))
+    assert {"train", "sample", "evaluate", "extrapolation", "collect_metrics", "all"} <= ran, ran
+    assert not ran & (done_before | {"download", "tokenizer", "tokenize", "prompts", "perturb", "features"}), ran
+
+
+@pytest.mark.workflow
+def test_tiny_study_runs_end_to_end_through_the_slurm_profile(failed_then_fixed):
+    workdir, first, _, rerun, seconds = failed_then_fixed
+    results = workdir / "results"
+    assert (results / "summary.md").stat().st_size > 0
+    assert len(list((results / "metrics").rglob("*.json"))) == 1
+    assert len(list((results / "extrapolation").rglob("*.json"))) == 1
+    assert "Nothing to be done" in (again := run_on_slurm(workdir)).stdout + again.stderr
+    # Every job but the local rules went through sbatch, to the partition the profile names for its rule.
+    submitted = {**slurm_jobs(first.stdout + first.stderr), **slurm_jobs(rerun.stdout + rerun.stderr)}
+    rules = {re.match(r"rule_(\w+?)_wildcards", comment).group(1): partition for comment, partition in submitted.items()}
+    assert set(rules) == {"tokenize", "perturb", "features", "train", "sample", "evaluate", "perplexity", "extrapolation"}
+    for rule, partition in rules.items():
+        assert partition == ("gpu" if rule in GPU_PARTITION_RULES else "cpu"), (rule, partition)
+    print(f"failing run + rerun on SLURM: {seconds:.0f} s")
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(lines) -> dict[str, str]:
+    return {canonical(m[1]): m[2] for line in lines if (m := re.match(r"^\s*([A-Za-z0-9_.-]+)==(\S+)", line))}
+
+
+def test_conda_envs_pin_what_their_rules_import():
+    """`--sdm conda` on a machine without our venv: every package a rule's code imports is pinned in its env,
+    at the version requirements.txt (and so the test suite) uses."""
+    required = pins((REPO / "requirements.txt").read_text().splitlines())
+    distributions = importlib.metadata.packages_distributions()
+    checked = set()
+    for smk in sorted((REPO / "rules").glob("*.smk")):
+        for block in re.split(r"^(?=rule \w+:)", smk.read_text(), flags=re.MULTILINE)[1:]:
+            rule = re.match(r"rule (\w+):", block)[1]
+            modules = set(re.findall(r"-m (workflow_lib[\w.]+)", block))
+            if not modules:
+                continue
+            env = re.search(r'conda:\s+"\.\./(envs/[\w.-]+\.yaml)"', block)
+            assert env, f"rule {rule} has no conda environment"
+            spec = yaml.safe_load((REPO / env[1]).read_text())
+            pip = next(d["pip"] for d in spec["dependencies"] if isinstance(d, dict) and "pip" in d)
+            env_pins = pins(pip)
+            for module in modules:
+                for name in sorted(third_party_imports(module)):
+                    dists = {canonical(d) for d in distributions.get(name, [name])}
+                    assert dists & set(env_pins), f"rule {rule}: {module} imports {name}, which {env[1]} does not pin"
+            for dist, version in env_pins.items():
+                assert required.get(dist) == version, f"{env[1]}: {dist}=={version}, requirements.txt: {required.get(dist)}"
+            checked.add(rule)
+    assert {"download", "train", "sample", "evaluate", "tables", "simulation_fit"} <= checked

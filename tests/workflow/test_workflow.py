@@ -1,0 +1,280 @@
+"""The workflow itself, run by snakemake on tiny configs in a temporary folder."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+import torch
+from support.study import REPO, planned_rules, snakemake, tiny_config, write_config
+
+pytestmark = pytest.mark.workflow
+
+
+def long_row(i: int, words: int = 130) -> str:
+    return " " + " ".join(f"w{i}x{j}" for j in range(words)) + " .\n"
+
+
+def data_config(workdir) -> dict:
+    """The tiny study plus a local WikiText file and a WebText-style JSON-lines file as eval sets."""
+    (workdir / "wiki.test.raw").write_text(" = Heading = \n \n" + long_row(1) + " \n" + long_row(2, 40) + long_row(3))
+    (workdir / "web.jsonl").write_text("".join(json.dumps({"text": long_row(i)}) + "\n" for i in range(5)))
+    config = tiny_config()
+    config["datasets"]["wiki"] = {"source": "local", "format": "wikitext", "files": {"test": "wiki.test.raw"},
+                                  "cleaning": "wikitext"}
+    config["datasets"]["web"] = {"source": "local", "format": "jsonl", "files": {"test": "web.jsonl"}, "cleaning": "webtext"}
+    config["eval_sets"]["wiki-test"] = {"dataset": "wiki", "split": "test"}
+    config["eval_sets"]["web-test"] = {"dataset": "web", "split": "test", "max_prompts": 3}
+    config["experiments"]["main"]["eval_sets"] += ["wiki-test", "web-test"]
+    return config
+
+
+def test_default_config_dry_run_and_lint(workdir):
+    shutil.copy(REPO / "config.yaml", workdir / "config.yaml")
+    dry = snakemake(workdir, "-n")
+    assert dry.returncode == 0, dry.stderr
+    assert "download" in dry.stdout + dry.stderr
+    # The default study is the whole report: every figure, the simulation study included.
+    for figure in ("ablation", "intensity", "extrapolation"):
+        assert f"results/report/figures/{figure}.png" in dry.stdout, figure
+    assert "results/simulation/figure.png" in dry.stdout
+    assert "results/lab/baseline/figure.png" in dry.stdout  # the theory lab, with its table in the summary
+    lint = snakemake(workdir, "--lint")
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_data_stage_runs_and_is_reproducible(workdir):
+    write_config(workdir, data_config(workdir))
+    first = snakemake(workdir, "--until", "tokenize", "prompts")
+    assert first.returncode == 0, first.stderr
+    results = workdir / "results"
+
+    blocks = pq.read_table(results / "tokens/bpe/synthetic/train.parquet")
+    assert blocks.num_rows > 0 and all(len(b) == 32 for b in blocks.column("input_ids").to_pylist())
+    assert (results / "tokens/bpe/synthetic/validation.parquet").exists()
+    assert (results / "tokenizers/bpe/tokenizer.json").exists()
+
+    wiki = pq.read_table(results / "prompts/wiki-test.parquet").to_pylist()
+    assert [p["doc_id"] for p in wiki] == [2, 5]  # the heading, the blank rows and the 40-word row are filtered
+    assert wiki[0]["prefix"] == " ".join(f"w1x{j}" for j in range(20))
+    assert wiki[0]["reference"] == " ".join(f"w1x{j}" for j in range(100))
+    assert pq.read_table(results / "prompts/web-test.parquet").num_rows == 3
+    meta = json.loads((results / "prompts/wiki-test.json").read_text())
+    assert meta["prompts"] == 2
+    ood = pq.read_table(results / "prompts/syn-ood.parquet")
+    assert 0 < ood.num_rows <= 10
+    provenance = json.loads((results / "data/wiki/test.json").read_text())
+    assert provenance["provenance"]["files"][0]["sha256"] and provenance["rows_loaded"] == 6
+    for log in ["data/download/synthetic/train.log", "tokenizers/bpe.log", "tokens/bpe/synthetic/train.log"]:
+        assert (results / "logs" / log).exists()
+
+    again = snakemake(workdir, "--until", "tokenize", "prompts")
+    assert re.search(r"total\s+0\b", again.stdout + again.stderr) or "Nothing to be done" in again.stdout + again.stderr
+
+    produced = {p.relative_to(results): p.read_bytes() for p in results.rglob("*.parquet")}
+    shutil.rmtree(results)
+    second = snakemake(workdir, "--until", "tokenize", "prompts")
+    assert second.returncode == 0, second.stderr
+    assert {p.relative_to(results): p.read_bytes() for p in results.rglob("*.parquet")} == produced
+
+
+def test_changed_param_reruns_only_what_depends_on_it(workdir):
+    config = tiny_config()
+    write_config(workdir, config)
+    assert snakemake(workdir, "--until", "perturb", "prompts").returncode == 0
+    config["tokenize"]["block_size"] = 16
+    write_config(workdir, config)
+    plan = snakemake(workdir, "-n", "--until", "perturb", "prompts")
+    assert plan.returncode == 0, plan.stderr
+    assert planned_rules(plan.stdout + plan.stderr) == {"tokenize", "perturb"}
+
+
+def test_failing_job_leaves_no_finished_looking_output(workdir):
+    config = tiny_config()
+    config["datasets"]["synthetic"]["builtin"]["docs"]["train"] = 1
+    config["tokenize"]["block_size"] = 100000
+    write_config(workdir, config)
+    result = snakemake(workdir, "--keep-going")
+    assert result.returncode != 0
+    log = (workdir / "results/logs/tokens/bpe/synthetic/train.log").read_text()
+    assert "fewer than tokenize.block_size = 100000" in log.strip().splitlines()[-1]
+    assert not list((workdir / "results").rglob("tokens/**/*.parquet"))
+    assert not list((workdir / "results").rglob(".*tmp-*"))
+
+
+def test_perturbation_stage_builds_synonyms_and_every_condition(workdir):
+    config = tiny_config()
+    config["experiments"]["main"]["train_perturbation"] = {
+        "strategies": ["insertion", "deletion"], "intensities": [0, 0.1], "synonyms": ["distributional", "oracle"],
+        "modes": ["augment", "prefix"]}
+    config["synonyms"] = {"min_count": 2}
+    write_config(workdir, config)
+    result = snakemake(workdir, "--until", "perturb")
+    assert result.returncode == 0, result.stderr
+    base = workdir / "results/perturbed/bpe/synthetic"
+    conditions = sorted(str(p.relative_to(base)) for p in base.rglob("*.parquet"))
+    expected = sorted([f"none/{m}-m1/none-0/seed1.parquet" for m in ("augment", "prefix")] + [
+        f"{s}/{m}-m1/{st}-0.1/seed1.parquet" for s in ("distributional", "oracle") for m in ("augment", "prefix")
+        for st in ("insertion", "deletion")])
+    assert conditions == expected
+    for source in ("distributional", "oracle"):
+        assert pq.read_table(workdir / f"results/synonyms/bpe/synthetic/{source}.parquet").num_rows > 0
+    meta = json.loads((base / "oracle/prefix-m1/insertion-0.1/seed1.json").read_text())
+    n, k = meta["eligible_tokens"], meta["selected_tokens"]
+    assert n > 500 and abs(k / n - 0.1) < 4 * (0.1 * 0.9 / n) ** 0.5  # alpha among tokens that have synonyms
+    prefix = pq.read_table(base / "oracle/prefix-m1/insertion-0.1/seed1.parquet")
+    assert {"target_positions", "target_ids"} <= set(prefix.column_names)
+
+    config["experiments"]["main"]["train_perturbation"]["intensities"] = [0, 0.1, 0.2]
+    write_config(workdir, config)
+    plan = snakemake(workdir, "-n", "--until", "perturb")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert planned_rules(plan.stdout + plan.stderr) == {"perturb"}
+
+
+def test_training_runs_through_accelerate_launch(workdir):
+    config = tiny_config()
+    config["experiments"]["main"]["objectives"] = ["mle", "emo"]
+    config["experiments"]["main"]["train_perturbation"] = {"intensities": [0, 0.1], "synonyms": ["oracle"]}
+    config["training"] = {"batch_size": 8, "learning_rate": 1e-3, "eval_every": 5, "checkpoint_every": 5}
+    write_config(workdir, config)
+    result = snakemake(workdir)
+    assert result.returncode == 0, result.stderr
+    models = sorted(p.parent.relative_to(workdir / "results/models") for p in (workdir / "results/models").rglob("model.safetensors"))
+    assert [str(m) for m in models] == [f"tiny/synthetic/{o}/{c}/seed1" for o in ("emo", "mle")
+                                        for c in ("none/augment-m1/none-0", "oracle/augment-m1/insertion-0.1")]
+    log = (workdir / "results/models" / models[0] / "train_log.csv").read_text().splitlines()
+    assert log[0] == "step,epoch,loss,lr,tokens_per_s,validation_loss,validation_objective" and len(log) > 5
+    assert (workdir / "results/logs/train" / f"{models[0]}.log").exists()
+    assert not (workdir / "results/checkpoints").exists() or not any((workdir / "results/checkpoints").rglob("*.json"))
+
+
+def test_sampling_and_evaluation_chain_reuses_human_features(workdir):
+    config = tiny_config()
+    config["experiments"]["main"]["test_perturbation"] = {"intensities": [0, 0.2], "synonyms": ["oracle"],
+                                                          "modes": ["exact", "cached"]}
+    write_config(workdir, config)
+    result = snakemake(workdir)
+    assert result.returncode == 0, result.stderr
+    metrics = sorted((workdir / "results/metrics").rglob("*.json"))
+    names = sorted("/".join(m.parts[-4:]) for m in metrics)
+    assert names == sorted(f"{es}/unbiased/{c}" for es in ("syn-ood", "syn-test")
+                           for c in ("none/none-0-exact.json", "oracle/insertion-0.2-exact.json", "oracle/insertion-0.2-cached.json"))
+    report = json.loads(metrics[0].read_text())
+    assert report["runs"] == 2 and len(report["mauve"]) == 2 and 0 <= report["mauve_mean"] <= 1
+    assert 0 < report["rouge1_mean"] <= 1 and report["featuriser"] == "minilm"
+    samples = pq.read_table(next((workdir / "results/samples").rglob("insertion-0.2-cached.parquet"))).to_pylist()
+    assert len(samples) == 2 * 10 and all(len(s["continuation_ids"]) == 8 for s in samples)
+    tv = json.loads(next((workdir / "results/extrapolation").rglob("syn-ood/unbiased/oracle/insertion-0.2-exact.json")).read_text())
+    assert tv["law"] == "ood" and 0 < tv["tv_mean"] <= 1 and tv["prefixes"] > 0 and tv["draws"] == 8
+    features = sorted((workdir / "results/features/minilm").glob("*.npy"))
+    assert [f.name for f in features] == ["syn-ood.npy", "syn-test.npy"]
+
+    # More runs: new samples and metrics, but the human features are cached and no model is retrained.
+    config["sampling"]["runs"] = 3
+    write_config(workdir, config)
+    plan = snakemake(workdir, "-n")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    planned = planned_rules(plan.stdout + plan.stderr)
+    assert {"sample", "evaluate"} <= planned and not planned & {"features", "train", "extrapolation", "perplexity"}
+
+
+def test_report_builds_on_a_tiny_config(workdir):
+    config = tiny_config()
+    config["experiments"]["main"]["train_perturbation"] = {"intensities": [0, 0.2], "synonyms": ["oracle"]}
+    # MLE again under another name: its paired contrasts compare a condition with itself, so they must include 0.
+    config["objectives"] = {"mle-again": {"loss": "mle"}}
+    config["experiments"]["same"] = {"models": ["tiny"], "train_dataset": "synthetic", "eval_sets": ["syn-test"],
+                                     "objectives": ["mle-again"]}
+    config["experiments"]["main"]["test_perturbation"] = {"intensities": [0, 0.2], "synonyms": ["oracle"]}
+    config["report"] = {"intensity": 0.2}
+    config["simulation"] = {"enabled": True, "vocab_sizes": [6], "intensities": [0, 0.5], "replications": 2,
+                            "n_sequences": 20, "seq_len": 6, "epochs": 2, "batch_size": 50}
+    write_config(workdir, config)
+    result = snakemake(workdir)
+    assert result.returncode == 0, result.stderr
+    report = workdir / "results/report"
+    for table in ("table1", "emo_brier", "strategies", "ablation", "examples"):
+        for ext in ("csv", "md", "tex"):
+            assert (report / "tables" / f"{table}.{ext}").stat().st_size > 0
+    for figure in ("ablation", "extrapolation"):
+        assert (report / "figures" / f"{figure}.png").stat().st_size > 5000
+    assert not (report / "figures/intensity.png").exists()  # one perturbed intensity: no sensitivity figure
+    table1 = (report / "tables/table1.md").read_text()
+    assert "insertion 0.2" in table1 and "syn-test MAUVE" in table1 and "**" in table1
+    summary = (workdir / "results/summary.md").read_text()
+    assert "## Headline table" in summary and "No model and eval set of this study is one of the paper's" in summary
+    assert "## Simulation study" in summary and "| 6 | oracle | 0.5 | 2 |" in summary
+    contrasts = pl.read_csv(workdir / "results/report/contrasts.csv")
+    same = contrasts.filter(pl.col("family") == "objective")
+    assert same.height > 0 and (same["objective"] == "mle-again").all()
+    assert (same["difference"] == 0).all() and (same["low"] <= 0).all() and (same["high"] >= 0).all()
+    assert not same["significant"].any()
+    # Built to differ: training on 20% inserted oracle synonyms changes the model's perplexity on human text.
+    ppl = contrasts.filter((pl.col("family") == "perturbation") & (pl.col("metric") == "perplexity"))
+    assert ppl.height == 2 and ppl["significant"].all() and ((ppl["high"] < 0) | (ppl["low"] > 0)).all()
+    assert "## Paired comparisons" in summary and "✱" in summary and summary.startswith("# Summary of the study\n\n## Provenance")
+    assert (workdir / "results/report/figures/training/tiny/synthetic.png").stat().st_size > 5000
+    data = summary.split("## Data\n", 1)[1]  # every split the study read, with its source
+    for split in ("train", "validation", "test", "ood"):
+        assert f"**synthetic/{split}** (recipe raw, cleaning none)" in data
+    assert "builtin language, grammar seed 7" in data
+    html = snakemake(workdir, "--report", "results/report.html")
+    assert html.returncode == 0, html.stderr
+    assert "ERROR/" not in html.stderr, html.stderr  # docutils errors in a caption
+    page = (workdir / "results/report.html").read_text()
+    assert len(page) > 10000
+    for caption in ("Summary", "Tables", "Figures", "Simulation", "figure.png", "simulation study (paper Section 4)",
+                    "Training curves"):
+        assert caption in page, caption
+
+
+def test_hub_families_train_sample_and_evaluate(workdir):
+    """Every family through `source: hf` (local folders saved as the hub originals): its tokenizer, embedding
+    synonyms, MLE and EMO training under insertion, perturbed sampling, and MAUVE with a causal LM as featuriser.
+    (The extrapolation stage runs the same forward as exact sampling; it is left out to keep the test short.)"""
+    import numpy as np
+    from safetensors.torch import load_file
+    from support.families import FAMILIES, make_checkpoint
+
+    from workflow_lib.data.builtin_corpus import build_grammar
+
+    texts = build_grammar(seed=7, words_per_class=4).generate("train", n_docs=40, sentences_per_doc=16, seed=7)
+    folders = {family: make_checkpoint(workdir / "hub", family, texts) for family in FAMILIES}
+    config = tiny_config()
+    config["datasets"]["synthetic"]["builtin"]["docs"]["train"] = 20
+    config["tokenizers"] = {f: {"source": "hf", "name": str(folders[f])} for f in FAMILIES}
+    config["models"] = {f: {"source": "hf", "name": str(folders[f]), "tokenizer": f} for f in FAMILIES}
+    config["training"] = {"batch_size": 8, "learning_rate": 3e-3, "lr_scheduler": "constant", "max_length": 64,
+                          "checkpoint_every": 1000, "log_every": 5}
+    config["evaluation"]["featuriser"] = str(folders["llama"])  # a causal LM folder as MAUVE featuriser
+    config["eval_sets"] = {"syn-test": {"dataset": "synthetic", "split": "test"}}
+    perturbation = {"strategies": ["insertion"], "intensities": [0.1], "synonyms": ["embedding"]}
+    config["experiments"] = {"families": {"models": list(FAMILIES), "train_dataset": "synthetic", "eval_sets": ["syn-test"],
+                                          "objectives": ["mle", "emo"], "train_perturbation": perturbation,
+                                          "test_perturbation": perturbation}}
+    write_config(workdir, config)
+    result = snakemake(workdir, "--until", "evaluate", timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    condition = "embedding/augment-m1/insertion-0.1/seed1"
+    for family in FAMILIES:
+        for objective in ("mle", "emo"):
+            model = workdir / "results/models" / family / "synthetic" / objective / condition
+            weights = load_file(model / "model.safetensors")
+            assert all(w.dtype == torch.float32 and torch.isfinite(w).all() for w in weights.values()), (family, objective)
+            summary = json.loads((model / "train_summary.json").read_text())
+            assert summary["ran"]["master_weights"] == "float32", (family, objective)
+            with open(model / "train_log.csv") as handle:
+                losses = np.array([float(r["loss"]) for r in csv.DictReader(handle)])
+            assert np.isfinite(losses).all() and losses[-3:].mean() < losses[:3].mean() - 0.1, (family, objective, losses)
+            run = f"{family}/synthetic/{objective}/{condition}/syn-test/unbiased/embedding/insertion-0.1-exact"
+            metrics = json.loads((workdir / "results/metrics" / f"{run}.json").read_text())
+            assert np.isfinite(metrics["mauve"]).all() and 0 < metrics["mauve_mean"] <= 1 + 1e-9, (family, objective)
+            assert 0 < metrics["rouge1_mean"] <= 1
+        assert (workdir / "results/synonyms" / family / "synthetic/embedding.parquet").exists()

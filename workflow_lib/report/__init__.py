@@ -1,0 +1,11 @@
+"""The report stage (rules/report.smk): every result file of a study -> tables, figures, comparisons and a summary.
+
+- `build`: the command line of the `collect_metrics`, `tables`, `figure`, `examples` and `training_curves` rules.
+- `collect`: the tidy table of every metrics, extrapolation and perplexity file.
+- `conditions`: a result path's condition, and the frames that the tables and figures share.
+- `contrasts`: the `contrasts` rule: paired comparisons of conditions, Holm-corrected.
+- `statistics`: the paired t interval, the prompt bootstrap and Holm, on arrays.
+- `tables`: Table 1 and the other tables (CSV, Markdown, LaTeX), and the comparison with the paper.
+- `summary`: results/summary.md: provenance, data records and the tables.
+- `figures`: the study's figures (ablation, intensity, extrapolation, training curves).
+"""

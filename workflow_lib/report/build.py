@@ -1,0 +1,89 @@
+"""Aggregation and report: every metrics file of a study -> one tidy table -> the paper's tables and a summary.
+
+`collect` reads the metrics (MAUVE, ROUGE, diversity), extrapolation (exact TV) and perplexity JSON files and
+recovers each condition from its path (workflow_lib.report.conditions.parse_path), so the tables work for whatever
+subset of the grid a config defines: a combination the config does not have is an empty cell, never a zero.
+Tables are written as CSV (machine-readable), Markdown and LaTeX (booktabs), best mean per column in bold.
+The summary starts with the provenance of the numbers and ends its tables with the paired comparisons of
+workflow_lib.report.contrasts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from workflow_lib.cli import parse_json_arg, run
+from workflow_lib.files import atomic_path
+from workflow_lib.report.collect import collect, read_metrics
+from workflow_lib.report.contrasts import read_contrasts
+from workflow_lib.report.summary import data_record, summary
+from workflow_lib.report.tables import examples, tables
+
+log = logging.getLogger("workflow_lib.report.build")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m workflow_lib.report.build")
+    sub = parser.add_subparsers(dest="command", required=True)
+    co = sub.add_parser("collect")
+    co.add_argument("--output", required=True)
+    co.add_argument("inputs", nargs="*")
+    tb = sub.add_parser("tables")
+    tb.add_argument("--metrics", required=True)
+    tb.add_argument("--config", required=True, help="JSON: the validated config")
+    tb.add_argument("--settings", required=True, help="JSON: headline intensity, eval set order, figures")
+    tb.add_argument("--out-dir", required=True)
+    tb.add_argument("--summary", required=True)
+    tb.add_argument("--simulation", nargs="?", help="the simulation study's summary.md, if it ran")
+    tb.add_argument("--data", nargs="*", default=[], help="results/data/<dataset>/<split>.json records to list")
+    tb.add_argument("--contrasts", help="results/report/contrasts.csv (python -m workflow_lib.report.contrasts), if any")
+    tb.add_argument("--lab", nargs="*", default=[], help="results/lab/<experiment>/uncertainty.md of the theory lab")
+    fg = sub.add_parser("figure")
+    fg.add_argument("--metrics", required=True)
+    fg.add_argument("--name", required=True)
+    fg.add_argument("--stem", required=True)
+    fg.add_argument("--intensity", type=float, required=True, help="the headline intensity (ablation)")
+    ex = sub.add_parser("examples")
+    ex.add_argument("--prompts", required=True)
+    ex.add_argument("--stem", required=True)
+    ex.add_argument("samples", nargs="+")
+    cu = sub.add_parser("curves", help="training and validation loss of one (model, dataset)'s models")
+    cu.add_argument("--stem", required=True, help="writes STEM.png and STEM.pdf")
+    cu.add_argument("model_dirs", nargs="+", help="results/models/<model>/<dataset>/.../seed<n> folders")
+    args = parser.parse_args()
+    if args.command == "figure":
+        from workflow_lib.report.figures import FIGURES
+
+        FIGURES[args.name](read_metrics(args.metrics), args.stem, args.intensity)
+        return
+    if args.command == "curves":
+        from workflow_lib.report.figures import training_curves
+
+        training_curves(args.model_dirs, args.stem)
+        return
+    if args.command == "examples":
+        examples(args.prompts, args.samples, args.stem)
+        return
+    if args.command == "collect":
+        frame = collect(args.inputs)
+        with atomic_path(args.output) as tmp:
+            frame.write_csv(tmp)
+        log.info("%d rows from %d files", frame.height, len(args.inputs))
+    else:
+        settings = parse_json_arg(args.settings, "report")
+        config = parse_json_arg(args.config, "config")
+        frame = read_metrics(args.metrics)
+        written = tables(frame, args.out_dir, settings["intensity"], settings["eval_order"])
+        with atomic_path(args.summary) as tmp:
+            simulation = Path(args.simulation).read_text() if args.simulation else None
+            records = [data_record(path) for path in args.data]
+            contrasts = read_contrasts(args.contrasts) if args.contrasts else None
+            tmp.write_text(summary(frame, config, written, settings["intensity"], settings.get("figures", []),
+                                   simulation, records, contrasts,
+                                   {Path(path).parent.name: Path(path).read_text() for path in args.lab}))
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,333 @@
+"""The study's conditions and the comparisons its tables make between them, with paired statistics.
+
+A result path names its condition (workflow_lib.grid writes the paths; `parse_path` reads one back). Each
+table compares conditions: Table 1 the model with and without perturbation (insertion at the headline
+intensity at training and sampling against intensity 0 at both), each objective against MLE, and the
+ablation TrainPerturb / TestPerturb / Both against NoPerturb. A comparison pairs two conditions that share
+everything else (model, eval set, decoder, seed), so the uncertainty of their difference is that of paired
+data:
+
+- MAUVE, paired over sampling runs: run r of both conditions used the same prompts and the same
+  counter-based seeds, so d_r = MAUVE_A[r] - MAUVE_B[r]; a t interval over runs and the paired t-test.
+- ROUGE and perplexity, paired over prompts: a bootstrap that resamples prompts (the same resample for both
+  conditions), percentile interval. Its generator is seeded from the comparison's identity, so a rerun
+  writes the same bytes.
+
+p-values are Holm-corrected within one (family, metric) table. `paired_section` writes the summary's
+Markdown of them. Untrained models (evaluated as released) appear beside the trained ones, marked, and are
+never compared as an objective.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from workflow_lib.cli import run
+from workflow_lib.files import atomic_path
+from workflow_lib.grid import UNTRAINED
+from workflow_lib.report.conditions import ABLATION, KEYS, MODEL_KEYS, parse_path, shown_objective, typed
+from workflow_lib.report.statistics import (
+    bootstrap_indices,
+    bootstrap_mean_difference,
+    bootstrap_perplexity_difference,
+    holm,
+    paired_t,
+)
+
+log = logging.getLogger("workflow_lib.report.contrasts")
+
+FAMILIES = ["perturbation", "ablation", "objective"]
+METRICS = {"mauve": "MAUVE", "rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "perplexity": "perplexity"}
+ROUGE = ["rouge1", "rouge2", "rougeL"]
+LOWER_IS_BETTER = {"perplexity"}
+RESAMPLES = 2000
+ALPHA = 0.05
+PAIRED_T, BOOTSTRAP = "paired t over runs", "paired bootstrap over prompts"
+COLUMNS = {"family": pl.Utf8, "metric": pl.Utf8, "model": pl.Utf8, "dataset": pl.Utf8, "objective": pl.Utf8,
+           "eval_set": pl.Utf8, "decoder": pl.Utf8, "seed": pl.Int64, "a": pl.Utf8, "b": pl.Utf8,
+           "difference": pl.Float64, "low": pl.Float64, "high": pl.Float64, "p": pl.Float64, "p_holm": pl.Float64,
+           "significant": pl.Boolean, "favours": pl.Utf8, "n": pl.Int64, "method": pl.Utf8}
+IDENTITY = ["family", "metric", "model", "dataset", "objective", "eval_set", "decoder", "seed", "a", "b"]
+
+
+# ---- pairing the study's conditions --------------------------------------------------------------------
+
+
+def conditions(paths: list[str]) -> pl.DataFrame:
+    """One row per metrics or perplexity file: its condition (perplexity rows have no sampling fields), kind, path."""
+    rows = [parse_path(p) | {"path": str(p)} for p in paths]
+    rows = [r for r in rows if r["kind"] in ("metrics", "perplexity")]
+    schema = {k: pl.Utf8 for k in ["kind", *KEYS, "path"]}
+    return typed(pl.DataFrame([{k: r.get(k) for k in schema} for r in rows], schema=schema, orient="row"))
+
+
+def _variants(rows: list[dict]) -> list[str]:
+    """The condition fields that take more than one value in this study: labels must name them."""
+    perturbed_train = [r for r in rows if r["train_intensity"] > 0]
+    perturbed_test = [r for r in rows if (r["test_intensity"] or 0) > 0]
+    varying = []
+    for field, among in (("train_synonyms", perturbed_train), ("train_mode", rows), ("copies", rows),
+                         ("test_synonyms", perturbed_test), ("test_mode", perturbed_test)):
+        if len({r[field] for r in among}) > 1:
+            varying.append(field)
+    return varying
+
+
+def _label(name: str, row: dict, varying: list[str]) -> str:
+    parts = []
+    if "train_synonyms" in varying and row["train_intensity"] > 0:
+        parts.append(f"train {row['train_synonyms']}")
+    if "train_mode" in varying or "copies" in varying:
+        parts.append(f"{row['train_mode']}-m{row['copies']}")
+    if row.get("test_intensity") and "test_synonyms" in varying:
+        parts.append(f"sample {row['test_synonyms']}")
+    if row.get("test_intensity") and "test_mode" in varying:
+        parts.append(row["test_mode"])
+    return name + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _pair(arms: list[dict], baselines: list[dict], match: list[str]) -> list[tuple[dict, dict]]:
+    index = defaultdict(list)
+    for b in baselines:
+        index[tuple(b[k] for k in match)].append(b)
+    return [(a, b) for a in arms for b in index.get(tuple(a[k] for k in match), [])]
+
+
+def pairs(frame: pl.DataFrame, intensity: float) -> list[dict]:
+    """Every designed comparison of the study: family, identity, the two arms' labels and files."""
+    rows = frame.to_dicts()
+    varying = _variants(rows)
+    sampled = [r for r in rows if r["kind"] == "metrics"]
+    models = [r for r in rows if r["kind"] == "perplexity"]
+
+    def headline(r, side):
+        return r[f"{side}_strategy"] == "insertion" and r[f"{side}_intensity"] == intensity
+
+    def plain(r, side):
+        return r[f"{side}_intensity"] == 0
+
+    def in_table1(r, sides):
+        return all(plain(r, s) for s in sides) or all(headline(r, s) for s in sides)
+
+    def method_name(r):
+        return "no perturbation" if plain(r, "train") else f"insertion {intensity:g}"
+
+    out = []
+
+    def add(family, a, b, a_label, b_label):
+        out.append({"family": family, "model": a["model"], "dataset": a["dataset"], "objective": a["objective"],
+                    "eval_set": a["eval_set"], "decoder": a.get("decoder") or "", "seed": a["seed"],
+                    "a": _label(a_label, a, varying), "b": _label(b_label, b, varying), "kind": a["kind"],
+                    "path_a": a["path"], "path_b": b["path"]})
+
+    # What two arms of the perturbation and ablation families share: everything but the perturbation (and
+    # the decoder, for perplexity, which does not sample).
+    same_model = ["model", "dataset", "objective", "eval_set", "seed", "train_mode", "copies"]
+    # Perturbation (Table 1): both sides at the headline intensity against intensity 0 at both.
+    for items, sides, match in ((sampled, ("train", "test"), [*same_model, "decoder"]), (models, ("train",), same_model)):
+        arms = [r for r in items if all(headline(r, s) for s in sides)]
+        base = [r for r in items if all(plain(r, s) for s in sides)]
+        for a, b in _pair(arms, base, match):
+            add("perturbation", a, b, f"insertion {intensity:g}", "no perturbation")
+    # Ablation: each arm against NoPerturb (sampled conditions only: perplexity does not see sampling).
+    match = [*same_model, "decoder"]
+    arm_of = {(True, False): "TrainPerturb", (False, True): "TestPerturb", (True, True): "Both"}
+    arms = [r for r in sampled if any(headline(r, s) for s in ("train", "test"))
+            and all(headline(r, s) or plain(r, s) for s in ("train", "test"))]
+    base = [r for r in sampled if plain(r, "train") and plain(r, "test")]
+    for a, b in _pair(arms, base, match):
+        add("ablation", a, b, arm_of[(headline(a, "train"), headline(a, "test"))], "NoPerturb")
+    # Objectives: each against MLE in Table 1's two conditions; untrained models are no objective.
+    for items, sides, keys in ((sampled, ("train", "test"), KEYS), (models, ("train",), MODEL_KEYS + ["eval_set"])):
+        match = [k for k in keys if k != "objective"]
+        table1 = [r for r in items if in_table1(r, sides)]
+        arms = [r for r in table1 if r["objective"] not in ("mle", UNTRAINED)]
+        for a, b in _pair(arms, [r for r in table1 if r["objective"] == "mle"], match):
+            add("objective", a, b, f"{a['objective']}, {method_name(a)}", f"mle, {method_name(b)}")
+    return out
+
+
+# ---- reading the files and computing ------------------------------------------------------------------
+
+
+def _sidecar(path: str) -> Path:
+    return Path(path).with_name(Path(path).name.removesuffix(".json") + ".prompts.parquet")
+
+
+@functools.lru_cache(maxsize=None)
+def _metrics(path: str) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def _per_prompt(path: str) -> pl.DataFrame | None:
+    """A metrics file's per-prompt ROUGE (mean over runs) or a perplexity file's per-prompt NLL and tokens,
+    by prompt_id; None (and a warning) when the sidecar is missing."""
+    sidecar = _sidecar(path)
+    if not sidecar.exists():
+        log.warning("%s: no per-prompt sidecar %s; its bootstrap comparisons are left out", path, sidecar.name)
+        return None
+    table = pl.read_parquet(sidecar)
+    if "run" not in table.columns:
+        return table.sort("prompt_id")
+    # Mean over runs with bincount, which adds in row order: the same bytes on every rerun.
+    ids, prompt = np.unique(table["prompt_id"].to_numpy(), return_inverse=True)
+    counts = np.bincount(prompt)
+    means = {c: np.bincount(prompt, weights=table[c].to_numpy()) / counts for c in ROUGE if c in table.columns}
+    return pl.DataFrame({"prompt_id": ids, **means})
+
+
+def _mauve_by_run(path: str) -> dict[int, float]:
+    data = _metrics(path)
+    scores = data.get("mauve") or []
+    return dict(zip(data.get("run_ids") or range(len(scores)), scores))
+
+
+def compare(pair: dict, resamples: int = RESAMPLES) -> list[dict]:
+    """One row per metric of a comparison: the estimate and how it was had (p_holm etc. come later)."""
+    identity = "|".join(str(pair[k]) for k in ["family", "model", "dataset", "objective", "eval_set", "decoder", "seed", "a", "b", "kind"])
+    rows = []
+
+    def row(metric, estimate, method):
+        rows.append({k: pair[k] for k in IDENTITY if k != "metric"} | {"metric": metric} | estimate._asdict() | {"method": method})
+
+    if pair["kind"] == "metrics":
+        a_runs, b_runs = _mauve_by_run(pair["path_a"]), _mauve_by_run(pair["path_b"])
+        common = sorted(set(a_runs) & set(b_runs))
+        if common:
+            row("mauve", paired_t([a_runs[r] for r in common], [b_runs[r] for r in common]), PAIRED_T)
+    a, b = _per_prompt(pair["path_a"]), _per_prompt(pair["path_b"])
+    if a is None or b is None:
+        return rows
+    both = a.join(b, on="prompt_id", suffix="_b").sort("prompt_id")
+    if both.height == 0:
+        log.warning("%s and %s share no prompt; no bootstrap comparison", pair["path_a"], pair["path_b"])
+        return rows
+    indices = bootstrap_indices(both.height, resamples, identity)
+    if pair["kind"] == "metrics":
+        for metric in ROUGE:
+            if metric in both.columns:
+                row(metric, bootstrap_mean_difference(both[metric].to_numpy(), both[f"{metric}_b"].to_numpy(), indices), BOOTSTRAP)
+    else:
+        row("perplexity", bootstrap_perplexity_difference(both["nll"].to_numpy(), both["tokens"].to_numpy(),
+                                                          both["nll_b"].to_numpy(), both["tokens_b"].to_numpy(), indices), BOOTSTRAP)
+    return rows
+
+
+def _favours(row: dict) -> str:
+    better = -row["difference"] if row["metric"] in LOWER_IS_BETTER else row["difference"]
+    if better == 0:
+        return "neither"
+    if row["family"] == "objective":
+        return row["objective"] if better > 0 else "mle"
+    return "perturbation" if better > 0 else "no perturbation"
+
+
+def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES) -> pl.DataFrame:
+    """The study's paired comparisons (columns COLUMNS), sorted, Holm-corrected per (family, metric)."""
+    rows = [r for pair in pairs(conditions(paths), intensity) for r in compare(pair, resamples)]
+    by_table = defaultdict(list)
+    for r in rows:
+        by_table[(r["family"], r["metric"])].append(r)
+    for table in by_table.values():
+        for r, adjusted in zip(table, holm([r["p"] for r in table])):
+            r |= {"p_holm": adjusted, "significant": adjusted is not None and adjusted < ALPHA, "favours": _favours(r)}
+    frame = pl.DataFrame([{k: r.get(k) for k in COLUMNS} for r in rows], schema=COLUMNS, orient="row")
+    return frame.sort(IDENTITY)
+
+
+def read_contrasts(path: str) -> pl.DataFrame:
+    return pl.read_csv(path, schema=COLUMNS)
+
+
+# ---- the summary's section -----------------------------------------------------------------------------
+
+
+def _number(x: float | None) -> str:
+    return "" if x is None else f"{x:+.3f}"
+
+
+def _p(p: float | None) -> str:
+    if p is None:
+        return "—"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def study_sentences(frame: pl.DataFrame, metric: str = "mauve") -> list[str]:
+    """'N of M ... contrasts (MAUVE) favour ...; K of them are significant after Holm correction', per family
+    and per ablation arm and objective."""
+    sub = frame.filter(pl.col("metric") == metric)
+    groups = [("perturbation", "perturbation", "perturbation", sub.filter(pl.col("family") == "perturbation"))]
+    ablation = sub.filter(pl.col("family") == "ablation")
+    for arm in ABLATION[1:]:
+        groups.append((f"{arm}-vs-NoPerturb", "perturbation", "perturbation", ablation.filter(pl.col("a").str.starts_with(arm))))
+    objective = sub.filter(pl.col("family") == "objective")
+    for name in sorted(set(objective["objective"].to_list())):
+        groups.append((f"{name}-vs-MLE", name, name, objective.filter(pl.col("objective") == name)))
+    lines = []
+    for what, side, favoured, part in groups:
+        if part.height:
+            favour = part.filter(pl.col("favours") == side)
+            lines.append(f"{favour.height} of {part.height} {what} contrasts ({METRICS[metric]}) favour {favoured}; "
+                         f"{favour['significant'].sum()} of them are significant after Holm correction.")
+    return lines
+
+
+def paired_section(frame: pl.DataFrame) -> str:
+    """Markdown: the study-wide sentences, what the marks mean, then one table per (family, metric)."""
+    if frame.height == 0:
+        return "This study has no pair of conditions that a table compares.\n"
+    lines = [f"- {s}" for s in study_sentences(frame)]
+    lines += ["", f"✱ marks a contrast whose Holm-corrected p (over its family and metric's table) is below {ALPHA:g}. "
+              f"Difference = A − B with its 95% interval; MAUVE: {PAIRED_T} (run r of A and B shares prompts and "
+              f"seeds); ROUGE and perplexity: {BOOTSTRAP} ({RESAMPLES} resamples, p floored at 1/{RESAMPLES}). "
+              "Higher is better except for perplexity.", ""]
+    shown = shown_objective(frame)
+
+    def varies(column):  # a column worth showing: more than one value (perplexity rows have no decoder)
+        return len({v for v in shown[column].to_list() if v not in (None, "")}) > 1
+
+    columns = ["model", *(["dataset"] if varies("dataset") else []), "objective", "eval_set",
+               *[k for k in ("decoder", "seed") if varies(k)]]
+    titles = {"perturbation": "With vs without perturbation", "ablation": "Ablation arms vs NoPerturb",
+              "objective": "Each objective vs MLE"}
+    for family in FAMILIES:
+        for metric, label in METRICS.items():
+            part = shown.filter((pl.col("family") == family) & (pl.col("metric") == metric))
+            if not part.height:
+                continue
+            lines += [f"### {titles[family]}: {label} ({part['method'][0]})", "",
+                      "| " + " | ".join(columns) + " | A vs B | difference [95% interval] | p (Holm) | |",
+                      "|" + "---|" * (len(columns) + 4)]
+            for r in part.to_dicts():
+                interval = f" [{_number(r['low'])}, {_number(r['high'])}]" if r["low"] is not None else ""
+                identity = [str(r[c]) if r[c] not in (None, "") else "—" for c in columns]
+                lines.append("| " + " | ".join(identity) + f" | {r['a']} vs {r['b']} | {_number(r['difference'])}{interval} | "
+                             f"{_p(r['p_holm'])} | {'✱' if r['significant'] else ''} |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m workflow_lib.report.contrasts")
+    parser.add_argument("--intensity", type=float, required=True, help="the headline intensity (insertion)")
+    parser.add_argument("--output", required=True, help="CSV of the paired comparisons")
+    parser.add_argument("--resamples", type=int, default=RESAMPLES, help="bootstrap resamples B")
+    parser.add_argument("paths", nargs="*", help="metrics and perplexity JSON (their .prompts.parquet beside them)")
+    args = parser.parse_args()
+    frame = contrasts(args.paths, args.intensity, args.resamples)
+    with atomic_path(args.output) as tmp:
+        frame.write_csv(tmp)
+    log.info("%d contrasts (%d significant after Holm) from %d files", frame.height, frame["significant"].sum(), len(args.paths))
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,163 @@
+"""results/summary.md: the provenance of the numbers (versions, commit, data records), the tables, the MAUVE variance
+split and the paired comparisons of `contrasts`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from workflow_lib.grid import UNTRAINED
+from workflow_lib.report.collect import version_column
+from workflow_lib.report.conditions import KEYS, UNTRAINED_LABEL, shown_objective
+from workflow_lib.report.contrasts import paired_section
+from workflow_lib.report.tables import paper_comparison, pivot_cells
+
+
+def _file_source(record: dict) -> str:
+    """One file of a split's provenance: where it came from and its sha256."""
+    where = record.get("url") or record.get("path", "?")
+    if record.get("member"):
+        where += f" (member {record['member']})"
+    if record.get("head_bytes"):
+        where += f" (first {record['head_bytes']} bytes, whole lines)"
+    pinned = "" if "pinned_sha256" not in record else (
+        " (pinned)" if record["pinned_sha256"] else " (not pinned: set this sha256 in the config to pin it)")
+    return f"{where}: sha256 `{record.get('sha256', '?')}`{pinned}"
+
+
+def _sources(provenance: dict, source: str) -> list[str]:
+    if source == "hf":
+        return [f"hub dataset {provenance['path']} ({provenance.get('name')}), split {provenance.get('hub_split')}, "
+                f"revision {provenance.get('revision') or 'unpinned (latest)'}, datasets fingerprint "
+                f"`{provenance.get('fingerprint')}`"]
+    if source == "builtin":
+        return [f"builtin language, grammar seed {provenance.get('seed')}, {provenance.get('n_docs')} documents"]
+    lines = [_file_source(f) for f in provenance.get("files", [])]
+    if provenance.get("archive"):
+        archive = provenance["archive"]
+        pinned = "pinned" if archive.get("pinned") else "not pinned: set this sha256 in the config to pin it"
+        lines.insert(0, f"archive {archive['url']}: sha256 `{archive['sha256']}` ({pinned})")
+    return lines
+
+
+def data_record(path: str) -> dict:
+    """A split's record, named by its path (results/data/<dataset>/<split>.json): one taken from the output cache
+    was written by the study that first built it, possibly under another name for the same data."""
+    record = json.loads(Path(path).read_text())
+    return {**record, "dataset": Path(path).parent.name, "split": Path(path).stem}
+
+
+def data_section(records: list[dict]) -> str:
+    """Where every split came from and how it was built: source, checksums, recipe and each step's rows."""
+    lines = []
+    for r in sorted(records, key=lambda r: (r["dataset"], r["split"])):
+        steps = " → ".join(f"{s['step']} {s['rows']}" for s in r.get("steps", []))
+        lines.append(f"- **{r['dataset']}/{r['split']}** (recipe {r.get('recipe', 'raw')}, cleaning {r['cleaning']}): "
+                     f"{steps}; {r['rows_written']} rows, sha256 of the rows `{r.get('rows_sha256', '?')}`")
+        lines += [f"  - {line}" for line in _sources(r["provenance"], r["source"])]
+        if r.get("top_up"):
+            top = r["top_up"]
+            lines.append(f"  - top-up: {top['rows']} rows (doc_id {top['first_doc_id']} on) from {top['split']}, after "
+                         f"its first {top['skipped']} filtered rows:")
+            lines += [f"    - {line}" for line in _sources(r["top_up_provenance"], r["source"])]
+    return "\n".join(lines) + "\n"
+
+
+def _distinct(frame: pl.DataFrame, column: str) -> str:
+    """The values of a column with how many metrics files hold each, most frequent first."""
+    counts = frame.filter(pl.col(column).is_not_null()).group_by(column).len().sort(["len", column], descending=[True, False])
+    return "; ".join(f"`{v}` ({n} files)" for v, n in counts.rows()) or "not recorded"
+
+
+def provenance_section(frame: pl.DataFrame) -> str:
+    """Which code, libraries, featuriser and settings made the numbers, as the metrics files record it: every
+    distinct value, so a mixed study shows (MAUVE's maintainers: compare only scores computed with identical
+    settings)."""
+    files = frame.filter(pl.col("mauve_mean").is_not_null() | pl.col("rouge1_mean").is_not_null())
+    recorded = files.filter(pl.col("git_commit").is_not_null() | pl.col("settings_sha256").is_not_null())
+    if recorded.height == 0:
+        return "No metrics file of this study records its provenance (written before provenance was recorded).\n"
+    commits = recorded.filter(pl.col("git_commit").is_not_null()).group_by("git_commit").agg(
+        pl.len(), pl.col("git_dirty").any().alias("dirty")).sort(["len", "git_commit"], descending=[True, False])
+    lines = ["- Code: " + ("; ".join(f"commit `{c}`{' (dirty: uncommitted changes)' if dirty else ''} ({n} files)"
+                                     for c, n, dirty in commits.rows()) or "commit not recorded")]
+    if commits.height > 1:
+        lines.append(f"- ⚠ Warning: the metrics come from {commits.height} different commits; numbers made by different "
+                     "code may not be comparable.")
+    for label, packages in (("Libraries", ("torch", "transformers", "mauve-text")), ("Also", ("python", "rouge-score", "workflow"))):
+        lines.append(f"- {label}: " + "; ".join(f"{v} {_distinct(recorded, version_column(v))}" for v in packages))
+    lines.append(f"- MAUVE featuriser: {_distinct(recorded, 'featuriser')}")
+    lines.append(f"- Evaluation settings (sha256): {_distinct(recorded, 'settings_sha256')}")
+    if recorded.height < files.height:
+        lines.append(f"- {files.height - recorded.height} of {files.height} metrics files record no provenance.")
+    return "\n".join(lines) + "\n"
+
+
+def variance_line(frame: pl.DataFrame) -> str:
+    """One line: how much of MAUVE's run-to-run variance is k-means clustering rather than sampling."""
+    share = frame["mauve_clustering_share"].drop_nulls()
+    if not share.len():
+        return "MAUVE's variance split (clustering vs sampling) is not recorded in these metrics files.\n"
+    return (f"MAUVE variance split: k-means clustering accounts for a median {share.median():.0%} of the variance of "
+            f"the per-(run, clustering seed) scores over {share.len()} conditions (range {share.min():.0%}–{share.max():.0%}); "
+            "the rest is sampling.\n")
+
+
+def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensity: float, figures: list[str],
+            simulation: str | None = None, data: list[dict] | None = None, contrasts: pl.DataFrame | None = None,
+            lab: dict[str, str] | None = None) -> str:
+    """results/summary.md: provenance first, then the tables, the paired comparisons and the rest.
+    `simulation`: the simulation study's summary.md (its table), included as a section; `data`: the data
+    stage's records of the splits the study read, listed with their sources; `contrasts`: the paired
+    comparisons of workflow_lib.report.contrasts; `lab`: the theory lab's uncertainty.md of each lab experiment."""
+    models = frame.select(KEYS[:9]).unique()
+    untrained = models.filter(pl.col("objective") == UNTRAINED).height
+    objectives = sorted(set(frame["objective"].to_list()) - {UNTRAINED})
+    decoders = sorted(set(frame["decoder"].to_list()))
+    parts = [
+        "# Summary of the study\n",
+        "## Provenance\n", provenance_section(frame),
+        f"{models.height - untrained} trained models" + (f" and {untrained} {UNTRAINED_LABEL} models" if untrained else "") +
+        f", {frame.select('eval_set').unique().height} eval sets, {frame.height} evaluated "
+        f"(model, eval set, sampling condition) combinations; objectives: {', '.join(objectives) or 'none'}; "
+        f"decoders: {', '.join(decoders)}; headline perturbation: insertion at {intensity:g}.\n",
+        "Each MAUVE / ROUGE cell is the mean over sampling runs ± 2 standard errors; an empty cell is a combination "
+        "this configuration does not define." + (f" {UNTRAINED_LABEL}: the model as released, evaluated without training."
+                                                  if untrained else "") + "\n",
+        variance_line(frame),
+        "## Headline table\n", written.get("table1", ""),
+        "## Other metrics\n", written.get("metrics", ""),
+        "## Ablation\n", written.get("ablation", ""),
+    ]
+    if contrasts is not None:
+        parts += ["## Paired comparisons\n", paired_section(contrasts)]
+    parts += ["## Paper comparison\n", paper_comparison(frame, config, intensity)]
+    if frame["tv_mean"].drop_nulls().len():
+        tv = shown_objective(frame.filter(pl.col("tv_mean").is_not_null()))
+        parts += ["## Exact extrapolation error (builtin corpus)\n",
+                  "Total variation between the model's next-word law and the grammar's, on in-support (`test`) and "
+                  "out-of-support (`ood`) prefixes (lower is better):\n"]
+        rows, means, columns = pivot_cells(tv.with_columns(pl.col("train_intensity").cast(pl.Utf8).alias("train α"),
+                                                           pl.col("test_intensity").cast(pl.Utf8).alias("test α")),
+                                           ["objective", *(["decoder"] if len(decoders) > 1 else []), "train α", "test α"],
+                                           "eval_set", [("tv", "TV")])
+        parts.append("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n" +
+                     "\n".join("| " + " | ".join(r[c] for c in columns) + " |" for r in rows) + "\n")
+    for experiment, text in (lab or {}).items():
+        parts += [f"## Theory lab: extrapolation uncertainty of `{experiment}` (paper Section 3)\n", text.strip() + "\n",
+                  f"Figure: `results/lab/{experiment}/figure.png`; table: `results/lab/{experiment}/uncertainty.csv`.\n"]
+    if simulation:
+        body = simulation.split("\n", 1)[1] if simulation.startswith("# ") else simulation
+        parts += ["## Simulation study (paper Section 4)\n", body.strip() + "\n",
+                  "Figure: `results/simulation/figure.png` (one panel per vocabulary size, MAE against intensity).\n"]
+    if data:
+        parts += ["## Data\n", "Each split the study read: its recipe's steps with the rows left after each, and the "
+                  "source and sha256 of every file (README, Configuring a study).\n", data_section(data)]
+    if figures:
+        parts += ["## Figures\n", "\n".join(f"- `{f}`" for f in figures) + "\n"]
+    parts.append("Tables are also in `results/report/tables/` as CSV, Markdown and LaTeX; the paired comparisons in "
+                 "`results/report/contrasts.csv`.\n")
+    return "\n".join(parts)

@@ -1,0 +1,232 @@
+"""The paper's tables from the tidy metrics table: Table 1, EMO-Brier, strategies, ablation, other metrics, and the
+example continuations. Written as CSV (machine-readable), Markdown and LaTeX (booktabs), best mean per column in
+bold; the paper's own Table 1 numbers for the comparison.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from workflow_lib.files import atomic_path
+from workflow_lib.grid import UNTRAINED
+from workflow_lib.report.conditions import (
+    ABLATION,
+    UNTRAINED_LABEL,
+    ablation_frame,
+    method_frame,
+    parse_path,
+    shown_objective,
+)
+
+PAPER_DECODER = "unbiased"  # the paper's: ancestral sampling, top_k 0, top_p 1, temperature 1
+
+# REFERENCE section 6: Table 1 (MAUVE; WikiText-2 / WikiText-103 / WebText / WritingPrompts).
+PAPER_TABLE1 = {
+    ("facebook/opt-125m", "mle"): ([.83, .80, .44, .11], [.90, .87, .56, .13]),
+    ("facebook/opt-125m", "emo"): ([.80, .79, .49, .10], [.91, .90, .61, .14]),
+    ("facebook/opt-125m", "brier"): ([.71, .67, .40, .11], [.89, .91, .60, .15]),
+    ("gpt2", "mle"): ([.74, .74, .47, .10], [.89, .87, .57, .17]),
+    ("gpt2", "emo"): ([.82, .82, .58, .13], [.89, .90, .58, .17]),
+    ("gpt2", "brier"): ([.71, .74, .49, .11], [.90, .91, .67, .19]),
+    ("EleutherAI/gpt-neo-1.3B", "mle"): ([.82, .82, .54, .14], [.87, .87, .58, .17]),
+    ("EleutherAI/gpt-neo-1.3B", "emo"): ([.85, .85, .56, .13], [.88, .89, .62, .18]),
+    ("EleutherAI/gpt-neo-1.3B", "brier"): ([.79, .79, .51, .13], [.91, .88, .65, .22]),
+}
+PAPER_EVAL_SETS = ["wikitext2", "wikitext103", "webtext", "writingprompts"]
+
+
+def cell(mean, se) -> str:
+    if mean is None:
+        return ""
+    return f"{mean:.3f}" if se is None else f"{mean:.3f} ± {se:.3f}"
+
+
+def pivot_cells(frame: pl.DataFrame, row_keys: list[str], col_key: str, metrics: list[tuple[str, str]], col_order=None):
+    """A wide table: one row per row_keys, one column per (col value, metric label) holding 'mean ± 2SE'.
+    Returns (rows as dicts of strings, the means for bolding, the column names)."""
+    cols = col_order or sorted(set(frame[col_key].to_list()))
+    columns = [f"{c} {label}" for c in cols for _, label in metrics]
+    keys = frame.select(row_keys).unique(maintain_order=True).rows()
+    out, means = [], []
+    for key in keys:
+        sub = frame.filter(pl.all_horizontal([pl.col(k) == v for k, v in zip(row_keys, key)]))
+        row, mean_row = dict(zip(row_keys, map(str, key))), {}
+        for c in cols:
+            hit = sub.filter(pl.col(col_key) == c)
+            for metric, label in metrics:
+                name = f"{c} {label}"
+                if hit.height:
+                    m, s = hit[f"{metric}_mean"][0], hit[f"{metric}_2se"][0]
+                    row[name], mean_row[name] = cell(m, s), m
+                else:
+                    row[name], mean_row[name] = "", None
+        out.append(row)
+        means.append(mean_row)
+    return out, means, row_keys + columns
+
+
+def long_cells(frame: pl.DataFrame, row_keys: list[str], metrics: list[tuple[str, str]]):
+    """A long table: one row per frame row, one column per metric ('mean ± 2SE', or the value where a metric
+    has no 2SE column). Returns (rows, means, columns) like pivot_cells."""
+    out, means = [], []
+    for r in frame.to_dicts():
+        out.append({k: str(r[k]) for k in row_keys} | {label: cell(r.get(f"{m}_mean", r.get(m)), r.get(f"{m}_2se"))
+                                                        for m, label in metrics})
+        means.append({label: r.get(f"{m}_mean", r.get(m)) for m, label in metrics})
+    return out, means, row_keys + [label for _, label in metrics]
+
+
+def write_table(rows: list[dict], means: list[dict], columns: list[str], stem: str, lower_is_better=(), caption: str = "",
+                unranked=(), groups: list | None = None) -> None:
+    """CSV with the raw strings, Markdown and LaTeX (booktabs) with the best mean of each column in bold:
+    the lowest for columns in `lower_is_better`, none for `unranked`; among rows of one `groups` value if given."""
+    groups = groups or [None] * len(rows)
+    best = {}
+    for col in columns:
+        for group in set(groups):
+            values = [m.get(col) for m, g in zip(means, groups) if g == group and m.get(col) is not None]
+            if values and col not in unranked:
+                best[(group, col)] = min(values) if col in lower_is_better else max(values)
+
+    def is_best(row, mean, col, group):
+        return bool(row.get(col)) and (group, col) in best and mean.get(col) == best[(group, col)]
+
+    stem = Path(stem)
+    with atomic_path(stem.with_suffix(".csv")) as tmp:
+        pl.DataFrame(rows, schema={c: pl.Utf8 for c in columns}, orient="row").write_csv(tmp)
+
+    def text(row, mean, col, group):
+        value = row.get(col, "")
+        return f"**{value}**" if is_best(row, mean, col, group) else value
+
+    md = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    md += ["| " + " | ".join(text(r, m, c, g) for c in columns) + " |" for r, m, g in zip(rows, means, groups)]
+    if not rows:
+        md.append("| " + " | ".join(["(no data in this study)"] + [""] * (len(columns) - 1)) + " |")
+    with atomic_path(stem.with_suffix(".md")) as tmp:
+        tmp.write_text((f"{caption}\n\n" if caption else "") + "\n".join(md) + "\n")
+
+    def tex(value: str) -> str:
+        return value.replace("±", r"$\pm$").replace("_", r"\_").replace("%", r"\%").replace("&", r"\&")
+
+    def tex_cell(row, mean, col, group):
+        value = tex(row.get(col, ""))
+        return r"\textbf{" + value + "}" if is_best(row, mean, col, group) else value
+
+    lines = [r"\begin{tabular}{" + "l" * len(columns) + "}", r"\toprule", " & ".join(tex(c) for c in columns) + r" \\", r"\midrule"]
+    lines += [" & ".join(tex_cell(r, m, c, g) for c in columns) + r" \\" for r, m, g in zip(rows, means, groups)]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    with atomic_path(stem.with_suffix(".tex")) as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
+
+
+OTHER_METRICS = [("rouge2", "ROUGE-2"), ("rougeL", "ROUGE-L"), ("perplexity", "perplexity"), ("distinct_2", "distinct-2"),
+                 ("repetition", "repetition")]
+
+
+def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list[str]) -> dict[str, str]:
+    """Write every table; returns name -> Markdown text (for the summary). A study with more than one decoder
+    has the decoder among each table's row keys; untrained models are rows like the others, marked."""
+    out = Path(out_dir)
+    written = {}
+    decoder = ["decoder"] if frame["decoder"].n_unique() > 1 else []
+    any_untrained = (frame["objective"] == UNTRAINED).any()
+    frame = shown_objective(frame)
+    untrained_note = f"; {UNTRAINED_LABEL}: the model as released, not trained here" if any_untrained else ""
+    metrics = [("mauve", "MAUVE"), ("rouge1", "ROUGE-1")]
+    methods = method_frame(frame, intensity)
+    specs = {
+        "table1": (methods, ["model", "objective", *decoder, "perturbation"], "eval_set", metrics,
+                   f"Table 1: MAUVE and ROUGE-1 (mean ± 2 SE over runs), without and with insertion at {intensity:g}"
+                   f"{untrained_note}."),
+        "emo_brier": (methods.filter(pl.col("objective").is_in(["emo", "brier"])), ["model", "objective", *decoder, "perturbation"],
+                      "eval_set", metrics, "EMO and Brier without and with perturbation (MAUVE, ROUGE-1)."),
+    }
+    same = frame.filter(pl.col("train_intensity") == pl.col("test_intensity"))
+    same = same.filter((pl.col("train_strategy") == pl.col("test_strategy")) | (pl.col("train_intensity") == 0))
+    strategies = pl.concat([same.filter(pl.col("train_intensity") == 0).with_columns(pl.lit(s).alias("strategy"))
+                            for s in ("insertion", "replacement", "deletion")] +
+                           [same.filter(pl.col("train_intensity") > 0).with_columns(pl.col("train_strategy").alias("strategy"))])
+    strategies = strategies.with_columns(pl.col("train_intensity").map_elements(lambda x: f"{x:g}", return_dtype=pl.Utf8).alias("intensity"))
+    specs["strategies"] = (strategies, ["model", "objective", *decoder, "eval_set", "strategy"], "intensity", [("mauve", "MAUVE")],
+                           "Perturbation strategies: MAUVE (mean ± 2 SE) by intensity, same strategy and intensity at training and sampling.")
+    ablation = ablation_frame(frame, intensity)
+    specs["ablation"] = (ablation, ["model", "objective", *decoder, "eval_set"], "condition", [("mauve", "MAUVE")],
+                         "Ablation: perturbation at training, at sampling, both, or neither (MAUVE, mean ± 2 SE).")
+    for name, (sub, rows_k, col_k, mets, caption) in specs.items():
+        order = [e for e in eval_order if e in set(sub[col_k].to_list())] if col_k == "eval_set" else None
+        if col_k == "intensity":
+            order = sorted(set(sub[col_k].to_list()), key=float)
+        if col_k == "condition":
+            order = [c for c in ABLATION if c in set(sub[col_k].to_list())]
+        rows, means, columns = pivot_cells(sub, rows_k, col_k, mets, order)
+        write_table(rows, means, columns, str(out / name), caption=caption)
+        written[name] = (out / f"{name}.md").read_text()
+
+    # Other metrics peers report, long (one row per eval set): 20 columns of a wide table do not read in Markdown.
+    rank = {e: i for i, e in enumerate(eval_order)}
+    other = methods.filter(pl.any_horizontal(pl.col(f"{m}_mean" if m != "perplexity" else m).is_not_null() for m, _ in OTHER_METRICS))
+    other = other.with_columns(pl.col("eval_set").replace_strict(rank, default=len(rank), return_dtype=pl.Int64).alias("_order"))
+    other = other.sort(["_order", "eval_set", "model", "objective", pl.col("perturbation") != "no", "perturbation", "decoder", "seed"])
+    rows, means, columns = long_cells(other, ["eval_set", "model", "objective", "perturbation", "decoder"], OTHER_METRICS)
+    write_table(rows, means, columns, str(out / "metrics"), lower_is_better={"perplexity"},
+                unranked={"distinct-2", "repetition"}, groups=other["eval_set"].to_list(),
+                caption="Other metrics peers report (mean ± 2 SE over runs; perplexity of the model on the eval set's human "
+                        "text, which no sampling setting changes). Bold: best per eval set; distinct-2 (share of distinct "
+                        "bigrams) and repetition are descriptive, not ranked.")
+    written["metrics"] = (out / "metrics.md").read_text()
+    return written
+
+
+def paper_comparison(frame: pl.DataFrame, config: dict, intensity: float) -> str:
+    """Our MAUVE beside the paper's Table 1 where models and eval sets are the paper's; else a sentence."""
+    hub_name = {k: m.get("name") for k, m in config["models"].items() if m["source"] == "hf"}
+    sets = {}
+    for es, spec in config.get("eval_sets", {}).items():
+        ds = config["datasets"][spec["dataset"]]
+        ident = (ds.get("path", "") + " " + str(ds.get("name", "")) + " " + es).lower()
+        for paper_set, needle in zip(PAPER_EVAL_SETS, ["wikitext-2", "wikitext-103", "webtext", "writingprompts"]):
+            if needle in ident or paper_set in ident.replace("-", ""):
+                sets[paper_set] = es
+    methods = method_frame(frame.filter(pl.col("decoder") == PAPER_DECODER), intensity)
+    lines = []
+    for (hub, objective), (plain, perturbed) in PAPER_TABLE1.items():
+        keys = [k for k, n in hub_name.items() if n == hub]
+        for key in keys:
+            for label, paper in (("no", plain), (f"insertion {intensity:g}", perturbed)):
+                ours = []
+                for paper_set, paper_value in zip(PAPER_EVAL_SETS, paper):
+                    hit = methods.filter((pl.col("model") == key) & (pl.col("objective") == objective)
+                                         & (pl.col("perturbation") == label) & (pl.col("eval_set") == sets.get(paper_set, "")))
+                    ours.append(f"{cell(hit['mauve_mean'][0], hit['mauve_2se'][0])} (paper {paper_value:.2f})" if hit.height else f"(paper {paper_value:.2f})")
+                if any("±" in o or o[0].isdigit() for o in ours):
+                    lines.append(f"| {key} | {objective} | {label} | " + " | ".join(ours) + " |")
+    if not lines:
+        return "No model and eval set of this study is one of the paper's, so there are no paper numbers to compare with.\n"
+    head = "| model | objective | perturbation | " + " | ".join(PAPER_EVAL_SETS) + " |\n|" + "---|" * 7 + "\n"
+    return "MAUVE, ours (mean ± 2 SE) beside the paper's Table 1:\n\n" + head + "\n".join(lines) + "\n"
+
+
+def examples(prompts_path: str, sample_paths: list[str], stem: str, prompt_index: int = 0) -> None:
+    """One prompt, its human continuation, and run 0 of every method's continuation of it."""
+    import pyarrow.parquet as pq
+
+    prompts = pq.read_table(prompts_path).to_pylist()
+    prompt = prompts[min(prompt_index, len(prompts) - 1)]
+    rows = [{"method": "human", "continuation": prompt["reference"][len(prompt["prefix"]):].strip()}]
+    conditions = {path: parse_path(str(path).replace("results/samples/", "results/metrics/").replace(".parquet", ".json"))
+                  for path in sample_paths}
+    several_decoders = len({c["decoder"] for c in conditions.values()}) > 1
+    for path in sorted(sample_paths):
+        fields = conditions[path]
+        samples = pq.read_table(path).to_pylist()
+        text = next((s["text"] for s in samples if s["prompt_id"] == prompt["prompt_id"] and s["run"] == 0), "")
+        objective = UNTRAINED_LABEL if fields["objective"] == UNTRAINED else fields["objective"]
+        label = (f"{fields['model']} {objective} train {fields['train_strategy']} {fields['train_intensity']}, "
+                 f"sample {fields['test_strategy']} {fields['test_intensity']} ({fields['test_mode']})"
+                 + (f", decoder {fields['decoder']}" if several_decoders else ""))
+        rows.append({"method": label, "continuation": text.strip()})
+    columns = ["method", "continuation"]
+    write_table(rows, [{} for _ in rows], columns, stem, caption=f"Prompt: {prompt['prefix']}")

@@ -1,0 +1,153 @@
+"""Perturbed sampling (Algorithm 2): continue every prompt with a fresh perturbation of its prefix.
+
+Two modes:
+- `exact`: Algorithm 2 as written. At EVERY step the whole prefix (prompt + tokens generated so far) is
+  perturbed afresh with the shared perturber on the model's device, the ragged perturbed prefixes are left-
+  padded into one batch (attention mask, position ids), and X_t is drawn from P(. | X~). A fresh
+  perturbation can change any position, so at intensity > 0 each step recomputes the batch without a
+  key/value cache.
+- `cached`: each new token is perturbed once, when it is appended, and one perturbed prefix is kept with its
+  key/value cache: replacement feeds the synonym instead of the token, deletion feeds nothing, insertion
+  feeds the token and then its synonym. Every step's prefix has the marginal law of `exact` for
+  replacement and deletion (each token is perturbed independently with probability alpha); for insertion
+  the synonym sits right after its source instead of at a uniform gap, and in all strategies the
+  perturbations are correlated across steps (the same draws persist). The results say whether it matters.
+  A deleted token or an unused insertion slot stays in the cache as a masked slot: harmless under global
+  attention, but a local or sliding-window layer (GPT-Neo, Mistral) counts slots, so such models are refused
+  for cached insertion and deletion once the cache outgrows their window.
+
+At intensity 0 nothing is perturbed and both modes are plain ancestral sampling, which `sample_ancestral` runs
+with a key/value cache and the same uniforms, suppressed tokens and decoder as `sample_exact`. A cache rounds
+differently from the full forward, so a draw whose uniform lies within that rounding of a CDF bound is redrawn
+from logits recomputed as `sample_exact` computes them: the tokens are `sample_exact`'s. Intensity 0 goes through
+`sample_exact` (which keeps the last tokens of a long prefix) or `sample_cached` (which refuses) where a batch's
+longest prompt plus the new tokens outgrows the model's context, and for top-p and typical decoders.
+
+Randomness is counter-based (perturb.backends.KeyedRandom): every draw depends on (seed, run, prompt_id, step) only,
+so neither batch size nor resumption changes a sample. The end-of-text token is suppressed so that every
+continuation has exactly `new_tokens` tokens (min = max new tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import numpy as np
+import torch
+
+from workflow_lib.cli import parse_json_arg, run
+from workflow_lib.perturb.synonym_table import SynonymTable
+from workflow_lib.sample.decoding import cache_keeps_draws, row_keys
+from workflow_lib.sample.loops import SAMPLERS, cache_fits, sample_ancestral
+
+log = logging.getLogger("workflow_lib.sample.sampler")
+
+
+def generate(model, tokenizer, prompts: list[str], prompt_ids: np.ndarray, runs: int, new_tokens: int, perturbation: dict,
+             table: SynonymTable | None, seed: int, mode: str = "exact", batch_size: int = 64, decoder: dict | None = None,
+             progress: bool = False) -> dict[str, np.ndarray]:
+    """Continuations for every (prompt, run): arrays prompt_id, run, continuation_ids [n, new_tokens]."""
+    from tqdm import tqdm
+
+    device = next(model.parameters()).device
+    special = sorted(set(tokenizer.all_special_ids))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    suppress = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    if perturbation["intensity"] > 0 and table is None:
+        raise ValueError("a perturbed sampler needs a synonym table")
+    table = table.to(device) if table is not None else None
+    encoded = [np.asarray(ids, dtype=np.int64) for ids in tokenizer(list(prompts))["input_ids"]]
+    rows = [(p, r) for r in range(runs) for p in range(len(prompts))]
+    out_prompt, out_run, out_ids = [], [], []
+    for start in tqdm(range(0, len(rows), batch_size), desc="sample", disable=not progress, mininterval=5):
+        chunk = rows[start : start + batch_size]
+        lengths = np.array([len(encoded[p]) for p, _ in chunk])
+        offsets = torch.as_tensor(np.concatenate([[0], np.cumsum(lengths)]), device=device)
+        values = torch.as_tensor(np.concatenate([encoded[p] for p, _ in chunk]), device=device)
+        pids = torch.as_tensor([int(prompt_ids[p]) for p, _ in chunk], device=device)
+        run_ids = torch.as_tensor([r for _, r in chunk], device=device)
+        sampler = SAMPLERS[mode]
+        if perturbation["intensity"] == 0 and cache_keeps_draws(decoder or {}) and cache_fits(model, int(lengths.max()), new_tokens):
+            sampler = sample_ancestral  # both modes' law at intensity 0, the same tokens, with a cache
+        generated = sampler(model, values, offsets, row_keys(seed, pids, run_ids), new_tokens, perturbation, table,
+                            special, pad_id, suppress, decoder=decoder or {})
+        out_prompt.append(pids.cpu().numpy())
+        out_run.append(run_ids.cpu().numpy())
+        out_ids.append(generated.cpu().numpy())
+    return {"prompt_id": np.concatenate(out_prompt), "run": np.concatenate(out_run), "continuation_ids": np.concatenate(out_ids)}
+
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def load_model(path: str, device: str, precision: str = "fp32", revision: str | None = None):
+    """A trained model for sampling, refused if any weight is not finite (a diverged training must not be scored).
+
+    `fp32` (the default) computes every next-token law in float32: the protocol's unbiased ancestral sampling.
+    `bf16` runs the model in bfloat16, a speed mode whose law differs (README, "Precision"). GPT-2's activation runs
+    in place, the same floats twice as fast (`models.use_in_place_activations`)."""
+    from transformers import AutoModelForCausalLM
+
+    from workflow_lib.cli import StageError
+    from workflow_lib.hub import hub_unreachable
+    from workflow_lib.models import use_in_place_activations
+
+    if why := hub_unreachable(path):  # an untrained model is named by its hub id
+        raise StageError(f"{path}: {why}; point models.<key>.name at a local copy of the checkpoint")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, revision=revision)
+    except OSError as error:  # not a folder with a checkpoint, not in the offline cache, not on the hub
+        raise StageError(f"{path}: cannot load a causal LM checkpoint ({str(error).splitlines()[0]})") from error
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise StageError(f"{path}: {len(bad)} weight tensors are not finite (first: {bad[0]}); the model diverged in "
+                         "training, so nothing is sampled or scored from it. Retrain it (see its train_log.csv)")
+    return use_in_place_activations(model.to(device=device, dtype=PRECISIONS[precision]).eval())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m workflow_lib.sample.sampler")
+    parser.add_argument("--model", required=True, help="model folder (with its tokenizer) or hub id")
+    parser.add_argument("--revision", help="hub revision of an untrained hub model")
+    parser.add_argument("--prompts", required=True)
+    parser.add_argument("--synonyms", help="synonym table Parquet (perturbed sampling)")
+    parser.add_argument("--perturbation", required=True, help="JSON: strategy, intensity")
+    parser.add_argument("--settings", required=True, help="JSON: the sampling section and the seed")
+    parser.add_argument("--decoder", default="{}", help="JSON: temperature, top_k, top_p, typical_p (default: unbiased)")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args()
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    from workflow_lib.files import write_parquet
+
+    settings = parse_json_arg(args.settings, "sampling")
+    perturbation = parse_json_arg(args.perturbation, "test perturbation")
+    decoder = parse_json_arg(args.decoder, "decoder")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision)
+    model = load_model(args.model, device, settings["precision"], args.revision)
+    prompts = pq.read_table(args.prompts)
+    table = SynonymTable.from_arrow(pq.read_table(args.synonyms)) if args.synonyms else None
+    out = generate(model, tokenizer, prompts.column("prefix").to_pylist(), prompts.column("prompt_id").to_numpy(),
+                   settings["runs"], settings["new_tokens"], perturbation, table, settings["seed"], settings["mode"],
+                   settings["batch_size"], decoder, progress=True)
+    ids = out["continuation_ids"]
+    texts = tokenizer.batch_decode(ids.tolist(), skip_special_tokens=True)
+    width = ids.shape[1]
+    write_parquet(pa.table({
+        "prompt_id": pa.array(out["prompt_id"].astype(np.int64)),
+        "run": pa.array(out["run"].astype(np.int32)),
+        "continuation_ids": pa.ListArray.from_arrays(pa.array(np.arange(0, ids.size + 1, width, dtype=np.int32)),
+                                                     pa.array(ids.reshape(-1).astype(np.int32))),
+        "text": pa.array(texts),
+    }), args.output)
+    log.info("%d continuations of %d tokens (%s mode, %s, decoder %s)", len(ids), width, settings["mode"], perturbation,
+             decoder or "unbiased")
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,250 @@
+"""The simulation study of the paper (Section 4, Supplement "Details on simulation studies"): one vocabulary size.
+
+Truth: a bigram language with a uniform initial law and Dirichlet(0.5) transition rows M; n sequences of a
+fixed length are the training data D. Each replication r of vocabulary size V draws truth, data and the
+model's initial weights from streams seeded by (seed, V, r), shared by every intensity and synonym rule, so
+differences between intensities are paired. The perturbation has its own stream (seed, V, r, intensity).
+
+Perturbation, m = 2 (the Supplement): copy 1 is D; in copy 2 every token in the conditioning role X_t whose
+synonym set
+    S_t = { v : P(v | X_{t-1}) > c/|V|  and  P(X_{t+1} | v) > c/|V| }          (c = threshold_factor = 2)
+is non-empty is replaced, with probability alpha, by v in S_t drawn with probability proportional to
+P(v | X_{t-1}); the target X_{t+1} stays. P is the true bigram M (`oracle`, the paper's reading) or the
+empirical bigram of D (`empirical`: what a user can compute; its S_t only holds tokens v already seen
+followed by X_{t+1}). A sequence's first token has no X_{t-1}: under the uniform initial law P(v) = 1/|V|
+is never above 2/|V|, so S_1 is empty and the first token is kept. At alpha = 0 copy 2 equals D: the
+paper's baseline, which trains on D twice.
+S_t depends on both neighbours, so every occurrence has its own set. They are computed for all occurrences at
+once as an [occurrences, V] mask (never the |V|^3 table of all (previous, next) pairs) and handed to the shared
+perturber (workflow_lib.perturb.perturber) as a synonym table whose "tokens" are the occurrences, which selects each
+eligible occurrence with probability alpha and samples its synonym.
+
+Metrics, on the estimated matrix M^ (the trained model, dropout off) against M:
+- (a) `unseen_rows`: mean |M^ - M| over the rows of tokens that never occur as the first element of a training
+  pair (the paper's wording); with 500 x 10 sequences a small V can leave none: then the value is null and
+  `n_unseen_rows` is 0.
+- (b) `unseen_pairs`: mean over the (a, b) cells never observed as a training pair;
+- `all`: every cell. `uniform_*`: the same means for the uniform predictor 1/|V|, a reference line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+
+import numpy as np
+
+from workflow_lib.cli import StageError, parse_json_arg, run
+from workflow_lib.files import write_parquet
+from workflow_lib.perturb.perturber import perturb
+from workflow_lib.perturb.synonym_table import SynonymTable, _row_keys
+
+log = logging.getLogger("workflow_lib.simulation.study")
+SYNONYM_RULES = ("oracle", "empirical")
+TRUTH, INIT, TRAIN, PERTURB = 0, 1, 2, 3  # stream ids under (seed, V, replication)
+# Pairs x vocabulary entries of one chunk of models trained together: keeps every [B, pairs, V] tensor small
+# enough to be reused by the allocator instead of being page-faulted in at every step.
+CHUNK_ELEMENTS = 2_000_000
+
+
+def stream(seed: int, vocab_size: int, replication: int, kind: int, *extra: int) -> np.random.SeedSequence:
+    return np.random.SeedSequence([seed, vocab_size, replication, kind, *extra])
+
+
+def intensity_key(intensity: float) -> int:
+    return int(round(intensity * 1_000_000))
+
+
+def sample_truth(vocab_size: int, n_sequences: int, seq_len: int, concentration: float,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(M [V, V], sequences [n, L]): Dirichlet rows, uniform first tokens, then L-1 bigram steps."""
+    M = rng.dirichlet(np.full(vocab_size, concentration), size=vocab_size)
+    cumulative = np.cumsum(M, axis=1)
+    x = np.empty((n_sequences, seq_len), dtype=np.int64)
+    x[:, 0] = rng.integers(vocab_size, size=n_sequences)
+    for t in range(1, seq_len):  # vectorised over sequences: inverse CDF of each row
+        u = rng.random(n_sequences)
+        x[:, t] = np.minimum((cumulative[x[:, t - 1]] < u[:, None]).sum(1), vocab_size - 1)
+    return M, x
+
+
+def empirical_bigram(x: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Row-normalised counts of the training pairs; rows of unseen tokens are zero."""
+    counts = pair_counts(x, vocab_size).astype(np.float64)
+    totals = counts.sum(1, keepdims=True)
+    return np.divide(counts, totals, out=np.zeros_like(counts), where=totals > 0)
+
+
+def pair_counts(x: np.ndarray, vocab_size: int) -> np.ndarray:
+    return np.bincount((x[:, :-1] * vocab_size + x[:, 1:]).ravel(), minlength=vocab_size * vocab_size).reshape(
+        vocab_size, vocab_size)
+
+
+def synonym_table(P: np.ndarray, x: np.ndarray, threshold_factor: float) -> SynonymTable:
+    """The synonym sets S_t of every occurrence X_t, t = 2..L-1, laid out for the shared perturber.
+
+    Occurrence k is (sequence k // (L-2), position 1 + k % (L-2)); its candidates are those v with
+    P[prev, v] > c/V and P[v, next] > c/V, weighted by P[prev, v]. Memory: [occurrences, V] booleans.
+    """
+    V = P.shape[0]
+    threshold = threshold_factor / V
+    prev, nxt = x[:, :-2].ravel(), x[:, 2:].ravel()
+    allowed = (P[prev] > threshold) & (P[:, nxt].T > threshold)
+    rows, candidates = np.nonzero(allowed)  # row-major: grouped by occurrence, as the table wants
+    offsets = np.zeros(len(prev) + 1, dtype=np.int64)
+    np.cumsum(allowed.sum(1), out=offsets[1:])
+    keys = _row_keys(rows, P[prev[rows], candidates], offsets)
+    return SynonymTable(len(prev), offsets, candidates.astype(np.int64), keys)
+
+
+def perturbed_copy(x: np.ndarray, table: SynonymTable, intensity: float, rng: np.random.Generator):
+    """Copy 2 of the conditioning tokens x[:, :-1] and the counts (eligible, replaced, changed): a replaced
+    token may be replaced by itself (it can be in its own set), `changed` counts the others."""
+    occurrences = np.arange(table.vocab_size, dtype=np.int64)
+    result = perturb(occurrences, np.array([0, table.vocab_size]), "replacement", intensity, table, rng)
+    cond = x[:, :-1].copy()
+    middle = cond[:, 1:].copy().ravel()
+    changed = int((middle[result.picked] != result.values[result.picked]).sum())
+    middle[result.picked] = result.values[result.picked]
+    cond[:, 1:] = middle.reshape(len(x), -1)
+    eligible = int((np.diff(table.offsets) > 0).sum())
+    return cond, eligible, len(result.picked), changed
+
+
+def mae_readings(M_hat: np.ndarray, M: np.ndarray, x: np.ndarray) -> dict:
+    """The three MAE readings of one estimate and the uniform predictor's, with the cell counts."""
+    V = M.shape[0]
+    seen_pairs = pair_counts(x, V) > 0
+    unseen_rows = ~seen_pairs.any(1)
+    error, uniform = np.abs(M_hat - M), np.abs(1.0 / V - M)
+    out = {"n_unseen_rows": int(unseen_rows.sum()), "n_unseen_pairs": int((~seen_pairs).sum())}
+    for name, cells in (("unseen_rows", np.broadcast_to(unseen_rows[:, None], M.shape)), ("unseen_pairs", ~seen_pairs),
+                        ("all", np.ones_like(seen_pairs))):
+        empty = not cells.any()
+        out[f"mae_{name}"] = None if empty else float(error[cells].mean())
+        out[f"uniform_{name}"] = None if empty else float(uniform[cells].mean())
+    return out
+
+
+def units_of(original: np.ndarray, copy: np.ndarray, x: np.ndarray, batch_unit: str):
+    """(cond, target) [U, P] of D plus its copy: sequences (P = L-1 pairs) or single pairs (P = 1)."""
+    cond = np.concatenate([original, copy])
+    target = np.concatenate([x[:, 1:], x[:, 1:]])
+    if batch_unit == "pairs":
+        return cond.reshape(-1, 1), target.reshape(-1, 1)
+    return cond, target
+
+
+def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, chunk: int | None = None) -> list[dict]:
+    """Every replication x synonym rule x intensity of one vocabulary size: one row per fit.
+
+    The fits train together in chunks of `chunk` models (default: as many as keep the logits of one step
+    near CHUNK_ELEMENTS floats); chunk=1 trains them one by one, with the same results.
+    """
+    import torch
+
+    from workflow_lib.simulation.model import ModelSettings, train_bigrams
+
+    if threads:
+        torch.set_num_threads(threads)
+    V, seed = vocab_size, settings["seed"]
+    rules, intensities = settings["synonyms"], sorted(settings["intensities"])
+    if intensities[0] != 0:
+        raise StageError("simulation.intensities must contain 0, the baseline every difference is taken against")
+    unknown = sorted(set(rules) - set(SYNONYM_RULES))
+    if unknown:
+        raise StageError(f"simulation.synonyms: unknown rule(s) {unknown}; allowed: {', '.join(SYNONYM_RULES)}")
+    model = ModelSettings.from_config(settings)
+    jobs, rows = [], []  # jobs: (row index, replication, cond, target)
+    truths = {}
+    for rep in range(settings["replications"]):
+        M, x = sample_truth(V, settings["n_sequences"], settings["seq_len"], settings["dirichlet"],
+                            np.random.default_rng(stream(seed, V, rep, TRUTH)))
+        truths[rep] = (M, x)
+        original = x[:, :-1]
+        conditions = [("none", 0.0, original, 0, 0, 0, 0.0)]
+        for rule in rules:
+            P = M if rule == "oracle" else empirical_bigram(x, V)
+            table = synonym_table(P, x, settings["threshold_factor"])
+            mean_candidates = float(np.diff(table.offsets).mean())
+            for alpha in intensities[1:]:
+                rng = np.random.default_rng(stream(seed, V, rep, PERTURB, intensity_key(alpha)))
+                copy, eligible, replaced, changed = perturbed_copy(x, table, alpha, rng)
+                conditions.append((rule, alpha, copy, eligible, replaced, changed, mean_candidates))
+        unseen_rows = ~pair_counts(x, V).any(1)
+        for rule, alpha, copy, eligible, replaced, changed, mean_candidates in conditions:
+            cond, target = units_of(original, copy, x, settings["batch_unit"])
+            new_rows = int(unseen_rows[np.unique(copy)].sum())
+            rows.append({"vocab_size": V, "replication": rep, "synonyms": rule, "intensity": float(alpha),
+                         "n_eligible": eligible, "n_replaced": replaced, "n_changed": changed,
+                         "n_unseen_rows_perturbed": new_rows, "mean_synonyms": mean_candidates})
+            jobs.append((len(rows) - 1, rep, cond, target))
+
+    units, pairs = jobs[0][2].shape
+    per_step = V * (min(model.batch_size, units) * pairs if model.dropout_masks == "pair" else V)  # logits of one model
+    chunk = chunk or max(1, CHUNK_ELEMENTS // per_step)
+    started = time.perf_counter()
+    for first in range(0, len(jobs), chunk):
+        part = jobs[first:first + chunk]
+        M_hat = train_bigrams(np.stack([j[2] for j in part]), np.stack([j[3] for j in part]), V, model,
+                              [stream(seed, V, j[1], INIT) for j in part], [stream(seed, V, j[1], TRAIN) for j in part])
+        for (index, rep, _, _), estimate in zip(part, M_hat):
+            M, x = truths[rep]
+            rows[index].update(mae_readings(estimate, M, x))
+        log.info("V=%d: %d/%d fits done (%.1fs)", V, first + len(part), len(jobs), time.perf_counter() - started)
+    return expand_baseline(rows, rules)
+
+
+def expand_baseline(rows: list[dict], rules: list[str]) -> list[dict]:
+    """The intensity-0 fit (D twice) is the same for every synonym rule: one row per rule, so each rule's
+    curve starts from it. Sorted by (rule, intensity, replication)."""
+    out = []
+    for row in rows:
+        for rule in (rules if row["synonyms"] == "none" else [row["synonyms"]]):
+            out.append({**row, "synonyms": rule})
+    return sorted(out, key=lambda r: (r["synonyms"], r["intensity"], r["replication"]))
+
+
+COLUMNS = {
+    "vocab_size": "Int32", "replication": "Int32", "synonyms": "String", "intensity": "Float64",
+    "mae_unseen_rows": "Float64", "mae_unseen_pairs": "Float64", "mae_all": "Float64",
+    "uniform_unseen_rows": "Float64", "uniform_unseen_pairs": "Float64", "uniform_all": "Float64",
+    "n_unseen_rows": "Int32", "n_unseen_pairs": "Int32",
+    "n_eligible": "Int32", "n_replaced": "Int32", "n_changed": "Int32",
+    "n_unseen_rows_perturbed": "Int32", "mean_synonyms": "Float64",
+}
+
+
+def results_table(rows: list[dict]):
+    import polars as pl
+
+    return pl.DataFrame(rows, schema={k: getattr(pl, v) for k, v in COLUMNS.items()})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Simulation study (paper Section 4)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    fit = sub.add_parser("fit", help="all replications, rules and intensities of one vocabulary size")
+    fit.add_argument("--vocab-size", type=int, required=True)
+    fit.add_argument("--settings", required=True, help="the simulation config section as JSON (seed resolved)")
+    fit.add_argument("--threads", type=int, default=None)
+    fit.add_argument("--output", required=True)
+    summary = sub.add_parser("summarize", help="summary table and figure over every vocabulary size")
+    summary.add_argument("--inputs", nargs="+", required=True)
+    summary.add_argument("--csv", required=True)
+    summary.add_argument("--markdown", required=True)
+    summary.add_argument("--figure", required=True, help="path stem: writes STEM.png and STEM.pdf")
+    args = parser.parse_args()
+    if args.command == "fit":
+        settings = parse_json_arg(args.settings, "--settings")
+        log.info("simulation V=%d settings %s", args.vocab_size, settings)
+        write_parquet(results_table(fit_vocabulary(args.vocab_size, settings, args.threads)), args.output)
+    else:
+        from workflow_lib.simulation.summary import write_summary
+
+        write_summary(args.inputs, args.csv, args.markdown, args.figure)
+
+
+if __name__ == "__main__":
+    run(main)

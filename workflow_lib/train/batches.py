@@ -1,0 +1,90 @@
+"""Training rows as torch sees them: ragged Arrow columns, padding into batches, and an epoch shuffle that a resumed
+run repeats exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+# ---- data ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Ragged:
+    """Variable-length int lists as one flat array plus offsets (row i is values[offsets[i]:offsets[i+1]])."""
+
+    values: np.ndarray
+    offsets: np.ndarray
+
+    @classmethod
+    def from_arrow(cls, column) -> "Ragged":
+        column = column.combine_chunks()
+        return cls(column.values.to_numpy(zero_copy_only=False), column.offsets.to_numpy().astype(np.int64))
+
+    def row(self, i: int) -> np.ndarray:
+        return self.values[self.offsets[i] : self.offsets[i + 1]]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+
+class TrainingRows(torch.utils.data.Dataset):
+    """Rows of a perturbed Parquet (or plain token blocks): input ids and, in prefix mode, explicit targets."""
+
+    def __init__(self, path: str, max_length: int):
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        self.inputs = Ragged.from_arrow(table.column("input_ids"))
+        self.prefix_mode = "target_positions" in table.column_names
+        if self.prefix_mode:
+            self.positions = Ragged.from_arrow(table.column("target_positions"))
+            self.targets = Ragged.from_arrow(table.column("target_ids"))
+        self.max_length = max_length
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ids = self.inputs.row(i)[: self.max_length]
+        if self.prefix_mode:
+            pos, tgt = self.positions.row(i), self.targets.row(i)
+            keep = pos < len(ids)  # a truncated row loses the targets past max_length
+            return ids, pos[keep], tgt[keep]
+        return ids, np.arange(len(ids) - 1), ids[1:]
+
+
+def collate(rows, pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded input_ids and attention_mask [B, L], flat targets: batch row, position, id [N]."""
+    width = max(len(ids) for ids, _, _ in rows)
+    input_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for b, (ids, _, _) in enumerate(rows):
+        input_ids[b, : len(ids)] = ids
+        mask[b, : len(ids)] = 1
+    return {
+        "input_ids": torch.from_numpy(input_ids),
+        "attention_mask": torch.from_numpy(mask),
+        "target_row": torch.from_numpy(np.concatenate([np.full(len(p), b) for b, (_, p, _) in enumerate(rows)]).astype(np.int64)),
+        "target_pos": torch.from_numpy(np.concatenate([p for _, p, _ in rows]).astype(np.int64)),
+        "target_ids": torch.from_numpy(np.concatenate([t for _, _, t in rows]).astype(np.int64)),
+    }
+
+
+class EpochShuffle(torch.utils.data.Sampler):
+    """A permutation per epoch from (seed, epoch) alone, so a resumed run sees the same order."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        return iter(np.random.default_rng([self.seed, self.epoch]).permutation(self.n).tolist())
+
+    def __len__(self) -> int:
+        return self.n
