@@ -45,13 +45,15 @@ rule lab:
         code=workflow_code("workflow_lib.lab.report"),
     output:
         csv="results/lab/{experiment}/uncertainty.csv",
+        premise="results/lab/{experiment}/premise.csv",
         markdown=report("results/lab/{experiment}/uncertainty.md", caption="../report/lab.rst", category="Theory lab",
                         labels={"experiment": "{experiment}", "output": "table"}),
         png=report("results/lab/{experiment}/figure.png", caption="../report/lab.rst", category="Theory lab",
                    labels={"experiment": "{experiment}", "output": "figure"}),
         pdf="results/lab/{experiment}/figure.pdf",
     params:
-        settings=lambda w: as_json(lab_settings("last", "perturbations")),
+        builtin=lambda w: as_json(DATASETS[EXPERIMENTS[w.experiment]["train_dataset"]]["builtin"]),
+        settings=lambda w: as_json(lab_settings("last", "length", "draws", "premise_draws", "perturbations")),
         stem=lambda w, output: output.png.removesuffix(".png"),
     log:
         "results/logs/lab/{experiment}.log",
@@ -62,4 +64,4 @@ rule lab:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.lab.report --prefixes {input.prefixes} --laws {input.laws} --settings {params.settings:q} --csv {output.csv} --markdown {output.markdown} --figure {params.stem} 2> {log}"
+        "python -m workflow_lib.lab.report --prefixes {input.prefixes} --laws {input.laws} --builtin {params.builtin:q} --settings {params.settings:q} --csv {output.csv} --premise {output.premise} --markdown {output.markdown} --figure {params.stem} 2> {log}"

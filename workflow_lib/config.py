@@ -26,6 +26,9 @@ PREDEFINED_OBJECTIVES = {
 }
 UNTRAINED = "untrained"  # an experiment's objective that evaluates the pretrained model as it is: no training job
 PREDEFINED_DECODERS = {"unbiased": {}}  # ancestral sampling from the model's law: the paper's
+# transformers' warpers refuse an int where they take a float (TemperatureLogitsWarper(2) raises), and JSON
+# schema's `number` admits `temperature: 2`: these settings are made floats where the config is read.
+DECODER_FLOAT_KEYS = ("temperature", "top_p", "typical_p")
 FEATURISERS = ("minilm", "gpt2-large")  # by name; anything else is a local model folder
 # GPT2Config keys the workflow sets from the tokenizer: a user's value would be overwritten or clash.
 SET_FROM_TOKENIZER = ("vocab_size", "bos_token_id", "eos_token_id")
@@ -344,6 +347,8 @@ def validate_config(config: dict, workdir: Path | None = None) -> dict:
     if any(config.get("decoders", {}).get("unbiased", {}).get(k, v) != v for k, v in neutral.items()):
         raise ConfigError("config key decoders.unbiased: the name is reserved for the model's own law (the paper's "
                           "sampling); give a truncated or tempered decoder another name")
-    config["decoders"] = {name: {} for name in PREDEFINED_DECODERS} | config.get("decoders", {})
+    config["decoders"] = {name: {} for name in PREDEFINED_DECODERS} | {
+        name: {k: float(v) if k in DECODER_FLOAT_KEYS else v for k, v in decoder.items()}
+        for name, decoder in config.get("decoders", {}).items()}
     check_references(config, workdir)
     return config

@@ -233,4 +233,4 @@ def lab_inputs(config: dict, experiment: str) -> dict:
 
 def lab_targets(config: dict) -> list[str]:
     return [f"results/lab/{name}/{f}" for name in config.get("lab", {}).get("experiments", [])
-            for f in ("uncertainty.csv", "uncertainty.md", "figure.png", "figure.pdf")]
+            for f in ("uncertainty.csv", "premise.csv", "uncertainty.md", "figure.png", "figure.pdf")]

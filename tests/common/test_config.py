@@ -268,3 +268,21 @@ def test_decoders_are_named_and_unbiased_is_predefined():
     assert filled["decoders"]["unbiased"] == {}
     assert filled["decoders"]["top-p-0.9"] == {"top_p": 0.9, "top_k": 0, "temperature": 1.0, "typical_p": 1.0}
     assert check(tiny_config())["experiments"]["main"]["decoders"] == ["unbiased"]
+
+
+def test_an_integer_temperature_is_a_float_and_samples():
+    """`temperature: 2` passes the schema (a number); transformers' TemperatureLogitsWarper refuses an int, so
+    the config makes it 2.0, and the decoder draws from softmax(logits / 2)."""
+    import torch
+
+    from workflow_lib.sample.decoding import decoded_probs, draw
+
+    config = tiny_config()
+    config["decoders"] = {"hot": {"temperature": 2, "top_p": 1}}
+    config["experiments"]["main"]["decoders"] = ["hot"]
+    hot = check(config)["decoders"]["hot"]
+    assert hot["temperature"] == 2.0 and isinstance(hot["temperature"], float) and isinstance(hot["top_p"], float)
+    logits = torch.tensor([[2.0, 0.0, -1.0, 0.5]])
+    assert torch.allclose(decoded_probs(logits, hot), torch.softmax(logits.double() / 2, dim=-1))
+    tokens = draw(logits.repeat(4, 1), torch.tensor([0.05, 0.4, 0.7, 0.99], dtype=torch.float64), hot)
+    assert tokens.tolist() == [0, 0, 2, 3]  # inverse CDF of (0.485, 0.178, 0.108, 0.229)

@@ -54,17 +54,44 @@ def test_num_buckets_auto_is_n_over_10_capped_and_an_explicit_value_is_kept(capl
     assert "above max_buckets" in caplog.text
 
 
-def test_variance_split_is_the_law_of_total_variance():
+def test_variance_split_is_the_one_way_random_effects_estimate():
     scores = np.array([[0.90, 0.92, 0.91], [0.80, 0.86, 0.83]])
     split = variance_split(scores)
     assert split["sampling"] + split["clustering"] == pytest.approx(split["total"], rel=1e-12)
-    assert split["total"] == pytest.approx(scores.var())
-    assert split["sampling"] == pytest.approx(np.var([0.91, 0.83]))  # the run means
-    assert split["clustering"] == pytest.approx(np.mean([np.var([0.90, 0.92, 0.91]), np.var([0.80, 0.86, 0.83])]))
+    clustering = np.mean([np.var([0.90, 0.92, 0.91], ddof=1), np.var([0.80, 0.86, 0.83], ddof=1)])
+    assert split["clustering"] == pytest.approx(clustering)
+    assert split["sampling"] == pytest.approx(np.var([0.91, 0.83], ddof=1) - clustering / 3)  # the run means
+    assert split["clustering_of_run_mean"] == pytest.approx(clustering / 3) and split["kmeans_seeds_needed"] == 1
     assert 0 <= split["clustering_share"] <= 1
-    one_seed = variance_split(scores[:, :1])
-    assert one_seed["clustering"] == 0 and one_seed["clustering_share"] == 0
+    one_seed = variance_split(scores[:, :1])  # one seed cannot tell clustering from sampling
+    assert one_seed["clustering"] is None and one_seed["sampling"] is None and one_seed["clustering_share"] is None
     assert variance_split(np.full((3, 2), 0.5))["clustering_share"] is None
+
+
+def simulated_grids(sigma_s: float, sigma_c: float, reps: int, runs: int = 5, seeds: int = 5, seed: int = 0) -> np.ndarray:
+    """[reps, runs, seeds] MAUVE-like scores 0.8 + s_r + c_rk with known sampling and clustering spreads."""
+    rng = np.random.default_rng(seed)
+    return 0.8 + rng.normal(0, sigma_s, (reps, runs, 1)) + rng.normal(0, sigma_c, (reps, runs, seeds))
+
+
+def test_variance_split_recovers_known_components_on_average():
+    """Over 4000 simulated studies (5 runs x 5 seeds), the mean estimates are the true variances within 3
+    standard errors, and a study whose runs do not differ at all shows a sampling share near 0 (the population
+    variances of the law of total variance put it near 1/K, here 17%)."""
+    sigma_s, sigma_c = 0.02, 0.03
+    splits = [variance_split(grid) for grid in simulated_grids(sigma_s, sigma_c, 4000)]
+    for name, truth in (("sampling", sigma_s**2), ("clustering", sigma_c**2)):
+        estimates = np.array([split[name] for split in splits])
+        assert abs(estimates.mean() - truth) < 3 * estimates.std() / np.sqrt(len(estimates)) + 0.02 * truth, name
+    # sigma_c^2 / sigma_s^2 = 2.25: three seeds put the clustering part of a run's score under the sampling part
+    assert variance_split(simulated_grids(sigma_s, sigma_c, 1, runs=2000)[0])["kmeans_seeds_needed"] == 3
+
+    no_sampling = [variance_split(grid) for grid in simulated_grids(0.0, sigma_c, 4000, seed=1)]
+    sampling_share = [1 - split["clustering_share"] for split in no_sampling]
+    assert np.median(sampling_share) == 0 and np.mean(sampling_share) < 0.06  # the floor at 0 leaves a little
+    assert all(split["kmeans_seeds_needed"] is None for split in no_sampling if split["sampling"] == 0)
+    population = [grid.mean(axis=1).var() / grid.var() for grid in simulated_grids(0.0, sigma_c, 4000, seed=1)]
+    assert np.mean(population) > 0.15  # what the population split reported
 
 
 def test_rouge_on_known_strings_matches_rouge_score():
@@ -218,7 +245,9 @@ def test_evaluate_splits_mauve_variance_over_runs_and_clustering_seeds(cli_outpu
     assert result["mauve_mean"] == pytest.approx(by_seed.mean()) and result["mauve_2se"] is not None
     split = result["mauve_variance"]
     assert split["sampling"] + split["clustering"] == pytest.approx(split["total"], rel=1e-9, abs=1e-15)
-    assert split["total"] == pytest.approx(by_seed.var()) and 0 <= split["clustering_share"] <= 1
+    clustering = by_seed.var(axis=1, ddof=1).mean()
+    assert split["clustering"] == pytest.approx(clustering) and 0 <= split["clustering_share"] <= 1
+    assert split["sampling"] == pytest.approx(max(0.0, by_seed.mean(axis=1).var(ddof=1) - clustering / 2), abs=1e-15)
     assert result["num_buckets"] == 4  # 40 per side / 10
     assert result["mauve"][0] > result["mauve"][1]  # run 0 is the human text itself
 

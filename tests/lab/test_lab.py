@@ -330,15 +330,64 @@ def test_synonym_perturbation_needs_the_grammar(lex, base):
 # ---- the constants ------------------------------------------------------------------------------------------
 
 
-def test_constants_of_the_proposition_and_the_bounds():
+def test_constants_of_the_proposition_as_stated():
     assert perturbation.proposition_constants(0.9, 16, 2) == pytest.approx((1.0, 0.2))
     assert perturbation.proposition_constants(0.95, 16, 2) == pytest.approx((0.8, 0.1))
-    assert perturbation.bound_constants("uniform", "composition", 0.95, 16, 2) == pytest.approx((0.8, 0.1))
-    assert perturbation.bound_constants("synonym", "synonym", 0.95, 16, 2) == pytest.approx((1.0, 0.1))
-    assert perturbation.bound_constants("synonym", "composition", 0.95, 16, 2) == (1.0, 1.0)
-    assert perturbation.bound_constants("synonym", "composition", 0.95, 16, 0) == (1.0, 0.0)
     with pytest.raises(ValueError):
         perturbation.proposition_constants(1.5, 16, 2)
+
+
+def test_exact_constants_of_the_t_that_runs():
+    # l < L: prefixes that differ before the window have disjoint T-laws; an unseen word there is never replaced.
+    assert perturbation.exact_constants("uniform", 0.975, 32, 40, 1) == (1.0, 1.0)
+    assert perturbation.exact_constants("uniform", 0.975, 32, 40, 0) == (1.0, 0.0)
+    # l = L: the sup is the coupling's value, attained by unseen words (never drawn from Q0).
+    alpha, c = perturbation.exact_constants("uniform", 0.975, 40, 40, 2)
+    assert alpha == pytest.approx(1 - 0.975 ** 40) and c == pytest.approx(1 - 0.975 ** 2)
+    assert perturbation.exact_constants("synonym", 1.0, 40, 40, 1) == (1.0, 1.0)
+    with pytest.raises(ValueError, match="q0"):
+        perturbation.exact_constants("other", 1.0, 4, 4, 1)
+
+
+@pytest.mark.parametrize("beta", [0.3, 0.8])
+def test_exact_constants_at_l_equal_l_are_the_sup_over_every_prefix_pair(beta):
+    """Enumerating every pair of prefixes over 3 seen words and 1 unseen one: alpha is the sup of TV(T(.|X),
+    T(.|X')), and C_delta the sup over X' at distance delta of the TV to its nearest seen-word (support) prefix."""
+    vocab, seen, length = 4, 3, 2
+    seqs = list(product(range(vocab), repeat=length))
+    support = [x for x in seqs if max(x) < seen]
+    tv = {(x, y): perturbation.exact_tv_of_T(vocab, beta, x, y, q0_words=seen) for x in seqs for y in seqs}
+    alpha, _ = perturbation.exact_constants("uniform", beta, length, length, 0)
+    assert max(tv.values()) == pytest.approx(alpha)
+    for delta in range(1, length + 1):
+        near = [x for x in seqs if min(sum(a != b for a, b in zip(x, s)) for s in support) <= delta]
+        eta = max(min(tv[(s, x)] for s in support) for x in near)
+        assert eta == pytest.approx(perturbation.exact_constants("uniform", beta, length, length, delta)[1])
+
+
+def test_uniform_replacement_tv_is_exact_and_below_the_propositions_c():
+    assert [round(perturbation.uniform_replacement_tv(0.975, 93, m), 4) for m in (1, 2, 4)] == [0.025, 0.0489, 0.0934]
+    for seen_changes, unseen_changes, x, y in [(2, 0, (0, 1, 2), (1, 0, 2)), (1, 1, (0, 1, 2), (2, 4, 2)),
+                                               (0, 2, (0, 1, 2), (4, 5, 2)), (2, 1, (0, 1, 2), (1, 3, 4))]:
+        exact = perturbation.exact_tv_of_T(6, 0.7, x, y, q0_words=4)
+        assert perturbation.uniform_replacement_tv(0.7, 4, seen_changes, unseen_changes) == pytest.approx(exact)
+    for m in range(1, 6):
+        assert perturbation.uniform_replacement_tv(0.9, 50, m) < min(0.1 * m, 1.0)
+        assert perturbation.uniform_replacement_tv(0.9, 50, 0, m) == pytest.approx(1 - 0.9 ** m)
+
+
+def test_row_tv_to_base_shows_where_the_propositions_condition_fails(lex, base):
+    """Changes inside the window: the exact TV, below the Proposition's C. One change before the window (l < L):
+    TV = 1 whatever beta, far above the Proposition's (1 - beta) delta."""
+    rows = base[:3].copy()
+    inside, before = LENGTH - 1, 0
+    rows[0, inside] = (rows[0, inside] + 1) % lex.n_seen  # a seen word, inside the window
+    rows[1, inside] = lex.n_seen  # an unseen word, inside
+    rows[2, before] = lex.n_seen  # an unseen word before the window
+    tv, exact = perturbation.row_tv_to_base(lex, rows, base[:3], "uniform", 0.975, LAST)
+    assert exact.all()
+    assert tv == pytest.approx([perturbation.uniform_replacement_tv(0.975, lex.n_seen, 1), 0.025, 1.0])
+    assert tv[2] > perturbation.proposition_constants(0.975, LAST, 1)[1]
 
 
 def test_exact_tv_of_small_cases():

@@ -1,10 +1,10 @@
-"""The theory lab's report: pairwise TV, U(delta) against the bounds on hand-built laws, the findings it writes,
-the figure, and the CLI's refusals."""
+"""The theory lab's trained-model table (descriptive), its internal coupling assertion, the markdown and figure,
+and the `lab` CLI on a tiny grammar with its refusals."""
 
 from __future__ import annotations
 
+import json
 import sys
-import types
 
 import numpy as np
 import polars as pl
@@ -12,6 +12,7 @@ import pytest
 
 from workflow_lib.cli import StageError
 from workflow_lib.lab import bounds, report
+from workflow_lib.lab.laws import build_sets, grammar_of
 
 # Four rows of one family: two support prefixes (delta 0) and their delta-1 versions (same base).
 ROWS = [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]  # (row, delta, base)
@@ -23,6 +24,8 @@ LAWS = np.array([
     [ONE, ONE, [0.5, 0.5, 0.0], [0.8, 0.2, 0.0]],
     [ONE, [0.9, 0.1, 0.0], [0.7, 0.3, 0.0], ONE],
 ])
+CONSTANTS = {("syn", "synonym", d): dict(alpha=1.0, alpha_proposition=0.4, C=float(d), C_proposition=0.1 * d,
+                                          C_rows=0.05 * d) for d in (0, 1)}
 
 
 def prefixes(family: str = "synonym", truth=(1.0, 0.0)) -> pl.DataFrame:
@@ -39,12 +42,8 @@ def models(perturbed: np.ndarray | None = None, single=(True, True)) -> list[dic
              "single": np.array(single), "label": f"model {m}"} for m in range(3)]
 
 
-def table(constants: dict, perturbed: np.ndarray | None = None) -> pl.DataFrame:
-    return bounds.uncertainty_table(prefixes(), models(perturbed), {}, constants)
-
-
-def constants(c1: float, alpha: float = 0.25) -> dict:
-    return {("syn", "synonym", 0): (alpha, 0.0), ("syn", "synonym", 1): (alpha, c1)}
+def table(perturbed: np.ndarray | None = None, group: list[dict] | None = None) -> pl.DataFrame:
+    return bounds.uncertainty_table(prefixes(), group or models(perturbed), CONSTANTS, draws=8)
 
 
 def row(frame: pl.DataFrame, perturbation: str, delta: int) -> dict:
@@ -73,120 +72,113 @@ def test_coarse_truth_and_fold_move_multi_token_mass_into_the_other_cell():
     assert bounds.fold(np.array([0.1, 0.2, 0.3, 0.4]), single) == pytest.approx([0.1, 0.0, 0.3, 0.6])
 
 
-def test_table_measures_u_and_tv_to_truth_on_a_constructed_example():
-    frame = table(constants(0.25))
+def test_table_describes_the_models_disagreement_and_attaches_ts_constants():
+    frame = table(perturbed=np.stack([LAWS[0], LAWS[0], LAWS[1]]))
     assert frame.columns == bounds.COLUMNS
-    assert frame.select("perturbation", "delta").rows() == [("none", 0), ("none", 1), ("syn", 0), ("syn", 1)]
-    support, off = row(frame, "none", 0), row(frame, "none", 1)
-    assert (off["n_prefixes"], off["n_models"], off["n_pairs"]) == (2, 3, 3)
-    assert support["U_max"] == pytest.approx(0.1) and support["U_mean"] == pytest.approx(0.2 / 6)
-    assert off["U_max"] == pytest.approx(0.5) and off["U_mean"] == pytest.approx(1.4 / 6)
-    # TV to the truth (word 0 with certainty): model A 0 everywhere; B 0, 0, 0.5, 0.2; C 0, 0.1, 0.3, 0.
-    assert support["tv_truth_mean"] == pytest.approx(0.1 / 6) and off["tv_truth_mean"] == pytest.approx(1.0 / 6)
-    # 2 SE of two per-row means a, b is |a - b|: rows 2 and 3 average 0.8/3 and 0.2/3 over the models.
-    assert support["tv_truth_2se"] == pytest.approx(0.1 / 3) and off["tv_truth_2se"] == pytest.approx(0.2)
-    assert off["slack"] == pytest.approx(0.1)  # the pairs' max TV on rows 0 and 1
-    assert support["alpha"] is None and support["bound_robust"] is None and support["respects_robust"] is None
-    perturbed = row(frame, "syn", 1)
-    assert perturbed["U_base"] == pytest.approx(0.5) and perturbed["bound_robust"] == pytest.approx(0.5)
-    assert perturbed["bound_contraction"] == pytest.approx(2 * 0.25 * 0.5)
-    assert perturbed["respects_contraction"] is False  # 0.5 > 0.25
+    none0, none1 = row(frame, "none", 0), row(frame, "none", 1)
+    assert none0["U_max"] == pytest.approx(0.1) and none1["U_max"] == pytest.approx(0.5)
+    assert none1["U_growth"] == pytest.approx(0.4) and none1["support_disagreement"] == pytest.approx(0.1)
+    assert none1["U_mean"] == pytest.approx(np.mean([0.5, 0.3, 0.2, 0.2, 0, 0.2]))
+    assert none1["tv_truth_mean"] == pytest.approx(np.mean([0, 0.5, 0.3, 0, 0.2, 0]))
+    assert none1["draws"] == 1 and none1["alpha"] is None and none1["C"] is None
+    syn1 = row(frame, "syn", 1)
+    assert syn1["draws"] == 8 and syn1["C"] == 1.0 and syn1["C_proposition"] == pytest.approx(0.1)
+    assert syn1["U_max"] == pytest.approx(0.5)  # models 0 and 1 equal, model 2 as before
+    assert not {c for c in frame.columns if c.startswith(("respects", "bound", "violations"))}
 
 
-def test_a_violated_robustness_bound_is_reported_and_named():
-    frame = table(constants(0.2))  # 2C = 0.4 < U = 0.5 at delta 1
-    assert row(frame, "syn", 1)["respects_robust"] is False
-    text = report.markdown(frame)
-    assert "2C violated at" in text and "delta=1: U=0.500 > 2C=0.400" in text
-    assert "| synonym | syn | 1 | 2 | 0.500 | 0.233 |" in text
+def test_half_draws_column_reports_how_far_the_monte_carlo_average_moves():
+    group = models()
+    for m in group:
+        m["laws_half"] = m["laws"].copy()
+    group[0]["laws_half"][1, 2] = [0.0, 1.0, 0.0]  # model A's first-half average moves on row 2
+    frame = table(group=group)
+    assert row(frame, "syn", 1)["U_max"] == pytest.approx(0.5)
+    assert row(frame, "syn", 1)["U_max_half_draws"] == pytest.approx(0.7)  # A vs C on row 2: (0,1,0) vs (.7,.3,0)
+    assert row(frame, "none", 1)["U_max_half_draws"] is None
 
 
-def test_laws_within_the_bound_respect_it():
-    agree = np.array([[ONE, ONE, [0.6, 0.4, 0.0], ONE],
-                      [ONE, ONE, ONE, [0.7, 0.3, 0.0]],
-                      [ONE, ONE, ONE, ONE]])  # agree on the support, at most 0.4 apart off it
-    frame = table(constants(0.2), agree)
-    assert frame.filter(pl.col("perturbation") == "syn")["respects_robust"].to_list() == [True, True]
-    assert row(frame, "syn", 1)["U_max"] == pytest.approx(0.4)
-    text = report.markdown(frame)
-    assert "2C respected at every delta" in text and "2C violated" not in text and "2Ĉ + slack violated" not in text
-    # The contraction bound is its own check: 2 alpha U_base = 0.25 < U = 0.4 here, and the text says so.
-    assert "2αU_base violated at delta=1: U=0.400 > 2αU_base=0.250" in text
+def test_the_coupling_assertion_passes_consistent_draws_and_stops_on_inconsistent_ones():
+    group = models()
+    for m in group:  # every row changed in half of the draws: 2 x 0.5 + support TV >= any TV
+        m["differs"] = np.full((2, 4), 0.5)
+    assert table(group=group).height == 4
+    for m in group:  # no draw changed a delta-1 row: its TV must equal its support prefix's, and does not
+        m["differs"] = np.zeros((2, 4))
+    with pytest.raises(StageError, match="coupling inequality fails at row 2.*which is a bug"):
+        table(group=group)
 
 
-def test_triangle_check_counts_every_violating_row_and_pair():
-    # C = 0.1: row 2's pairs (0.5, 0.3, 0.2) against 0.2 + 0 -> 2 violations; row 3's (0.2, 0, 0.2) against
-    # 0.2 + (0, 0.1, 0.1) -> none.
-    strict = row(table(constants(0.1)), "syn", 1)
-    assert strict["violations_triangle"] == 2 and strict["respects_triangle"] is False
-    assert strict["bound_triangle"] == pytest.approx(0.3)
-    finding = "2Ĉ + slack violated at delta=1: U=0.500 > 2Ĉ + slack=0.300 (2 row/pairs)"
-    assert finding in report.markdown(table(constants(0.1)))
-    loose = row(table(constants(0.15)), "syn", 1)  # against 0.3 + 0: only the 0.5 pair
-    assert loose["violations_triangle"] == 1
-    assert row(table(constants(0.25)), "syn", 1)["respects_triangle"] is True
+def test_missing_constants_are_refused_by_name():
+    with pytest.raises(StageError, match="no constants of T for perturbation 'syn', family 'synonym', delta 1"):
+        bounds.uncertainty_table(prefixes(), models(), {k: v for k, v in CONSTANTS.items() if k[2] == 0}, draws=8)
 
 
-def test_findings_say_whether_sp_perturb_holds_from_the_constants():
-    holds = report.markdown(table(constants(0.0)))
-    assert "C = 0 at every delta > 0, so Assumption SP_perturb holds" in holds
-    assert "differs from it by at most 0.400" in holds  # U 0.5 at delta 1 against its support slack 0.1
-    assert "SP_perturb fails" in report.markdown(table(constants(0.3)))
+def test_assert_coupling_names_the_row_and_pair():
+    tv = np.array([[0.0, 0.3]])
+    bounds.assert_coupling(tv, np.array([[0.0, 0.1]]), np.array([0.0, 0.1]), "syn")
+    with pytest.raises(StageError, match="row 1, pair 0"):
+        bounds.assert_coupling(tv, np.array([[0.0, 0.0]]), np.array([0.0, 0.1]), "syn")
 
 
 def test_laws_are_compared_on_the_words_every_model_spells_as_one_token():
     laws = models(single=(True, True))
     laws[1]["single"] = np.array([True, False])  # model B spells word 1 with several tokens
     laws[1]["laws"] = bounds.fold(laws[1]["laws"], laws[1]["single"])
-    frame = bounds.uncertainty_table(prefixes(truth=(0.5, 0.5)), laws, {}, constants(0.25))
+    frame = bounds.uncertainty_table(prefixes(truth=(0.5, 0.5)), laws, CONSTANTS, draws=8)
     # Word 1 folds into "other" for every model and for the truth: TVs are unchanged (other cells were 0).
     assert row(frame, "none", 1)["U_max"] == pytest.approx(0.5)
     assert row(frame, "none", 0)["truth_other_mass"] == pytest.approx(0.5)
 
 
+BUILTIN = {"seed": 7, "words_per_class": 4}
+SETS = {"prefixes": 6, "length": 16, "deltas": [0, 1, 2], "last": 12, "tries": 16, "seed": 3}
+SETTINGS = {"last": 12, "length": 16, "draws": 2, "premise_draws": 4, "seed": 3,
+            "perturbations": {"syn": {"q0": "uniform", "beta": 0.9}}}
+
+
 @pytest.fixture
-def lab_files(tmp_path, monkeypatch):
-    """Prefixes and three models' laws on disk, and a stand-in for workflow_lib.lab.perturbation.bound_constants."""
-    calls = []
-
-    def bound_constants(q0, family, beta, last, delta):
-        calls.append((q0, family, beta, last, delta))
-        return min((1 - beta) * last, 1.0), min((1 - beta) * delta, 1.0)
-
-    monkeypatch.setitem(sys.modules, "workflow_lib.lab.perturbation", types.SimpleNamespace(bound_constants=bound_constants))
-    frame = pl.concat([prefixes("synonym"), prefixes("composition").with_columns(pl.col("row") + 4, pl.col("base") + 2)])
-    frame.write_parquet(tmp_path / "prefixes.parquet")
+def lab_files(tmp_path):
+    """A tiny grammar's prefix sets and three models' (random) laws on disk."""
+    sets = build_sets(grammar_of(BUILTIN), SETS)
+    pl.from_arrow(sets).write_parquet(tmp_path / "prefixes.parquet")
+    words = len(sets.column("truth")[0])
+    rng = np.random.default_rng(0)
     paths = []
-    for m, model in enumerate(models()):
-        model["laws"] = np.concatenate([model["laws"], model["laws"]], axis=1)
+    for m in range(3):
         paths.append(tmp_path / f"m{m}.npz")
-        np.savez(paths[-1], **model)
-    return tmp_path, [str(p) for p in paths], calls
+        np.savez(paths[-1], laws=rng.dirichlet(np.ones(words + 1), size=(2, sets.num_rows)),
+                 perturbations=np.array(["none", "syn"]), single=np.ones(words, dtype=bool))
+    return tmp_path, [str(p) for p in paths]
 
 
-def run_cli(monkeypatch, folder, laws, settings='{"last": 4, "perturbations": {"syn": {"q0": "uniform", "beta": 0.9}}}'):
-    monkeypatch.setattr(sys, "argv", ["lab_report", "--prefixes", str(folder / "prefixes.parquet"), "--laws", *laws,
-                                      "--settings", settings, "--csv", str(folder / "out/u.csv"),
+def run_cli(monkeypatch, folder, laws, settings=SETTINGS):
+    monkeypatch.setattr(sys, "argv", ["lab", "--prefixes", str(folder / "prefixes.parquet"), "--laws", *laws,
+                                      "--builtin", json.dumps(BUILTIN), "--settings", json.dumps(settings),
+                                      "--csv", str(folder / "out/u.csv"), "--premise", str(folder / "out/p.csv"),
                                       "--markdown", str(folder / "out/u.md"), "--figure", str(folder / "out/fig")])
     report.main()
 
 
-def test_cli_writes_the_table_markdown_and_figure(lab_files, monkeypatch):
-    folder, laws, calls = lab_files
+def test_cli_writes_both_tables_the_markdown_and_the_figure(lab_files, monkeypatch):
+    folder, laws = lab_files
     run_cli(monkeypatch, folder, laws)
-    written = pl.read_csv(folder / "out/u.csv")
-    assert written.columns == bounds.COLUMNS and written.height == 8
-    synonym = written.filter(pl.col("family") == "synonym")
-    assert row(synonym, "syn", 1)["bound_robust"] == pytest.approx(0.2)  # 2 C = 2 (1 - beta) delta
-    assert ("uniform", "synonym", 0.9, 4, 1) in calls
-    assert "| composition | none | 0 |" in (folder / "out/u.md").read_text()
+    trained = pl.read_csv(folder / "out/u.csv")
+    assert trained.columns == bounds.COLUMNS and trained.height == 2 * 2 * 3  # families x T's x deltas
+    premise = pl.read_csv(folder / "out/p.csv")
+    assert {"class", "U_base", "U_perturb_low", "robustness", "extrapolability", "contraction"} <= set(premise.columns)
+    assert set(premise["perturbation"]) == {"syn", "syn, l = L", "syn, l = L, beta = 0.9844"}
+    text = (folder / "out/u.md").read_text()
+    for heading in ("**T's constants**", "**Model classes that meet the premise**", "**Trained models, descriptive**"):
+        assert heading in text
+    assert "not U of any class" in text and "estimates U from below" not in text
     for ext in ("png", "pdf"):
         assert (folder / f"out/fig.{ext}").stat().st_size > 1000
     assert not list((folder / "out").glob(".*tmp*"))
 
 
 def test_cli_refuses_a_nan_law_naming_the_file(lab_files, monkeypatch):
-    folder, laws, _ = lab_files
+    folder, laws = lab_files
     with np.load(laws[1]) as data:
         broken = dict(data)
     broken["laws"][1, 2, 0] = np.nan
@@ -197,7 +189,7 @@ def test_cli_refuses_a_nan_law_naming_the_file(lab_files, monkeypatch):
 
 
 def test_cli_refuses_a_single_model_and_mismatched_perturbations(lab_files, monkeypatch):
-    folder, laws, _ = lab_files
+    folder, laws = lab_files
     with pytest.raises(StageError, match=r"1 model\(s\) \(.*m0\.npz\).*at least 2 models"):
         run_cli(monkeypatch, folder, laws[:1])
     with np.load(laws[2]) as data:
@@ -207,51 +199,34 @@ def test_cli_refuses_a_single_model_and_mismatched_perturbations(lab_files, monk
         run_cli(monkeypatch, folder, laws)
 
 
-def test_cli_refuses_non_finite_truth_naming_the_prefixes(lab_files, monkeypatch):
-    folder, laws, _ = lab_files
+def test_cli_refuses_non_finite_truth_and_incomplete_settings(lab_files, monkeypatch):
+    folder, laws = lab_files
+    with pytest.raises(StageError, match=r"lacks \['premise_draws'\]"):
+        run_cli(monkeypatch, folder, laws, {k: v for k, v in SETTINGS.items() if k != "premise_draws"})
     frame = pl.read_parquet(folder / "prefixes.parquet")
-    frame.with_columns(truth=pl.when(pl.col("row") == 5).then(pl.lit([float("nan"), 1.0])).otherwise(pl.col("truth"))) \
+    nan = [float("nan")] * len(frame["truth"][0])
+    frame.with_columns(truth=pl.when(pl.col("row") == 5).then(pl.lit(nan)).otherwise(pl.col("truth"))) \
         .write_parquet(folder / "prefixes.parquet")
     with pytest.raises(StageError, match=r"prefixes\.parquet: truth has non-finite values .* rows \[5\]"):
         run_cli(monkeypatch, folder, laws)
 
 
-def test_figure_is_deterministic_and_puts_points_at_their_own_delta(tmp_path, monkeypatch):
-    frame = table(constants(0.2)).with_columns(delta=pl.col("delta") * 3)  # deltas 0 and 3
-    report.figure(frame, str(tmp_path / "a"))
-    report.figure(frame, str(tmp_path / "b"))
+def test_figure_is_deterministic_with_at_most_five_lines_a_panel(lab_files, monkeypatch, tmp_path):
+    folder, laws = lab_files
+    run_cli(monkeypatch, folder, laws)
+    trained, premise = pl.read_csv(folder / "out/u.csv"), pl.read_csv(folder / "out/p.csv")
+    report.figure(trained, premise, str(tmp_path / "a"))
+    report.figure(trained, premise, str(tmp_path / "b"))
     for ext in ("png", "pdf"):
         assert (tmp_path / f"a.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes()
     saved = []
     monkeypatch.setattr("workflow_lib.figures._save", lambda fig, stem: saved.append(fig))
-    report.figure(frame, "unused")
+    report.figure(trained, premise, "unused")
     (fig,) = saved
-    top = fig.axes[0]
-    lines = {line.get_label(): line for line in top.get_lines()}
-    assert list(lines["U_perturb, T = syn"].get_xdata()) == [0, 3]
-    assert list(lines["U_base (no perturbation)"].get_ydata()) == pytest.approx([0.1, 0.5])
-    assert list(lines["2C, T = syn"].get_ydata()) == pytest.approx([0.0, 0.4])
-    assert list(top.get_xticks()) == [0, 3]
+    assert all(len([x for x in ax.get_lines() if not x.get_label().startswith("_")]) <= 5 for ax in fig.axes)
+    top = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    none = trained.filter((pl.col("family") == "composition") & (pl.col("perturbation") == "none")).sort("delta")
+    assert list(top["no perturbation"].get_ydata()) == pytest.approx(none["U_max"].to_list())
     fig.canvas.draw()
     legend = fig.legends[0].get_window_extent()
     assert all(not legend.overlaps(ax.get_window_extent()) for ax in fig.axes)
-
-
-def test_the_triangle_check_uses_the_draws_coupling_when_the_laws_carry_it():
-    # Under "syn", row 2 (delta 1, base 0) has pair TVs 0.5/0.3/0.2 with 0 on its support prefix. With C = 0.1,
-    # 2Ĉ + slack = 0.2 is exceeded by two pairs; but if in 30% of the draws the row's perturbed words differed
-    # from its support prefix's, the coupling allows 0.6 there, and row 3 (TV <= 0.2, its base 0.1) 0.1 + 0.2.
-    group = models()
-    for m in group:
-        m["differs"] = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.3, 0.1]])
-    frame = bounds.uncertainty_table(prefixes(), group, {}, constants(0.1))
-    coupled = row(frame, "syn", 1)
-    assert coupled["C_draws"] == pytest.approx(0.3) and coupled["violations_triangle"] == 0
-    assert coupled["bound_triangle"] == pytest.approx(0.6) and coupled["respects_robust"] is False  # bare 2C: 0.2
-    for m in group:
-        m["differs"] = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.1, 0.0]])
-    # Row 2: 0.5 and 0.3 exceed 2 x 0.1 + 0; row 3 (coupling 0): 0.2 > 0 + 0 (A, B) and 0.2 > 0 + 0.1 (B, C).
-    assert row(bounds.uncertainty_table(prefixes(), group, {}, constants(0.1)), "syn", 1)["violations_triangle"] == 4
-    group[2]["differs"] = np.zeros((2, 4))
-    with pytest.raises(StageError, match="model 2: its perturbation draws differ from model 0"):
-        bounds.uncertainty_table(prefixes(), group, {}, constants(0.1))

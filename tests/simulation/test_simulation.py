@@ -194,6 +194,42 @@ def test_empty_reading_a_is_flagged_not_a_number(tmp_path):
     assert (tmp_path / "fig.png").stat().st_size > 0 and (tmp_path / "fig.pdf").stat().st_size > 0
 
 
+def readings_summary(rules: list[str]) -> pl.DataFrame:
+    """A summary over two vocabulary sizes with both readings non-empty, one line per synonym rule."""
+    M = np.full((3, 3), 1 / 3)
+    r = mae_readings(M, M, np.array([[0, 1, 0, 1]]))  # token 2 never conditions: reading (a) has a row
+    rows = [{"vocab_size": V, "replication": rep, "synonyms": "none" if alpha == 0 else rule, "intensity": alpha,
+             "n_eligible": 4, "n_replaced": 2, "n_changed": 1, "n_unseen_rows_perturbed": 1, "mean_synonyms": 1.0,
+             **r, "mae_unseen_pairs": 0.1 + 0.01 * rep - 0.02 * alpha}
+            for V in (3, 4) for rep in range(3) for rule in rules for alpha in (0.0, 0.5)]
+    return summarize(results_table(expand_baseline(rows, rules)))
+
+
+def test_figure_tells_the_rules_apart_by_colour_and_dashes(monkeypatch):
+    """Was black and dim gray lines: each synonym rule now has a colour-blind-safe palette style, fixed by its
+    name, so a study running only `empirical` draws it as one running both does; the uniform line is gray."""
+    from matplotlib.colors import to_hex
+
+    from workflow_lib.figures import PALETTE, line_style
+    from workflow_lib.simulation import figure
+
+    saved = []
+    monkeypatch.setattr(figure, "_save", lambda fig, stem: saved.append(fig))
+    figure.simulation_figure(readings_summary(["oracle", "empirical"]), "unused")
+    figure.simulation_figure(readings_summary(["empirical"]), "unused")
+    both, alone = saved
+    for ax in both.axes:
+        lines = [line for line in ax.get_lines() if line.get_linestyle() != "None"]  # not the error bars' caps
+        assert 0 < len(lines) <= 5
+        cues = [(to_hex(line.get_color()), line._unscaled_dash_pattern) for line in lines]
+        assert len(set(cues)) == len(cues) == 3  # oracle, empirical, uniform
+        colours = {c.get_label(): to_hex(c.lines[0].get_color()) for c in ax.containers}  # errorbars: the rules
+        colours |= {line.get_label(): to_hex(line.get_color()) for line in lines if not line.get_label().startswith("_")}
+        assert colours["oracle"] == to_hex(line_style(0)["color"]) and colours["empirical"] == to_hex(line_style(1)["color"])
+        assert colours["uniform 1/|V|"] not in {to_hex(c) for c in PALETTE}
+    assert {to_hex(c.lines[0].get_color()) for ax in alone.axes for c in ax.containers} == {to_hex(line_style(1)["color"])}
+
+
 def test_schema_requires_the_baseline_intensity():
     config = tiny_config()
     config["simulation"] = {"intensities": [0.1, 0.2]}

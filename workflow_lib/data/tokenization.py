@@ -59,6 +59,20 @@ def load_hub_tokenizer(key: str, name: str, revision: str | None):
         ) from error
 
 
+# Init arguments transformers records in tokenizer_config.json that say how this process loaded the files, not
+# what the tokenizer is: `local_files_only` is True whenever HF_HUB_OFFLINE is set, so the same study would write
+# other bytes with and without it. Loading the folder sets it afresh.
+ENVIRONMENT_KWARGS = ("local_files_only",)
+
+
+def save_tokenizer(tokenizer, folder) -> None:
+    """tokenizer.save_pretrained(folder) without the environment's traces, so its files are the same bytes
+    whatever HF_HUB_OFFLINE is (the tokenizer rule and every trained model save through here)."""
+    for key in ENVIRONMENT_KWARGS:
+        tokenizer.init_kwargs.pop(key, None)
+    tokenizer.save_pretrained(folder)
+
+
 def token_ids(tokenizer, texts: list[str], batch_size: int = 2000) -> tuple[np.ndarray, np.ndarray]:
     """Token ids of every row, concatenated, plus row offsets; batched through the Rust tokenizer."""
     from tqdm import tqdm
@@ -117,7 +131,7 @@ def main() -> None:
         else:
             tokenizer = load_hub_tokenizer(args.key, spec["name"], spec.get("revision"))
         with atomic_path(args.output) as tmp:
-            tokenizer.save_pretrained(tmp)
+            save_tokenizer(tokenizer, tmp)
     else:
         import pyarrow.parquet as pq
         from transformers import AutoTokenizer

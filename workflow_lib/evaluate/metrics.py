@@ -10,8 +10,9 @@ mauve-text does; encoders: mean pooling).
 MAUVE's k-means seed moves a score about as much as the sampling seed does (mauve-text issue 11), so every
 run is scored with `kmeans_seeds` clustering seeds (seed + k, the same k-th seed for every run and every
 condition, so two conditions are paired run by run). The per-run score is the mean over those seeds, and the
-spread of the R x K grid is split by the law of total variance (population variances):
-    total = var(all R*K scores) = mean_r var_k(score[r, k])  (clustering)  +  var_r mean_k(score[r, k])  (sampling).
+spread of the R x K grid is split as a one-way random-effects model, score[r, k] = mu + s_r + c_rk, whose two
+variances are estimated without bias (`variance_split`): the variance of the run means holds sigma^2_c / K
+besides sigma^2_s, so it is not all sampling.
 num_buckets "auto" is min(max_buckets, max(2, round(min(n_p, n_q) / 10))): the library's n/10 rule, capped as
 its best practices advise (at most ~500); an explicit integer is used as given.
 
@@ -138,13 +139,32 @@ def mauve_over_seeds(p_features: np.ndarray, q_features: np.ndarray, settings: d
 
 
 def variance_split(scores: np.ndarray) -> dict:
-    """Law of total variance over an [R runs, K seeds] grid, population variances: total = clustering + sampling."""
+    """How much of one MAUVE score's variance is the sampling run and how much the k-means seed, from an
+    [R runs, K seeds] grid, as unbiased one-way random-effects (ANOVA) estimates:
+        clustering = sigma^2_c = mean over runs of the within-run variance (ddof 1),
+        sampling   = sigma^2_s = var of the run means (ddof 1) - sigma^2_c / K, floored at 0,
+    since a run mean's variance is sigma^2_s + sigma^2_c / K (with population variances, as before, a study
+    with no sampling variance at all showed a sampling share near 1/K). total = sampling + clustering, the
+    variance of one (run, seed) score; clustering_share = clustering / total. A run's score averages K seeds,
+    so its clustering part is sigma^2_c / K (`clustering_of_run_mean`); `kmeans_seeds_needed` is the fewest
+    seeds that put it under sigma^2_s (None when sigma^2_s is 0: no number of seeds does). One seed cannot
+    tell the two apart and one run has no sampling spread: those parts are None, never a guess."""
     scores = np.asarray(scores, dtype=np.float64)
-    total = float(scores.var())
-    clustering = float(scores.var(axis=1).mean())
-    sampling = float(scores.mean(axis=1).var())
-    share = min(1.0, max(0.0, clustering / total)) if total > 0 else None  # clipped against rounding only
-    return {"total": total, "sampling": sampling, "clustering": clustering, "clustering_share": share}
+    runs, seeds = scores.shape
+    clustering = float(scores.var(axis=1, ddof=1).mean()) if seeds > 1 else None
+    sampling = None
+    if runs > 1 and clustering is not None:
+        sampling = max(0.0, float(scores.mean(axis=1).var(ddof=1)) - clustering / seeds)
+    split = {"total": None, "sampling": sampling, "clustering": clustering, "clustering_share": None,
+             "clustering_of_run_mean": None if clustering is None else clustering / seeds,
+             "kmeans_seeds_needed": None, "runs": runs, "kmeans_seeds": seeds}
+    if sampling is None:
+        return split
+    total = sampling + clustering
+    split |= {"total": total, "clustering_share": clustering / total if total > 0 else None}
+    if sampling > 0:  # the fewest K with sigma^2_c / K < sigma^2_s
+        split["kmeans_seeds_needed"] = int(np.floor(clustering / sampling)) + 1
+    return split
 
 
 NON_ALPHANUMERIC = re.compile(r"[^a-z0-9]+")
@@ -214,7 +234,9 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
     import polars as pl
     import pyarrow as pa
 
-    frame = pl.from_arrow(samples).join(pl.from_arrow(prompts).select("prompt_id", "prefix", "reference"), on="prompt_id")
+    # Row order feeds MAUVE (its k-means seeding sees the features in this order): the samples file's order, kept.
+    frame = pl.from_arrow(samples).join(pl.from_arrow(prompts).select("prompt_id", "prefix", "reference"), on="prompt_id",
+                                        maintain_order="left")
     order = {int(p): i for i, p in enumerate(prompts.column("prompt_id").to_pylist())}
     model_text = (frame["prefix"] + frame["text"]).to_list()  # the shared prefix plus the continuation, as EMO
     frame = frame.with_columns(pl.Series("model_text", model_text))

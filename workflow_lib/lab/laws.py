@@ -70,7 +70,9 @@ def model_laws(model, tokenizer, grammar, lex, ids: np.ndarray, base: np.ndarray
     """[P, R, W + 1] next-word laws (grammar words spelt by one token, then one cell for the rest) of one model,
     for "none" and every lab perturbation; and `differs` [P, R], the share of draws in which a row's perturbed
     words differ from those of its support prefix (row `base_row`). That share is the coupling's empirical C:
-    the estimated laws of a row and of its support prefix are at most that far apart in TV, whatever the model."""
+    the estimated laws of a row and of its support prefix are at most that far apart in TV, whatever the model.
+    `laws_half` averages the first half of the draws: TVs computed from it show how far the Monte Carlo average
+    still moves (a TV of averaged laws is biased upward, and the bias shrinks with the draws)."""
     from workflow_lib.evaluate.extrapolation import model_next_word, word_token_ids
     from workflow_lib.lab import perturbation
 
@@ -80,21 +82,27 @@ def model_laws(model, tokenizer, grammar, lex, ids: np.ndarray, base: np.ndarray
     specs = [("none", None), *sorted(settings["perturbations"].items())]
     laws = np.zeros((len(specs), len(ids), len(grammar.vocabulary) + 1))
     differs = np.zeros((len(specs), len(ids)))
+    laws_half = np.zeros_like(laws)
     for p, (name, spec) in enumerate(specs):
         draws = 1 if spec is None else settings["draws"]
+        half = max(1, draws // 2)
         for d in range(draws):
             seen = ids if spec is None else perturbation.perturb_words(lex, ids, spec["q0"], spec["beta"], settings["last"], keys, d,
                                                               weights_source=grammar)
             # Rows that read the same words (a synonym row under class replacement at beta 1 and its support
             # prefix, the delta-0 rows of both families) are run once.
             unique, inverse = np.unique(seen, axis=0, return_inverse=True)
-            laws[p] += model_next_word(model, tokenizer, words[unique].tolist(), word_tokens, {"intensity": 0.0}, None, 1,
-                                       0)[inverse.reshape(-1)]
+            law = model_next_word(model, tokenizer, words[unique].tolist(), word_tokens, {"intensity": 0.0}, None, 1,
+                                  0)[inverse.reshape(-1)]
+            laws[p] += law
+            if d < half:
+                laws_half[p] += law
             differs[p] += (seen != seen[base_row]).any(1)
+        laws_half[p] /= half
         laws[p] /= draws
         differs[p] /= draws
         log.info("%s: %d draws over %d prefixes", name, draws, len(ids))
-    return {"laws": laws, "differs": differs, "perturbations": np.array([name for name, _ in specs]),
+    return {"laws": laws, "laws_half": laws_half, "differs": differs, "perturbations": np.array([name for name, _ in specs]),
             "single": word_tokens >= 0}
 
 

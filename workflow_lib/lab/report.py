@@ -1,15 +1,16 @@
-"""Reading the theory lab: the extrapolation uncertainty U(delta) of a group of models, measured against the
-paper's bounds (REFERENCE.md section 7) on the builtin grammar, whose true next-word law is known.
+"""The `lab` rule: T's exact constants, the premise-meeting model classes and the trained models' disagreement, as
+one table each (CSV and the summary's Markdown), generated findings, and one figure.
 
-U_P(delta) is a sup over prefixes within Hamming distance delta of the support and over model pairs that
-agree on the support. Here the sup runs over the prefix rows of one (family, delta) and over every pair of
-the trained models, so U_max is an estimate of U from below. The trained models do not agree exactly on
-the support, so beside the robustness bound 2 C_{T,delta} (which presumes they do) the table carries the
-bound that holds for any pair by the triangle inequality:
-TV_X'(P, P') <= TV(P(.|X'), P(.|X0)) + TV_X0(P, P') + TV(P'(.|X0), P'(.|X')) <= 2 C + TV_X0(P, P'),
-X0 the support prefix the row was made from (its `base`). All TVs are on the models' cells: the words the
-tokenizer spells as one token, and one "other" cell for the rest; coarsening never increases a TV, so the
-bounds hold on these cells too.
+What each number is, with the paper's line that defines it, is in the README's "The theory lab". In short:
+- T's constants: alpha(T) and C_{T,delta} = eta_T(delta) exactly for the T that runs (lab.perturbation), beside the
+  Proposition's values, which hold only when T perturbs every position (l = L) or the prefixes differ inside T's
+  window only.
+- Premise classes (lab.premise): U_base(delta) and U_perturb(delta) of model classes whose pairs agree on the
+  support, exact or with two-sided bounds, and where each theorem's bound holds, is vacuous or is violated.
+- Trained models (lab.bounds): their pairwise TV, reported descriptively; they disagree on the support, so no
+  bound is marked for them.
+All TVs of trained models are on the models' cells: the words the tokenizer spells as one token, and one "other"
+cell for the rest.
 """
 
 from __future__ import annotations
@@ -31,168 +32,191 @@ FAMILY_NOTES = {"composition": "classes changed into held-out compositions",
                 "synonym": "words replaced by unseen same-class synonyms"}
 
 
-
-
 def _num(value, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
+    return "—" if value is None or (isinstance(value, float) and np.isnan(value)) else f"{value:.{digits}f}"
 
 
-def _check(respects, count=None) -> str:
-    if respects is None:
-        return "—"
-    return "yes" if respects else ("no" if count is None else f"no ({count})")
+def _row(cells) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def _violations(part: pl.DataFrame, respects: str, bound: str, name: str) -> str:
-    """Where U_max exceeds a bound. Delta 0 is left out of the bare 2C: the theorem presumes models that agree
-    on the support, so any disagreement there exceeds 2C = 0; the support slack measures it instead."""
-    if respects == "respects_robust":
-        part = part.filter(pl.col("delta") > 0)
-    broken = part.filter(~pl.col(respects))
-    if not broken.height:
-        return f"{name} respected at every delta" + (" > 0" if respects == "respects_robust" else "")
-    return f"{name} violated at " + "; ".join(
-        f"delta={r['delta']}: U={r['U_max']:.3f} > {name}={r[bound]:.3f}"
-        + (f" ({r['violations_triangle']} row/pairs)" if respects == "respects_triangle" else "")
-        for r in broken.iter_rows(named=True))
+def _table(head: list[str], rows: list[list]) -> list[str]:
+    return [_row(head), "|" + "---|" * len(head), *(_row(r) for r in rows)]
 
 
-def _findings(table: pl.DataFrame) -> list[str]:
-    """Plain sentences read off the table, one bullet per (family, perturbation)."""
+def constants_frame(premise: pl.DataFrame) -> pl.DataFrame:
+    """T's constants per (T, family, delta), one copy (they do not depend on the model class)."""
+    return (premise.filter(pl.col("class") == premise["class"][0])
+            .select("perturbation", "q0", "beta", "last", "family", "delta", "alpha", "alpha_proposition", "C",
+                    "C_proposition", "C_rows"))
+
+
+def constants_of(premise: pl.DataFrame) -> dict[tuple, dict]:
+    return {(r["perturbation"], r["family"], r["delta"]): r for r in constants_frame(premise).iter_rows(named=True)}
+
+
+def _span(values: pl.Series) -> str:
+    low, high = values.min(), values.max()
+    return f"{low:.3f}" if abs(high - low) < 5e-4 else f"{low:.3f} to {high:.3f}"
+
+
+def _interval(low, high) -> str:
+    if low is None:
+        return "no admissible pair"
+    return _num(low) if abs(high - low) < 5e-4 else f"[{low:.3f}, {high:.3f}]"
+
+
+def findings(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> list[str]:
+    """Plain sentences read off the three tables; every number is one the tables hold."""
     lines = []
-    for (family, p), part in table.group_by(["family", "perturbation"], maintain_order=True):
+    consts = constants_frame(premise).filter(pl.col("delta") > 0)
+    for (name,), part in consts.group_by("perturbation", maintain_order=True):
+        r = part.row(0, named=True)
+        worst = part["C_rows"].max()
+        if r["q0"] == "uniform":
+            lines.append(
+                f"- **T = {name}** (uniform replacement of the last {r['last']} of {length} words, beta = {r['beta']}): "
+                f"alpha(T) = {r['alpha']:.3f} and C = {_span(part['C'])} for delta >= 1, exactly; the Proposition states "
+                f"alpha <= {r['alpha_proposition']:.3f} and C = {_span(part['C_proposition'])}. On the lab's rows, whose "
+                f"changes lie inside the window, TV(T(.|X'), T(.|X0)) is at most {worst:.3f}.")
+        else:
+            lines.append(f"- **T = {name}** (class replacement, beta = {r['beta']}): alpha(T) = {r['alpha']:.0f} and "
+                         f"C = {part['C'].max():.0f} for delta >= 1 (a changed function word or a held-out class "
+                         "sequence is never restored); on the rows TV(T(.|X'), T(.|X0)) is 0 exactly where every "
+                         f"change keeps its class, else 1 (max {worst:.0f}).")
+    beta_needed = 1 - 1 / (2 * length)
+    lines.append(f"- A contraction (2 alpha < 1) needs alpha(T) < 1/2: with l < L, never; with l = L = {length}, the "
+                 f"Proposition's bound (1 - beta) L < 1/2 asks beta > {beta_needed:.4f}, i.e. nearly every word replaced "
+                 "at random.")
+    for (cls, name), part in premise.group_by(["class", "perturbation"], maintain_order=True):
+        verdicts = {k: sorted(set(part.filter(pl.col("delta") > 0)[k].to_list()))
+                    for k in ("robustness", "extrapolability", "contraction")}
+        if not part["admissible"].all():
+            lines.append(f"- **Premise class `{cls}`, T = {name}**: no pair of its members agrees on the support once "
+                         "perturbed (T leaves the set where they agree from support prefixes), so U_perturb is a sup over "
+                         "no pairs and no theorem says anything about this class here.")
+            continue
+        top = part.sort("U_perturb_high", descending=True).row(0, named=True)
+        reach = ("is 0 on every row" if top["U_perturb_high"] <= 0 else f"reaches "
+                 f"{_interval(top['U_perturb_low'], top['U_perturb_high'])} ({top['family']} rows, delta = {top['delta']})")
+        lines.append(f"- **Premise class `{cls}`, T = {name}**: U_base reaches {part['U_base'].max():.3f} on the rows; "
+                     f"U_perturb {reach}; globally U_perturb^inf = {top['U_perturb_inf']:.3f} against 2 alpha U_base^inf "
+                     f"= {2 * top['alpha'] * top['U_base_inf']:.3f}. Robustness (2C): {', '.join(verdicts['robustness'])}; "
+                     f"with the Proposition's C: "
+                     f"{', '.join(sorted(set(part['robustness_proposition'].to_list())))}; Extrapolability on rows with "
+                     f"T(.|X') = T(.|X0): {', '.join(verdicts['extrapolability'])}; Contractivity (global): "
+                     f"{', '.join(verdicts['contraction'])}.")
+    for (family, name), part in trained.group_by(["family", "perturbation"], maintain_order=True):
         part = part.sort("delta")
         first, last = part.row(0, named=True), part.row(-1, named=True)
-        truth = (f"TV to the truth goes from {first['tv_truth_mean']:.3f} at delta={first['delta']} to "
-                 f"{last['tv_truth_mean']:.3f} at delta={last['delta']}.")
-        if p == UNPERTURBED:
-            lines.append(f"- **{family} prefixes, no perturbation**: U_base goes from {first['U_max']:.3f} at "
-                         f"delta={first['delta']} to {last['U_max']:.3f} at delta={last['delta']}; {truth}")
-            continue
-        outside = part.filter(pl.col("delta") > 0)
-        if outside.height and (outside["C"] == 0).all():
-            theory = ("C = 0 at every delta > 0, so Assumption SP_perturb holds and U_perturb(delta) should equal "
-                      "the models' disagreement on the paired support prefixes; it differs from it by at most "
-                      f"{(part['U_max'] - part['slack']).abs().max():.3f}.")
-        else:
-            theory = "C > 0 off the support, so Assumption SP_perturb fails and only the robustness bound applies."
-        compared = outside.filter(pl.col("U_base").is_not_null())
-        versus = (f" U_perturb is below U_base at {(compared['U_max'] < compared['U_base']).sum()} of "
-                  f"{compared.height} deltas > 0 (mean U_perturb − U_base "
-                  f"{(compared['U_max'] - compared['U_base']).mean():+.3f})." if compared.height else "")
-        lines.append(f"- **{family} prefixes, perturbation {p}**: {theory} "
-                     f"{_violations(part, 'respects_robust', 'bound_robust', '2C')} (the models disagree by "
-                     f"{first['slack']:.3f} on the support itself); "
-                     f"{_violations(part, 'respects_triangle', 'bound_triangle', '2Ĉ + slack')}; "
-                     f"{_violations(part, 'respects_contraction', 'bound_contraction', '2αU_base')}.{versus} {truth}")
+        mc = ("" if last["U_max_half_draws"] is None else
+              f"; from half of the {last['draws']} draws U_max at delta = {last['delta']} would be "
+              f"{last['U_max_half_draws']:.3f}")
+        lines.append(f"- **Trained models, {family} rows, T = {name}**: the {first['n_models']} models disagree by "
+                     f"{first['U_max']:.3f} (max TV) on the support and by {last['U_max']:.3f} at delta = {last['delta']} "
+                     f"(growth {last['U_growth']:+.3f}){mc}; TV to the truth {first['tv_truth_mean']:.3f} -> "
+                     f"{last['tv_truth_mean']:.3f}. They do not agree on the support, so this is not U of any class.")
     return lines
 
 
-def markdown(table: pl.DataFrame) -> str:
-    """The table for the summary (3 decimals) and the findings read off it."""
-    n_models = table["n_models"].max() if table.height else 0
-    head = ["family", "perturbation", "δ", "prefixes", "U_max", "U_mean", "U_base", "support slack", "2C", "Ĉ",
-            "2αU_base", "2Ĉ + slack", "TV truth ± 2SE", "≤ 2C", "≤ 2Ĉ + slack (violations)", "≤ 2αU_base"]
-    md = [f"Extrapolation uncertainty on the synthetic grammar: max / mean pairwise TV over {n_models} models "
-          "(U_max estimates U from below); support slack = the same pairs' max TV on the paired delta-0 "
-          "prefixes; Ĉ = the largest share of T's draws that left a prefix different from its support prefix "
-          "(C's Monte Carlo counterpart); 2Ĉ + slack = the bound, with Ĉ for C, that holds exactly for models "
-          "that do not agree on the support, pair by pair and prefix by prefix.",
-          "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in table.iter_rows(named=True):
-        truth = _num(r["tv_truth_mean"]) + ("" if r["tv_truth_2se"] is None else f" ± {r['tv_truth_2se']:.3f}")
-        cells = [r["family"], r["perturbation"], str(r["delta"]), str(r["n_prefixes"]), _num(r["U_max"]),
-                 _num(r["U_mean"]), _num(r["U_base"]), _num(r["slack"]), _num(r["bound_robust"]), _num(r["C_draws"]),
-                 _num(r["bound_contraction"]), _num(r["bound_triangle"]), truth, _check(r["respects_robust"]),
-                 _check(r["respects_triangle"], r["violations_triangle"]), _check(r["respects_contraction"])]
-        md.append("| " + " | ".join(cells) + " |")
-    return "\n".join([*md, "", *_findings(table)]) + "\n"
+def _premise_rows(premise: pl.DataFrame) -> list[list]:
+    """The premise table's rows off the support (delta 0 holds U = 0 by definition); a (class, T) with no
+    admissible pair is one row."""
+    rows = []
+    for (cls, name), part in premise.group_by(["class", "perturbation"], maintain_order=True):
+        if not part["admissible"].all():
+            rows.append([cls, name, "all", "all", _num(part["U_base"].max()), "no admissible pair", "—", "—", "—", "—",
+                         "no admissible pair"])
+            continue
+        for r in part.filter(pl.col("delta") > 0).iter_rows(named=True):
+            rows.append([cls, name, r["family"], r["delta"], _num(r["U_base"]),
+                         _interval(r["U_perturb_low"], r["U_perturb_high"]), _num(2 * r["C"]), r["robustness"],
+                         r["robustness_proposition"], r["extrapolability"], r["contraction"]])
+    return rows
 
 
-def _legend_grid(fig, axes, columns: int) -> None:
-    """One legend below the panels: a column per kind of line (measured, 2C, ...), a row per perturbation."""
-    from matplotlib.lines import Line2D
+def markdown(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> str:
+    """The summary's lab section: T's constants, the premise classes, the trained models, and the findings."""
+    consts = constants_frame(premise)
+    md = ["**T's constants**, exact for the T that runs (alpha, C) beside the Proposition's statement (Prop.); "
+          "C on rows: the largest TV(T(.|X'), T(.|X0)) between a row and its own support prefix.", ""]
+    md += _table(["T", "l", "family", "δ", "α", "α (Prop.)", "C", "C (Prop.)", "C on rows"],
+                 [[r["perturbation"], r["last"], r["family"], r["delta"], _num(r["alpha"]), _num(r["alpha_proposition"]),
+                   _num(r["C"]), _num(r["C_proposition"]), _num(r["C_rows"])] for r in consts.iter_rows(named=True)])
+    md += ["", "**Model classes that meet the premise** (pairs agree on the support; README, 'The theory lab'): U on "
+           "the lab's rows, exact or Clopper-Pearson 95% bounds, and each theorem's verdict.", ""]
+    md += _table(["class", "T", "family", "δ", "U_base", "U_perturb", "2C", "robustness", "robustness (Prop.'s C)",
+                  "extrapolability", "contraction (global)"],
+                 _premise_rows(premise))
+    md += ["", "**Trained models, descriptive**: max / mean pairwise TV over the group on each delta set (not U: the "
+           "models disagree on the support), its growth from delta 0, the max from half the draws (Monte Carlo "
+           "check), and the TV to the true law.", ""]
+    md += _table(["family", "T", "δ", "prefixes", "draws", "U_max", "U_mean", "growth", "U_max (half draws)",
+                  "support disagreement", "Ĉ", "TV truth ± 2SE"],
+                 [[r["family"], r["perturbation"], r["delta"], r["n_prefixes"], r["draws"], _num(r["U_max"]),
+                   _num(r["U_mean"]), _num(r["U_growth"]), _num(r["U_max_half_draws"]), _num(r["support_disagreement"]),
+                   _num(r["C_draws"]), _num(r["tv_truth_mean"]) + ("" if r["tv_truth_2se"] is None
+                                                                    else f" ± {r['tv_truth_2se']:.3f}")]
+                  for r in trained.iter_rows(named=True)])
+    return "\n".join([*md, "", *findings(trained, premise, length)]) + "\n"
 
-    entries = {}
-    for ax in np.ravel(axes):
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            entries.setdefault(label, handle)
-    kinds = [[(h, lab) for lab, h in entries.items() if lab.startswith(prefix)] for prefix in LEGEND_KINDS[:columns]]
-    rows = max(len(k) for k in kinds)
-    blank = (Line2D([], [], linestyle="none"), "")
-    # Bounds exist for perturbed lines only: pad their columns at the top, so each row is one perturbation.
-    handles, labels = zip(*[entry for kind in kinds for entry in [blank] * (rows - len(kind)) + kind])
-    fig.legend(handles, labels, loc="outside lower center", ncol=len(kinds), fontsize=7, frameon=False)
 
-
-LEGEND_KINDS = ["U_", "2C, ", "2Ĉ + slack", "2α"]
-
-
-def figure(table: pl.DataFrame, stem: str) -> None:
-    """One column of panels per prefix family. Top: measured U_max against delta per perturbation ("none" is
-    U_base) with each perturbation's robustness bound 2C (dashed), the bound 2C + support slack that holds for
-    models that disagree on the support (dash-dot) and the contraction bound 2 alpha U_base (dotted); bounds
-    above 1 are drawn at 1 (a TV never exceeds 1). Bottom: TV to the truth, mean ± 2 SE over prefixes."""
+def figure(trained: pl.DataFrame, premise: pl.DataFrame, stem: str) -> None:
+    """A column per prefix family. Top: the trained models' max pairwise TV against delta, per T ("none": no
+    perturbation). Middle: the `unseen` premise class, U_base and U_perturb per T (a band where the draws bound it).
+    Bottom: the trained models' TV to the true law, mean ± 2 SE. At most five lines a panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from workflow_lib.figures import _save
-    from workflow_lib.report.figures import MARKERS, _empty
+    from workflow_lib.figures import _save, empty_panel, legend_below, line_style
 
-    families = sorted(set(table["family"].to_list())) or ["(none)"]
-    perturbations = list(dict.fromkeys(table["perturbation"].to_list()))
-    colors = ["black", "dimgray", "darkgray"]
-    style = {p: dict(marker=MARKERS[i % len(MARKERS)], color=colors[i % len(colors)]) for i, p in enumerate(perturbations)}
-    n_models = table["n_models"].max() if table.height else 0
-    fig, axes = plt.subplots(2, len(families), figsize=(max(4.8 * len(families), 7.0), 7.6), squeeze=False,
+    families = sorted(set(trained["family"].to_list()) | set(premise["family"].to_list())) or ["(none)"]
+    names = list(dict.fromkeys([UNPERTURBED, *trained["perturbation"].to_list(), *premise["perturbation"].to_list()]))
+    style = {name: line_style(i) for i, name in enumerate(names)}
+    fig, axes = plt.subplots(3, len(families), figsize=(max(4.6 * len(families), 7.0), 9.0), squeeze=False,
                              sharey="row", layout="constrained")
+    cls = premise.filter(pl.col("class") == "unseen")
     for col, family in enumerate(families):
-        top, bottom = axes[0][col], axes[1][col]
-        part = table.filter(pl.col("family") == family)
-        if not part.height:
-            _empty(top, "no prefixes")
-            _empty(bottom, "no prefixes")
-            continue
-        holding = [p for (p,), g in part.filter((pl.col("delta") > 0) & pl.col("C").is_not_null())
-                   .group_by("perturbation", maintain_order=True) if (g["C"] == 0).all()]
+        top, middle, bottom = (axes[r][col] for r in range(3))
         note = FAMILY_NOTES.get(family, "")
-        top.set_title(f"{family} prefixes" + (f"\n({note})" if note else "")
-                      + f"\nSP_perturb (C = 0) holds for T: {', '.join(holding) or 'none of them'}", fontsize=9)
-        for p in perturbations:
-            line = part.filter(pl.col("perturbation") == p).sort("delta")
-            x = line["delta"].to_list()
-            name = "U_base (no perturbation)" if p == UNPERTURBED else f"U_perturb, T = {p}"
-            # The unperturbed line is wider with larger markers, drawn first: a perturbed line on top of it
-            # leaves it visible around its edges.
-            size = dict(linewidth=2.6, markersize=8) if p == UNPERTURBED else dict(linewidth=1.4, markersize=5)
-            top.plot(x, line["U_max"].to_list(), linestyle="-", label=name, **size, **style[p])
-            bottom.errorbar(x, line["tv_truth_mean"].to_list(), yerr=[e or 0.0 for e in line["tv_truth_2se"].to_list()],
-                            linestyle="-", capsize=2, label=name, **size, **style[p])
-            if p == UNPERTURBED:
+        top.set_title(f"{family} prefixes" + (f"\n({note})" if note else ""), fontsize=9)
+        part = trained.filter(pl.col("family") == family)
+        if not part.height:
+            empty_panel(top, "no trained models")
+            empty_panel(bottom, "no trained models")
+        for name in dict.fromkeys(part["perturbation"].to_list()):
+            line = part.filter(pl.col("perturbation") == name).sort("delta")
+            label = "no perturbation" if name == UNPERTURBED else f"T = {name}"
+            top.plot(line["delta"].to_list(), line["U_max"].to_list(), label=label, **style[name])
+            bottom.errorbar(line["delta"].to_list(), line["tv_truth_mean"].to_list(), capsize=2, label=label,
+                            yerr=[e or 0.0 for e in line["tv_truth_2se"].to_list()], **style[name])
+        rows = cls.filter(pl.col("family") == family)
+        if rows.height:
+            base = rows.group_by("delta").agg(pl.col("U_base").max()).sort("delta")
+            middle.plot(base["delta"].to_list(), base["U_base"].to_list(), label="no perturbation", **style[UNPERTURBED])
+        for name in dict.fromkeys(rows["perturbation"].to_list()):
+            line = rows.filter(pl.col("perturbation") == name).sort("delta")
+            if line["U_perturb_low"].null_count():
                 continue
-            faint = dict(markerfacecolor="white", markersize=5, linewidth=1.0, **style[p])
-            for column, label, linestyle in (("bound_robust", f"2C, T = {p}", "--"),
-                                             ("bound_triangle", f"2Ĉ + slack, T = {p}", "-."),
-                                             ("bound_contraction", f"2α·U_base, T = {p}", ":")):
-                if line[column].null_count() < line.height:
-                    top.plot(x, np.minimum(line[column].fill_null(np.nan).to_numpy(), 1.0), linestyle=linestyle,
-                             label=label, **faint)
-        ticks = sorted(set(part["delta"].to_list()))
-        for ax in (top, bottom):
-            ax.set_xticks(ticks)
-            ax.set_ylim(-0.02, 1.05)
+            x, low, high = line["delta"].to_list(), line["U_perturb_low"].to_list(), line["U_perturb_high"].to_list()
+            middle.plot(x, high, label=f"T = {name}", **style[name])
+            middle.fill_between(x, low, high, color=style[name]["color"], alpha=0.2, linewidth=0)
+        if not rows.height:
+            empty_panel(middle, "no premise class")
+        for ax in (top, middle, bottom):
+            ax.set_xticks(sorted(set(part["delta"].to_list()) | set(rows["delta"].to_list())))
+            ax.set_ylim(-0.02, 1.02)
             ax.tick_params(labelsize=8)
         bottom.set_xlabel("δ: Hamming distance to the training support", fontsize=9)
         if col == 0:
-            top.set_ylabel(f"max pairwise TV over {n_models} models\n(estimate of U from below; bounds capped at 1)",
-                           fontsize=8)
-            bottom.set_ylabel("TV to the true next-word law\n(mean over prefixes and models, ± 2 SE)", fontsize=8)
-    fig.suptitle("Extrapolation uncertainty U(δ) on the synthetic grammar: measured against the bounds "
-                 "(slack: the pair's TV on the paired support prefix)", fontsize=9)
-    if table.height:
-        _legend_grid(fig, axes, len(LEGEND_KINDS))
+            top.set_ylabel("trained models:\nmax pairwise TV (not U)", fontsize=8)
+            middle.set_ylabel("premise class 'unseen':\nU_base, U_perturb (exact)", fontsize=8)
+            bottom.set_ylabel("trained models: TV to the\ntrue law (mean ± 2 SE)", fontsize=8)
+    fig.suptitle("Theory lab on the synthetic grammar: trained models (descriptive) and a model class that meets "
+                 "the theorems' premise", fontsize=9)
+    legend_below(fig, axes)
     _save(fig, stem)
     plt.close(fig)
 
@@ -213,44 +237,54 @@ def _read_model(path: str) -> dict:
             raise StageError(f"{path}: missing arrays {sorted(missing)}")
         label = str(data["label"][()]) if "label" in data.files else Path(path).stem
         model = {"laws": data["laws"], "perturbations": data["perturbations"], "single": data["single"], "label": label}
-        if "differs" in data.files:  # the draws' coupling shares (lab_laws): the exact triangle check uses them
-            model["differs"] = data["differs"]
+        for optional in ("differs", "laws_half"):  # the draws' coupling shares, the half-draws average (lab_laws)
+            if optional in data.files:
+                model[optional] = data[optional]
         return model
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m workflow_lib.lab.report")
     parser.add_argument("--prefixes", required=True,
-                        help="the lab's prefixes Parquet (row, family, delta, base, text, truth)")
+                        help="the lab's prefixes Parquet (row, family, delta, base, ids, truth)")
     parser.add_argument("--laws", nargs="+", required=True, help="one .npz per model of the group")
-    parser.add_argument("--settings", required=True, help="JSON: perturbation name -> {q0, beta, last}")
-    parser.add_argument("--csv", required=True)
+    parser.add_argument("--builtin", required=True, help="JSON: the builtin dataset's grammar settings")
+    parser.add_argument("--settings", required=True,
+                        help="JSON: perturbations {name: {q0, beta}}, last, length, draws, premise_draws, seed")
+    parser.add_argument("--csv", required=True, help="the trained models' table")
+    parser.add_argument("--premise", required=True, help="the premise classes' table (CSV)")
     parser.add_argument("--markdown", required=True)
     parser.add_argument("--figure", required=True, help="writes STEM.png and STEM.pdf")
     args = parser.parse_args()
-    settings = parse_json_arg(args.settings, "lab_report --settings")
+    settings = parse_json_arg(args.settings, "lab --settings")
+    if missing := {"perturbations", "last", "length", "draws", "premise_draws", "seed"} - set(settings):
+        raise StageError(f"lab --settings lacks {sorted(missing)}")
     specs = settings_specs(settings)
-    prefixes = pl.read_parquet(args.prefixes)
-    missing = {"row", "family", "delta", "base", "truth"} - set(prefixes.columns)
+    prefixes = pl.read_parquet(args.prefixes).sort("row")
+    missing = {"row", "family", "delta", "base", "ids", "truth"} - set(prefixes.columns)
     if missing:
         raise StageError(f"{args.prefixes}: missing columns {sorted(missing)}")
     models = [_read_model(path) for path in args.laws]
     check_models(models, args.laws, rows=prefixes.height, words=prefixes["truth"].list.len().max())
-    from workflow_lib.lab.perturbation import bound_constants
+    from workflow_lib.lab import prefix_sets
+    from workflow_lib.lab.laws import grammar_of
+    from workflow_lib.lab.premise import premise_table
 
+    grammar = grammar_of(parse_json_arg(args.builtin, "lab --builtin"))
+    lex = prefix_sets.lexicon(grammar, settings["seed"])
+    premise = premise_table(grammar, lex, prefixes, specs, settings["length"], settings["seed"], settings["premise_draws"])
     try:
-        table = uncertainty_table(prefixes, models, specs, bound_constants, names=args.laws)
+        trained = uncertainty_table(prefixes, models, constants_of(premise), settings["draws"], names=args.laws)
     except StageError as error:
         raise StageError(str(error).replace("prefixes:", f"{args.prefixes}:", 1)) from error
-    with atomic_path(args.csv) as tmp:
-        table.write_csv(tmp)
+    for table, path in ((trained, args.csv), (premise, args.premise)):
+        with atomic_path(path) as tmp:
+            table.write_csv(tmp)
     with atomic_path(args.markdown) as tmp:
-        tmp.write_text(markdown(table))
-    figure(table, args.figure)
-    perturbed = table.filter(pl.col("perturbation") != UNPERTURBED)
-    log.info("theory lab: %d models, %d prefixes; 2C violated at %d of %d (perturbation, family, delta), "
-             "triangle bound at %d (%d row/pairs)", len(models), prefixes.height, (~perturbed["respects_robust"]).sum(),
-             perturbed.height, (~perturbed["respects_triangle"]).sum(), perturbed["violations_triangle"].sum())
+        tmp.write_text(markdown(trained, premise, settings["length"]))
+    figure(trained, premise, args.figure)
+    log.info("theory lab: %d models, %d prefixes; premise-class verdicts: %s", len(models), prefixes.height,
+             dict(premise.group_by("robustness").len().iter_rows()))
 
 
 if __name__ == "__main__":

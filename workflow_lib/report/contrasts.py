@@ -10,12 +10,16 @@ data:
 - MAUVE, paired over sampling runs: run r of both conditions used the same prompts and the same
   counter-based seeds, so d_r = MAUVE_A[r] - MAUVE_B[r]; a t interval over runs and the paired t-test.
 - ROUGE and perplexity, paired over prompts: a bootstrap that resamples prompts (the same resample for both
-  conditions), percentile interval. Its generator is seeded from the comparison's identity, so a rerun
-  writes the same bytes.
+  conditions), percentile interval. ROUGE pairs the (prompt, run) samples both conditions have, so a condition
+  with an extra run is compared on the shared ones. Its generator is seeded from the comparison's identity,
+  so a rerun writes the same bytes.
 
-p-values are Holm-corrected within one (family, metric) table. `paired_section` writes the summary's
-Markdown of them. Untrained models (evaluated as released) appear beside the trained ones, marked, and are
-never compared as an objective.
+p-values are Holm-corrected within one (family, metric) table. A bootstrap p cannot be finer than 2/(B + 1)
+and Holm multiplies a table's smallest p by its m comparisons, so each table gets B = max(--resamples, 200 m)
+resamples (`resamples_for`), drawn in bounded chunks; the `resamples` column records it. A MAUVE comparison
+whose runs all moved by the same amount has no spread to test: no p, no interval, no mark. `paired_section`
+writes the summary's Markdown of them. Untrained models (evaluated as released) appear beside the trained
+ones, marked, and are never compared as an objective.
 """
 
 from __future__ import annotations
@@ -30,16 +34,18 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from workflow_lib.cli import run
+from workflow_lib.cli import StageError, run
 from workflow_lib.files import atomic_path
 from workflow_lib.grid import UNTRAINED
 from workflow_lib.report.conditions import ABLATION, KEYS, MODEL_KEYS, parse_path, shown_objective, typed
 from workflow_lib.report.statistics import (
-    bootstrap_indices,
-    bootstrap_mean_difference,
+    RESAMPLES_PER_COMPARISON,
+    Resampling,
+    bootstrap_mean_differences,
     bootstrap_perplexity_difference,
     holm,
     paired_t,
+    resamples_for,
 )
 
 log = logging.getLogger("workflow_lib.report.contrasts")
@@ -48,13 +54,13 @@ FAMILIES = ["perturbation", "ablation", "objective"]
 METRICS = {"mauve": "MAUVE", "rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "perplexity": "perplexity"}
 ROUGE = ["rouge1", "rouge2", "rougeL"]
 LOWER_IS_BETTER = {"perplexity"}
-RESAMPLES = 2000
+RESAMPLES = 2000  # the least B of a bootstrap table; a table of m comparisons gets max(RESAMPLES, 200 m)
 ALPHA = 0.05
 PAIRED_T, BOOTSTRAP = "paired t over runs", "paired bootstrap over prompts"
 COLUMNS = {"family": pl.Utf8, "metric": pl.Utf8, "model": pl.Utf8, "dataset": pl.Utf8, "objective": pl.Utf8,
            "eval_set": pl.Utf8, "decoder": pl.Utf8, "seed": pl.Int64, "a": pl.Utf8, "b": pl.Utf8,
            "difference": pl.Float64, "low": pl.Float64, "high": pl.Float64, "p": pl.Float64, "p_holm": pl.Float64,
-           "significant": pl.Boolean, "favours": pl.Utf8, "n": pl.Int64, "method": pl.Utf8}
+           "significant": pl.Boolean, "favours": pl.Utf8, "n": pl.Int64, "resamples": pl.Int64, "method": pl.Utf8}
 IDENTITY = ["family", "metric", "model", "dataset", "objective", "eval_set", "decoder", "seed", "a", "b"]
 
 
@@ -169,20 +175,31 @@ def _metrics(path: str) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _per_prompt(path: str) -> pl.DataFrame | None:
-    """A metrics file's per-prompt ROUGE (mean over runs) or a perplexity file's per-prompt NLL and tokens,
-    by prompt_id; None (and a warning) when the sidecar is missing."""
+    """A metrics file's ROUGE per (prompt_id, run) or a perplexity file's NLL and tokens per prompt_id; None
+    (and a warning) when the sidecar is missing."""
     sidecar = _sidecar(path)
     if not sidecar.exists():
         log.warning("%s: no per-prompt sidecar %s; its bootstrap comparisons are left out", path, sidecar.name)
         return None
     table = pl.read_parquet(sidecar)
-    if "run" not in table.columns:
-        return table.sort("prompt_id")
+    return table.sort([c for c in ("prompt_id", "run") if c in table.columns])
+
+
+def _shared_prompts(a: pl.DataFrame, b: pl.DataFrame, pair: dict) -> pl.DataFrame:
+    """The prompts both sides have, one row each, sorted. ROUGE: only the (prompt, run) samples both sides
+    have, then each side's mean over those runs, so a run one side lacks never enters the other's mean."""
+    if "run" not in a.columns:
+        return a.join(b, on="prompt_id", suffix="_b").sort("prompt_id")
+    both = a.join(b, on=["prompt_id", "run"], suffix="_b").sort(["prompt_id", "run"])
+    if both.height < max(a.height, b.height):
+        log.warning("%s vs %s: %d and %d (prompt, run) samples, %d on both sides; ROUGE is paired on those",
+                    pair["path_a"], pair["path_b"], a.height, b.height, both.height)
     # Mean over runs with bincount, which adds in row order: the same bytes on every rerun.
-    ids, prompt = np.unique(table["prompt_id"].to_numpy(), return_inverse=True)
-    counts = np.bincount(prompt)
-    means = {c: np.bincount(prompt, weights=table[c].to_numpy()) / counts for c in ROUGE if c in table.columns}
-    return pl.DataFrame({"prompt_id": ids, **means})
+    ids, prompt = np.unique(both["prompt_id"].to_numpy(), return_inverse=True)
+    counts = np.bincount(prompt, minlength=len(ids))
+    columns = [c for metric in ROUGE if metric in a.columns for c in (metric, f"{metric}_b")]
+    return pl.DataFrame({"prompt_id": ids, **{c: np.bincount(prompt, weights=both[c].to_numpy(), minlength=len(ids)) / counts
+                                             for c in columns}})
 
 
 def _mauve_by_run(path: str) -> dict[int, float]:
@@ -192,12 +209,14 @@ def _mauve_by_run(path: str) -> dict[int, float]:
 
 
 def compare(pair: dict, resamples: int = RESAMPLES) -> list[dict]:
-    """One row per metric of a comparison: the estimate and how it was had (p_holm etc. come later)."""
+    """One row per metric of a comparison: the estimate and how it was had (p_holm etc. come later).
+    `resamples`: this comparison's bootstrap B (its table's, from `resamples_for`)."""
     identity = "|".join(str(pair[k]) for k in ["family", "model", "dataset", "objective", "eval_set", "decoder", "seed", "a", "b", "kind"])
     rows = []
 
     def row(metric, estimate, method):
-        rows.append({k: pair[k] for k in IDENTITY if k != "metric"} | {"metric": metric} | estimate._asdict() | {"method": method})
+        rows.append({k: pair[k] for k in IDENTITY if k != "metric"} | {"metric": metric} | estimate._asdict()
+                    | {"method": method, "resamples": resamples if method == BOOTSTRAP else None})
 
     if pair["kind"] == "metrics":
         a_runs, b_runs = _mauve_by_run(pair["path_a"]), _mauve_by_run(pair["path_b"])
@@ -207,18 +226,24 @@ def compare(pair: dict, resamples: int = RESAMPLES) -> list[dict]:
     a, b = _per_prompt(pair["path_a"]), _per_prompt(pair["path_b"])
     if a is None or b is None:
         return rows
-    both = a.join(b, on="prompt_id", suffix="_b").sort("prompt_id")
+    both = _shared_prompts(a, b, pair)
     if both.height == 0:
         log.warning("%s and %s share no prompt; no bootstrap comparison", pair["path_a"], pair["path_b"])
         return rows
-    indices = bootstrap_indices(both.height, resamples, identity)
-    if pair["kind"] == "metrics":
-        for metric in ROUGE:
-            if metric in both.columns:
-                row(metric, bootstrap_mean_difference(both[metric].to_numpy(), both[f"{metric}_b"].to_numpy(), indices), BOOTSTRAP)
-    else:
-        row("perplexity", bootstrap_perplexity_difference(both["nll"].to_numpy(), both["tokens"].to_numpy(),
-                                                          both["nll_b"].to_numpy(), both["tokens_b"].to_numpy(), indices), BOOTSTRAP)
+    resampling = Resampling(both.height, resamples, identity)
+    try:
+        if pair["kind"] == "metrics":
+            metrics = [m for m in ROUGE if m in both.columns]
+            estimates = bootstrap_mean_differences(both.select(metrics).to_numpy().T,
+                                                   both.select([f"{m}_b" for m in metrics]).to_numpy().T, resampling)
+            for metric, estimate in zip(metrics, estimates):
+                row(metric, estimate, BOOTSTRAP)
+        else:
+            row("perplexity", bootstrap_perplexity_difference(both["nll"].to_numpy(), both["tokens"].to_numpy(),
+                                                              both["nll_b"].to_numpy(), both["tokens_b"].to_numpy(),
+                                                              resampling), BOOTSTRAP)
+    except ValueError as error:
+        raise StageError(f"{pair['path_a']} vs {pair['path_b']}: {error}") from error
     return rows
 
 
@@ -232,8 +257,22 @@ def _favours(row: dict) -> str:
 
 
 def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES) -> pl.DataFrame:
-    """The study's paired comparisons (columns COLUMNS), sorted, Holm-corrected per (family, metric)."""
-    rows = [r for pair in pairs(conditions(paths), intensity) for r in compare(pair, resamples)]
+    """The study's paired comparisons (columns COLUMNS), sorted, Holm-corrected per (family, metric).
+    `resamples`: the least bootstrap B; a table of m comparisons gets resamples_for(m, resamples). A pair of
+    a family and kind (metrics: the ROUGE tables; perplexity) is one row of each of that kind's tables, so m is
+    their count (an upper bound when a sidecar is missing, which only makes B larger)."""
+    # Each file is read once per call, and afresh: an earlier call's cache may hold another study's file by the
+    # same relative path.
+    _metrics.cache_clear()
+    _per_prompt.cache_clear()
+    designed = pairs(conditions(paths), intensity)
+    table_size = defaultdict(int)
+    for pair in designed:
+        table_size[(pair["family"], pair["kind"])] += 1
+    for (family, kind), m in sorted(table_size.items()):
+        log.info("%s (%s): %d comparisons, %d bootstrap resamples", family, kind, m, resamples_for(m, resamples))
+    rows = [r for pair in designed
+            for r in compare(pair, resamples_for(table_size[(pair["family"], pair["kind"])], resamples))]
     by_table = defaultdict(list)
     for r in rows:
         by_table[(r["family"], r["metric"])].append(r)
@@ -288,8 +327,10 @@ def paired_section(frame: pl.DataFrame) -> str:
     lines = [f"- {s}" for s in study_sentences(frame)]
     lines += ["", f"✱ marks a contrast whose Holm-corrected p (over its family and metric's table) is below {ALPHA:g}. "
               f"Difference = A − B with its 95% interval; MAUVE: {PAIRED_T} (run r of A and B shares prompts and "
-              f"seeds); ROUGE and perplexity: {BOOTSTRAP} ({RESAMPLES} resamples, p floored at 1/{RESAMPLES}). "
-              "Higher is better except for perplexity.", ""]
+              f"seeds); ROUGE and perplexity: {BOOTSTRAP}, B resamples per table (in its heading: at least "
+              f"{RESAMPLES}, and {RESAMPLES_PER_COMPARISON} per comparison, so that p = 2(1 + replicates beyond 0)/(B + 1), "
+              "never below 2/(B + 1), can survive Holm's correction). A p of — is none: one run, or every run moved "
+              "by the same amount (no spread to test). Higher is better except for perplexity.", ""]
     shown = shown_objective(frame)
 
     def varies(column):  # a column worth showing: more than one value (perplexity rows have no decoder)
@@ -304,7 +345,9 @@ def paired_section(frame: pl.DataFrame) -> str:
             part = shown.filter((pl.col("family") == family) & (pl.col("metric") == metric))
             if not part.height:
                 continue
-            lines += [f"### {titles[family]}: {label} ({part['method'][0]})", "",
+            resamples = part["resamples"].drop_nulls()
+            how = part["method"][0] + (f", B = {resamples.max()}" if resamples.len() else "")
+            lines += [f"### {titles[family]}: {label} ({how})", "",
                       "| " + " | ".join(columns) + " | A vs B | difference [95% interval] | p (Holm) | |",
                       "|" + "---|" * (len(columns) + 4)]
             for r in part.to_dicts():
@@ -320,7 +363,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m workflow_lib.report.contrasts")
     parser.add_argument("--intensity", type=float, required=True, help="the headline intensity (insertion)")
     parser.add_argument("--output", required=True, help="CSV of the paired comparisons")
-    parser.add_argument("--resamples", type=int, default=RESAMPLES, help="bootstrap resamples B")
+    parser.add_argument("--resamples", type=int, default=RESAMPLES,
+                        help="the least bootstrap B; a table of m comparisons gets max(B, 200 m)")
     parser.add_argument("paths", nargs="*", help="metrics and perplexity JSON (their .prompts.parquet beside them)")
     args = parser.parse_args()
     frame = contrasts(args.paths, args.intensity, args.resamples)

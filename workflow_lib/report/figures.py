@@ -1,16 +1,20 @@
 """Figures of the language-model study, from the tidy metrics table of workflow_lib.report.collect.collect, and the
 training curves of the model folders.
 
-Each function writes STEM.png and STEM.pdf (figures._save: deterministic files) and is readable in black and
-white: hatches, markers and line styles carry the distinctions, not colour. Points sit at their condition's
-own x value; legends sit below the panels, never over the data. A figure with nothing to show for a
-configuration says so in its panel rather than plotting zeros.
+Each function writes STEM.png and STEM.pdf (figures._save: deterministic files). Lines follow workflow_lib.figures:
+colour-blind-safe colours, each paired with its own dash pattern and marker so that a greyscale print still tells
+them apart; one panel per objective (cut further where an objective has more than five lines), never more than
+five lines in a panel, and a condition drawn in the same style in every panel and figure (a training condition is
+named alike in the extrapolation figure and the training curves). Panels whose values compare share their axes.
+Points sit at their condition's own x value; legends sit below the panels, never over the data. A figure with
+nothing to show for a configuration says so in its panel rather than plotting zeros.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib
 
@@ -20,30 +24,29 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from workflow_lib.figures import _save
+from workflow_lib.figures import Panel, _save, assign_styles, bar_style, empty_panel, legend_below, split_panels
 from workflow_lib.report.conditions import ABLATION, ablation_frame, parse_model_dir, shown_objective
 
 log = logging.getLogger("workflow_lib.report.figures")
 
-HATCHES = ["", "//", "\\\\", "xx"]
-LINES = ["-", "--", ":", "-."]
-MARKERS = ["o", "s", "^", "D", "v", "P"]
 # Condition fields that split lines or bar groups when a study has more than one value of them.
 SHARED_FIELDS = ["model", "decoder", "train_mode", "copies", "seed"]
 TRAIN_FIELDS = ["train_strategy", "train_synonyms"]
 TEST_FIELDS = ["test_strategy", "test_synonyms", "test_mode"]
+TRAINING_LEGEND = "training perturbation"
+PANEL_SIZE = (3.1, 2.7)  # inches per panel
 
 
-def _style(i: int) -> dict:
-    """The i-th of 24 black-and-white line styles (4 dash patterns x 6 markers)."""
-    # (i + i // 4) mod 6 runs through all six markers for each dash pattern, and neighbours differ in both.
-    return dict(linestyle=LINES[i % len(LINES)], marker=MARKERS[(i + i // len(LINES)) % len(MARKERS)], color="black")
+class Line(NamedTuple):
+    """One series of a line figure: its panel group (objective and model), legend label, rank (what orders the
+    labels' styles: the training intensity) and points."""
 
-
-def _empty(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9)
-    ax.set_xticks([])
-    ax.set_yticks([])
+    group: tuple
+    label: str
+    rank: float
+    x: list
+    y: list
+    err: list
 
 
 def _err(values):
@@ -60,25 +63,59 @@ def _describe(row: dict, fields: list[str]) -> str:
     return ", ".join(f"{names.get(f, '')}{row[f]}" for f in fields if row[f] != "none")
 
 
-def _legend_below(fig, axes) -> None:
-    """One legend for the figure, below its panels (the figure grows to hold it; constrained layout)."""
-    handles, labels = [], []
-    for ax in np.ravel(axes):
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            if label not in labels:
-                handles.append(handle)
-                labels.append(label)
-    if handles:
-        # As many columns as the figure's width holds (an entry: ~0.6 in of handle, ~0.055 in per character).
-        width = 0.6 + 0.055 * max(len(label) for label in labels)
-        ncol = max(1, min(len(labels), int(fig.get_figwidth() // width)))
-        fig.legend(handles, labels, loc="outside lower center", ncol=ncol, fontsize=7, frameon=False)
+def _training_condition(row: dict, fields: list[str]) -> str:
+    """A training condition as every legend of the report names it ('no perturbation', 'insertion 0.025'),
+    then the values of `fields` (those that vary in the study)."""
+    intensity = float(row["train_intensity"])
+    name = "no perturbation" if intensity == 0 else f"{row['train_strategy']} {intensity:g}"
+    extra = _describe(row, fields)
+    return name + (f" ({extra})" if extra else "")
+
+
+def _line_styles(panels: list[Panel]) -> dict[str, dict]:
+    """label -> style: labels ordered by rank, then name (the same order in every figure that names the same
+    training conditions, so the same style), no two alike in a panel (assign_styles)."""
+    order = sorted({(line.rank, line.label) for panel in panels for line in panel.items})
+    return assign_styles([[line.label for line in panel.items] for panel in panels], [label for _, label in order])
+
+
+def _grid(rows: list[list[Panel]]):
+    """One row of panels per entry of `rows` (an eval set), or a single row when every entry holds one panel.
+    Returns the figure and (row entry, grid column, panel, axes) of every panel; spare cells are off."""
+    n_cols = max(len(panels) for panels in rows)
+    single = n_cols == 1
+    shape = (1, len(rows)) if single else (len(rows), n_cols)
+    fig, axes = plt.subplots(*shape, figsize=(max(PANEL_SIZE[0] * shape[1], 5.0), PANEL_SIZE[1] * shape[0] + 0.9),
+                             squeeze=False, layout="constrained")
+    placed = []
+    for r, panels in enumerate(rows):
+        for c in range(n_cols):
+            row, col = (0, r) if single else (r, c)
+            if c < len(panels):
+                placed.append((r, col, panels[c], axes[row][col]))
+            elif not single:
+                axes[row][col].set_axis_off()
+    return fig, placed
+
+
+def _share(axes: list, x: bool = False, y: bool = False) -> None:
+    for ax in axes[1:]:
+        if x:
+            ax.sharex(axes[0])
+        if y:
+            ax.sharey(axes[0])
+
+
+def _draw_lines(ax, lines: list[Line], styles: dict[str, dict]) -> None:
+    for line in lines:
+        ax.errorbar(line.x, line.y, yerr=_err(line.err), capsize=2, markersize=5, linewidth=1.3, label=line.label,
+                    **styles[line.label])
 
 
 def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) -> None:
     """MAUVE (mean ± 2 SE) of NoPerturb / TrainPerturb / TestPerturb / Both at the headline intensity, one
     panel per eval set, one bar group per (model, objective, and decoder / seed / training mode where the
-    study has several) that has all four conditions."""
+    study has several) that has all four conditions. Bars: a colour and a hatch per condition."""
     frame = shown_objective(ablation_frame(frame, intensity).filter(pl.col("mauve_mean").is_not_null()))
     group_keys = ["model", "objective", *_varying(frame, SHARED_FIELDS[1:])]
     complete = frame.group_by([*group_keys, "eval_set"]).agg(pl.col("condition").n_unique().alias("n")).filter(pl.col("n") == 4)
@@ -87,12 +124,12 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) ->
     most = max((frame.filter(pl.col("eval_set") == es).select(group_keys).unique().height for es in eval_sets), default=1)
     width = max(4.6, 1.2 * most + 0.8)  # room for each group's tick label
     fig, axes = plt.subplots(1, len(eval_sets), figsize=(width * len(eval_sets), 3.8 + 0.3 * (len(group_keys) - 2)),
-                             squeeze=False, layout="constrained")
+                             squeeze=False, sharey=True, layout="constrained")
     for ax, es in zip(axes[0], eval_sets):
         sub = frame.filter(pl.col("eval_set") == es)
         groups = sub.select(group_keys).unique().sort(group_keys).rows(named=True)
         if not groups:
-            _empty(ax, "no ablation in this study")
+            empty_panel(ax, "no ablation in this study")
             continue
         width = 0.8 / len(ABLATION)
         for i, condition in enumerate(ABLATION):
@@ -104,54 +141,63 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) ->
                 means.append(hit["mauve_mean"].mean())
                 errs.append(hit["mauve_2se"].mean())
             ax.bar(np.arange(len(groups)) + (i - 1.5) * width, means, width, yerr=_err(errs), capsize=2,
-                   color="white", edgecolor="black", hatch=HATCHES[i], label=condition)
+                   error_kw={"ecolor": "black", "linewidth": 1.0}, label=condition, **bar_style(i))
         ax.set_xticks(np.arange(len(groups)), ["\n".join([g["model"], g["objective"], *_describe(g, group_keys[2:]).split(", ")]).strip()
                                                for g in groups], fontsize=8)
         ax.set_ylabel("MAUVE")
         ax.set_title(es)
         ax.set_ylim(0, 1.05)
-    _legend_below(fig, axes)
+    legend_below(fig, axes)
     _save(fig, stem)
     plt.close(fig)
 
 
 def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = None) -> None:
-    """MAUVE against intensity (the same strategy and intensity at training and sampling) on a log axis,
-    ± 2 SE; the unperturbed model is the gray horizontal line of the same dash pattern."""
+    """MAUVE against intensity (the same strategy and intensity at training and sampling), ± 2 SE, each line
+    starting at 0 with its unperturbed model; one row of panels per eval set, one panel per objective, one line
+    per strategy (and decoder, seed, ... where the study has several)."""
     same = shown_objective(frame.filter((pl.col("train_intensity") == pl.col("test_intensity")) & pl.col("mauve_mean").is_not_null()))
     perturbed = same.filter((pl.col("train_intensity") > 0) & (pl.col("train_strategy") == pl.col("test_strategy")))
     eval_sets = sorted(set(same["eval_set"].to_list())) or ["(none)"]
-    fig, axes = plt.subplots(1, len(eval_sets), figsize=(4.6 * len(eval_sets), 3.8), squeeze=False, layout="constrained")
-    for ax, es in zip(axes[0], eval_sets):
+    groups = ["objective", *_varying(same, ["model"])]
+    rows = []
+    for es in eval_sets:
         sub = perturbed.filter(pl.col("eval_set") == es)
         shared = ["objective", *_varying(same.filter(pl.col("eval_set") == es), SHARED_FIELDS)]
         keys = [*shared, "train_strategy", *_varying(sub, TRAIN_FIELDS[1:] + TEST_FIELDS[1:])]
-        drawn = False
-        for i, line in enumerate(sub.select(keys).unique().sort(keys).rows(named=True)):
+        lines = []
+        for line in sub.select(keys).unique().sort(keys).rows(named=True):
             pts = sub.filter(pl.all_horizontal([pl.col(k) == v for k, v in line.items()])).sort("train_intensity")
             if pts.height < 2:
                 continue
-            style = _style(i)
-            ax.errorbar(pts["train_intensity"].to_list(), pts["mauve_mean"].to_list(), yerr=_err(pts["mauve_2se"].to_list()),
-                        capsize=2, label=_describe(line, keys), **style)
+            x, y, err = (pts[c].to_list() for c in ("train_intensity", "mauve_mean", "mauve_2se"))
             base = same.filter((pl.col("eval_set") == es) & (pl.col("train_intensity") == 0)
                                & pl.all_horizontal([pl.col(k) == line[k] for k in shared]))
             if base.height:
-                ax.axhline(base["mauve_mean"].mean(), linestyle=style["linestyle"], color="gray", linewidth=0.8)
-            drawn = True
-        if not drawn:
-            _empty(ax, "fewer than two perturbed intensities\nin this study")
+                x, y, err = [0.0, *x], [base["mauve_mean"].mean(), *y], [base["mauve_2se"].mean(), *err]
+            label = _describe(line, [k for k in keys if k not in groups])
+            lines.append(Line(tuple(line[g] for g in groups), label, 0.0, x, y, err))
+        rows.append(split_panels(lines, lambda line: line.group) or [Panel(None, [])])
+    fig, placed = _grid(rows)
+    styles = _line_styles([panel for panels in rows for panel in panels])
+    for r in range(len(rows)):  # MAUVE compares within an eval set
+        _share([ax for row, _, _, ax in placed if row == r], y=True)
+    _share([ax for *_, ax in placed], x=True)
+    ticks = sorted({x for panels in rows for panel in panels for line in panel.items for x in line.x})
+    for r, col, panel, ax in placed:
+        if not panel.items:
+            empty_panel(ax, "fewer than two perturbed intensities\nin this study")
+            ax.set_title(eval_sets[r], fontsize=9)
             continue
-        ax.set_xscale("log")
-        # Ticks at the measured intensities only: a sweep spans less than a decade or two, where the log
-        # axis' default minor labels overlap.
-        ticks = sorted(set(sub["train_intensity"].to_list()))
-        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_xlabel("intensity α (training = sampling)")
-        ax.set_ylabel("MAUVE")
-        ax.set_title(f"{es} (gray: unperturbed)")
-    _legend_below(fig, axes)
+        _draw_lines(ax, panel.items, styles)
+        _intensity_axis(ax, ticks)
+        ax.set_title(panel.title(", ".join(map(str, panel.group))) + f"\n{eval_sets[r]}", fontsize=9)
+        ax.set_xlabel("intensity α (training = sampling)", fontsize=8)
+        if col == 0:
+            ax.set_ylabel("MAUVE")
+        ax.tick_params(labelsize=8)
+    legend_below(fig, [ax for *_, ax in placed], "perturbation at training and sampling (at 0: the unperturbed model)",
+                 list(styles))
     _save(fig, stem)
     plt.close(fig)
 
@@ -165,42 +211,56 @@ def _intensity_axis(ax, values: list[float]) -> None:
         ax.set_xscale("symlog", linthresh=positive[0], linscale=0.5)
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    if len(ticks) > 4:  # a sweep's labels crowd a panel's width: slanted, they fit
+        for label in ax.get_xticklabels():
+            label.set(rotation=40, ha="right", rotation_mode="anchor")
 
 
 def extrapolation_figure(frame: pl.DataFrame, stem: str, intensity: float | None = None) -> None:
     """Exact TV to the true next-word law on in-support vs out-of-support prefixes, against the sampling
-    intensity (each point at its own intensity); one line per (objective, training intensity, and whatever
-    else varies). The point at sampling intensity 0 is shared by every sampling strategy's line."""
+    intensity (each point at its own intensity): one row of panels per eval set, one panel per objective, one
+    line per training condition (and whatever else varies). The point at sampling intensity 0 is shared by every
+    sampling strategy's line. Every panel shares both axes: TV compares across objectives and eval sets."""
     sub = shown_objective(frame.filter(pl.col("tv_mean").is_not_null()))
     laws = sorted(set(sub["eval_set"].to_list())) or ["(none)"]
-    fig, axes = plt.subplots(1, len(laws), figsize=(4.6 * len(laws), 3.8), squeeze=False, sharey=True, layout="constrained")
-    for ax, es in zip(axes[0], laws):
+    groups = ["objective", *_varying(sub, ["model"])]
+    rows, titles = [], []
+    for es in laws:
         part = sub.filter(pl.col("eval_set") == es)
-        if not part.height:
-            _empty(ax, "no builtin eval set in this study")
-            continue
-        fixed = ["objective", "train_intensity", *_varying(part, SHARED_FIELDS),
-                 *_varying(part.filter(pl.col("train_intensity") > 0), TRAIN_FIELDS)]
+        titles.append(f"{es} ({part['tv_law'][0]})" if part.height else es)
+        fixed = list(dict.fromkeys(["objective", "train_intensity", "train_strategy", *_varying(part, SHARED_FIELDS),
+                                    *_varying(part.filter(pl.col("train_intensity") > 0), TRAIN_FIELDS)]))
+        described = [f for f in fixed if f not in (*groups, "train_intensity", "train_strategy")]
         sampled = part.filter(pl.col("test_intensity") > 0)
         test_keys = _varying(sampled, TEST_FIELDS)
         lines = []
         for base in part.select(fixed).unique().sort(fixed).rows(named=True):
-            mine = sampled.filter(pl.all_horizontal([pl.col(k) == v for k, v in base.items()]))
-            variants = mine.select(test_keys).unique().sort(test_keys).rows(named=True) if test_keys and mine.height else [{}]
-            lines += [(base, variant) for variant in variants]
-        for i, (base, variant) in enumerate(lines):
             at_base = part.filter(pl.all_horizontal([pl.col(k) == v for k, v in base.items()]))
-            pts = at_base.filter((pl.col("test_intensity") == 0)
-                                 | pl.all_horizontal([pl.lit(True), *[pl.col(k) == v for k, v in variant.items()]])).sort("test_intensity")
-            label = f"{base['objective']}, train α={base['train_intensity']:g}"
-            extra = "; ".join(x for x in (_describe(base, fixed[2:]), variant and "test " + _describe(variant, test_keys)) if x)
-            ax.errorbar(pts["test_intensity"].to_list(), pts["tv_mean"].to_list(), yerr=_err(pts["tv_2se"].to_list()),
-                        capsize=2, label=label + (f" ({extra})" if extra else ""), **_style(i))
-        _intensity_axis(ax, part["test_intensity"].to_list())
-        ax.set_xlabel("sampling intensity α")
-        ax.set_ylabel("TV to the true next-word law")
-        ax.set_title(f"{es} ({part['tv_law'][0]})")
-    _legend_below(fig, axes)
+            mine = at_base.filter(pl.col("test_intensity") > 0)
+            variants = mine.select(test_keys).unique().sort(test_keys).rows(named=True) if test_keys and mine.height else [{}]
+            for variant in variants:
+                pts = at_base.filter((pl.col("test_intensity") == 0)
+                                     | pl.all_horizontal([pl.lit(True), *[pl.col(k) == v for k, v in variant.items()]])).sort("test_intensity")
+                label = _training_condition(base, described) + (f", sampling {_describe(variant, test_keys)}" if variant else "")
+                lines.append(Line(tuple(base[g] for g in groups), label, base["train_intensity"],
+                                  *(pts[c].to_list() for c in ("test_intensity", "tv_mean", "tv_2se"))))
+        rows.append(split_panels(lines, lambda line: line.group) or [Panel(None, [])])
+    fig, placed = _grid(rows)
+    styles = _line_styles([panel for panels in rows for panel in panels])
+    _share([ax for *_, ax in placed], x=True, y=True)
+    ticks = sub["test_intensity"].to_list()
+    for r, col, panel, ax in placed:
+        if not panel.items:
+            empty_panel(ax, "no builtin eval set in this study")
+            continue
+        _draw_lines(ax, panel.items, styles)
+        _intensity_axis(ax, ticks)
+        ax.set_title(panel.title(", ".join(map(str, panel.group))) + f"\n{titles[r]}", fontsize=9)
+        ax.set_xlabel("sampling intensity α", fontsize=8)
+        if col == 0:
+            ax.set_ylabel("TV to the true next-word law", fontsize=9)
+        ax.tick_params(labelsize=8)
+    legend_below(fig, [ax for *_, ax in placed], TRAINING_LEGEND, list(styles))
     _save(fig, stem)
     plt.close(fig)
 
@@ -227,8 +287,11 @@ def read_train_log(model_dir: str) -> pl.DataFrame:
 
 def training_curves(model_dirs: list[str], stem: str) -> None:
     """Training loss (the objective's own) and validation NLL per token against step, one line per model
-    folder (objective, training condition, seed) of one (model, dataset). A folder whose log has no
-    validation rows is named in the validation panel."""
+    folder (training condition, seed) of one (model, dataset): one column of panels per objective (training
+    loss on top, validation below), cut further where an objective has more than five folders. Every
+    validation panel shares its y axis (NLL compares across objectives); a training panel shares its only with
+    its own objective's (each objective has its own loss). A folder whose log has no validation rows is named
+    in its validation panel."""
     dirs = sorted(model_dirs)
     conditions = [parse_model_dir(d) or {"model": "?", "dataset": "?", "objective": d} for d in dirs]
     known = [c for c in conditions if "train_intensity" in c]
@@ -236,43 +299,54 @@ def training_curves(model_dirs: list[str], stem: str) -> None:
     varying = [f for f, among in (("train_synonyms", perturbed), ("train_mode", known), ("copies", known), ("seed", known))
                if len({c[f] for c in among}) > 1]
 
-    def label(c: dict) -> str:
+    def line(d: str, c: dict) -> Line:
         if "train_intensity" not in c:
-            return c["objective"]
-        condition = "no perturbation" if float(c["train_intensity"]) == 0 else f"{c['train_strategy']} {c['train_intensity']}"
-        extra = ", ".join(f"m={c[f]}" if f == "copies" else f"seed {c[f]}" if f == "seed" else c[f]
-                          for f in varying if c[f] != "none")
-        return f"{c['objective']}, {condition}" + (f" ({extra})" if extra else "")
+            return Line((c["objective"],), c["objective"], 0.0, [], [], [])
+        return Line((c["objective"],), _training_condition(c, varying), float(c["train_intensity"]), [], [], [])
 
-    logs = [read_train_log(d) for d in dirs]
+    logs = {d: read_train_log(d) for d in dirs}
+    series = sorted(((line(d, c), d) for d, c in zip(dirs, conditions)), key=lambda s: (s[0].group, s[0].rank, s[0].label, s[1]))
+    panels = split_panels(series, lambda s: s[0].group)
+    styles = _line_styles([Panel(p.group, [s[0] for s in p.items]) for p in panels])
     # Per-step losses are noisy enough to hide one line behind another: a centred moving average when a log
     # is long, the same window for every line.
-    window = max(1, max((log.height for log in logs), default=0) // 50)
-    fig, (train_ax, valid_ax) = plt.subplots(1, 2, figsize=(9.5, 4.0), layout="constrained")
-    without_validation = []
-    for i, (log_i, c) in enumerate(zip(logs, conditions)):
-        style = _style(i) | {"linewidth": 1.0, "markersize": 4}
-        loss = log_i["loss"].rolling_mean(window, center=True, min_samples=1)
-        train_ax.plot(log_i["step"].to_list(), loss.to_list(), markevery=_markevery(log_i.height, i, len(logs)), label=label(c), **style)
-        valid = log_i.filter(pl.col("validation_loss").is_not_null())
-        if valid.height:
-            valid_ax.plot(valid["step"].to_list(), valid["validation_loss"].to_list(),
-                          markevery=_markevery(valid.height, i, len(logs)), **style)
-        else:
-            without_validation.append(label(c))
+    window = max(1, max((log.height for log in logs.values()), default=0) // 50)
+    n = max(1, len(panels))
+    fig, axes = plt.subplots(2, n, figsize=(max(PANEL_SIZE[0] * n, 6.0), 2 * PANEL_SIZE[1] + 1.2), squeeze=False,
+                             sharex=True, layout="constrained")
+    _share(list(axes[1]), y=True)
+    for panel, train_ax, valid_ax in zip(panels, axes[0], axes[1]):
+        same_objective = [ax for p, ax in zip(panels, axes[0]) if p.group == panel.group]
+        if train_ax is not same_objective[0]:
+            train_ax.sharey(same_objective[0])
+        without_validation = []
+        for i, (ln, d) in enumerate(panel.items):
+            log_i = logs[d]
+            style = styles[ln.label] | {"linewidth": 1.2, "markersize": 4}
+            loss = log_i["loss"].rolling_mean(window, center=True, min_samples=1)
+            train_ax.plot(log_i["step"].to_list(), loss.to_list(), markevery=_markevery(log_i.height, i, len(panel.items)),
+                          label=ln.label, **style)
+            valid = log_i.filter(pl.col("validation_loss").is_not_null())
+            if valid.height:
+                valid_ax.plot(valid["step"].to_list(), valid["validation_loss"].to_list(),
+                              markevery=_markevery(valid.height, i, len(panel.items)), label=ln.label, **style)
+            else:
+                without_validation.append(ln.label)
+        train_ax.set_title(panel.title(panel.group[0]), fontsize=10)
+        valid_ax.set_xlabel("step", fontsize=9)
+        valid_ax.ticklabel_format(axis="y", useOffset=False)  # "+5.65" above the axis reads as a value
+        if len(without_validation) == len(panel.items):
+            empty_panel(valid_ax, "no validation loss in these logs\n(trained without a validation split)")
+        elif without_validation:
+            valid_ax.text(0.98, 0.98, "no validation rows:\n" + "\n".join(without_validation), transform=valid_ax.transAxes,
+                          ha="right", va="top", fontsize=7)
+        for ax in (train_ax, valid_ax):
+            ax.tick_params(labelsize=8)
     smoothing = f"\n(moving average over {window} steps)" if window > 1 else ""
-    train_ax.set(xlabel="step", ylabel="training loss (the objective's own)")
-    train_ax.set_title(f"(a) training loss{smoothing}", fontsize=10)
-    valid_ax.set(xlabel="step", ylabel="validation NLL per token")
-    valid_ax.ticklabel_format(axis="y", useOffset=False)  # "+5.65" above the axis reads as a value
-    valid_ax.set_title("(b) validation loss" + ("\n" if smoothing else ""), fontsize=10)
-    if len(without_validation) == len(dirs):
-        _empty(valid_ax, "no validation loss in these logs\n(training ran without a validation split)")
-    elif without_validation:
-        valid_ax.text(0.98, 0.98, "no validation rows:\n" + "\n".join(without_validation), transform=valid_ax.transAxes,
-                      ha="right", va="top", fontsize=7)
+    axes[0][0].set_ylabel(f"training loss (the objective's own){smoothing}", fontsize=9)
+    axes[1][0].set_ylabel("validation NLL per token", fontsize=9)
     first = conditions[0] if conditions else {"model": "?", "dataset": "?"}
     fig.suptitle(f"{first['model']} on {first['dataset']}", fontsize=11)
-    _legend_below(fig, [train_ax])
+    legend_below(fig, axes[0], TRAINING_LEGEND, list(styles), under=axes[1])
     _save(fig, stem)
     plt.close(fig)

@@ -97,13 +97,28 @@ def provenance_section(frame: pl.DataFrame) -> str:
 
 
 def variance_line(frame: pl.DataFrame) -> str:
-    """One line: how much of MAUVE's run-to-run variance is k-means clustering rather than sampling."""
+    """One line: how much of MAUVE's variance is k-means clustering rather than sampling (unbiased one-way
+    random-effects estimates, evaluate.metrics.variance_split), and how many clustering seeds a run needs for
+    its clustering part to fall under its sampling part. That count follows from the share alone: with
+    x = clustering share, sigma^2_c / sigma^2_s = x / (1 - x), and K seeds divide sigma^2_c by K."""
     share = frame["mauve_clustering_share"].drop_nulls()
     if not share.len():
-        return "MAUVE's variance split (clustering vs sampling) is not recorded in these metrics files.\n"
-    return (f"MAUVE variance split: k-means clustering accounts for a median {share.median():.0%} of the variance of "
-            f"the per-(run, clustering seed) scores over {share.len()} conditions (range {share.min():.0%}–{share.max():.0%}); "
-            "the rest is sampling.\n")
+        return ("MAUVE's variance split (clustering vs sampling) is not recorded in these metrics files (it needs "
+                "at least 2 runs and 2 clustering seeds).\n")
+    line = (f"MAUVE variance split (one-way random effects over runs × clustering seeds): k-means clustering accounts "
+            f"for a median {share.median():.0%} of the variance of one (run, clustering seed) score over {share.len()} "
+            f"conditions (range {share.min():.0%}–{share.max():.0%}); the rest is sampling. ")
+    ratio = share.filter(share < 1)
+    needed = (ratio / (1 - ratio)).floor().cast(pl.Int64) + 1
+    never = share.len() - ratio.len()
+    if needed.len():
+        line += (f"A run's score averages its clustering seeds, which divides the clustering part by their number: "
+                 f"{needed.sort()[needed.len() // 2]} seeds (median over conditions; at most {needed.max()}) put it under the "
+                 "sampling part")
+        line += f", and in {never} condition(s) with no sampling variance no number does.\n" if never else ".\n"
+    else:
+        line += "No condition shows sampling variance, so no number of clustering seeds puts clustering under it.\n"
+    return line
 
 
 def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensity: float, figures: list[str],

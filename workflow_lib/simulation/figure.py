@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from workflow_lib.figures import _save
+from workflow_lib.figures import _save, assign_styles, empty_panel
 
-STYLES = {"oracle": ("-", "o", "black"), "empirical": ("--", "s", "dimgray")}
+# A synonym rule's style is fixed by its place here, whichever rules a study runs (workflow_lib.figures).
+RULE_ORDER = ["oracle", "empirical"]
+# The uniform predictor is a reference, not a method: thin, gray, dotted, no markers (gray is no palette colour,
+# so it never shares colour and dash pattern with a rule's line).
+UNIFORM_STYLE = dict(linestyle=":", color="0.45", linewidth=1.0)
 READING_TITLES = {"unseen_rows": "(a) unseen rows", "unseen_pairs": "(b) unseen pairs"}
 
 
@@ -12,9 +16,10 @@ def simulation_figure(summary, path_stem: str) -> None:
     """Paper Figure 2 and its second reading: MAE against perturbation intensity, mean +- 2 SE.
 
     `summary`: the polars table of workflow_lib.simulation.summary.summarize. One column of panels per
-    vocabulary size; top row reading (a), bottom row reading (b); one line per synonym rule; the dotted line
-    is the uniform predictor 1/|V| on the same cells. (a): rows of tokens never seen as the first element of a
-    training pair; (b): pairs never seen. A panel whose reading is empty says so in text.
+    vocabulary size; top row reading (a), bottom row reading (b); one line per synonym rule (at most two, in
+    the colour-blind-safe styles of workflow_lib.figures); the gray dotted line is the uniform predictor 1/|V|
+    on the same cells. (a): rows of tokens never seen as the first element of a training pair; (b): pairs never
+    seen. A panel whose reading is empty says so in text.
     """
     import matplotlib
 
@@ -22,7 +27,9 @@ def simulation_figure(summary, path_stem: str) -> None:
     import matplotlib.pyplot as plt
 
     vocab_sizes = sorted(summary["vocab_size"].unique().to_list())
-    rules = sorted(summary["synonyms"].unique().to_list())
+    present = set(summary["synonyms"].unique().to_list())
+    rules = [r for r in RULE_ORDER if r in present] + sorted(present - set(RULE_ORDER))
+    styles = assign_styles([rules], RULE_ORDER)
     fig, axes = plt.subplots(2, len(vocab_sizes), figsize=(3.1 * len(vocab_sizes), 5.6), squeeze=False)
     for col, V in enumerate(vocab_sizes):
         panel = summary.filter(summary["vocab_size"] == V)
@@ -33,21 +40,16 @@ def simulation_figure(summary, path_stem: str) -> None:
                 ax.set_ylabel(f"MAE, {READING_TITLES[reading]}", fontsize=8)
             if panel[f"mae_{reading}_mean"].is_null().all():
                 reps = panel["replications"].max()
-                ax.text(0.5, 0.5, f"no token unseen as a\nfirst element in any of\n{reps} replications:\n"
-                        "reading (a) is empty", ha="center", va="center", transform=ax.transAxes, fontsize=9)
-                ax.set_xticks([])
-                ax.set_yticks([])
+                empty_panel(ax, f"no token unseen as a\nfirst element in any of\n{reps} replications:\nreading (a) is empty")
                 continue
             for rule in rules:
                 line = panel.filter(panel["synonyms"] == rule).sort("intensity")
-                style, marker, color = STYLES.get(rule, (":", "^", "gray"))
                 ax.errorbar(line["intensity"].to_list(), line[f"mae_{reading}_mean"].to_list(),
                             yerr=[0.0 if e is None else e for e in line[f"mae_{reading}_2se"].to_list()],
-                            linestyle=style, marker=marker, color=color, markersize=4, capsize=2, linewidth=1.2,
-                            label=rule)
+                            markersize=4, capsize=2, linewidth=1.2, label=rule, **styles[rule])
             uniform = panel[f"uniform_{reading}_mean"].drop_nulls()
             if len(uniform):
-                ax.axhline(uniform[0], linestyle=":", color="gray", linewidth=1.0, label="uniform 1/|V|")
+                ax.axhline(uniform[0], label="uniform 1/|V|", **UNIFORM_STYLE)
             if reading == "unseen_rows":
                 reps, total = panel["n_unseen_rows_reps"].max(), panel["replications"].max()
                 rows = panel["n_unseen_rows_mean"].max()

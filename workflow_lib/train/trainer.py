@@ -286,11 +286,13 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
 
 
 def save_model(accelerator, model, tokenizer, folder: Path) -> None:
+    from workflow_lib.data.tokenization import save_tokenizer
+
     if accelerator.is_main_process:
         tmp = folder.with_name(folder.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         accelerator.unwrap_model(model).lm.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
+        save_tokenizer(tokenizer, tmp)
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)
 
@@ -312,6 +314,7 @@ def save_checkpoint(accelerator, resume: Path, step: int, best: dict, log_rows: 
 
 def write_outputs(output: str, accelerator, model, tokenizer, resume: Path, log_rows, best, settings, ran: dict) -> None:
     """The final (or best) model in safetensors, its tokenizer, train_log.csv and a summary of what ran, atomically."""
+    from workflow_lib.data.tokenization import save_tokenizer
     from workflow_lib.files import atomic_path
 
     with atomic_path(output) as tmp:
@@ -319,7 +322,7 @@ def write_outputs(output: str, accelerator, model, tokenizer, resume: Path, log_
             shutil.copytree(resume / "best", tmp)
         else:
             accelerator.unwrap_model(model).lm.save_pretrained(tmp, safe_serialization=True)
-            tokenizer.save_pretrained(tmp)
+            save_tokenizer(tokenizer, tmp)
         fields = ["step", "epoch", "loss", "lr", "tokens_per_s", "validation_loss", "validation_objective"]
         with open(tmp / "train_log.csv", "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=fields)
