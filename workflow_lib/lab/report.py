@@ -196,13 +196,25 @@ def figure(trained: pl.DataFrame, premise: pl.DataFrame, stem: str) -> None:
         if rows.height:
             base = rows.group_by("delta").agg(pl.col("U_base").max()).sort("delta")
             middle.plot(base["delta"].to_list(), base["U_base"].to_list(), label="no perturbation", **style[UNPERTURBED])
+        drawn, hidden = {}, []
         for name in dict.fromkeys(rows["perturbation"].to_list()):
             line = rows.filter(pl.col("perturbation") == name).sort("delta")
             if line["U_perturb_low"].null_count():
                 continue
             x, low, high = line["delta"].to_list(), line["U_perturb_low"].to_list(), line["U_perturb_high"].to_list()
+            # A line drawn over an equal one hides it: the panel names the T's that coincide, so none seems missing.
+            same = next((group for group in hidden if np.allclose(drawn[group[0]], high)), None)
+            if same is None:
+                hidden.append([name])
+            else:
+                same.append(name)
+            drawn[name] = high
             middle.plot(x, high, label=f"T = {name}", **style[name])
             middle.fill_between(x, low, high, color=style[name]["color"], alpha=0.2, linewidth=0)
+        notes = ["\n".join(f"T = {name}" for name in group) for group in hidden if len(group) > 1]
+        if notes:
+            middle.text(0.35, 0.5, "equal, drawn over each other:\n" + "\n\n".join(notes), transform=middle.transAxes,
+                        fontsize=7, va="center", in_layout=False)
         if not rows.height:
             empty_panel(middle, "no premise class")
         for ax in (top, middle, bottom):
