@@ -1,8 +1,9 @@
-"""The theory lab (rules/lab.smk): the paper's extrapolation uncertainty measured on the builtin grammar.
+"""The theory lab (rules/lab.smk): the paper's Section 3 quantities on the builtin grammar, whose true law is known.
 
 - `prefix_sets`: the `lab_sets` rule's content: prefixes at an exact distance from the training support, their truth.
-- `perturbation`: the lab's T on words, with keyed draws, and its constants alpha and C.
+- `perturbation`: the lab's T on words, with keyed draws; its exact constants alpha and C, and the Proposition's.
 - `laws`: the `lab_sets` and `lab_laws` rules' command line: each model's next-word law on every prefix.
-- `bounds`: U(delta), the TVs and the bounds, computed from the laws.
-- `report`: the `lab` rule: the table, its findings and the figure.
+- `premise`: model classes that meet the theorems' premise, their exact U_base and U_perturb, and the verdicts.
+- `bounds`: the trained models' disagreement and TV to the truth (descriptive), and the coupling assertion.
+- `report`: the `lab` rule: the tables, their findings and the figure.
 """
