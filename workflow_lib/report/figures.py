@@ -299,13 +299,13 @@ def training_curves(model_dirs: list[str], stem: str) -> None:
     varying = [f for f, among in (("train_synonyms", perturbed), ("train_mode", known), ("copies", known), ("seed", known))
                if len({c[f] for c in among}) > 1]
 
-    def line(d: str, c: dict) -> Line:
+    def line(c: dict) -> Line:
         if "train_intensity" not in c:
             return Line((c["objective"],), c["objective"], 0.0, [], [], [])
         return Line((c["objective"],), _training_condition(c, varying), float(c["train_intensity"]), [], [], [])
 
     logs = {d: read_train_log(d) for d in dirs}
-    series = sorted(((line(d, c), d) for d, c in zip(dirs, conditions)), key=lambda s: (s[0].group, s[0].rank, s[0].label, s[1]))
+    series = sorted(((line(c), d) for d, c in zip(dirs, conditions)), key=lambda s: (s[0].group, s[0].rank, s[0].label, s[1]))
     panels = split_panels(series, lambda s: s[0].group)
     styles = _line_styles([Panel(p.group, [s[0] for s in p.items]) for p in panels])
     # Per-step losses are noisy enough to hide one line behind another: a centred moving average when a log
