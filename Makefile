@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 CORES  ?= all
 SNAKEMAKE_ARGS ?=
 
-.PHONY: venv run report test test-fast lint dryrun bench clean
+.PHONY: venv run report test test-fast lint dryrun bench clean rehearsal
 
 # The venv is rebuilt only when the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -22,6 +22,10 @@ run: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
 	$(BIN)/snakemake --report results/report.html $(SNAKEMAKE_ARGS)
 	@echo "Report: results/report.html   Summary: results/summary.md   Tables and figures: results/report/"
+
+# The paper's whole study (configs/paper.yaml) on CPU, on stand-ins, then checked; results in results/rehearsal/.
+rehearsal: $(STAMP)
+	$(BIN)/python tests/support/rehearsal.py --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 dryrun: $(STAMP)
 	$(BIN)/snakemake -n $(SNAKEMAKE_ARGS)

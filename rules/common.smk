@@ -25,6 +25,7 @@ from workflow_lib.grid import (
     lab_targets,
     metric_targets,
     model_targets,
+    perplexity_jobs,
     perplexity_targets,
     perturbed_targets,
     report_figures,
@@ -213,17 +214,21 @@ def training_settings(wildcards):
     return {**config["training"], **MODELS[wildcards.model].get("training", {}), "seed": int(wildcards.seed)}
 
 
-def launch_args(wildcards):
-    """accelerate launch settings, all explicit, so no user's ~/.cache accelerate config changes a run.
+def launcher(wildcards):
+    """How a training job starts: `python` for one process, `accelerate launch` with every setting explicit for N.
 
-    `training.gpus: N` (N > 1) starts N data-parallel processes (--multi_gpu: torchrun). Whether they use GPUs is
-    decided in the job, where the hardware is, not here on the submit host: without CUDA the trainer joins them over
-    gloo on the CPU, with a warning."""
+    One process needs no launcher: the trainer's `Accelerator` is given the device and the mixed precision itself,
+    and `accelerate launch` would only cost its own interpreter (about 3 s a job). `training.gpus: N` (N > 1)
+    starts N data-parallel processes (--multi_gpu: torchrun), all settings on the command line, so no user's
+    ~/.cache accelerate config changes a run. Whether they use GPUs is decided in the job, where the hardware
+    is, not here on the submit host: without CUDA the trainer joins them over gloo on the CPU, with a warning."""
     settings = training_settings(wildcards)
     processes = training_processes(wildcards)
-    multi = "--multi_gpu " if processes > 1 else ""
+    if processes == 1:
+        return "python"
     precision = "no" if settings["mixed_precision"] == "auto" else settings["mixed_precision"]
-    return f"{multi}--num_processes {processes} --num_machines 1 --mixed_precision {precision} --dynamo_backend no --main_process_port 0"
+    return (f"accelerate launch --multi_gpu --num_processes {processes} --num_machines 1 --mixed_precision {precision} "
+            "--dynamo_backend no --main_process_port 0")
 
 
 MODEL_DIR = f"results/models/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"
@@ -269,6 +274,20 @@ def sampling_settings(wildcards):
 
 def decoder_settings(wildcards):
     return config["decoders"][wildcards.decoder]
+
+
+PERPLEXITY_JOBS = perplexity_jobs(config)
+
+
+def perplexity_eval_sets(wildcards) -> list[str]:
+    """The eval sets one perplexity job scores: every one its model is evaluated on."""
+    folder = f"results/perplexity/{wildcards.model}/{wildcards.dataset}/{wildcards.objective}/" + TRAIN_CONDITION.format(**wildcards)
+    return PERPLEXITY_JOBS[folder]
+
+
+def perplexity_inputs(wildcards):
+    return {**model_input(wildcards),
+            "prompts": [f"results/prompts/{es}.parquet" for es in perplexity_eval_sets(wildcards)]}
 
 
 def perplexity_settings(wildcards=None):
@@ -359,7 +378,7 @@ def simulation_summary_input():
 def all_targets():
     return (token_targets() + prompt_targets() + synonym_targets(config) + perturbed_targets(config)
             + model_targets(config) + metric_targets(config) + extrapolation_targets(config)
-            + perplexity_targets(config) + report_targets() + simulation_targets() + lab_targets(config))
+            + list(perplexity_jobs(config)) + report_targets() + simulation_targets() + lab_targets(config))
 
 
 def training_curve_targets():

@@ -42,27 +42,28 @@ rule evaluate:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics evaluate --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} --curves {output.curves} 2> {log}"
 
 
+# One job per evaluated model: the model is loaded once and scores the human text of every eval set it is evaluated
+# on, each into <folder>/<eval set>.json and <eval set>.prompts.parquet.
 rule perplexity:
     input:
-        unpack(model_input),
-        prompts="results/prompts/{eval_set}.parquet",
+        unpack(perplexity_inputs),
         code=workflow_code("workflow_lib.evaluate.perplexity"),
     output:
-        json=f"results/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{{eval_set}}.json",
-        per_prompt=f"results/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{{eval_set}}.prompts.parquet",
+        directory(f"results/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"),
     params:
         model=model_options,
+        prompts=lambda w: " ".join(f"{es}=results/prompts/{es}.parquet" for es in perplexity_eval_sets(w)),
         settings=lambda w: as_json(perplexity_settings(w)),
     log:
-        f"results/logs/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{{eval_set}}.log",
+        f"results/logs/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.log",
     benchmark:
-        f"results/benchmarks/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{{eval_set}}.tsv"
+        f"results/benchmarks/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.tsv"
     resources:
         gpu=config["evaluation"]["gpus"],
     conda:
         "../envs/train.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.perplexity {params.model} --prompts {input.prompts} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.perplexity {params.model} --prompts {params.prompts} --settings {params.settings:q} --output-dir {output} 2> {log}"
 
 
 rule extrapolation:

@@ -1,34 +1,40 @@
 rule collect_metrics:
     input:
-        metrics=metric_targets(config) + extrapolation_targets(config) + perplexity_targets(config),
+        metrics=metric_targets(config) + extrapolation_targets(config),
+        perplexity=list(PERPLEXITY_JOBS),
         code=workflow_code("workflow_lib.report.build"),
     output:
         "results/report/metrics.csv",
+    params:
+        # The JSON files inside the perplexity folders (one per model and eval set).
+        perplexity=perplexity_targets(config),
     log:
         "results/logs/report/collect.log",
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report.build collect --output {output} {input.metrics} 2> {log}"
+        "python -m workflow_lib.report.build collect --output {output} {input.metrics} {params.perplexity} 2> {log}"
 
 
 rule contrasts:
     input:
-        # The metrics and perplexity JSON; their per-run and per-prompt sidecars are listed so that they are
-        # inputs too (contrasts reads them beside each JSON).
-        metrics=metric_targets(config) + perplexity_targets(config),
-        sidecars=[m.replace(".json", ".prompts.parquet") for m in metric_targets(config) + perplexity_targets(config)],
+        # The metrics JSON and their per-prompt sidecars, listed so that they are inputs too (contrasts reads them
+        # beside each JSON); the perplexity folders hold both files of each eval set.
+        metrics=metric_targets(config),
+        sidecars=[m.replace(".json", ".prompts.parquet") for m in metric_targets(config)],
+        perplexity=list(PERPLEXITY_JOBS),
         code=workflow_code("workflow_lib.report.contrasts"),
     output:
         "results/report/contrasts.csv",
     params:
         intensity=config["report"]["intensity"],
+        perplexity=perplexity_targets(config),
     log:
         "results/logs/report/contrasts.log",
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report.contrasts --intensity {params.intensity} --output {output} {input.metrics} 2> {log}"
+        "python -m workflow_lib.report.contrasts --intensity {params.intensity} --output {output} {input.metrics} {params.perplexity} 2> {log}"
 
 
 rule tables:

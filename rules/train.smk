@@ -5,7 +5,7 @@ rule train:
     output:
         directory(f"results/models/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"),
     params:
-        launch=launch_args,
+        launch=launcher,
         model=lambda w: as_json(MODELS[w.model]),
         objective=lambda w: as_json(config["objectives"][w.objective]),
         settings=lambda w: as_json(training_settings(w)),
@@ -24,4 +24,4 @@ rule train:
     conda:
         "../envs/train.yaml"
     shell:
-        "OMP_NUM_THREADS=1 accelerate launch {params.launch} -m workflow_lib.train.trainer --train {input.train} {params.validation} --tokenizer {input.tokenizer} --model-key {wildcards.model} --model {params.model:q} --objective {params.objective:q} --settings {params.settings:q} --resume-dir {params.resume} --output {output} 2> {log}"
+        "OMP_NUM_THREADS=1 {params.launch} -m workflow_lib.train.trainer --train {input.train} {params.validation} --tokenizer {input.tokenizer} --model-key {wildcards.model} --model {params.model:q} --objective {params.objective:q} --settings {params.settings:q} --resume-dir {params.resume} --output {output} 2> {log}"

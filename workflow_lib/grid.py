@@ -163,10 +163,19 @@ def evaluation_runs(config: dict) -> list[tuple[str, str, SamplingCondition]]:
     return sorted(out)
 
 
+def perplexity_jobs(config: dict) -> dict[str, list[str]]:
+    """{perplexity folder: its eval sets}: one job per evaluated model scores the human text of every eval set the
+    model is evaluated on (loading the model once), into <folder>/<eval set>.json and .prompts.parquet."""
+    jobs: dict[str, set[str]] = {}
+    for model_dir, eval_set, _ in evaluation_runs(config):
+        jobs.setdefault(model_dir.replace("results/models/", "results/perplexity/", 1), set()).add(eval_set)
+    return {folder: sorted(sets) for folder, sets in sorted(jobs.items())}
+
+
 def perplexity_targets(config: dict) -> list[str]:
-    """Perplexity of every evaluated model on every eval set's human text (one per model, not per sampling)."""
-    return sorted({f"{m.replace('results/models/', 'results/perplexity/', 1)}/{es}.json"
-                   for m, es, _ in evaluation_runs(config)})
+    """Perplexity of every evaluated model on every eval set's human text (one per model, not per sampling): the
+    JSON files inside the perplexity folders."""
+    return sorted(f"{folder}/{es}.json" for folder, sets in perplexity_jobs(config).items() for es in sets)
 
 
 def sample_path(model_dir: str, eval_set: str, test: SamplingCondition) -> str:

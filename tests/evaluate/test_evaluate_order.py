@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import polars as pl
+import pyarrow as pa
 
 from workflow_lib.evaluate import metrics
 

@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from workflow_lib.lab import perturbation, premise, prefix_sets
+from workflow_lib.lab import perturbation, prefix_sets, premise
 from workflow_lib.lab.laws import build_sets, grammar_of
 
 BUILTIN = {"seed": 7, "words_per_class": 4}

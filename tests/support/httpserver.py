@@ -28,7 +28,7 @@ class Server:
     """The running server: its URL, the requests it saw, and the behaviour it was asked to show."""
 
     def __init__(self, files: dict[str, bytes], *, range_support: bool, drop_first: set[str],
-                 drop_always: set[str], fail_first: dict[str, int], fail_always: dict[str, int]) -> None:
+                 drop_always: set[str], fail_first: dict[str, int], fail_always: dict[str, int], port: int = 0) -> None:
         self.files = files
         self.range_support = range_support
         self.drop_first = set(drop_first)
@@ -39,7 +39,7 @@ class Server:
         self._lock = threading.Condition()
         self._active = 0
         self._seen: set[str] = set()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), name="test-httpserver",
@@ -167,8 +167,8 @@ def parse_range(header: str, size: int) -> tuple[int, int] | str | None:
 @contextlib.contextmanager
 def serve(files: dict[str, bytes], *, range_support: bool = True, drop_first: set[str] = frozenset(),
           drop_always: set[str] = frozenset(), fail_first: dict[str, int] | None = None,
-          fail_always: dict[str, int] | None = None) -> Iterator[Server]:
-    """Serve `files` (path -> body) on a loopback port until the block ends.
+          fail_always: dict[str, int] | None = None, port: int = 0) -> Iterator[Server]:
+    """Serve `files` (path -> body) on a loopback port (`port`; 0 = a free one) until the block ends.
 
     drop_first / drop_always: paths whose first (every) GET sends the full Content-Length but half the body.
     fail_first / fail_always: path -> HTTP status answered on the first (every) request for it.
@@ -179,7 +179,7 @@ def serve(files: dict[str, bytes], *, range_support: bool = True, drop_first: se
     server = Server({rooted(p): body for p, body in files.items()}, range_support=range_support,
                     drop_first={rooted(p) for p in drop_first}, drop_always={rooted(p) for p in drop_always},
                     fail_first={rooted(p): s for p, s in (fail_first or {}).items()},
-                    fail_always={rooted(p): s for p, s in (fail_always or {}).items()})
+                    fail_always={rooted(p): s for p, s in (fail_always or {}).items()}, port=port)
     server.thread.start()
     try:
         yield server

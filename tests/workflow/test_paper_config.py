@@ -102,7 +102,7 @@ def expected_jobs(config: dict) -> dict[str, int]:
             for eval_set, decoder, test in itertools.product(exp["eval_sets"], exp.get("decoders", ["unbiased"]),
                                                              test_conditions(exp)):
                 sampled.add((model, data, objective, train, run_seed, eval_set, decoder, test))
-                perplexity.add((model, data, objective, train, run_seed, eval_set))
+                perplexity.add((model, data, objective, train, run_seed))  # one job per model, all its eval sets
                 prompts.add(eval_set)
                 downloads.add((eval_sets[eval_set]["dataset"], eval_sets[eval_set]["split"]))
     builtin = {es for es in prompts if datasets[eval_sets[es]["dataset"]]["source"] == "builtin"}
@@ -200,5 +200,7 @@ def test_paper_config_requests_gpus_and_multi_gpu_training(paper_workdir):
     jobs = {job.outputs[0]: job.text for job in planned_jobs(output) if job.rule in ("train", "sample")}
     assert "gpu=4" in jobs[neo] and "accelerate launch --multi_gpu --num_processes 4 " in jobs[neo]
     gpt2_train = gpt2.replace("results/samples/", "results/models/").split("/webtext/")[0]
-    assert "gpu=1" in jobs[gpt2_train] and "accelerate launch --num_processes 1 " in jobs[gpt2_train]
+    # One process needs no launcher: the trainer's Accelerator is given the device and precision itself.
+    assert "gpu=1" in jobs[gpt2_train] and "OMP_NUM_THREADS=1 python -m workflow_lib.train.trainer " in jobs[gpt2_train]
+    assert "accelerate" not in jobs[gpt2_train]
     assert "gpu=1" in jobs[gpt2]

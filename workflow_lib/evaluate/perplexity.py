@@ -6,19 +6,25 @@ exp(sum of NLL / number of scored tokens) over the whole eval set, so long refer
 corpus perplexity. Batches are right-padded with an attention mask; the model runs in float32 unless the
 settings ask for bf16 (`precision`), and the log-probabilities are always taken in float32.
 
-    python -m workflow_lib.evaluate.perplexity --model PATH_OR_HUB_ID [--revision REV] --prompts PROMPTS.parquet \
-        --settings JSON --output OUT.json --per-prompt OUT.parquet
+One job scores every eval set a model is evaluated on: the model is loaded once (for a 1.3B model on a GPU, or
+a tiny one on a CPU, loading costs more than scoring), and each eval set gets its own two files in the output
+folder, `<eval set>.json` and `<eval set>.prompts.parquet`, as if it had been scored alone.
+
+    python -m workflow_lib.evaluate.perplexity --model PATH_OR_HUB_ID [--revision REV] \
+        --prompts EVAL_SET=PROMPTS.parquet [EVAL_SET=PROMPTS.parquet ...] --settings JSON --output-dir DIR
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import shutil
+from pathlib import Path
 
 import numpy as np
 
 from workflow_lib.cli import StageError, parse_json_arg, run
-from workflow_lib.files import write_json, write_parquet
+from workflow_lib.files import read_parquet, write_json, write_parquet
 from workflow_lib.provenance import provenance
 
 log = logging.getLogger("workflow_lib.evaluate.perplexity")
@@ -56,24 +62,60 @@ def sequence_nll(model, rows: list[list[int]], batch_size: int, pad_id: int) -> 
     return nll, tokens
 
 
+def eval_set_prompts(pairs: list[str]) -> dict[str, str]:
+    """{eval set: prompts path} from EVAL_SET=PATH arguments, in the order given."""
+    out = {}
+    for pair in pairs:
+        name, sep, path = pair.partition("=")
+        if not sep or not name or not path:
+            raise StageError(f"perplexity: --prompts takes EVAL_SET=PROMPTS.parquet, got {pair!r}")
+        if name in out:
+            raise StageError(f"perplexity: eval set {name!r} given twice")
+        out[name] = path
+    return out
+
+
+def score_eval_set(model, tokenizer, prompts_path: str, settings: dict, label: str):
+    """(per-prompt table, summary) of one eval set; a non-finite NLL or nothing to score stops the job."""
+    import pyarrow as pa
+
+    from workflow_lib.sample.loops import context_length
+
+    prompts = read_parquet(prompts_path, columns=["prompt_id", "reference"])
+    rows = reference_ids(tokenizer, prompts.column("reference").to_pylist(), context_length(model))
+    pad_id = next((i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id) if i is not None), 0)  # masked anyway
+    nll, tokens = sequence_nll(model, rows, settings.get("batch_size", 16), pad_id)
+    if not np.isfinite(nll).all():
+        raise StageError(f"perplexity: {label} gives a non-finite NLL on {int((~np.isfinite(nll)).sum())} "
+                         f"references of {prompts_path}; nothing is written")
+    if tokens.sum() == 0:
+        raise StageError(f"perplexity: {prompts_path} has no reference of two tokens or more; nothing to score")
+    per_token = float(nll.sum() / tokens.sum())
+    table = pa.table({"prompt_id": prompts.column("prompt_id").cast(pa.int64()), "nll": pa.array(nll),
+                      "tokens": pa.array(tokens)})
+    summary = {"perplexity": float(np.exp(per_token)), "nll_per_token": per_token, "tokens": int(tokens.sum()),
+               "prompts": len(rows), "provenance": provenance(settings)}
+    return table, summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m workflow_lib.evaluate.perplexity")
     parser.add_argument("--model", required=True, help="model folder (with its tokenizer) or hub id")
     parser.add_argument("--revision", help="hub revision of an untrained hub model")
-    parser.add_argument("--prompts", required=True, help="prompts Parquet: prompt_id, reference")
+    parser.add_argument("--prompts", required=True, nargs="+", metavar="EVAL_SET=PATH",
+                        help="each eval set's prompts Parquet (prompt_id, reference)")
     parser.add_argument("--settings", required=True, help="JSON: batch_size, precision (fp32 | bf16), seed")
-    parser.add_argument("--output", required=True, help="JSON: perplexity, nll_per_token, tokens, prompts, provenance")
-    parser.add_argument("--per-prompt", required=True, help="Parquet: prompt_id, nll (summed), tokens")
+    parser.add_argument("--output-dir", required=True, type=Path,
+                        help="folder of <eval set>.json (perplexity, nll_per_token, tokens, prompts, provenance) and "
+                             "<eval set>.prompts.parquet (prompt_id, nll summed, tokens)")
     args = parser.parse_args()
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     import torch
     from transformers import AutoTokenizer
 
-    from workflow_lib.sample.loops import context_length
     from workflow_lib.sample.sampler import PRECISIONS, load_model
 
+    prompts = eval_set_prompts(args.prompts)
     settings = parse_json_arg(args.settings, "perplexity settings")
     precision = settings.get("precision", "fp32")
     if precision not in PRECISIONS:
@@ -81,22 +123,23 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = load_model(args.model, device, precision, args.revision)
     tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision)
-    prompts = pq.read_table(args.prompts, columns=["prompt_id", "reference"])
-    rows = reference_ids(tokenizer, prompts.column("reference").to_pylist(), context_length(model))
-    pad_id = next((i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id) if i is not None), 0)  # masked anyway
-    nll, tokens = sequence_nll(model, rows, settings.get("batch_size", 16), pad_id)
-    if not np.isfinite(nll).all():
-        raise StageError(f"perplexity: {args.model} gives a non-finite NLL on {int((~np.isfinite(nll)).sum())} "
-                         "references; nothing is written")
-    if tokens.sum() == 0:
-        raise StageError(f"perplexity: {args.prompts} has no reference of two tokens or more; nothing to score")
-    per_token = float(nll.sum() / tokens.sum())
-    log.info("perplexity %.3f (%.4f nats per token over %d tokens of %d references, %s on %s)", np.exp(per_token),
-             per_token, tokens.sum(), len(rows), precision, device)
-    write_parquet(pa.table({"prompt_id": prompts.column("prompt_id").cast(pa.int64()), "nll": pa.array(nll),
-                            "tokens": pa.array(tokens)}), args.per_prompt)
-    write_json({"perplexity": float(np.exp(per_token)), "nll_per_token": per_token, "tokens": int(tokens.sum()),
-                "prompts": len(rows), "provenance": provenance(settings)}, args.output)
+    # Every eval set is scored before anything is written, into a folder renamed when complete.
+    part = args.output_dir.with_name(args.output_dir.name + ".part")
+    shutil.rmtree(part, ignore_errors=True)
+    part.mkdir(parents=True)
+    try:
+        for eval_set, path in prompts.items():
+            table, summary = score_eval_set(model, tokenizer, path, settings, args.model)
+            log.info("%s: perplexity %.3f (%.4f nats per token over %d tokens of %d references, %s on %s)", eval_set,
+                     summary["perplexity"], summary["nll_per_token"], summary["tokens"], summary["prompts"], precision,
+                     device)
+            write_parquet(table, part / f"{eval_set}.prompts.parquet")
+            write_json(summary, part / f"{eval_set}.json")
+    except BaseException:
+        shutil.rmtree(part, ignore_errors=True)
+        raise
+    shutil.rmtree(args.output_dir, ignore_errors=True)
+    part.rename(args.output_dir)
 
 
 if __name__ == "__main__":

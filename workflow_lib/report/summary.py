@@ -13,7 +13,7 @@ from workflow_lib.grid import UNTRAINED
 from workflow_lib.report.collect import version_column
 from workflow_lib.report.conditions import KEYS, UNTRAINED_LABEL, shown_objective
 from workflow_lib.report.contrasts import paired_section
-from workflow_lib.report.tables import paper_comparison, pivot_cells
+from workflow_lib.report.tables import paper_comparison, pivot_cells, rehearsal_stand_ins
 
 
 def _file_source(record: dict) -> str:
@@ -132,8 +132,11 @@ def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensit
     untrained = models.filter(pl.col("objective") == UNTRAINED).height
     objectives = sorted(set(frame["objective"].to_list()) - {UNTRAINED})
     decoders = sorted(set(frame["decoder"].to_list()))
+    rehearsal = rehearsal_stand_ins(config)
     parts = [
         "# Summary of the study\n",
+        *([f"**A rehearsal on stand-ins, whose numbers mean nothing**: {rehearsal}. It shows that the study runs end to "
+           "end, not what it finds.\n"] if rehearsal else []),
         "## Provenance\n", provenance_section(frame),
         f"{models.height - untrained} trained models" + (f" and {untrained} {UNTRAINED_LABEL} models" if untrained else "") +
         f", {frame.select('eval_set').unique().height} eval sets, {frame.height} evaluated "

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from workflow_lib.files import atomic_path
+from workflow_lib.files import atomic_path, read_parquet
 from workflow_lib.grid import UNTRAINED
 from workflow_lib.report.conditions import (
     ABLATION,
@@ -182,7 +182,7 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
 
 def paper_comparison(frame: pl.DataFrame, config: dict, intensity: float) -> str:
     """Our MAUVE beside the paper's Table 1 where models and eval sets are the paper's; else a sentence."""
-    hub_name = {k: m.get("name") for k, m in config["models"].items() if m["source"] == "hf"}
+    hub_name = {k: m.get("stand_in_for") or m.get("name") for k, m in config["models"].items() if m["source"] == "hf"}
     sets = {}
     for es, spec in config.get("eval_sets", {}).items():
         ds = config["datasets"][spec["dataset"]]
@@ -206,14 +206,22 @@ def paper_comparison(frame: pl.DataFrame, config: dict, intensity: float) -> str
     if not lines:
         return "No model and eval set of this study is one of the paper's, so there are no paper numbers to compare with.\n"
     head = "| model | objective | perturbation | " + " | ".join(PAPER_EVAL_SETS) + " |\n|" + "---|" * 7 + "\n"
-    return "MAUVE, ours (mean ± 2 SE) beside the paper's Table 1:\n\n" + head + "\n".join(lines) + "\n"
+    intro = "MAUVE, ours (mean ± 2 SE) beside the paper's Table 1:\n\n"
+    if stand_ins := rehearsal_stand_ins(config):
+        intro = (f"**Rehearsal: these numbers mean nothing.** The models are tiny random stand-ins ({stand_ins}) on random "
+                 "text; the table shows that every cell of the paper's Table 1 is computed, not how close it comes.\n\n" + intro)
+    return intro + head + "\n".join(lines) + "\n"
+
+
+def rehearsal_stand_ins(config: dict) -> str:
+    """'key for hub id, ...' of the models that stand in for hub models (`models.<key>.stand_in_for`), or ''."""
+    return ", ".join(f"{key} for {m['stand_in_for']}" for key, m in config["models"].items() if m.get("stand_in_for"))
 
 
 def examples(prompts_path: str, sample_paths: list[str], stem: str, prompt_index: int = 0) -> None:
     """One prompt, its human continuation, and run 0 of every method's continuation of it."""
-    import pyarrow.parquet as pq
 
-    prompts = pq.read_table(prompts_path).to_pylist()
+    prompts = read_parquet(prompts_path).to_pylist()
     prompt = prompts[min(prompt_index, len(prompts) - 1)]
     rows = [{"method": "human", "continuation": prompt["reference"][len(prompt["prefix"]):].strip()}]
     conditions = {path: parse_path(str(path).replace("results/samples/", "results/metrics/").replace(".parquet", ".json"))
@@ -221,7 +229,7 @@ def examples(prompts_path: str, sample_paths: list[str], stem: str, prompt_index
     several_decoders = len({c["decoder"] for c in conditions.values()}) > 1
     for path in sorted(sample_paths):
         fields = conditions[path]
-        samples = pq.read_table(path).to_pylist()
+        samples = read_parquet(path).to_pylist()
         text = next((s["text"] for s in samples if s["prompt_id"] == prompt["prompt_id"] and s["run"] == 0), "")
         objective = UNTRAINED_LABEL if fields["objective"] == UNTRAINED else fields["objective"]
         label = (f"{fields['model']} {objective} train {fields['train_strategy']} {fields['train_intensity']}, "

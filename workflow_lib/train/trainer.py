@@ -1,6 +1,7 @@
 """Training one model on one perturbed training set with one objective.
 
-Run by rules/train.smk as `accelerate launch ... -m workflow_lib.train.trainer`, in run_clm_no_trainer's idiom:
+Run by rules/train.smk as `python -m workflow_lib.train.trainer` (one process) or `accelerate launch --multi_gpu ...
+-m workflow_lib.train.trainer` (N), in run_clm_no_trainer's idiom:
 `Accelerator` owns devices, mixed precision and gradient accumulation; `save_state`/`load_state` make a
 killed or preempted job resume where it stopped. The step itself (forward, gather the targets' logits,
 objective, backward, clip, step) fits on one screen in `train`.
@@ -335,7 +336,7 @@ def write_outputs(output: str, accelerator, model, tokenizer, resume: Path, log_
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="accelerate launch -m workflow_lib.train.trainer")
+    parser = argparse.ArgumentParser(prog="python -m workflow_lib.train.trainer")
     parser.add_argument("--train", required=True, help="perturbed training Parquet")
     parser.add_argument("--validation", help="token blocks for validation loss")
     parser.add_argument("--tokenizer", required=True)

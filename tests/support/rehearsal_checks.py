@@ -1,0 +1,168 @@
+"""What a finished rehearsal of configs/paper.yaml must hold: every cell, figure and section of the paper's study.
+
+Each check takes what it reads (frames, text, paths) and returns the problems it found, one sentence each; an
+empty list means the check holds. The expectations come from configs/paper.yaml itself (its experiments, eval
+sets and simulation grid), never from the rehearsal's outputs, so a cell the study silently dropped is missed.
+tests/workflow/test_rehearsal.py runs them on a finished rehearsal and shows each one failing on doctored input.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import polars as pl
+
+from workflow_lib.report.conditions import UNTRAINED_LABEL
+
+SWEEP = [0.1 * 2**k for k in range(-4, 3)]  # the paper's intensities, 0.1 * 2^k, k = -4..2
+STRATEGY_INTENSITIES = [0, 0.0125, 0.025, 0.05]
+STRATEGIES = ["insertion", "replacement", "deletion"]
+FETCHED = ["webtext.test.jsonl", "webtext.train.jsonl", "writingPrompts.tar.gz"]
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def finite(value) -> bool:
+    return value is not None and math.isfinite(float(value))
+
+
+def condition_rows(metrics: pl.DataFrame, model: str, objective: str, eval_set: str, strategy: str | None,
+                   intensity: float, *, train: bool = True, test: bool = True) -> pl.DataFrame:
+    """The unbiased-decoder rows of one cell: `strategy` at `intensity` at training and/or sampling (0: none)."""
+    rows = metrics.filter((pl.col("model") == model) & (pl.col("objective") == objective)
+                          & (pl.col("eval_set") == eval_set) & (pl.col("decoder") == "unbiased"))
+
+    def at(prefix: str, on: bool) -> pl.Expr:
+        alpha = intensity if on else 0.0
+        if alpha == 0:
+            return pl.col(f"{prefix}_intensity") == 0
+        return (pl.col(f"{prefix}_strategy") == strategy) & ((pl.col(f"{prefix}_intensity") - alpha).abs() < 1e-12)
+
+    return rows.filter(at("train", train) & at("test", test))
+
+
+def cell_problems(rows: pl.DataFrame, what: str, columns=("mauve_mean", "rouge1_mean")) -> list[str]:
+    if rows.height == 0:
+        return [f"{what}: no metrics row"]
+    return [f"{what}: {column} = {value}" for column in columns for value in rows[column].to_list() if not finite(value)]
+
+
+def table1_problems(metrics: pl.DataFrame, table1: pl.DataFrame, paper: dict) -> list[str]:
+    """Every (model, objective, condition, eval set) of the paper's Table 1, zero-shot rows included, is a finite
+    MAUVE and ROUGE-1 in metrics.csv and a filled cell of tables/table1.csv."""
+    problems = []
+    experiments = paper["experiments"]
+    plain, perturbed = experiments["table1"], experiments["table1-perturbed"]
+    alpha = perturbed["test_perturbation"]["intensities"][0]
+    cells = [(m, o, "no", e) for m in plain["models"] for o in plain["objectives"] for e in plain["eval_sets"]]
+    cells += [(m, o, f"insertion {alpha:g}", e) for m in perturbed["models"] for o in perturbed["objectives"]
+              for e in perturbed["eval_sets"]]
+    for model, objective, label, eval_set in cells:
+        rows = condition_rows(metrics, model, objective, eval_set, "insertion", 0.0 if label == "no" else alpha)
+        problems += cell_problems(rows, f"Table 1 {model} {objective} {label} {eval_set}")
+        shown = UNTRAINED_LABEL if objective == "untrained" else objective
+        line = table1.filter((pl.col("model") == model) & (pl.col("objective").is_in([objective, shown]))
+                             & (pl.col("perturbation") == label))
+        column = f"{eval_set} MAUVE"
+        if line.height != 1 or column not in table1.columns or not (line[column][0] or "").strip():
+            problems.append(f"tables/table1.csv: no {column} cell for {model} {objective} {label}")
+    return problems
+
+
+def ablation_problems(metrics: pl.DataFrame, ablation: pl.DataFrame, paper: dict) -> list[str]:
+    """The ablation's four arms for each of its objectives (MLE and Brier), finite, and in tables/ablation.csv."""
+    exp = paper["experiments"]["ablation"]
+    alpha = max(exp["test_perturbation"]["intensities"])
+    problems = []
+    for objective in exp["objectives"]:
+        for eval_set in exp["eval_sets"]:
+            for arm, train, test in (("NoPerturb", False, False), ("TrainPerturb", True, False),
+                                     ("TestPerturb", False, True), ("Both", True, True)):
+                rows = condition_rows(metrics, exp["models"][0], objective, eval_set, "insertion", alpha, train=train,
+                                      test=test)
+                problems += cell_problems(rows, f"ablation {objective} {arm} {eval_set}")
+                line = ablation.filter((pl.col("model") == exp["models"][0]) & (pl.col("objective") == objective)
+                                       & (pl.col("eval_set") == eval_set))
+                if line.height != 1 or not (line[f"{arm} MAUVE"][0] or "").strip():
+                    problems.append(f"tables/ablation.csv: no {arm} cell for {objective} {eval_set}")
+    return problems
+
+
+def sweep_problems(metrics: pl.DataFrame, figure: Path) -> list[str]:
+    """The intensity figure's 7 intensities: GPT-2 MLE on WebText, the same insertion at training and sampling."""
+    problems = [] if figure.exists() and figure.stat().st_size else [f"{figure}: missing"]
+    for alpha in SWEEP:
+        problems += cell_problems(condition_rows(metrics, "gpt2", "mle", "webtext", "insertion", alpha),
+                                  f"intensity sweep {alpha:g}", columns=("mauve_mean",))
+    return problems
+
+
+def strategy_problems(metrics: pl.DataFrame, strategies: pl.DataFrame) -> list[str]:
+    """The strategy table: 3 strategies x 4 intensities (0 the shared baseline), finite, in tables/strategies.csv."""
+    problems = []
+    for strategy in STRATEGIES:
+        line = strategies.filter((pl.col("model") == "gpt2") & (pl.col("objective") == "mle")
+                                 & (pl.col("eval_set") == "webtext") & (pl.col("strategy") == strategy))
+        for alpha in STRATEGY_INTENSITIES:
+            problems += cell_problems(condition_rows(metrics, "gpt2", "mle", "webtext", strategy, alpha),
+                                      f"strategy {strategy} {alpha:g}", columns=("mauve_mean",))
+            column = f"{alpha:g} MAUVE"
+            if line.height != 1 or column not in strategies.columns or not (line[column][0] or "").strip():
+                problems.append(f"tables/strategies.csv: no {column} cell for {strategy}")
+    return problems
+
+
+def simulation_problems(summary: pl.DataFrame, settings: dict) -> list[str]:
+    """The simulation's grid: every (|V|, intensity) the config names, each over all its replications, finite."""
+    problems = []
+    for vocab in settings["vocab_sizes"]:
+        for alpha in settings["intensities"]:
+            rows = summary.filter((pl.col("vocab_size") == vocab) & ((pl.col("intensity") - alpha).abs() < 1e-12))
+            if rows.height == 0:
+                problems.append(f"simulation: no row for V={vocab}, alpha={alpha:g}")
+                continue
+            if rows["replications"].to_list() != [settings["replications"]] * rows.height:
+                problems.append(f"simulation V={vocab}, alpha={alpha:g}: replications {rows['replications'].to_list()}")
+            problems += [f"simulation V={vocab}, alpha={alpha:g}: MAE (b) = {v}"
+                         for v in rows["mae_unseen_pairs_mean"].to_list() if not finite(v)]
+    return problems
+
+
+def report_problems(results: Path, contrasts: pl.DataFrame, models: list[str]) -> list[str]:
+    """Paired contrasts of every family, the example generations and each model's training curves."""
+    problems = []
+    for family in ("perturbation", "ablation", "objective"):
+        rows = contrasts.filter(pl.col("family") == family)
+        if rows.height == 0:
+            problems.append(f"contrasts.csv: no {family} contrast")
+        problems += [f"contrasts.csv {family}: difference {v}" for v in rows["difference"].to_list() if not finite(v)]
+    examples = results / "report/tables/examples.csv"
+    if not examples.exists() or pl.read_csv(examples).height < 2:
+        problems.append(f"{examples}: missing, or no generation beside the human text")
+    for model in models:
+        curves = results / "report/figures/training" / model
+        if not any(curves.glob("*.png")):
+            problems.append(f"{curves}: no training curve")
+    return problems
+
+
+def summary_problems(summary: str, fetched_sha256: dict[str, str]) -> list[str]:
+    """The paper comparison renders and says it is a rehearsal; the data section lists each fetched file with the
+    sha256 of its bytes (`fetched_sha256`: file name -> sha256 computed here)."""
+    problems = []
+    section = summary.split("## Paper comparison", 1)[1].split("\n## ", 1)[0] if "## Paper comparison" in summary else ""
+    if not section:
+        problems.append("summary.md: no paper comparison section")
+    elif "Rehearsal: these numbers mean nothing" not in section:
+        problems.append("summary.md: the paper comparison is not marked as a rehearsal")
+    elif len(re.findall(r"\(paper \d", section)) == 0 or "| model |" not in section:
+        problems.append("summary.md: the paper comparison has no table")
+    data = summary.split("## Data", 1)[1].split("\n## ", 1)[0] if "## Data" in summary else ""
+    for name, digest in fetched_sha256.items():
+        if not re.search(rf"{re.escape(name)}[^\n`]*: sha256 `{digest}` \(not pinned", data):
+            problems.append(f"summary.md: the data section does not list {name} with sha256 {digest}, to pin")
+    return problems
