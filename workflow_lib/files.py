@@ -36,16 +36,6 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             tmp.unlink()
 
 
-def read_parquet(path: str | os.PathLike, columns: list[str] | None = None):
-    """One Parquet file as a pyarrow Table (`columns`: only those).
-
-    `pyarrow.parquet.read_table` goes through pyarrow's dataset layer, which imports pandas: 0.3 s of every job
-    that reads a file, in a study of hundreds of jobs. A single file needs none of it."""
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(path).read(columns=columns)
-
-
 def write_parquet(table, path: str | os.PathLike) -> None:
     """Write a pyarrow Table (or polars DataFrame) deterministically and atomically."""
     import pyarrow as pa

@@ -26,6 +26,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -194,6 +195,7 @@ def build(root: Path) -> dict[str, bytes]:
         return served
     from support.families import make_checkpoint
 
+    shutil.rmtree(root / "models", ignore_errors=True)  # what an interrupted build left
     texts = [row for row in wiki2["train"] if row.strip()]
     texts += [json.loads(line)["text"] for line in served[WEBTEXT_PATH.format(split="train")].decode().splitlines()]
     for key, family in PAPER_MODELS.items():

@@ -78,6 +78,29 @@ def test_rehearsal_plans_the_papers_jobs(tmp_path):
     assert sum(paper.values()) == 447
 
 
+def test_served_stand_ins_repeat_byte_for_byte_and_are_shaped_as_the_originals():
+    import io
+    import json
+    import tarfile
+
+    import numpy as np
+    from support import standins
+
+    def served(seed: int) -> dict[str, bytes]:
+        return {**standins.webtext_files(np.random.default_rng(seed)),
+                standins.WRITINGPROMPTS_PATH: standins.writingprompts_archive(np.random.default_rng(seed))}
+
+    first = served(1)
+    assert first == served(1) and first != served(2)  # the same seed, the same bytes (the gzip header has no time)
+    records = [json.loads(line) for line in first["gpt-2/output-dataset/v1/webtext.test.jsonl"].decode().splitlines()]
+    assert set(records[0]) == {"id", "ended", "length", "text"} and len(records) == 14
+    words = [len(r["text"].split()) for r in records]
+    assert sum(50 < n < 1000 for n in words) == 12  # one too short and one too long: the top-up must run
+    with tarfile.open(fileobj=io.BytesIO(first[standins.WRITINGPROMPTS_PATH]), mode="r:gz") as tar:
+        assert sorted(tar.getnames()) == sorted(f"writingPrompts/{s}.wp_{k}" for s in ("train", "valid", "test")
+                                                for k in ("source", "target"))
+
+
 # The checks, each made to fail ---------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from workflow_lib.cli import StageError, parse_json_arg, run
-from workflow_lib.files import read_parquet, sha256_file, write_json, write_parquet
+from workflow_lib.files import sha256_file, write_json, write_parquet
 
 log = logging.getLogger("workflow_lib.data.prepare")
 
@@ -175,9 +175,10 @@ def main() -> None:
         write_parquet(table, args.output)
         write_json(meta, args.meta)
     else:
+        import pyarrow.parquet as pq
 
         settings = parse_json_arg(args.settings, f"eval_sets.{args.eval_set}")
-        frame, stats = build_prompts(args.eval_set, read_parquet(args.input), **settings)
+        frame, stats = build_prompts(args.eval_set, pq.read_table(args.input), **settings)
         log.info("%s: %d prompts; filters: %s", args.eval_set, frame.height, stats)
         write_parquet(frame, args.output)
         write_json({"eval_set": args.eval_set, "settings": settings, "prompts": frame.height, "filters": stats}, args.meta)

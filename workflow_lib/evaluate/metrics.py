@@ -38,7 +38,7 @@ import numpy as np
 from workflow_lib.cli import StageError, parse_json_arg, run
 from workflow_lib.evaluate.textstats import FIELDS as TEXT_FIELDS
 from workflow_lib.evaluate.textstats import continuation_tokens, text_stats
-from workflow_lib.files import atomic_path, read_parquet, write_json, write_parquet
+from workflow_lib.files import atomic_path, write_json, write_parquet
 from workflow_lib.provenance import provenance
 
 log = logging.getLogger("workflow_lib.evaluate.metrics")
@@ -301,9 +301,11 @@ def main() -> None:
     ev.add_argument("--per-prompt", required=True, help="Parquet: ROUGE of every sample, for paired comparisons")
     args = parser.parse_args()
 
+    import pyarrow.parquet as pq
+
     settings = parse_json_arg(args.settings, "evaluation")
     if args.command == "features":
-        references = read_parquet(args.prompts).column("reference").to_pylist()
+        references = pq.read_table(args.prompts).column("reference").to_pylist()
         features = featurize(references, settings["featuriser"], settings["max_text_length"], settings["feature_batch_size"])
         log.info("featurised %d human references with %s: %s", len(references), settings["featuriser"], features.shape)
         with atomic_path(args.output) as tmp:
@@ -311,7 +313,7 @@ def main() -> None:
                 np.save(handle, features)
     else:
         human = np.load(args.human_features)
-        summary, curves, per_prompt = evaluate(read_parquet(args.samples), read_parquet(args.prompts), human, settings,
+        summary, curves, per_prompt = evaluate(pq.read_table(args.samples), pq.read_table(args.prompts), human, settings,
                                                settings["seed"])
         log.info("MAUVE %.3f +- %s (clustering share of its variance %s), ROUGE-1 %.3f, distinct-4 %.3f over %d runs",
                  summary["mauve_mean"], summary["mauve_2se"], summary["mauve_variance"]["clustering_share"],

@@ -24,7 +24,7 @@ import logging
 import numpy as np
 
 from workflow_lib.cli import StageError, parse_json_arg, run
-from workflow_lib.files import read_parquet, write_parquet
+from workflow_lib.files import write_parquet
 from workflow_lib.perturb.synonym_table import SynonymTable
 
 log = logging.getLogger("workflow_lib.perturb.synonyms")
@@ -158,8 +158,9 @@ def main() -> None:
     if args.source == "uniform":
         table = SynonymTable.uniform(vocab_size, special)
     elif args.source == "distributional":
+        import pyarrow.parquet as pq
 
-        ids = read_parquet(args.tokens, columns=["input_ids"]).column("input_ids").combine_chunks()
+        ids = pq.read_table(args.tokens, columns=["input_ids"]).column("input_ids").combine_chunks()
         blocks = ids.values.to_numpy().reshape(len(ids), -1)
         table = distributional_synonyms(blocks, vocab_size, settings["k"], special, settings["min_count"])
     elif args.source == "embedding":

@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 
 from workflow_lib.cli import parse_json_arg, run
-from workflow_lib.files import read_parquet, write_json, write_parquet
+from workflow_lib.files import write_json, write_parquet
 from workflow_lib.perturb.perturber import perturb, prefix_targets, sequence_ids
 from workflow_lib.perturb.synonym_table import SynonymTable
 
@@ -95,14 +95,16 @@ def main() -> None:
     parser.add_argument("--output", required=True)
     parser.add_argument("--meta", required=True)
     args = parser.parse_args()
+
+    import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
     cond = parse_json_arg(args.condition, "perturbation condition")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    ids = read_parquet(args.tokens, columns=["input_ids"]).column("input_ids").combine_chunks()
+    ids = pq.read_table(args.tokens, columns=["input_ids"]).column("input_ids").combine_chunks()
     blocks = ids.values.to_numpy().reshape(len(ids), -1)
     if args.synonyms:
-        table = SynonymTable.from_arrow(read_parquet(args.synonyms))
+        table = SynonymTable.from_arrow(pq.read_table(args.synonyms))
     else:
         table = SynonymTable.from_rows(len(tokenizer), [], [], [])
     out = perturb_blocks(blocks, cond["mode"], cond["strategy"], cond["intensity"], table, cond["copies"], cond["seed"],

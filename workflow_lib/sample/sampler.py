@@ -119,9 +119,10 @@ def main() -> None:
     args = parser.parse_args()
 
     import pyarrow as pa
+    import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
-    from workflow_lib.files import read_parquet, write_parquet
+    from workflow_lib.files import write_parquet
 
     settings = parse_json_arg(args.settings, "sampling")
     perturbation = parse_json_arg(args.perturbation, "test perturbation")
@@ -129,8 +130,8 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision)
     model = load_model(args.model, device, settings["precision"], args.revision)
-    prompts = read_parquet(args.prompts)
-    table = SynonymTable.from_arrow(read_parquet(args.synonyms)) if args.synonyms else None
+    prompts = pq.read_table(args.prompts)
+    table = SynonymTable.from_arrow(pq.read_table(args.synonyms)) if args.synonyms else None
     out = generate(model, tokenizer, prompts.column("prefix").to_pylist(), prompts.column("prompt_id").to_numpy(),
                    settings["runs"], settings["new_tokens"], perturbation, table, settings["seed"], settings["mode"],
                    settings["batch_size"], decoder, progress=True)
