@@ -118,6 +118,27 @@ def test_intensity_lines_keep_decoders_apart_and_skip_mixed_strategies(figures):
     assert_legend_clear_of_axes(fig)
 
 
+def test_intensity_panels_only_for_eval_sets_with_a_sweep(figures):
+    """The paper sweeps on WebText only: its other eval sets (0 and 0.025) get no empty panels (the rehearsal showed
+    three of four panels saying so)."""
+    rows = [{"train_intensity": x, "test_intensity": x, "mauve_mean": 0.5 + x, "mauve_2se": 0.01, "eval_set": es}
+            for es, xs in (("webtext", (0.0, 0.025, 0.05, 0.1)), ("wikitext2", (0.0, 0.025)), ("writingprompts", (0.0, 0.025)))
+            for x in xs]
+    lm_figures.intensity_figure(frame(rows), "unused")
+    (fig,) = figures
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.has_data()]
+    assert len(titles) == 1 and titles[0].endswith("webtext")
+    assert not any("fewer than two" in t.get_text() for ax in fig.axes for t in ax.texts)
+
+
+def test_intensity_figure_without_any_sweep_says_so(figures):
+    rows = [{"train_intensity": x, "test_intensity": x, "mauve_mean": 0.5, "mauve_2se": 0.01, "eval_set": "test"}
+            for x in (0.0, 0.025)]
+    lm_figures.intensity_figure(frame(rows), "unused")
+    (fig,) = figures
+    assert any("fewer than two" in t.get_text() for ax in fig.axes for t in ax.texts)
+
+
 def test_ablation_bars_are_one_group_per_decoder(figures):
     arms = [(0.0, 0.0), (0.025, 0.0), (0.0, 0.025), (0.025, 0.025)]
     rows = [{"train_intensity": ti, "test_intensity": tti, "decoder": d, "mauve_mean": m + i / 10, "mauve_2se": 0.01, "eval_set": "test"}

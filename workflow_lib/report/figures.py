@@ -154,13 +154,14 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) ->
 
 def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = None) -> None:
     """MAUVE against intensity (the same strategy and intensity at training and sampling), ± 2 SE, each line
-    starting at 0 with its unperturbed model; one row of panels per eval set, one panel per objective, one line
-    per strategy (and decoder, seed, ... where the study has several)."""
+    starting at 0 with its unperturbed model; one row of panels per eval set that has a sweep (two perturbed
+    intensities or more), one panel per objective, one line per strategy (and decoder, seed, ... where the study has
+    several)."""
     same = shown_objective(frame.filter((pl.col("train_intensity") == pl.col("test_intensity")) & pl.col("mauve_mean").is_not_null()))
     perturbed = same.filter((pl.col("train_intensity") > 0) & (pl.col("train_strategy") == pl.col("test_strategy")))
     eval_sets = sorted(set(same["eval_set"].to_list())) or ["(none)"]
     groups = ["objective", *_varying(same, ["model"])]
-    rows = []
+    rows, shown = [], []
     for es in eval_sets:
         sub = perturbed.filter(pl.col("eval_set") == es)
         shared = ["objective", *_varying(same.filter(pl.col("eval_set") == es), SHARED_FIELDS)]
@@ -177,7 +178,11 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
                 x, y, err = [0.0, *x], [base["mauve_mean"].mean(), *y], [base["mauve_2se"].mean(), *err]
             label = _describe(line, [k for k in keys if k not in groups])
             lines.append(Line(tuple(line[g] for g in groups), label, 0.0, x, y, err))
-        rows.append(split_panels(lines, lambda line: line.group) or [Panel(None, [])])
+        if lines:  # an eval set the study sweeps on no intensity gets no panel (the paper's sweep is WebText's)
+            rows.append(split_panels(lines, lambda line: line.group))
+            shown.append(es)
+    if not rows:
+        rows, shown = [[Panel(None, [])]], ["all eval sets"]
     fig, placed = _grid(rows)
     styles = _line_styles([panel for panels in rows for panel in panels])
     for r in range(len(rows)):  # MAUVE compares within an eval set
@@ -187,11 +192,11 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
     for r, col, panel, ax in placed:
         if not panel.items:
             empty_panel(ax, "fewer than two perturbed intensities\nin this study")
-            ax.set_title(eval_sets[r], fontsize=9)
+            ax.set_title(shown[r], fontsize=9)
             continue
         _draw_lines(ax, panel.items, styles)
         _intensity_axis(ax, ticks)
-        ax.set_title(panel.title(", ".join(map(str, panel.group))) + f"\n{eval_sets[r]}", fontsize=9)
+        ax.set_title(panel.title(", ".join(map(str, panel.group))) + f"\n{shown[r]}", fontsize=9)
         ax.set_xlabel("intensity α (training = sampling)", fontsize=8)
         if col == 0:
             ax.set_ylabel("MAUVE")
