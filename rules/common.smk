@@ -281,8 +281,8 @@ PERPLEXITY_JOBS = perplexity_jobs(config)
 
 def perplexity_eval_sets(wildcards) -> list[str]:
     """The eval sets one perplexity job scores: every one its model is evaluated on."""
-    folder = f"results/perplexity/{wildcards.model}/{wildcards.dataset}/{wildcards.objective}/" + TRAIN_CONDITION.format(**wildcards)
-    return PERPLEXITY_JOBS[folder]
+    condition = TRAIN_CONDITION.format(**wildcards)
+    return PERPLEXITY_JOBS[f"results/perplexity/{wildcards.model}/{wildcards.dataset}/{wildcards.objective}/{condition}"]
 
 
 def perplexity_inputs(wildcards):
