@@ -378,7 +378,7 @@ def simulation_summary_input():
 def all_targets():
     return (token_targets() + prompt_targets() + synonym_targets(config) + perturbed_targets(config)
             + model_targets(config) + metric_targets(config) + extrapolation_targets(config)
-            + list(perplexity_jobs(config)) + report_targets() + simulation_targets() + lab_targets(config))
+            + list(PERPLEXITY_JOBS) + report_targets() + simulation_targets() + lab_targets(config))
 
 
 def training_curve_targets():

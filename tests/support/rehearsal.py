@@ -16,6 +16,7 @@ default study's results/, so a rehearsal never overwrites them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import subprocess
@@ -52,21 +53,18 @@ def main() -> int:
     start = time.monotonic()
     served = build(workdir / "standins")
     print(f"rehearsal: stand-ins in {workdir / 'standins'} ({time.monotonic() - start:.1f} s)", flush=True)
-    try:
-        server = serve(served, port=PORT)
-        running = server.__enter__()
-    except OSError as error:
-        if error.errno == errno.EADDRINUSE:
-            sys.exit(f"rehearsal: port {PORT} (configs/paper-rehearsal.yaml's download URLs) is in use; stop what "
-                     "holds it, or change the port in both configs/paper-rehearsal.yaml and tests/support/rehearsal.py")
-        raise
-    try:
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(serve(served, port=PORT))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                sys.exit(f"rehearsal: port {PORT} (configs/paper-rehearsal.yaml's download URLs) is in use; stop what "
+                         "holds it, or change the port in both configs/paper-rehearsal.yaml and tests/support/rehearsal.py")
+            raise
         extra = ["--keep-going"] if args.keep_going else []
         study = subprocess.run(snakemake_command(workdir, "--cores", args.cores, *extra, *snakemake_args),
                                cwd=workdir, env=env)
-    finally:
-        server.__exit__(None, None, None)
-    print(f"rehearsal: {len(running.requests)} download requests served", flush=True)
+    print(f"rehearsal: {len(server.requests)} download requests served", flush=True)
     if study.returncode:
         return study.returncode
     report = subprocess.run(snakemake_command(workdir, "--report", str(workdir / "report.html")), cwd=workdir, env=env)

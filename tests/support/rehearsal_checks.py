@@ -22,10 +22,6 @@ STRATEGIES = ["insertion", "replacement", "deletion"]
 FETCHED = ["webtext.test.jsonl", "webtext.train.jsonl", "writingPrompts.tar.gz"]
 
 
-def close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-
-
 def finite(value) -> bool:
     return value is not None and math.isfinite(float(value))
 

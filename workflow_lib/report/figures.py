@@ -159,7 +159,7 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
     several)."""
     same = shown_objective(frame.filter((pl.col("train_intensity") == pl.col("test_intensity")) & pl.col("mauve_mean").is_not_null()))
     perturbed = same.filter((pl.col("train_intensity") > 0) & (pl.col("train_strategy") == pl.col("test_strategy")))
-    eval_sets = sorted(set(same["eval_set"].to_list())) or ["(none)"]
+    eval_sets = sorted(set(same["eval_set"].to_list()))
     groups = ["objective", *_varying(same, ["model"])]
     rows, shown = [], []
     for es in eval_sets:
