@@ -5,8 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CORES  ?= all
 SNAKEMAKE_ARGS ?=
+CONFIG ?= config.yaml
+ESTIMATE_ARGS ?=
 
-.PHONY: venv run report test test-fast lint dryrun bench clean rehearsal
+.PHONY: venv run report test test-fast lint dryrun bench clean rehearsal estimate
 
 # The venv is rebuilt only when the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -26,6 +28,11 @@ run: $(STAMP)
 # The paper's whole study (configs/paper.yaml) on CPU, on stand-ins, then checked; results in results/rehearsal/.
 rehearsal: $(STAMP)
 	$(BIN)/python tests/support/rehearsal.py --cores $(CORES) $(SNAKEMAKE_ARGS)
+
+# What a study will cost, before it runs: `make estimate CONFIG=configs/paper.yaml ESTIMATE_ARGS="--device h100 --gpus 4"`
+# (README "What a study costs"; --calibrate measures this machine first).
+estimate: $(STAMP)
+	$(BIN)/python -m workflow_lib.cost.estimate --configfile $(CONFIG) $(ESTIMATE_ARGS)
 
 dryrun: $(STAMP)
 	$(BIN)/snakemake -n $(SNAKEMAKE_ARGS)

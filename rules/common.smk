@@ -35,6 +35,7 @@ from workflow_lib.grid import (
 # A rule's `code` input, workflow_code("workflow_lib.<stage>.<module>"): the files that `python -m <module>` runs (with its packages' __init__.py) (the
 # module and what it imports, found by a static scan), so editing one reruns the rule's jobs and what follows.
 from workflow_lib.module_deps import module_files as workflow_code
+from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, runtime_minutes as predicted_minutes
 
 try:
     validate_config(config, workdir=Path.cwd())
@@ -77,6 +78,18 @@ wildcard_constraints:
     featuriser=r"[A-Za-z0-9_.-]+",
     figure="ablation|intensity|extrapolation",
     table="table1|emo_brier|strategies|ablation|examples",
+
+
+def predicted_runtime(output):
+    """A GPU rule's `runtime` (minutes): workflow_lib.cost's predicted time of the job writing `output` (the rule's
+    output pattern) on cost.device (cost.cpu without a GPU), times cost.safety and the attempt (README, "What a
+    study costs"). SLURM's --time, through the profile; ignored by local runs."""
+    return lambda wildcards, attempt: predicted_minutes(config, output.format(**dict(wildcards.items())), attempt)
+
+
+def predicted_mem(output):
+    """A GPU rule's host `mem_mb`: a base plus three float32 copies of its checkpoint, times the attempt."""
+    return lambda wildcards, attempt: predicted_mem_mb(config, output.format(**dict(wildcards.items())), attempt)
 
 
 def as_json(obj):
@@ -233,6 +246,13 @@ def launcher(wildcards):
 
 MODEL_DIR = f"results/models/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"
 SAMPLE_CONDITION = "{eval_set}/{decoder}/{tsynonyms}/{tstrategy}-{tintensity}-{smode}"
+# The outputs of the GPU rules, which also key their predicted cost (predicted_runtime, predicted_mem).
+MODEL_OUTPUT = f"results/models/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"
+SAMPLES_OUTPUT = f"results/samples/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.parquet"
+METRICS_OUTPUT = f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json"
+PERPLEXITY_OUTPUT = f"results/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"
+FEATURES_OUTPUT = "results/features/{featuriser}/{eval_set}.npy"
+EXTRAPOLATION_OUTPUT = f"results/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json"
 
 
 def featuriser_id():

@@ -3,7 +3,7 @@ rule features:
         prompts="results/prompts/{eval_set}.parquet",
         code=workflow_code("workflow_lib.evaluate.metrics"),
     output:
-        "results/features/{featuriser}/{eval_set}.npy",
+        FEATURES_OUTPUT,
     params:
         settings=lambda w: as_json(evaluation_settings()),
     log:
@@ -12,6 +12,8 @@ rule features:
         "results/benchmarks/features/{featuriser}/{eval_set}.tsv"
     resources:
         gpu=config["evaluation"]["gpus"],
+        runtime=predicted_runtime(FEATURES_OUTPUT),
+        mem_mb=predicted_mem(FEATURES_OUTPUT),
     conda:
         "../envs/evaluate.yaml"
     shell:
@@ -25,7 +27,7 @@ rule evaluate:
         human=lambda w: f"results/features/{featuriser_id()}/{w.eval_set}.npy",
         code=workflow_code("workflow_lib.evaluate.metrics"),
     output:
-        json=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json",
+        json=METRICS_OUTPUT,
         per_prompt=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.prompts.parquet",
         curves=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.curves.parquet",
     params:
@@ -36,6 +38,8 @@ rule evaluate:
         f"results/benchmarks/evaluate/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.tsv"
     resources:
         gpu=config["evaluation"]["gpus"],
+        runtime=predicted_runtime(METRICS_OUTPUT),
+        mem_mb=predicted_mem(METRICS_OUTPUT),
     conda:
         "../envs/evaluate.yaml"
     shell:
@@ -49,7 +53,7 @@ rule perplexity:
         unpack(perplexity_inputs),
         code=workflow_code("workflow_lib.evaluate.perplexity"),
     output:
-        directory(f"results/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"),
+        directory(PERPLEXITY_OUTPUT),
     params:
         model=model_options,
         prompts=lambda w: " ".join(f"{es}=results/prompts/{es}.parquet" for es in perplexity_eval_sets(w)),
@@ -60,6 +64,8 @@ rule perplexity:
         f"results/benchmarks/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.tsv"
     resources:
         gpu=config["evaluation"]["gpus"],
+        runtime=predicted_runtime(PERPLEXITY_OUTPUT),
+        mem_mb=predicted_mem(PERPLEXITY_OUTPUT),
     conda:
         "../envs/train.yaml"
     shell:
@@ -71,7 +77,7 @@ rule extrapolation:
         unpack(sample_inputs),
         code=workflow_code("workflow_lib.evaluate.extrapolation"),
     output:
-        f"results/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json",
+        EXTRAPOLATION_OUTPUT,
     params:
         model=model_options,
         perturbation=lambda w: as_json(test_perturbation(w)),
@@ -86,6 +92,8 @@ rule extrapolation:
         f"results/benchmarks/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.tsv"
     resources:
         gpu=config["evaluation"]["gpus"],
+        runtime=predicted_runtime(EXTRAPOLATION_OUTPUT),
+        mem_mb=predicted_mem(EXTRAPOLATION_OUTPUT),
     conda:
         "../envs/evaluate.yaml"
     shell:

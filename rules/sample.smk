@@ -3,7 +3,7 @@ rule sample:
         unpack(sample_inputs),
         code=workflow_code("workflow_lib.sample.sampler"),
     output:
-        f"results/samples/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.parquet",
+        SAMPLES_OUTPUT,
     params:
         model=model_options,
         perturbation=lambda w: as_json(test_perturbation(w)),
@@ -16,7 +16,8 @@ rule sample:
         f"results/benchmarks/sample/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.tsv"
     resources:
         gpu=config["sampling"]["gpus"],
-        mem_mb=8000,
+        runtime=predicted_runtime(SAMPLES_OUTPUT),
+        mem_mb=predicted_mem(SAMPLES_OUTPUT),
     conda:
         "../envs/train.yaml"
     shell:

@@ -3,7 +3,7 @@ rule train:
         unpack(train_inputs),
         code=workflow_code("workflow_lib.train.trainer"),
     output:
-        directory(f"results/models/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"),
+        directory(MODEL_OUTPUT),
     params:
         launch=launcher,
         model=lambda w: as_json(MODELS[w.model]),
@@ -18,7 +18,8 @@ rule train:
         f"results/benchmarks/train/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.tsv"
     resources:
         gpu=lambda w: training_settings(w)["gpus"],
-        mem_mb=8000,
+        runtime=predicted_runtime(MODEL_OUTPUT),
+        mem_mb=predicted_mem(MODEL_OUTPUT),
     # One core per process; each process runs one thread (OMP_NUM_THREADS=1): processes, not threads, scale it.
     threads: training_processes
     conda:

@@ -351,4 +351,10 @@ def validate_config(config: dict, workdir: Path | None = None) -> dict:
         name: {k: float(v) if k in DECODER_FLOAT_KEYS else v for k, v in decoder.items()}
         for name, decoder in config.get("decoders", {}).items()}
     check_references(config, workdir)
+    from workflow_lib.cost.devices import check_cost
+
+    try:
+        check_cost(config["cost"])
+    except ValueError as error:
+        raise ConfigError(f"config key {error}") from None
     return config

@@ -13,6 +13,7 @@ what was left, and together they run the tiny study end to end on SLURM.
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import os
 import re
 import shutil
@@ -23,6 +24,8 @@ import pytest
 import yaml
 from support.study import REPO, SNAKEMAKE, tiny_config, write_config
 
+from workflow_lib.config import validate_config
+from workflow_lib.cost.slurm import planned, runtime_minutes
 from workflow_lib.module_deps import third_party_imports
 
 TIME_LIMIT = 600  # seconds per snakemake run; the two runs take about three minutes together
@@ -67,22 +70,36 @@ def jobs_run(output: str) -> list[str]:
     return re.findall(r"^(?:local)?rule (\w+):$", output, flags=re.MULTILINE)
 
 
-def slurm_jobs(output: str) -> dict[str, str]:
-    """Job comment (rule and wildcards) -> partition, for every job the run submitted (squeue keeps finished
-    jobs for MinJobAge seconds)."""
+def slurm_jobs(output: str) -> dict[str, tuple[str, int]]:
+    """Job comment (rule and wildcards) -> (partition, time limit in minutes), for every job the run submitted
+    (squeue keeps finished jobs for MinJobAge seconds)."""
     ids = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
     if not ids:
         return {}
-    queue = subprocess.run(["squeue", "-t", "all", "-h", "-j", ",".join(ids), "-o", "%i|%P|%k"],
+    queue = subprocess.run(["squeue", "-t", "all", "-h", "-j", ",".join(ids), "-o", "%i|%P|%k|%l"],
                            capture_output=True, text=True, timeout=30)
     assert queue.returncode == 0, queue.stderr
-    return {line.split("|")[2]: line.split("|")[1] for line in queue.stdout.splitlines()}
+    return {line.split("|")[2]: (line.split("|")[1], minutes(line.split("|")[3])) for line in queue.stdout.splitlines()}
+
+
+def minutes(limit: str) -> int:
+    """squeue's %l ([days-]hours:minutes:seconds, or minutes:seconds) in whole minutes."""
+    days, _, clock = limit.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    h, m, sec = ([0] * (3 - len(parts)) + parts)
+    return int(days or 0) * 1440 + h * 60 + m + math.ceil(sec / 60)
+
+
+# A large safety factor and a floor of one minute, so each GPU rule's request differs from the others' and from
+# any constant: the test can then see that --time follows each job's prediction.
+COST = {"safety": 60, "min_minutes": 1}
 
 
 def study_config() -> dict:
     config = tiny_config()
     config["experiments"]["main"]["eval_sets"] = ["syn-test"]
     config["eval_sets"] = {"syn-test": config["eval_sets"]["syn-test"]}
+    config["cost"] = dict(COST)
     return config
 
 
@@ -137,10 +154,17 @@ def test_tiny_study_runs_end_to_end_through_the_slurm_profile(failed_then_fixed)
     assert "Nothing to be done" in (again := run_on_slurm(workdir)).stdout + again.stderr
     # Every job but the local rules went through sbatch, to the partition the profile names for its rule.
     submitted = {**slurm_jobs(first.stdout + first.stderr), **slurm_jobs(rerun.stdout + rerun.stderr)}
-    rules = {re.match(r"rule_(\w+?)_wildcards", comment).group(1): partition for comment, partition in submitted.items()}
+    rules = {re.match(r"rule_(\w+?)_wildcards", comment).group(1): job for comment, job in submitted.items()}
     assert set(rules) == {"tokenize", "perturb", "features", "train", "sample", "evaluate", "perplexity", "extrapolation"}
-    for rule, partition in rules.items():
+    for rule, (partition, _) in rules.items():
         assert partition == ("gpu" if rule in GPU_PARTITION_RULES else "cpu"), (rule, partition)
+    # --time is the cost model's prediction of the job x cost.safety (one job per GPU rule in this study)
+    predicted = {job.rule: runtime_minutes(validate_config(study_config()), key) for key, job in planned(
+        validate_config(study_config())).items()}
+    for rule in GPU_PARTITION_RULES:
+        assert rules[rule][1] == predicted[rule], (rule, rules[rule][1], predicted[rule])
+    assert len({predicted[rule] for rule in GPU_PARTITION_RULES}) > 1, predicted  # not one constant for all
+    assert rules["tokenize"][1] == 60  # the profile's default-resources for a rule the cost model does not size
     print(f"failing run + rerun on SLURM: {seconds:.0f} s")
 
 

@@ -1,7 +1,7 @@
 """Turning logits into tokens: keyed uniforms, the decoders, one draw per row, and the checks on logits.
 
 Every draw depends on (seed, run, prompt_id, step) only (`row_keys`, `step_keys`), so neither batch size nor
-resumption changes a sample. The tolerances say when a key/value cache's rounding could change a draw.
+resumption changes a sample (up to float32 rounding, which the batch's layout and a key/value cache change).
 """
 
 from __future__ import annotations
@@ -66,52 +66,6 @@ def draw(logits: torch.Tensor, u: torch.Tensor, decoder: dict | None = None) -> 
     cdf = probs.cumsum(-1)
     u = (u * cdf[:, -1]).unsqueeze(1)
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)
-
-
-# A key/value cache computes the same logits as sample_exact's full forward in another floating-point order:
-# they differ by ~1e-6 and the normalised CDF a uniform is compared with by up to 8e-7 (measured on the default
-# study's trained models, 288,000 draws). A draw is trusted to the cache only when its uniform lies further than
-# CDF_TOLERANCE from the CDF bounds of its token (and a top-k cut is further than LOGIT_TOLERANCE from a tie);
-# otherwise that step is recomputed as sample_exact computes it. At every recomputation the cached law is
-# compared with the exact one, and a difference above half a tolerance sends the whole batch to sample_exact.
-CDF_TOLERANCE = 4e-6
-LOGIT_TOLERANCE = 4e-5
-
-
-def draw_margin(logits: torch.Tensor, u: torch.Tensor, decoder: dict) -> torch.Tensor:
-    """Per row: how far `draw`'s uniform lies from the CDF bounds of the token it selects (probability, normalised),
-    or -1 where the decoder's top-k cut is within LOGIT_TOLERANCE of a tie. A row whose margin exceeds the
-    rounding of its law selects the same token from the exactly computed logits."""
-    probs = decoded_probs(logits, decoder)
-    cdf = probs.cumsum(-1)
-    target = u * cdf[:, -1]
-    token = torch.searchsorted(cdf, target[:, None], right=True).clamp(max=probs.shape[-1] - 1)
-    upper = cdf.gather(1, token)[:, 0]
-    lower = torch.where(token[:, 0] > 0, cdf.gather(1, (token - 1).clamp(min=0))[:, 0], 0.0)
-    margin = torch.minimum(target - lower, upper - target) / cdf[:, -1]
-    top_k = {**DECODER_DEFAULTS, **decoder}["top_k"]
-    if top_k and top_k < logits.shape[-1]:  # the temperature divides scores without reordering them
-        cut = torch.topk(logits.float(), top_k + 1, dim=-1).values
-        margin = torch.where(cut[:, -2] - cut[:, -1] > LOGIT_TOLERANCE, margin, -1.0)
-    return margin
-
-
-def within_rounding(cached: torch.Tensor, exact: torch.Tensor, decoder: dict) -> bool:
-    """Whether the cached logits' law (and, for a top-k decoder, their scores) lie within half the tolerances of
-    the exact ones."""
-    law_gap = (decoded_probs(cached, decoder).cumsum(-1) - decoded_probs(exact, decoder).cumsum(-1)).abs().max()
-    if not {**DECODER_DEFAULTS, **decoder}["top_k"]:
-        return bool(law_gap <= CDF_TOLERANCE / 2)
-    finite = torch.isfinite(exact)
-    logit_gap = (cached - exact)[finite].abs().max() if finite.any() else torch.zeros(())
-    return bool(law_gap <= CDF_TOLERANCE / 2) and bool(logit_gap <= LOGIT_TOLERANCE / 2)
-
-
-def cache_keeps_draws(decoder: dict) -> bool:
-    """Decoders whose draws `sample_ancestral` certifies: temperature and top-k. Top-p and typical sets are cut
-    on cumulative sums of sorted probabilities, which its margins do not cover; those decoders recompute."""
-    d = {**DECODER_DEFAULTS, **decoder}
-    return d["top_p"] >= 1.0 and d["typical_p"] >= 1.0
 
 
 def valid_logits(logits: torch.Tensor) -> torch.Tensor:

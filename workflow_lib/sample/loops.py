@@ -1,29 +1,16 @@
 """The sampling loops of Algorithm 2, over a ragged batch of prompts (`sampler` describes the modes).
 
 `sample_exact` perturbs the whole prefix afresh at every step; `sample_cached` perturbs each new token once and
-keeps a key/value cache; `sample_ancestral` is plain ancestral sampling with a checked cache at intensity 0.
+keeps a key/value cache; `sample_ancestral` is plain ancestral sampling with a key/value cache at intensity 0.
 """
 
 from __future__ import annotations
-
-import logging
 
 import torch
 
 from workflow_lib.perturb.backends import KeyedRandom, hash_uniform
 from workflow_lib.perturb.perturber import perturb
-from workflow_lib.sample.decoding import (
-    CDF_TOLERANCE,
-    DRAW_PURPOSE,
-    check_finite_logits,
-    draw,
-    draw_margin,
-    step_keys,
-    valid_logits,
-    within_rounding,
-)
-
-log = logging.getLogger("workflow_lib.sample.loops")
+from workflow_lib.sample.decoding import DRAW_PURPOSE, check_finite_logits, draw, step_keys, valid_logits
 
 
 def left_pad(values: torch.Tensor, offsets: torch.Tensor, pad_id: int, max_len: int | None = None) -> tuple[torch.Tensor, ...]:
@@ -108,49 +95,37 @@ def sample_exact(model, prompt_values, prompt_offsets, keys, new_tokens: int, pe
 @torch.no_grad()
 def sample_ancestral(model, prompt_values, prompt_offsets, keys, new_tokens: int, perturbation: dict, table, special,
                      pad_id: int, suppress: list[int], decoder: dict | None = None) -> torch.Tensor:
-    """Intensity 0 (Algorithm 2 with nothing perturbed): plain ancestral sampling with a key/value cache, drawing
-    the tokens `sample_exact` draws.
+    """Intensity 0 (Algorithm 2 with nothing perturbed): plain ancestral sampling with a key/value cache, as
+    Hugging Face `generate` samples.
 
     The batch is laid out as `sample_exact` lays it out (left padding, position ids counting real tokens) and each
-    step draws with the same uniforms, suppressed tokens and decoder from the cached logits, except where a draw
-    lies within the rounding of a CDF bound (see CDF_TOLERANCE): that step's logits are recomputed without the
-    cache, as `sample_exact` computes them. The last token is drawn, never fed: the cache holds at most
-    prompt + new_tokens - 1 positions (`cache_fits`). Arguments as `sample_exact`; `perturbation`, `table` and
-    `special` are unused (intensity 0)."""
+    step draws with its uniforms, suppressed tokens and decoder, from the cached logits. Those differ from
+    `sample_exact`'s uncached ones by float32 rounding (~1e-6), so a uniform that close to a CDF bound may draw
+    the neighbouring token: the same law, not always the same tokens (README, "Intensity 0"). The last token is
+    drawn, never fed: the cache holds at most prompt + new_tokens - 1 positions (`cache_fits`). Arguments as
+    `sample_exact`; `perturbation`, `table` and `special` are unused (intensity 0)."""
     decoder = decoder or {}
+    n_rows = len(keys)
     ids, mask, positions = left_pad(prompt_values, prompt_offsets, pad_id)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     past, logits = out.past_key_values, out.logits[:, -1]
     finite = valid_logits(logits)
-    fed = torch.ones((len(keys), 1), dtype=mask.dtype, device=mask.device)
-    generated = torch.empty((len(keys), 0), dtype=torch.long, device=keys.device)
-    recomputed = 0
+    width = ids.shape[1]
+    # The mask of every step at once (each fed token is real); step s attends to its first width + s + 1 slots.
+    mask = torch.cat([mask, mask.new_ones((n_rows, max(new_tokens - 1, 0)))], dim=1)
+    position = mask[:, :width].sum(1, keepdim=True)  # the real tokens before the first fed one, as left_pad counts
+    generated = torch.empty((n_rows, new_tokens), dtype=torch.long, device=keys.device)
     for step in range(new_tokens):
-        k = step_keys(keys, step)
-        u = hash_uniform(k * 31 + DRAW_PURPOSE)
         logits[:, suppress] = float("-inf")
-        if (draw_margin(logits, u, decoder) <= CDF_TOLERANCE).any():
-            exact = prefix_logits(model, prompt_values, prompt_offsets, generated, k, perturbation, table, special, pad_id)
-            finite &= valid_logits(exact)
-            exact[:, suppress] = float("-inf")
-            if not within_rounding(logits, exact, decoder):
-                log.warning("intensity 0: the cached logits differ from the uncached ones by more than the rounding "
-                            "sample_ancestral allows for; this batch is sampled without a cache")
-                return sample_exact(model, prompt_values, prompt_offsets, keys, new_tokens, perturbation, table,
-                                    special, pad_id, suppress, decoder=decoder)
-            logits, recomputed = exact, recomputed + 1
-        token = draw(logits, u, decoder=decoder)
-        generated = torch.cat([generated, token[:, None]], dim=1)
+        token = draw(logits, hash_uniform(step_keys(keys, step) * 31 + DRAW_PURPOSE), decoder=decoder)
+        generated[:, step] = token
         if step == new_tokens - 1:
             break
-        position = mask.sum(1, keepdim=True)  # the real tokens before this one, as left_pad counts them
-        mask = torch.cat([mask, fed], dim=1)
-        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, past_key_values=past,
-                    use_cache=True)
+        out = model(input_ids=token[:, None], attention_mask=mask[:, : width + step + 1], position_ids=position + step,
+                    past_key_values=past, use_cache=True)
         past, logits = out.past_key_values, out.logits[:, -1]
         finite &= valid_logits(logits)
     check_finite_logits(finite, "sampling (intensity 0)")
-    log.debug("intensity 0: %d of %d steps recomputed without the cache", recomputed, new_tokens)
     return generated
 
 

@@ -17,11 +17,12 @@ Two modes:
   for cached insertion and deletion once the cache outgrows their window.
 
 At intensity 0 nothing is perturbed and both modes are plain ancestral sampling, which `sample_ancestral` runs
-with a key/value cache and the same uniforms, suppressed tokens and decoder as `sample_exact`. A cache rounds
-differently from the full forward, so a draw whose uniform lies within that rounding of a CDF bound is redrawn
-from logits recomputed as `sample_exact` computes them: the tokens are `sample_exact`'s. Intensity 0 goes through
-`sample_exact` (which keeps the last tokens of a long prefix) or `sample_cached` (which refuses) where a batch's
-longest prompt plus the new tokens outgrows the model's context, and for top-p and typical decoders.
+with a key/value cache, every decoder included, as Hugging Face `generate` does: the same uniforms, suppressed tokens
+and decoder as `sample_exact`, drawn from cached logits. A cache rounds differently from the full forward (~1e-6),
+so where a uniform lies that close to a CDF bound the token may differ from `sample_exact`'s: the same law, not
+always the same tokens (the README says why no draw is recomputed). Intensity 0 goes through `sample_exact` (which
+keeps the last tokens of a long prefix) or `sample_cached` (which refuses) where a batch's longest prompt plus the
+new tokens outgrows the model's context.
 
 Randomness is counter-based (perturb.backends.KeyedRandom): every draw depends on (seed, run, prompt_id, step) only,
 so neither batch size nor resumption changes a sample. The end-of-text token is suppressed so that every
@@ -38,7 +39,7 @@ import torch
 
 from workflow_lib.cli import parse_json_arg, run
 from workflow_lib.perturb.synonym_table import SynonymTable
-from workflow_lib.sample.decoding import cache_keeps_draws, row_keys
+from workflow_lib.sample.decoding import row_keys
 from workflow_lib.sample.loops import SAMPLERS, cache_fits, sample_ancestral
 
 log = logging.getLogger("workflow_lib.sample.sampler")
@@ -68,8 +69,8 @@ def generate(model, tokenizer, prompts: list[str], prompt_ids: np.ndarray, runs:
         pids = torch.as_tensor([int(prompt_ids[p]) for p, _ in chunk], device=device)
         run_ids = torch.as_tensor([r for _, r in chunk], device=device)
         sampler = SAMPLERS[mode]
-        if perturbation["intensity"] == 0 and cache_keeps_draws(decoder or {}) and cache_fits(model, int(lengths.max()), new_tokens):
-            sampler = sample_ancestral  # both modes' law at intensity 0, the same tokens, with a cache
+        if perturbation["intensity"] == 0 and cache_fits(model, int(lengths.max()), new_tokens):
+            sampler = sample_ancestral  # both modes' law at intensity 0, with a cache
         generated = sampler(model, values, offsets, row_keys(seed, pids, run_ids), new_tokens, perturbation, table,
                             special, pad_id, suppress, decoder=decoder or {})
         out_prompt.append(pids.cpu().numpy())

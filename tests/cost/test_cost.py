@@ -1,0 +1,185 @@
+"""The cost model: its arithmetic against independent counts, memory flags, SLURM requests, and `make estimate`."""
+
+from __future__ import annotations
+
+import copy
+import math
+import subprocess
+import sys
+import time
+
+import pytest
+from support.study import REPO, tiny_config
+
+from workflow_lib.config import ConfigError, validate_config
+from workflow_lib.cost import jobs as cost_jobs
+from workflow_lib.cost import slurm
+from workflow_lib.cost.devices import DEVICES, device
+from workflow_lib.cost.estimate import benchmark_key, compare, load_config, memory_flags, rule_table
+from workflow_lib.cost.shapes import KNOWN, from_config
+from workflow_lib.grid import SamplingCondition, TrainCondition
+
+
+def config_of(**changes) -> dict:
+    config = tiny_config()
+    for key, value in changes.items():
+        config[key] = {**config.get(key, {}), **value}
+    return validate_config(config)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gpt2-large", "facebook/opt-125m", "EleutherAI/gpt-neo-1.3B"])
+def test_parameter_count_matches_the_real_architecture(name):
+    """Shape.params against transformers' own count of a randomly initialised model of the same config (biases
+    and norms are left out of Shape, so it is a little lower)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    family = {"gpt2": "gpt2", "facebook/opt-125m": "opt", "EleutherAI/gpt-neo-1.3B": "gpt_neo"}.get(name, "gpt2")
+    known = KNOWN[name]
+    keys = {"num_heads": "num_heads", "num_layers": "num_layers"}
+    config = AutoConfig.for_model(family, **{keys.get(k, k): v for k, v in known.items()})
+    if family == "gpt_neo":
+        config.attention_types = [[["global", "local"], known["num_layers"] // 2]]
+        config.attention_layers = ["global", "local"] * (known["num_layers"] // 2)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    actual = sum(p.numel() for p in model.parameters())
+    predicted = from_config(known).params
+    assert 0.98 * actual <= predicted <= actual, (predicted, actual)
+
+
+def test_training_flops_are_palms_six_n_plus_attention_over_every_token():
+    config = config_of()
+    cond = TrainCondition("none", "augment", 1, "none", "0")
+    job = cost_jobs.train_job(config, "k", "tiny", "synthetic", cond, 1, DEVICES["a100-80gb"], None)
+    shape = from_config({**config["models"]["tiny"]["architecture"], "vocab_size": 300})
+    data = tiny_config()["datasets"]["synthetic"]["builtin"]
+    words = data["docs"]["train"] * data["sentences_per_doc"] * 7.33
+    blocks = math.floor(words / 32)
+    tokens = 2 * blocks * 32  # the data and one copy (augment, m = 1), blocks of 32
+    n = 1 * (4 * 16 ** 2 + 2 * 16 * 64) + 300 * 16
+    validation = data["docs"]["validation"] * data["sentences_per_doc"] * 7.33
+    evals = math.ceil(2 * blocks / 8) // 500 + 1  # eval_every 500 steps of batch 8, and the last step
+    assert shape.matmul_params == n
+    assert job.flops == pytest.approx(tokens * (6 * n + 12 * 1 * 16 * 32) + evals * validation * (2 * n + 4 * 16 * 32))
+
+
+def test_exact_sampling_is_quadratic_in_new_tokens_and_cached_is_linear():
+    def flops(mode: str, new_tokens: int, intensity: str = "0.025") -> float:
+        config = config_of(sampling={"new_tokens": new_tokens})
+        test = SamplingCondition("unbiased", "distributional", "replacement", intensity, mode)
+        return cost_jobs.sample_job(config, "k", "tiny", "syn-test", test, DEVICES["h100"], None).flops
+
+    # generated part only: subtract the prompts' forward pass (the same at every length)
+    base = {mode: flops(mode, 1) for mode in ("exact", "cached")}
+    exact = [flops("exact", n) - base["exact"] for n in (41, 81)]
+    cached = [flops("cached", n) - base["cached"] for n in (41, 81)]
+    assert cached[1] / cached[0] == pytest.approx(2.0)
+    assert exact[1] / exact[0] > 2.5  # (prefix + s) summed over s: quadratic once s outgrows the 20-word prefix
+    assert flops("exact", 81, "0") == flops("cached", 81, "0")  # intensity 0: one cached path for both modes
+
+
+def test_memory_flags_name_the_model_and_the_setting_and_stay_quiet_when_it_fits():
+    config = load_config([str(REPO / "configs/paper.yaml")], REPO)
+    small = device("a100-80gb", {"memory_gb": 16})
+    planned = cost_jobs.plan_jobs(config, small, DEVICES["cpu"], None)
+    flags = memory_flags(planned, small)
+    neo = [f for f in flags if f.startswith("train gpt-neo-1.3b")]
+    assert len(neo) == 1 and "weights, gradients and AdamW states" in neo[0] and "cost.device" in neo[0], flags
+    assert not any("train gpt2" in f or "train opt-125m" in f for f in flags), flags  # 2 GB of states fit
+    big = DEVICES["a100-80gb"]
+    assert memory_flags(cost_jobs.plan_jobs(config, big, DEVICES["cpu"], None), big) == []
+    # sampling: a batch whose key/value cache outgrows the device names sampling.batch_size
+    crowded = device("a100-80gb", {"memory_gb": 6})
+    config["sampling"]["batch_size"] = 4096
+    flags = memory_flags(cost_jobs.plan_jobs(config, crowded, DEVICES["cpu"], None), crowded)
+    assert any(f.startswith("sample gpt-neo-1.3b") and "sampling.batch_size" in f for f in flags), flags
+
+
+def test_unknown_model_is_reported_not_guessed(tmp_path):
+    config = tiny_config()
+    config["models"]["hub"] = {"source": "hf", "name": "someone/unknown-model", "tokenizer": "bpe"}
+    config["experiments"]["main"]["models"] = ["hub"]
+    config = validate_config(config, tmp_path)
+    planned = cost_jobs.plan_jobs(config, DEVICES["a100-80gb"], DEVICES["cpu"], None)
+    unknown = [j for j in planned if j.model == "hub" and j.rule != "evaluate"]  # evaluate runs the featuriser
+    assert {j.rule for j in unknown} == {"train", "sample", "perplexity", "extrapolation"}
+    assert all(j.unknown == "model shape" for j in unknown)
+    assert all(not j.unknown for j in planned if j.rule in ("evaluate", "features"))
+    assert [r["unknown"] for r in rule_table(planned, 8, 2) if r["rule"] == "sample"] == [len([j for j in unknown if j.rule == "sample"])]
+    output = slurm.planned(config)
+    key = next(j.key for j in unknown if j.rule == "sample")
+    assert key in output and slurm.runtime_minutes(config, key, 2) == 2 * config["cost"]["unknown_minutes"]
+
+
+def test_slurm_runtime_is_the_prediction_times_safety_and_attempt():
+    config = config_of(cost={"safety": 50, "min_minutes": 1})
+    planned = slurm.planned(config)
+    train = next(j for j in planned.values() if j.rule == "train")
+    expected = max(1, math.ceil(train.seconds * 50 / 60))
+    assert slurm.runtime_minutes(config, train.key, 1) == expected
+    assert slurm.runtime_minutes(config, train.key, 3) == 3 * expected
+    doubled = config_of(cost={"safety": 100, "min_minutes": 1})
+    assert slurm.runtime_minutes(doubled, train.key, 1) == max(1, math.ceil(train.seconds * 100 / 60))
+    floor = config_of(cost={"safety": 50, "min_minutes": 10_000})
+    assert slurm.runtime_minutes(floor, train.key, 1) == 10_000
+    # a slower device asks for more time: half the FLOP/s and twice the fixed cost of the cpu entry
+    slow = config_of(cost={"safety": 50, "min_minutes": 1, "cpu": "slow", "devices": {
+        "slow": {"peak_fp32": DEVICES["cpu"].peak_fp32 / 2, "fixed_s": {r: 2 * s for r, s in DEVICES["cpu"].fixed_s.items()}}}})
+    assert slurm.runtime_minutes(slow, train.key, 1) > expected
+    assert slurm.mem_mb(config, train.key, 2) == 2 * slurm.mem_mb(config, train.key, 1) > 0
+
+
+def test_config_refuses_an_unknown_device_or_override_by_name():
+    with pytest.raises(ConfigError, match="cost.device: unknown device 'a100'"):
+        config_of(cost={"device": "a100"})
+    with pytest.raises(ConfigError, match=r"cost.devices.h100: unknown keys \['tflops'\]"):
+        config_of(cost={"devices": {"h100": {"tflops": 1}}})
+
+
+def test_predicted_vs_measured_reads_benchmark_files(tmp_path):
+    config = config_of()
+    planned = cost_jobs.plan_jobs(config, DEVICES["cpu"], DEVICES["cpu"], None)
+    sample = next(j for j in planned if j.rule == "sample")
+    train = next(j for j in planned if j.rule == "train")
+    assert benchmark_key(sample).startswith("sample/tiny/") and not benchmark_key(sample).endswith(".parquet")
+    measured = {benchmark_key(sample): sample.seconds * 2, benchmark_key(train): train.seconds / 2}
+    rows = {r["rule"]: r for r in compare(planned, measured)}
+    assert rows["sample"]["median_ratio"] == pytest.approx(0.5) and rows["sample"]["jobs"] == 1
+    assert rows["train"]["median_ratio"] == pytest.approx(2.0)
+    # the files as snakemake's benchmark directive writes them
+    from workflow_lib.cost.estimate import measured_seconds
+
+    tsv = tmp_path / "benchmarks" / f"{benchmark_key(sample)}.tsv"
+    tsv.parent.mkdir(parents=True)
+    tsv.write_text("s\th:m:s\tmax_rss\n12.5\t0:00:12\t100\n")
+    assert measured_seconds(tmp_path) == {benchmark_key(sample): 12.5}
+
+
+def test_estimate_prints_the_paper_table_offline_in_seconds(tmp_path):
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "workflow_lib.cost.estimate", "--configfile", "configs/paper.yaml",
+                           "--device", "a100-80gb", "--gpus", "8", "--cpu", "cpu", "--results", str(tmp_path / "results"),
+                           "--output", str(tmp_path / "estimate")], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          check=False)
+    seconds = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    assert seconds < 30, seconds
+    for rule, jobs in {"train": 42, "sample": 148, "evaluate": 148, "perplexity": 45, "features": 4}.items():
+        assert f"| {rule} | {jobs} | GPU |" in done.stdout, done.stdout
+    assert "A prediction, not a measurement" in done.stdout and "GPU-hours" in done.stdout
+    assert (tmp_path / "estimate/a100-80gb.md").read_text() == done.stdout.rstrip("\n") + "\n"
+    assert (tmp_path / "estimate/a100-80gb.csv").read_text().startswith("rule,jobs,unknown,on,flops")
+
+
+def test_calibration_measures_this_machine_into_a_device(monkeypatch):
+    from workflow_lib.cost import calibrate
+
+    measured = calibrate.calibrate(log=lambda *_: None, rules=("sample",))
+    local = device("local", {k: v for k, v in measured.items() if k not in ("name", "source")})
+    assert local.peak_fp32 > 1e8 and 0 < local.mfu_train < 2 and local.layer_overhead_s > 0
+    assert local.bandwidth > 0 and local.load_bytes_per_s > 0 and local.mauve_s > 0
+    assert 0.5 < local.fixed_s["sample"] < 60  # a fresh interpreter importing what a sample job imports
+    config = config_of()
+    on_local = copy.deepcopy(cost_jobs.plan_jobs(config, local, local, None))
+    assert all(j.seconds > 0 for j in on_local)

@@ -1,0 +1,132 @@
+"""Measure this machine (one CPU thread, as the study's CPU jobs run, or its GPU) for the cost model.
+
+Each number replaces an assumption of `devices.Device` with a measurement of known size: forward and training
+FLOP/s of a GPT-2-shaped model, the per-layer overhead of a one-token forward, the bytes/s of a cached decoding
+step, the load speed of a saved checkpoint, MAUVE's k-means time per point per bucket, and each rule's fixed cost
+(a fresh interpreter importing what the rule's job imports). The result is a device's overrides, saved as JSON
+and used by `make estimate` for jobs that hold no GPU (`--cpu local`).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+# What each rule's job does before its first FLOP: import its module and the libraries its main() imports lazily,
+# and build a one-layer model of its kind (which imports transformers' model modules, 1.3-1.4 s of a job's floor).
+_CAUSAL = ("from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config; import pyarrow.parquet; "
+           "AutoModelForCausalLM.from_config(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=16))")
+_ENCODER = ("from transformers import AutoModel, AutoTokenizer, BertConfig; import pyarrow.parquet; "
+            "AutoModel.from_config(BertConfig(num_hidden_layers=1, num_attention_heads=1, hidden_size=8, "
+            "intermediate_size=8, vocab_size=16))")
+RULE_IMPORTS = {
+    "train": "import workflow_lib.train.trainer, accelerate; accelerate.Accelerator(cpu=True); " + _CAUSAL,
+    "sample": "import workflow_lib.sample.sampler; " + _CAUSAL,
+    "evaluate": "import workflow_lib.evaluate.metrics, mauve, polars; " + _ENCODER,
+    "perplexity": "import workflow_lib.evaluate.perplexity; " + _CAUSAL,
+    "features": "import workflow_lib.evaluate.metrics; " + _ENCODER,
+    "extrapolation": "import workflow_lib.evaluate.extrapolation, workflow_lib.sample.sampler; " + _CAUSAL,
+}
+
+
+def best_of(fn, repeats: int = 3) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def import_seconds(statement: str, repeats: int = 2) -> float:
+    """Wall time of a fresh interpreter running `statement` (the best of `repeats`)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", statement], check=True, env=env, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def calibrate(name: str = "local", log=print, rules: tuple[str, ...] = tuple(RULE_IMPORTS)) -> dict:
+    """This machine's device overrides: {name, source, peak_fp32, mfu_forward, mfu_train, ...}."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from workflow_lib.cost.shapes import from_config
+    from workflow_lib.evaluate.metrics import mauve_score
+
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    if not cuda:
+        torch.set_num_threads(1)  # the study's CPU jobs run one thread each (OMP_NUM_THREADS=1)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def gpt2(**arch):
+        torch.manual_seed(0)
+        return GPT2LMHeadModel(GPT2Config(**arch, bos_token_id=0, eos_token_id=0, loss_type="ForCausalLM")).to(device)
+
+    arch = {"n_layer": 4, "n_head": 4, "n_embd": 256, "n_positions": 128, "vocab_size": 4096}
+    shape = from_config(arch)
+    batch, length = 8, 128
+    ids = torch.randint(0, arch["vocab_size"], (batch, length), device=device)
+    model = gpt2(**arch)
+    with torch.no_grad():
+        forward = best_of(lambda: (model(input_ids=ids), sync()))
+    flops_forward = batch * length * (2 * shape.matmul_params + 4 * shape.n_layer * shape.d_model * length)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        sync()
+
+    train = best_of(step)
+    flops_train = batch * length * (6 * shape.matmul_params + 12 * shape.n_layer * shape.d_model * length)
+    log(f"forward {flops_forward / forward / 1e9:.1f} GFLOP/s, training {flops_train / train / 1e9:.1f} GFLOP/s")
+
+    small = gpt2(n_layer=8, n_head=2, n_embd=32, n_positions=64, vocab_size=256)
+    one = torch.zeros((1, 1), dtype=torch.long, device=device)
+    with torch.no_grad():
+        layer = best_of(lambda: (small(input_ids=one), sync()), 20) / 8
+    wide_arch = {"n_layer": 4, "n_head": 8, "n_embd": 768, "n_positions": 64, "vocab_size": 16384}
+    wide = gpt2(**wide_arch)
+    with torch.no_grad():
+        decode = best_of(lambda: (wide(input_ids=one), sync()), 5) - 4 * layer  # the reads, less the dispatch
+    decode_bytes = from_config(wide_arch).params * 4
+    log(f"{layer * 1e3:.3f} ms per layer per call; a one-token step reads {decode_bytes / decode / 1e9:.1f} GB/s")
+
+    with tempfile.TemporaryDirectory() as folder:
+        wide.save_pretrained(folder)
+        load = best_of(lambda: GPT2LMHeadModel.from_pretrained(folder), 2)
+    log(f"checkpoint load {decode_bytes / load / 1e9:.2f} GB/s")
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n, buckets = 400, 40
+    p, q = rng.normal(size=(n, 384)).astype(np.float32), rng.normal(0.3, 1, size=(n, 384)).astype(np.float32)
+    settings = {"num_buckets": buckets, "kmeans_num_redo": 5, "kmeans_max_iter": 500, "discretization": 25,
+                "scaling": 5}
+    mauve = best_of(lambda: mauve_score(p, q, settings, 1), 1) / (2 * n * buckets * 5)
+    log(f"MAUVE {mauve * 1e6:.2f} us per point per bucket per clustering")
+
+    fixed = {rule: round(import_seconds(RULE_IMPORTS[rule]), 2) for rule in rules}
+    log("fixed cost per job (imports): " + ", ".join(f"{r} {s:.2f} s" for r, s in fixed.items()))
+    memory = (torch.cuda.get_device_properties(0).total_memory if cuda
+              else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) / 1e9
+    return {"name": name, "source": f"calibrated on this machine ({torch.cuda.get_device_name(0) if cuda else 'one CPU thread'})",
+            "peak_half": 0.0, "peak_fp32": flops_forward / forward, "mfu_forward": 1.0,
+            "mfu_train": round(forward / flops_forward * flops_train / train, 3), "memory_gb": round(memory, 1),
+            "bandwidth": decode_bytes / decode, "bandwidth_use": 1.0, "layer_overhead_s": layer,
+            "load_bytes_per_s": decode_bytes / load, "mauve_s": mauve, "fixed_s": fixed, "has_bf16": False}

@@ -1,0 +1,102 @@
+"""Devices a study runs on: peak throughput and memory from vendor datasheets, and the assumptions that turn peak
+into time.
+
+A job's compute time is its FLOPs over (peak x model-FLOPs utilisation, MFU); a decoding step of a key/value
+cache is bounded below by reading the weights once (bytes over bandwidth x its utilisation); every forward call
+pays a per-layer dispatch overhead (eager PyTorch launches each layer's kernels from Python); and every job pays
+a fixed cost (interpreter, imports, CUDA start, model load). The utilisations and overheads are assumptions, not
+measurements: `cost.devices.<name>` in the config overrides any of them, and `--calibrate` measures this machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+TB = 1e12
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device (a GPU, or one CPU core: the default study's jobs run one thread each)."""
+
+    name: str
+    peak_half: float  # dense bf16 (fp16 on V100) FLOP/s, tensor cores; what mixed-precision training runs at
+    peak_fp32: float  # dense fp32 FLOP/s (no TF32: torch leaves it off for matmuls); sampling and scoring run here
+    memory_gb: float
+    bandwidth: float  # memory bytes/s
+    has_bf16: bool = True
+    source: str = ""
+    # Assumptions (override with cost.devices.<name>.<key>):
+    mfu_train: float = 0.35  # of peak_half (bf16 mixed precision), or of peak_fp32 where the device has no bf16
+    mfu_forward: float = 0.5  # batched forward passes (scoring, features, prompts, exact sampling)
+    bandwidth_use: float = 0.6  # of bandwidth, a cached decoding step's weight and cache reads
+    layer_overhead_s: float = 6e-4  # per layer per forward call: eager dispatch and kernel launches
+    load_bytes_per_s: float = 1e9  # loading a checkpoint from disk
+    mauve_s: float = 2.0e-6  # MAUVE's k-means on the host CPU: s per point per bucket per clustering (measured here)
+    fixed_s: dict = field(default_factory=lambda: dict(GPU_FIXED_S))  # per rule: interpreter, imports, CUDA start
+
+    def peak(self, precision: str) -> float:
+        return self.peak_half if precision in ("bf16", "fp16") and self.peak_half else self.peak_fp32
+
+
+# Seconds a GPU job pays before its first FLOP (interpreter, torch + transformers imports, CUDA context): the
+# imports as measured on the development machine (BENCHMARKS.md, "Per-job floor") plus an assumed 5 s of CUDA start.
+GPU_FIXED_S = {"train": 12.0, "sample": 10.0, "evaluate": 12.0, "perplexity": 10.0, "features": 11.0,
+               "extrapolation": 10.0}
+
+DEVICES = {
+    "a100-40gb": Device("a100-40gb", 312 * TB, 19.5 * TB, 40, 1.555 * TB,
+                        source="NVIDIA A100 datasheet (SXM): 312 TFLOPS bf16 dense, 19.5 fp32, 1,555 GB/s"),
+    "a100-80gb": Device("a100-80gb", 312 * TB, 19.5 * TB, 80, 2.039 * TB,
+                        source="NVIDIA A100 datasheet (80GB SXM): 312 TFLOPS bf16 dense, 19.5 fp32, 2,039 GB/s"),
+    "h100": Device("h100", 989 * TB, 67 * TB, 80, 3.35 * TB,
+                   source="NVIDIA H100 datasheet (SXM5): 989 TFLOPS bf16 dense, 67 fp32, 3.35 TB/s"),
+    "l40s": Device("l40s", 362 * TB, 91.6 * TB, 48, 0.864 * TB,
+                   source="NVIDIA L40S datasheet: 362 TFLOPS bf16 dense, 91.6 fp32, 864 GB/s"),
+    "v100": Device("v100", 125 * TB, 15.7 * TB, 32, 0.9 * TB, has_bf16=False,
+                   source="NVIDIA V100 datasheet (SXM2 32GB): 125 TFLOPS fp16 tensor, 15.7 fp32, 900 GB/s; no bf16, "
+                          "so mixed_precision auto trains in fp32"),
+    # One core of a current x86 server (AVX2/AVX-512 FMA at ~3 GHz, ~100 GFLOP/s fp32 peak): an assumption; run
+    # --calibrate for this machine's own numbers.
+    "cpu": Device("cpu", 0.0, 100e9, 16, 10e9, has_bf16=False, source="assumed: one x86 core, 100 GFLOP/s fp32",
+                  mfu_train=0.3, mfu_forward=0.3, layer_overhead_s=2e-4, load_bytes_per_s=5e8,
+                  fixed_s={"train": 5.0, "sample": 4.0, "evaluate": 6.0, "perplexity": 4.0, "features": 5.0,
+                           "extrapolation": 4.0}),
+}
+
+TUNABLE = {f.name for f in fields(Device)} - {"name", "source"}
+
+
+def device(name: str, overrides: dict | None = None) -> Device:
+    """A device of the table (or a calibrated one, passed as overrides of `cpu`), with the config's overrides."""
+    if name not in DEVICES and not overrides:
+        raise ValueError(f"unknown device {name!r}: one of {', '.join(DEVICES)} (or calibrate this machine with "
+                         "--calibrate)")
+    base = DEVICES.get(name, replace(DEVICES["cpu"], name=name, source="calibrated"))
+    overrides = dict(overrides or {})
+    unknown = set(overrides) - TUNABLE
+    if unknown:
+        raise ValueError(f"cost.devices.{name}: unknown keys {sorted(unknown)}; allowed: {sorted(TUNABLE)}")
+    if "fixed_s" in overrides:
+        overrides["fixed_s"] = {**base.fixed_s, **overrides["fixed_s"]}
+    return replace(base, **overrides)
+
+
+def assumptions(dev: Device) -> str:
+    """The assumptions behind a prediction, one line, for tables and captions."""
+    fixed = ", ".join(f"{rule} {s:g}" for rule, s in dev.fixed_s.items())
+    return (f"{dev.name}: {dev.source}; MFU {dev.mfu_train:g} training, {dev.mfu_forward:g} forward passes; "
+            f"{dev.bandwidth_use:g} of bandwidth when decoding; {dev.layer_overhead_s * 1e3:g} ms per layer per "
+            f"forward call; checkpoints load at {dev.load_bytes_per_s / 1e9:g} GB/s; fixed s per job: {fixed}")
+
+
+def check_cost(cost: dict) -> None:
+    """The config's `cost` section names devices that exist and overrides only what a device has (ValueError)."""
+    for name, overrides in cost.get("devices", {}).items():
+        unknown = set(overrides) - TUNABLE
+        if unknown:
+            raise ValueError(f"cost.devices.{name}: unknown keys {sorted(unknown)}; allowed: {sorted(TUNABLE)}")
+    for key in ("device", "cpu"):
+        if cost[key] not in DEVICES and cost[key] not in cost.get("devices", {}):
+            raise ValueError(f"cost.{key}: unknown device {cost[key]!r}: one of {', '.join(DEVICES)}, or a name "
+                             "defined under cost.devices")

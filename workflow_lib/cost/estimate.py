@@ -1,0 +1,206 @@
+"""`make estimate`: what a study will cost, per rule, on a device, before it runs (and, after, against what it took).
+
+    python -m workflow_lib.cost.estimate --configfile configs/paper.yaml --device a100-80gb --gpus 8
+    python -m workflow_lib.cost.estimate --calibrate            # measure this machine first (results/estimate/)
+
+Prints and writes (results/estimate/<device>.md and .csv) one row per rule: jobs, FLOPs, predicted device-hours,
+the wall time with --gpus devices in parallel (device-hours / gpus, at least the longest job), and the share of
+the total. Jobs that hold no GPU (`gpus: 0`) are predicted on `--cpu` (default: this machine's calibration if it
+exists, else `cost.cpu`), one core each, and the wall time then assumes --cores of them. Then every job whose
+weights, gradients and optimizer states (training) or weights and cache (sampling) alone exceed the device's
+memory, naming the model and the setting to change. When results/benchmarks/ holds the study's measured jobs,
+predicted and measured seconds are compared per rule (the median ratio and its range).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from workflow_lib.cost.devices import Device, assumptions, device
+from workflow_lib.cost.jobs import GPU_RULES, Job, plan_jobs
+
+CALIBRATION = Path("results/estimate/calibration.json")
+PARTS = {"compute": "compute", "overhead": "per-call overhead", "fixed": "fixed cost", "load": "checkpoint load",
+         "mauve": "MAUVE k-means (CPU)"}
+
+
+def load_config(paths: list[str], workdir: Path) -> dict:
+    """The config snakemake would see: the files merged in order (later keys win, nested dicts merged), validated."""
+    import yaml
+
+    from workflow_lib.config import validate_config
+
+    def merge(base: dict, extra: dict) -> dict:
+        for key, value in extra.items():
+            base[key] = merge(base.get(key, {}), value) if isinstance(value, dict) and isinstance(base.get(key), dict) \
+                else value
+        return base
+
+    config: dict = {}
+    for path in paths:
+        config = merge(config, yaml.safe_load(Path(path).read_text()) or {})
+    return validate_config(config, workdir=workdir)
+
+
+def rule_table(jobs: list[Job], gpus: int, cores: int) -> list[dict]:
+    rows = []
+    total = sum(j.device_seconds for j in jobs if not j.unknown) or 1.0
+    for rule in GPU_RULES:
+        mine = [j for j in jobs if j.rule == rule]
+        if not mine:
+            continue
+        known = [j for j in mine if not j.unknown]
+        device_s = sum(j.device_seconds for j in known)
+        on_gpu = any(j.devices for j in known)
+        parallel = gpus if on_gpu else cores
+        longest = max((j.seconds for j in known), default=0.0)
+        parts: dict[str, float] = {}
+        for job in known:
+            for part, seconds in job.parts.items():
+                parts[part] = parts.get(part, 0.0) + seconds * max(job.devices, 1)
+        top = max(parts, key=parts.get) if parts else ""
+        rows.append({"rule": rule, "jobs": len(mine), "unknown": len(mine) - len(known), "on": "GPU" if on_gpu else "CPU",
+                     "flops": sum(j.flops for j in known), "device_hours": device_s / 3600,
+                     "wall_hours": max(device_s / parallel, longest) / 3600, "share": device_s / total,
+                     "largest_part": f"{PARTS.get(top, top)} ({100 * parts[top] / device_s:.0f}%)" if top else ""})
+    return rows
+
+
+def memory_flags(jobs: list[Job], gpu: Device) -> list[str]:
+    """One line per (rule, model) whose jobs' static memory exceeds the GPU's, naming the setting to change."""
+    fixes = {"train": "a device with more memory (cost.device, --device): data parallelism (training.gpus) copies "
+                      "these to every GPU, and gradient_checkpointing saves only activations",
+             "sample": "a smaller sampling.batch_size (the cache grows with it)",
+             "evaluate": "a smaller featuriser (evaluation.featuriser)", "features": "a smaller evaluation.featuriser"}
+    flags = {}
+    for job in jobs:
+        if job.devices and job.memory_gb > gpu.memory_gb and (job.rule, job.model) not in flags:
+            flags[(job.rule, job.model)] = (f"{job.rule} {job.model}: {job.memory_what} need {job.memory_gb:.1f} GB, "
+                                            f"more than {gpu.name}'s {gpu.memory_gb:g} GB: "
+                                            f"{fixes.get(job.rule, 'a device with more memory')}")
+    return list(flags.values())
+
+
+def measured_seconds(results: Path) -> dict[str, float]:
+    """{benchmark key: wall seconds} from results/benchmarks/<rule>/<key>.tsv (snakemake `benchmark:` files)."""
+    out = {}
+    root = results / "benchmarks"
+    for rule in GPU_RULES:
+        for tsv in sorted((root / rule).rglob("*.tsv")):
+            header, values = tsv.read_text().splitlines()[:2]
+            out[f"{rule}/{tsv.relative_to(root / rule).with_suffix('')}"] = \
+                float(dict(zip(header.split("\t"), values.split("\t")))["s"])
+    return out
+
+
+def benchmark_key(job: Job) -> str:
+    """results/models/a/b -> train/a/b (the benchmark file of the job that wrote it)."""
+    stem = Path(*Path(job.key).parts[2:])
+    return f"{job.rule}/{stem.with_suffix('') if stem.suffix in ('.parquet', '.json', '.npy') else stem}"
+
+
+def compare(jobs: list[Job], measured: dict[str, float]) -> list[dict]:
+    rows = []
+    for rule in GPU_RULES:
+        pairs = [(j.seconds, measured[benchmark_key(j)]) for j in jobs
+                 if j.rule == rule and not j.unknown and benchmark_key(j) in measured]
+        if pairs:
+            ratios = sorted(p / m for p, m in pairs)
+            rows.append({"rule": rule, "jobs": len(pairs), "predicted_s": statistics.median(p for p, _ in pairs),
+                         "measured_s": statistics.median(m for _, m in pairs), "median_ratio": statistics.median(ratios),
+                         "min_ratio": ratios[0], "max_ratio": ratios[-1]})
+    return rows
+
+
+def markdown(rows: list[dict], columns: dict[str, str]) -> str:
+    lines = ["| " + " | ".join(columns.values()) + " |", "|" + " --- |" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(fmt(k, row[k]) for k in columns) + " |")
+    return "\n".join(lines)
+
+
+def fmt(column: str, value) -> str:
+    if column == "share":
+        return f"{100 * value:.1f}%"
+    if column == "flops":
+        return f"{value:.2e}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return str(value)
+
+
+def report(config: dict, gpu: Device, cpu: Device, gpus: int, cores: int, results: Path, workdir: Path) -> str:
+    jobs = plan_jobs(config, gpu, cpu, workdir)
+    rows = rule_table(jobs, gpus, cores)
+    device_hours = sum(r["device_hours"] for r in rows if r["on"] == "GPU")
+    parts = [f"# Predicted cost on {gpu.name} (GPU jobs, {gpus} in parallel) and {cpu.name} (CPU jobs, {cores} cores)",
+             "", "A prediction, not a measurement. Assumptions:", f"- {assumptions(gpu)}", f"- {assumptions(cpu)}", "",
+             markdown(rows, {"rule": "rule", "jobs": "jobs", "on": "on", "flops": "FLOPs",
+                             "device_hours": "device-hours", "wall_hours": "wall hours", "share": "share",
+                             "largest_part": "largest part"}),
+             "", f"GPU total: {device_hours:.1f} GPU-hours."]
+    unknown = sorted({f"{j.rule} {j.model}: {j.unknown} unknown" for j in jobs if j.unknown})
+    if unknown:
+        parts += ["", "Not predicted (size unknown before the study runs):", *[f"- {u}" for u in unknown]]
+    flags = memory_flags(jobs, gpu)
+    parts += ["", "Memory: " + ("every job's static memory fits." if not flags else "")] + [f"- {f}" for f in flags]
+    measured = measured_seconds(results)
+    if measured:
+        comparison = compare(jobs, measured)
+        parts += ["", f"Predicted vs measured ({results / 'benchmarks'}), seconds per job (medians):", "",
+                  markdown(comparison, {"rule": "rule", "jobs": "jobs", "predicted_s": "predicted s",
+                                        "measured_s": "measured s", "median_ratio": "median predicted/measured",
+                                        "min_ratio": "min", "max_ratio": "max"})]
+    return "\n".join(parts) + "\n", rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m workflow_lib.cost.estimate", description=__doc__.splitlines()[0])
+    parser.add_argument("--configfile", nargs="+", default=["config.yaml"])
+    parser.add_argument("--device", help="the GPU (default: the config's cost.device)")
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs running jobs in parallel")
+    parser.add_argument("--cpu", help="the device of jobs with no GPU (default: 'local' if calibrated, else cost.cpu)")
+    parser.add_argument("--cores", type=int, default=2, help="CPU cores running jobs in parallel")
+    parser.add_argument("--calibrate", action="store_true", help="measure this machine first, into " + str(CALIBRATION))
+    parser.add_argument("--results", type=Path, default=Path("results"),
+                        help="a study's results folder: its data sizes and measured benchmarks are read (the study's "
+                             "working directory is its parent)")
+    parser.add_argument("--output", type=Path, default=Path("results/estimate"))
+    args = parser.parse_args(argv)
+    workdir = args.results.parent
+    config = load_config(args.configfile, workdir)
+    if args.calibrate:
+        from workflow_lib.cost.calibrate import calibrate
+
+        CALIBRATION.parent.mkdir(parents=True, exist_ok=True)
+        CALIBRATION.write_text(json.dumps(calibrate(), indent=1) + "\n")
+    overrides = config["cost"]["devices"]
+    gpu_name = args.device or config["cost"]["device"]
+    cpu_name = args.cpu or ("local" if CALIBRATION.is_file() else config["cost"]["cpu"])
+    if "local" in (gpu_name, cpu_name) and "local" not in overrides:
+        if not CALIBRATION.is_file():
+            sys.exit(f"device local: no calibration at {CALIBRATION}; run with --calibrate")
+        calibrated = json.loads(CALIBRATION.read_text())
+        overrides = {**overrides, "local": {k: v for k, v in calibrated.items() if k not in ("name", "source")}}
+    try:
+        gpu, cpu = device(gpu_name, overrides.get(gpu_name)), device(cpu_name, overrides.get(cpu_name))
+    except ValueError as error:
+        sys.exit(str(error))
+    text, rows = report(config, gpu, cpu, args.gpus, args.cores, args.results, workdir)
+    print(text)
+    args.output.mkdir(parents=True, exist_ok=True)
+    (args.output / f"{gpu.name}.md").write_text(text)
+    import csv
+
+    with open(args.output / f"{gpu.name}.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["rule"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""SLURM requests from the prediction: `runtime` (minutes) and host `mem_mb` of a job, given its output path.
+
+rules/common.smk calls these from the GPU rules' `resources:`, so the SLURM profile (snakemake-executor-plugin-
+slurm: `--time`, `--mem`) asks for what the job should take, times `cost.safety`, times the attempt, instead of one
+guessed constant for every job. Predictions are made on `cost.device` for jobs that hold GPUs and `cost.cpu` for
+the others, with `cost.devices` overrides. A job whose size cannot be known before it runs (an uncached hub model
+missing from the known shapes, a corpus of unknown size) asks for `cost.unknown_minutes`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from workflow_lib.cost.devices import device
+from workflow_lib.cost.jobs import ADAM_BYTES_PER_PARAM, Job, plan_jobs
+
+_PLANS: dict[str, dict[str, Job]] = {}
+HOST_BASE_MB = 4000  # interpreter, torch, transformers and the data a job holds, measured below 3 GB (max_rss)
+
+
+def devices_of(config: dict):
+    cost = config["cost"]
+    overrides = cost.get("devices", {})
+    return device(cost["device"], overrides.get(cost["device"])), device(cost["cpu"], overrides.get(cost["cpu"]))
+
+
+def planned(config: dict) -> dict[str, Job]:
+    """{output path: Job} for the config, from the config alone (no file of results/ is read, so a request does not
+    depend on when snakemake evaluates it); computed once per config (keyed by its JSON)."""
+    key = json.dumps(config, sort_keys=True, default=str)
+    if key not in _PLANS:
+        gpu, cpu = devices_of(config)
+        _PLANS[key] = {job.key: job for job in plan_jobs(config, gpu, cpu, workdir=None)}
+    return _PLANS[key]
+
+
+def runtime_minutes(config: dict, output: str, attempt: int = 1) -> int:
+    """The predicted time x cost.safety x attempt, in whole minutes, at least cost.min_minutes."""
+    cost = config["cost"]
+    job = planned(config).get(output)
+    if job is None or job.unknown:
+        return cost["unknown_minutes"] * attempt
+    return max(cost["min_minutes"], math.ceil(job.seconds * cost["safety"] / 60)) * attempt
+
+
+def mem_mb(config: dict, output: str, attempt: int = 1) -> int:
+    """Host memory: a base for the interpreter and libraries, plus three float32 copies of the checkpoint (loading
+    holds the file and the model, a cast a third), plus the optimizer states when training runs on the CPU."""
+    job = planned(config).get(output)
+    if job is None or job.unknown:
+        return 2 * HOST_BASE_MB * attempt
+    optimizer = ADAM_BYTES_PER_PARAM * job.params if job.rule == "train" and not job.devices else 0
+    return math.ceil(HOST_BASE_MB + (3 * 4 * job.params + optimizer) / 1e6) * attempt
