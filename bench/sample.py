@@ -80,6 +80,7 @@ def main() -> None:
     from workflow_lib.data.tokenization import group_blocks, token_ids, train_bpe
     from workflow_lib.perturb.synonyms import distributional_synonyms
     from workflow_lib.sample import sampler
+    from workflow_lib.models import use_in_place_activations
     from workflow_lib.sample.sampler import generate
 
     parser = argparse.ArgumentParser()
@@ -109,6 +110,9 @@ def main() -> None:
     model = GPT2LMHeadModel(config).to(opts.device).eval()
     if opts.precision == "bf16":
         model = model.to(torch.bfloat16)
+    # As a sample job loads it (sampler.load_model): GPT-2's GELU in place under no_grad, the same floats. Every
+    # sampler below, Hugging Face's generate included, runs this one model.
+    model = use_in_place_activations(model)
     n_tokens = opts.batch * opts.new_tokens
 
     def intensity0(**kw):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 import subprocess
 import sys
@@ -172,14 +171,21 @@ def test_estimate_prints_the_paper_table_offline_in_seconds(tmp_path):
     assert (tmp_path / "estimate/a100-80gb.csv").read_text().startswith("rule,jobs,unknown,on,flops")
 
 
-def test_calibration_measures_this_machine_into_a_device(monkeypatch):
+def test_calibration_measures_this_machine_into_a_device():
     from workflow_lib.cost import calibrate
+    from workflow_lib.cost.shapes import model_shape
 
-    measured = calibrate.calibrate(log=lambda *_: None, rules=("sample",))
+    config = config_of()
+    measured = calibrate.calibrate(log=lambda *_: None, rules=("sample",), config=config)
     local = device("local", {k: v for k, v in measured.items() if k not in ("name", "source")})
     assert local.peak_fp32 > 1e8 and 0 < local.mfu_train < 2 and local.layer_overhead_s > 0
     assert local.bandwidth > 0 and local.load_bytes_per_s > 0 and local.mauve_s > 0
-    assert 0.5 < local.fixed_s["sample"] < 60  # a fresh interpreter importing what a sample job imports
-    config = config_of()
-    on_local = copy.deepcopy(cost_jobs.plan_jobs(config, local, local, None))
-    assert all(j.seconds > 0 for j in on_local)
+    assert 0.5 < local.fixed_s["sample"] < 60  # a fresh interpreter importing and loading what a sample job does
+    # the study's own model shape is timed, and its rates replace peak x MFU for that shape only
+    shape = model_shape(config, "tiny")
+    assert set(local.shape_rates) == {shape.key} and local.rate("train", "fp32", shape.key) > 1e6
+    assert local.rate("train", "fp32", "another-shape") == local.peak_fp32 * local.mfu_train
+    train = next(j for j in cost_jobs.plan_jobs(config, local, local, None) if j.rule == "train")
+    generic = device("local", {k: v for k, v in measured.items() if k not in ("name", "source", "shape_rates")})
+    train_generic = next(j for j in cost_jobs.plan_jobs(config, generic, generic, None) if j.rule == "train")
+    assert train.parts["compute"] != train_generic.parts["compute"]

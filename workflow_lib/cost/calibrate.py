@@ -16,12 +16,11 @@ import tempfile
 import time
 
 # What each rule's job does before its first FLOP: import its module and the libraries its main() imports lazily,
-# and build a one-layer model of its kind (which imports transformers' model modules, 1.3-1.4 s of a job's floor).
-_CAUSAL = ("from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config; import pyarrow.parquet; "
-           "AutoModelForCausalLM.from_config(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=16))")
-_ENCODER = ("from transformers import AutoModel, AutoTokenizer, BertConfig; import pyarrow.parquet; "
-            "AutoModel.from_config(BertConfig(num_hidden_layers=1, num_attention_heads=1, hidden_size=8, "
-            "intermediate_size=8, vocab_size=16))")
+# then load a checkpoint and its tokenizer (a one-layer model saved in `{folder}`), as the job loads its own.
+_CAUSAL = ("from transformers import AutoModelForCausalLM, AutoTokenizer; import pyarrow.parquet; "
+           "AutoTokenizer.from_pretrained({folder!r}); AutoModelForCausalLM.from_pretrained({folder!r})")
+_ENCODER = ("from transformers import AutoModel, AutoTokenizer; import pyarrow.parquet; "
+            "AutoTokenizer.from_pretrained({folder!r}); AutoModel.from_pretrained({folder!r})")
 RULE_IMPORTS = {
     "train": "import workflow_lib.train.trainer, accelerate; accelerate.Accelerator(cpu=True); " + _CAUSAL,
     "sample": "import workflow_lib.sample.sampler; " + _CAUSAL,
@@ -30,6 +29,7 @@ RULE_IMPORTS = {
     "features": "import workflow_lib.evaluate.metrics; " + _ENCODER,
     "extrapolation": "import workflow_lib.evaluate.extrapolation, workflow_lib.sample.sampler; " + _CAUSAL,
 }
+MAX_SHAPE_PARAMS = 50e6  # the study's own models are timed up to this size (a CPU step of more takes seconds)
 
 
 def best_of(fn, repeats: int = 3) -> float:
@@ -53,8 +53,11 @@ def import_seconds(statement: str, repeats: int = 2) -> float:
     return min(times)
 
 
-def calibrate(name: str = "local", log=print, rules: tuple[str, ...] = tuple(RULE_IMPORTS)) -> dict:
-    """This machine's device overrides: {name, source, peak_fp32, mfu_forward, mfu_train, ...}."""
+def calibrate(name: str = "local", log=print, rules: tuple[str, ...] = tuple(RULE_IMPORTS), config: dict | None = None,
+              workdir=None) -> dict:
+    """This machine's device overrides: {name, source, peak_fp32, mfu_forward, mfu_train, ...}. With a config, the
+    training step and forward pass of each of its models up to MAX_SHAPE_PARAMS are timed too, at the study's batch
+    and lengths (`shape_rates`): small models reach a fraction of a large one's FLOP/s, which one size cannot show."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -121,12 +124,62 @@ def calibrate(name: str = "local", log=print, rules: tuple[str, ...] = tuple(RUL
     mauve = best_of(lambda: mauve_score(p, q, settings, 1), 1) / (2 * n * buckets * 5)
     log(f"MAUVE {mauve * 1e6:.2f} us per point per bucket per clustering")
 
-    fixed = {rule: round(import_seconds(RULE_IMPORTS[rule]), 2) for rule in rules}
+    from workflow_lib.data.tokenization import train_bpe
+
+    with tempfile.TemporaryDirectory() as folder:
+        tokenizer = train_bpe(["a tiny corpus for a tiny tokenizer"] * 10, 260)
+        gpt2(n_layer=1, n_head=1, n_embd=8, n_positions=64, vocab_size=len(tokenizer)).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        fixed = {rule: round(import_seconds(RULE_IMPORTS[rule].format(folder=folder)), 2) for rule in rules}
     log("fixed cost per job (imports): " + ", ".join(f"{r} {s:.2f} s" for r, s in fixed.items()))
+    shape_rates = study_shape_rates(config, workdir, gpt2, sync, log) if config else {}
     memory = (torch.cuda.get_device_properties(0).total_memory if cuda
               else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) / 1e9
     return {"name": name, "source": f"calibrated on this machine ({torch.cuda.get_device_name(0) if cuda else 'one CPU thread'})",
             "peak_half": 0.0, "peak_fp32": flops_forward / forward, "mfu_forward": 1.0,
             "mfu_train": round(forward / flops_forward * flops_train / train, 3), "memory_gb": round(memory, 1),
             "bandwidth": decode_bytes / decode, "bandwidth_use": 1.0, "layer_overhead_s": layer,
-            "load_bytes_per_s": decode_bytes / load, "mauve_s": mauve, "fixed_s": fixed, "has_bf16": False}
+            "load_bytes_per_s": decode_bytes / load, "mauve_s": mauve, "fixed_s": fixed, "has_bf16": False,
+            "shape_rates": shape_rates}
+
+
+def study_shape_rates(config: dict, workdir, gpt2, sync, log) -> dict:
+    """{shape key: {"train": FLOP/s, "forward": FLOP/s}} of the config's models up to MAX_SHAPE_PARAMS."""
+    from workflow_lib.cost.shapes import model_shape
+
+    rates = {}
+    for key in config["models"]:
+        shape = model_shape(config, key, workdir)
+        if shape is None or shape.params > MAX_SHAPE_PARAMS or shape.key in rates:
+            continue
+        rates[shape.key] = shape_rates(shape, config, gpt2, sync)
+        log(f"models.{key} ({shape.key}): training {rates[shape.key]['train'] / 1e9:.1f} GFLOP/s, forward "
+            f"{rates[shape.key]['forward'] / 1e9:.1f} GFLOP/s")
+    return rates
+
+
+def shape_rates(shape, config: dict, gpt2, sync) -> dict:
+    """A GPT-2 of the shape (dropout as GPT-2's): a training step of training.batch_size rows of
+    tokenize.block_size tokens, and a forward pass of sampling.batch_size rows (at most 256) of 32 tokens."""
+    import torch
+
+    model = gpt2(n_layer=shape.n_layer, n_head=max(1, shape.d_model // 64), n_embd=shape.d_model,
+                 n_inner=shape.d_ffn, n_positions=max(shape.context, 256), vocab_size=shape.vocab)
+    batch, length = config["training"]["batch_size"], config["tokenize"]["block_size"]
+    ids = torch.randint(0, shape.vocab, (batch, length), device=model.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        sync()
+
+    train = best_of(step)
+    rows = min(config["sampling"]["batch_size"], 256)
+    prompt = torch.randint(0, shape.vocab, (rows, 32), device=model.device)
+    model.eval()
+    with torch.no_grad():
+        forward = best_of(lambda: (model(input_ids=prompt), sync()))
+    return {"train": batch * length * (6 * shape.matmul_params + 12 * shape.n_layer * shape.d_model * length) / train,
+            "forward": rows * 32 * (2 * shape.matmul_params + 4 * shape.n_layer * shape.d_model * 32) / forward}

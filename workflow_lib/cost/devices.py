@@ -32,17 +32,28 @@ class Device:
     bandwidth_use: float = 0.6  # of bandwidth, a cached decoding step's weight and cache reads
     layer_overhead_s: float = 6e-4  # per layer per forward call: eager dispatch and kernel launches
     load_bytes_per_s: float = 1e9  # loading a checkpoint from disk
-    mauve_s: float = 2.0e-6  # MAUVE's k-means on the host CPU: s per point per bucket per clustering (measured here)
+    launch_s: float = 3.3  # `accelerate launch` of a multi-process training job (measured here, BENCHMARKS.md)
+    mauve_s: float = 4.0e-7  # MAUVE's k-means on the host CPU: s per point per bucket per clustering (--calibrate here)
     fixed_s: dict = field(default_factory=lambda: dict(GPU_FIXED_S))  # per rule: interpreter, imports, CUDA start
+    # Measured FLOP/s of given model shapes ({Shape.key: {"train": .., "forward": ..}}, --calibrate with a config):
+    # where a shape has them, they replace peak x MFU for that shape.
+    shape_rates: dict = field(default_factory=dict)
 
     def peak(self, precision: str) -> float:
         return self.peak_half if precision in ("bf16", "fp16") and self.peak_half else self.peak_fp32
 
+    def rate(self, kind: str, precision: str, shape_key: str | None = None) -> float:
+        """Achieved FLOP/s of a kind of work (train, forward): measured for the shape where calibrated, else
+        peak x the assumed MFU."""
+        if shape_key in self.shape_rates:
+            return self.shape_rates[shape_key][kind]
+        return self.peak(precision) * (self.mfu_train if kind == "train" else self.mfu_forward)
+
 
 # Seconds a GPU job pays before its first FLOP (interpreter, torch + transformers imports, CUDA context): the
-# imports as measured on the development machine (BENCHMARKS.md, "Per-job floor") plus an assumed 5 s of CUDA start.
-GPU_FIXED_S = {"train": 12.0, "sample": 10.0, "evaluate": 12.0, "perplexity": 10.0, "features": 11.0,
-               "extrapolation": 10.0}
+# imports as --calibrate measured them on the development machine (3.7-4.7 s) plus an assumed 5 s of CUDA start.
+GPU_FIXED_S = {"train": 9.0, "sample": 9.0, "evaluate": 10.0, "perplexity": 9.0, "features": 9.0,
+               "extrapolation": 9.0}
 
 DEVICES = {
     "a100-40gb": Device("a100-40gb", 312 * TB, 19.5 * TB, 40, 1.555 * TB,
@@ -60,8 +71,8 @@ DEVICES = {
     # --calibrate for this machine's own numbers.
     "cpu": Device("cpu", 0.0, 100e9, 16, 10e9, has_bf16=False, source="assumed: one x86 core, 100 GFLOP/s fp32",
                   mfu_train=0.3, mfu_forward=0.3, layer_overhead_s=2e-4, load_bytes_per_s=5e8,
-                  fixed_s={"train": 5.0, "sample": 4.0, "evaluate": 6.0, "perplexity": 4.0, "features": 5.0,
-                           "extrapolation": 4.0}),
+                  fixed_s={"train": 3.7, "sample": 3.8, "evaluate": 4.7, "perplexity": 3.8, "features": 3.7,
+                           "extrapolation": 3.7}),
 }
 
 TUNABLE = {f.name for f in fields(Device)} - {"name", "source"}

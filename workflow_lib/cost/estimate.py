@@ -143,6 +143,11 @@ def report(config: dict, gpu: Device, cpu: Device, gpus: int, cores: int, result
                              "device_hours": "device-hours", "wall_hours": "wall hours", "share": "share",
                              "largest_part": "largest part"}),
              "", f"GPU total: {device_hours:.1f} GPU-hours."]
+    known = [j for j in jobs if not j.unknown]
+    if known:
+        longest = max(known, key=lambda j: j.seconds)
+        parts.append(f"Longest job: {longest.seconds / 3600:.1f} h ({longest.rule} {longest.key}); a cluster's time "
+                     "limit below it needs a faster device or a smaller job.")
     unknown = sorted({f"{j.rule} {j.model}: {j.unknown} unknown" for j in jobs if j.unknown})
     if unknown:
         parts += ["", "Not predicted (size unknown before the study runs):", *[f"- {u}" for u in unknown]]
@@ -177,7 +182,11 @@ def main(argv: list[str] | None = None) -> None:
         from workflow_lib.cost.calibrate import calibrate
 
         CALIBRATION.parent.mkdir(parents=True, exist_ok=True)
-        CALIBRATION.write_text(json.dumps(calibrate(), indent=1) + "\n")
+        measured = calibrate(config=config, workdir=workdir)
+        if CALIBRATION.is_file():  # keep the shapes other studies' calibrations measured
+            measured["shape_rates"] = {**json.loads(CALIBRATION.read_text()).get("shape_rates", {}),
+                                       **measured["shape_rates"]}
+        CALIBRATION.write_text(json.dumps(measured, indent=1) + "\n")
     overrides = config["cost"]["devices"]
     gpu_name = args.device or config["cost"]["device"]
     cpu_name = args.cpu or ("local" if CALIBRATION.is_file() else config["cost"]["cpu"])

@@ -61,7 +61,7 @@ def decode_step(dev: Device, shape: Shape, rows: int, context: float, precision:
     longer, plus the dispatch overhead."""
     flops = rows * fed * (2 * shape.matmul_params + 4 * shape.n_layer * shape.d_model * context)
     read = (shape.params + 2 * shape.n_layer * shape.d_model * context * rows) * BYTES[precision]
-    return max(flops / (dev.peak(precision) * dev.mfu_forward), read / (dev.bandwidth * dev.bandwidth_use)) \
+    return max(flops / dev.rate("forward", precision, shape.key), read / (dev.bandwidth * dev.bandwidth_use)) \
         + shape.n_layer * dev.layer_overhead_s
 
 
@@ -91,11 +91,12 @@ def train_job(config: dict, key: str, model: str, dataset: str, cond, seed: int,
     val_tokens = sizes.validation_tokens(config, model, dataset, workdir) if settings["validation"] else 0.0
     val_flops = forward_flops(shape, val_tokens, config["tokenize"]["block_size"]) * evals
     val_calls = math.ceil(val_tokens / config["tokenize"]["block_size"] / settings["batch_size"]) * evals
-    peak = dev.peak(precision) * max(gpus, 1)
+    processes = max(gpus, 1)
     job.flops = train_flops + val_flops
-    job.parts = {"compute": train_flops / (peak * dev.mfu_train) + val_flops / (peak * dev.mfu_forward),
+    job.parts = {"compute": (train_flops / dev.rate("train", precision, shape.key)
+                             + val_flops / dev.rate("forward", precision, shape.key)) / processes,
                  "overhead": (3 * micro + val_calls) * shape.n_layer * dev.layer_overhead_s,
-                 "fixed": dev.fixed_s["train"], "load": load_seconds(dev, shape, job)}
+                 "fixed": dev.fixed_s["train"] + (dev.launch_s if gpus > 1 else 0.0), "load": load_seconds(dev, shape, job)}
     job.memory_gb = shape.params * ADAM_BYTES_PER_PARAM / 1e9
     job.memory_what = "weights, gradients and AdamW states (16 bytes per parameter, on every GPU)"
     return job
@@ -117,13 +118,13 @@ def sample_job(config: dict, key: str, model: str, eval_set: str, test, dev: Dev
     compute = overhead = flops = 0.0
     for b, count in batches.items():  # every full batch costs the same: computed once
         b_flops = forward_flops(shape, b * prefix, prefix)
-        b_compute = b_flops / (dev.peak(precision) * dev.mfu_forward)
+        b_compute = b_flops / dev.rate("forward", precision, shape.key)
         b_overhead = shape.n_layer * dev.layer_overhead_s
         if alpha > 0 and test.mode == "exact":  # the whole perturbed prefix at every step
             stretch = 1 + alpha if test.strategy == "insertion" else 1.0
             step_flops = sum(forward_flops(shape, b * n, n) for n in ((prefix + step) * stretch for step in range(1, new)))
             b_flops += step_flops
-            b_compute += step_flops / (dev.peak(precision) * dev.mfu_forward)
+            b_compute += step_flops / dev.rate("forward", precision, shape.key)
             b_overhead += (new - 1) * shape.n_layer * dev.layer_overhead_s
         else:
             fed = 2 if alpha > 0 and test.strategy == "insertion" else 1
@@ -148,7 +149,7 @@ def scoring_job(rule: str, key: str, model: str, shape: Shape | None, texts: flo
         return job
     length = min(length, shape.context)
     job.flops = forward_flops(shape, texts * length, length)
-    job.parts = {"compute": job.flops / (dev.peak(precision) * dev.mfu_forward),
+    job.parts = {"compute": job.flops / dev.rate("forward", precision, shape.key),
                  "overhead": math.ceil(texts / batch) * shape.n_layer * dev.layer_overhead_s,
                  "fixed": dev.fixed_s[rule], "load": load_seconds(dev, shape, job)}
     job.memory_gb = shape.params * BYTES[precision] / 1e9

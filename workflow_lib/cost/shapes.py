@@ -54,6 +54,11 @@ class Shape:
         return self.n_layer * self.per_layer + self.vocab * self.d_model + self.context * self.d_model
 
     @property
+    def key(self) -> str:
+        """Names the shape in a calibration's `shape_rates`."""
+        return f"L{self.n_layer}-d{self.d_model}-f{self.d_ffn}-V{self.vocab}"
+
+    @property
     def per_layer(self) -> int:
         return 4 * self.d_model ** 2 + (3 if self.gated else 2) * self.d_model * self.d_ffn
 
