@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+TRACKERS := $(VENV)/.trackers
 CORES  ?= all
 SNAKEMAKE_ARGS ?=
 CONFIG ?= config.yaml
@@ -19,6 +20,11 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# The optional trackers (W&B, MLflow), which the tests exercise; `make run` does not need them.
+$(TRACKERS): $(STAMP) requirements-trackers.txt
+	$(BIN)/python -m pip install --quiet -r requirements-trackers.txt
+	touch $(TRACKERS)
 
 run: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
@@ -40,7 +46,7 @@ dryrun: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
 
-test: $(STAMP)
+test: $(STAMP) $(TRACKERS)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest
 
 bench: $(STAMP)

@@ -36,6 +36,7 @@ from workflow_lib.grid import (
 # module and what it imports, found by a static scan), so editing one reruns the rule's jobs and what follows.
 from workflow_lib.module_deps import module_files as workflow_code
 from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, runtime_minutes as predicted_minutes
+from workflow_lib.train.tracking import ENV as TRACKING_ENV
 
 try:
     validate_config(config, workdir=Path.cwd())
@@ -222,9 +223,17 @@ def training_processes(wildcards):
     return max(training_settings(wildcards)["gpus"], 1)
 
 
+# The trackers (training.report_to, tracking_dir) reach the training jobs through the environment, not params:
+# turning one on must not retrain a finished model (workflow_lib/train/tracking.py).
+TRACKING_KEYS = ("report_to", "tracking_dir")
+os.environ[TRACKING_ENV] = json.dumps({"report_to": config["training"]["report_to"],
+                                       "dir": config["training"]["tracking_dir"]})
+
+
 def training_settings(wildcards):
-    """The top-level `training` section with the model's overrides and the run's seed."""
-    return {**config["training"], **MODELS[wildcards.model].get("training", {}), "seed": int(wildcards.seed)}
+    """The top-level `training` section with the model's overrides and the run's seed (the trackers left out)."""
+    settings = {**config["training"], **MODELS[wildcards.model].get("training", {}), "seed": int(wildcards.seed)}
+    return {k: v for k, v in settings.items() if k not in TRACKING_KEYS}
 
 
 def launcher(wildcards):

@@ -351,6 +351,10 @@ def validate_config(config: dict, workdir: Path | None = None) -> dict:
         name: {k: float(v) if k in DECODER_FLOAT_KEYS else v for k, v in decoder.items()}
         for name, decoder in config.get("decoders", {}).items()}
     check_references(config, workdir)
+    from workflow_lib.train.tracking import missing
+
+    if absent := missing(config["training"]["report_to"]):
+        raise ConfigError(f"config key training.report_to: not installed: {', '.join(absent)}")
     from workflow_lib.cost.devices import check_cost
 
     try:

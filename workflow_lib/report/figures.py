@@ -279,7 +279,8 @@ def _markevery(n: int, i: int, lines: int) -> tuple[int, int]:
     return (i * every // max(1, lines)) % every, every
 
 
-LOG_SCHEMA = {"step": pl.Int64, "epoch": pl.Float64, "loss": pl.Float64, "lr": pl.Float64, "tokens_per_s": pl.Float64,
+LOG_SCHEMA = {"step": pl.Int64, "epoch": pl.Float64, "loss": pl.Float64, "lr": pl.Float64, "grad_norm": pl.Float64,
+              "tokens_per_s": pl.Float64,
               "validation_loss": pl.Float64, "validation_objective": pl.Float64}
 
 

@@ -164,8 +164,17 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
     loss_params = {k: v for k, v in objective.items() if k != "loss"}
     # cpu=True without CUDA: several processes (accelerate launch --multi_gpu) then form a gloo group instead of
     # each training alone on all of the data.
+    from accelerate import PartialState
+
+    from workflow_lib.train import tracking
+
+    tracked = tracking.settings_from_env()
+    run = tracking.run_name(args.output)
+    on_main = PartialState(cpu=not torch.cuda.is_available()).is_main_process
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=resolve_precision(settings["mixed_precision"]),
-                              gradient_accumulation_steps=settings["gradient_accumulation_steps"])
+                              gradient_accumulation_steps=settings["gradient_accumulation_steps"],
+                              log_with=tracking.trackers(tracked["report_to"], tracked["dir"], run) if on_main and
+                              tracked["report_to"] else None)
     n_proc, accum = accelerator.num_processes, settings["gradient_accumulation_steps"]
     global_batch = settings["batch_size"] * n_proc * accum
     if not accelerator.is_main_process:  # one copy of the progress messages in the log; errors from every process
@@ -222,6 +231,8 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
         checkpoint_step = step
         log.info("resuming from step %d of %d", step, total_steps)
 
+    if tracked["report_to"]:
+        accelerator.init_trackers(tracking.PROJECT, config=tracking.run_config(settings, model_spec, objective, run))
     log.info("%d optimizer steps (%d per epoch): %d process(es) x batch %d x accumulation %d = global batch %d; "
              "mixed precision %s; master weights %s", total_steps, steps_per_epoch, n_proc, settings["batch_size"], accum,
              global_batch, accelerator.mixed_precision, next(lm.parameters()).dtype)
@@ -242,8 +253,8 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
                     raise diverged(args.model_key, f"{objective['loss']} loss", mean_loss, step + 1, total_steps, resume,
                                    checkpoint_step, settings, model_spec)
                 accelerator.backward(loss)
-                if accelerator.sync_gradients and settings["max_grad_norm"]:
-                    accelerator.clip_grad_norm_(model.parameters(), settings["max_grad_norm"])
+                if accelerator.sync_gradients:  # max_grad_norm 0: no clipping (inf scales by exactly 1), the norm only
+                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), settings["max_grad_norm"] or math.inf)
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad()
@@ -252,7 +263,8 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
                 continue
             step += 1
             progress.update(1)
-            row = {"step": step, "epoch": epoch, "loss": mean_loss, "lr": scheduler.get_last_lr()[0]}
+            row = {"step": step, "epoch": epoch, "loss": mean_loss, "lr": scheduler.get_last_lr()[0],
+                   "grad_norm": float(grad_norm)}
             if step % settings["log_every"] == 0 or step == total_steps:
                 row["tokens_per_s"] = window_tokens / (time.perf_counter() - window_start)
                 window_tokens, window_start = 0, time.perf_counter()
@@ -267,6 +279,7 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
                     best = {"loss": losses[settings["select_by"]], "step": step, "by": settings["select_by"]}
                     save_model(accelerator, model, tokenizer, resume / "best")
             log_rows.append(row)
+            accelerator.log(tracking.logged(row), step=step)  # main process only; no tracker: nothing
             if step % settings["checkpoint_every"] == 0 and step < total_steps:
                 save_checkpoint(accelerator, resume, step, best, log_rows, mark)
                 checkpoint_step = step
@@ -275,6 +288,8 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
             if step >= total_steps:
                 break
     progress.close()
+    for tracker in accelerator.trackers:  # flush and close the runs (end_training would also end the process group)
+        tracker.finish()
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         ran = {"processes": n_proc, "distributed": str(accelerator.distributed_type).split(".")[-1],
@@ -324,7 +339,7 @@ def write_outputs(output: str, accelerator, model, tokenizer, resume: Path, log_
         else:
             accelerator.unwrap_model(model).lm.save_pretrained(tmp, safe_serialization=True)
             save_tokenizer(tokenizer, tmp)
-        fields = ["step", "epoch", "loss", "lr", "tokens_per_s", "validation_loss", "validation_objective"]
+        fields = ["step", "epoch", "loss", "lr", "grad_norm", "tokens_per_s", "validation_loss", "validation_objective"]
         with open(tmp / "train_log.csv", "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=fields)
             writer.writeheader()
