@@ -236,3 +236,19 @@ def test_finished_rehearsal_holds_the_papers_study(paper):
                 + checks.report_problems(results, pl.read_csv(results / "report/contrasts.csv"), list(paper["models"]))
                 + checks.summary_problems((results / "summary.md").read_text(), fetched))
     assert problems == []
+
+
+@pytest.mark.rehearsal
+def test_finished_rehearsals_report_opens_in_a_browser():
+    """The rehearsal's HTML report in headless Chromium (tests/support/browser.py): every category of the paper's
+    study rendered; no script error, broken caption or undecodable figure."""
+    from support.browser import CATEGORIES, check_report, chromium
+
+    folder = os.environ.get("PERTURBED_LM_REHEARSAL")
+    if not folder:
+        pytest.skip("no finished rehearsal: `make rehearsal` runs this with PERTURBED_LM_REHEARSAL set")
+    if chromium() is None:
+        if os.environ.get("PERTURBED_LM_REQUIRE_BROWSER") == "1":
+            pytest.fail("no chromium on PATH, and PERTURBED_LM_REQUIRE_BROWSER=1")
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium)")
+    assert check_report(Path(folder) / "report.html", CATEGORIES) == []

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
+import subprocess
 
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import torch
-from support.study import REPO, planned_rules, snakemake, tiny_config, write_config
+from support.study import REPO, SNAKEMAKE, planned_rules, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -232,6 +234,41 @@ def test_report_builds_on_a_tiny_config(workdir):
     for caption in ("Summary", "Tables", "Figures", "Simulation", "figure.png", "simulation study (paper Section 4)",
                     "Training curves"):
         assert caption in page, caption
+    check_in_browser(workdir, workdir / "results/report.html")
+
+
+def check_in_browser(workdir, html):
+    """The report in headless Chromium: no JavaScript error, every category rendered, every caption well-formed,
+    every figure decoded. Then the same check fails on a report whose caption is broken reStructuredText (built
+    by a copy of the workflow), on an injected script error, on a figure that does not decode and on a missing
+    category."""
+    from support.browser import check_report, chromium
+
+    if chromium() is None:
+        if os.environ.get("PERTURBED_LM_REQUIRE_BROWSER") == "1":
+            pytest.fail("no chromium on PATH, and PERTURBED_LM_REQUIRE_BROWSER=1")
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); CI installs it")
+    assert check_report(html) == []
+    copy = workdir / "workflow-copy"
+    copy.mkdir()
+    shutil.copy(REPO / "Snakefile", copy / "Snakefile")
+    for part in ("rules", "report", "workflow_lib", "profiles"):
+        shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "report/table.rst").write_text("A table.\n\n.. no-such-directive::\n\n   body\n")
+    broken = workdir / "broken.html"
+    built = subprocess.run([str(SNAKEMAKE), "-s", str(copy / "Snakefile"), "--directory", str(workdir), "--report",
+                            str(broken)], capture_output=True, text=True, cwd=workdir, check=False)
+    assert built.returncode == 0, built.stderr  # snakemake builds it regardless: only a look at the page tells
+    problems = check_report(broken)
+    assert problems and all("results/report/tables/" in p and "system message" in p for p in problems), problems
+    page = html.read_text()
+    doctored = workdir / "doctored.html"
+    doctored.write_text(page.replace("<head>", "<head><script>null.x;</script>", 1))
+    assert any(p.startswith("uncaught: TypeError") for p in check_report(doctored))
+    first = re.search(r'"data_uri": "data:image/png;charset=utf8;filename=[^;]+;base64,', page)
+    doctored.write_text(page[:first.end()] + "AAAA" + page[first.end() + 4:])
+    assert any(p.startswith("image ") and p.endswith("does not decode") for p in check_report(doctored))
+    assert any("'Theory lab' is missing" in p for p in check_report(html, ("Tables", "Theory lab")))
 
 
 def test_hub_families_train_sample_and_evaluate(workdir):
