@@ -3,6 +3,8 @@ settings change, and refused with a message where its group cannot be formed."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
@@ -78,6 +80,10 @@ def test_the_lab_runs_reruns_only_what_its_settings_change_and_reaches_the_summa
     report = snakemake(workdir, "--report", str(workdir / "report.html"))
     assert report.returncode == 0, report.stderr[-3000:]
     assert "Theory lab" in (workdir / "report.html").read_text(errors="replace")
+    from support.browser import check_report, chromium
+
+    if chromium() is not None or os.environ.get("PERTURBED_LM_REQUIRE_BROWSER") == "1":  # in a real browser too
+        assert check_report(workdir / "report.html", ("Summary", "Tables", "Theory lab")) == []
 
 
 @pytest.mark.parametrize("change, message", [
