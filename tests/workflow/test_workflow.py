@@ -151,7 +151,7 @@ def test_training_runs_through_accelerate_launch(workdir):
     assert [str(m) for m in models] == [f"tiny/synthetic/{o}/{c}/seed1" for o in ("emo", "mle")
                                         for c in ("none/augment-m1/none-0", "oracle/augment-m1/insertion-0.1")]
     log = (workdir / "results/models" / models[0] / "train_log.csv").read_text().splitlines()
-    assert log[0] == "step,epoch,loss,lr,tokens_per_s,validation_loss,validation_objective" and len(log) > 5
+    assert log[0] == "step,epoch,loss,lr,grad_norm,tokens_per_s,validation_loss,validation_objective" and len(log) > 5
     assert (workdir / "results/logs/train" / f"{models[0]}.log").exists()
     assert not (workdir / "results/checkpoints").exists() or not any((workdir / "results/checkpoints").rglob("*.json"))
 
