@@ -21,6 +21,7 @@ from workflow_lib.grid import (
     curve_targets,
     example_inputs,
     extrapolation_targets,
+    featuriser_id as grid_featuriser_id,
     lab_inputs,
     lab_targets,
     metric_targets,
@@ -266,8 +267,7 @@ EXTRAPOLATION_OUTPUT = f"results/extrapolation/{{model}}/{{dataset}}/{{objective
 
 def featuriser_id():
     """A path-safe name for the featuriser (a local folder is named by its last component)."""
-    name = config["evaluation"]["featuriser"]
-    return name if name in ("minilm", "gpt2-large") else f"local-{os.path.basename(os.path.normpath(name))}"
+    return grid_featuriser_id(config["evaluation"]["featuriser"])
 
 
 def model_source(wildcards):

@@ -8,7 +8,14 @@ Standard library only: it runs at Snakefile parse time.
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
+
+
+def featuriser_id(name: str) -> str:
+    """A path-safe name for the featuriser `evaluation.featuriser` (a local folder is named by its last component):
+    the `featuriser` wildcard of results/features/."""
+    return name if name in ("minilm", "gpt2-large") else f"local-{os.path.basename(os.path.normpath(name))}"
 
 
 def fmt_intensity(x: float) -> str:

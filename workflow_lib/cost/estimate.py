@@ -31,18 +31,13 @@ PARTS = {"compute": "compute", "overhead": "per-call overhead", "fixed": "fixed 
 def load_config(paths: list[str], workdir: Path) -> dict:
     """The config snakemake would see: the files merged in order (later keys win, nested dicts merged), validated."""
     import yaml
+    from snakemake.utils import update_config
 
     from workflow_lib.config import validate_config
 
-    def merge(base: dict, extra: dict) -> dict:
-        for key, value in extra.items():
-            base[key] = merge(base.get(key, {}), value) if isinstance(value, dict) and isinstance(base.get(key), dict) \
-                else value
-        return base
-
     config: dict = {}
     for path in paths:
-        config = merge(config, yaml.safe_load(Path(path).read_text()) or {})
+        update_config(config, yaml.safe_load(Path(path).read_text()) or {})
     return validate_config(config, workdir=workdir)
 
 

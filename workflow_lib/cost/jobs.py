@@ -211,7 +211,7 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
                                 s["precision"], e["gpus"]))
     for eval_set in sorted({es for _, es, _ in grid.evaluation_runs(config)}):
         p = sizes.eval_set_prompts(config, eval_set, workdir)
-        jobs.append(scoring_job("features", f"results/features/{featuriser_id(config)}/{eval_set}.npy", "featuriser",
+        jobs.append(scoring_job("features", f"results/features/{grid.featuriser_id(e['featuriser'])}/{eval_set}.npy", "featuriser",
                                 featuriser(config, workdir), p["prompts"], min(e["max_text_length"], p["reference_words"] * 1.3),
                                 e["feature_batch_size"], on(e["gpus"]), "fp32", e["gpus"]))
     x = e["extrapolation"]
@@ -225,7 +225,3 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
                                 p["reference_words"], s["batch_size"], on(e["gpus"]), s["precision"], e["gpus"]))
     return jobs
 
-
-def featuriser_id(config: dict) -> str:
-    name = config["evaluation"]["featuriser"]
-    return name if name in ("minilm", "gpt2-large") else f"local-{Path(name).name}"
