@@ -213,6 +213,51 @@ def check_featuriser(featuriser: str, workdir: Path) -> None:
                           f"{', '.join(map(repr, FEATURISERS))} or such a folder")
 
 
+def looks_like_path(name: str) -> bool:
+    """A model or tokenizer name written as a filesystem path (absolute, ./, ../ or ~), not a hub id."""
+    return name.startswith(("/", "./", "../", "~")) or name in (".", "..")
+
+
+def check_local_names(config: dict, workdir: Path) -> None:
+    """A hub name that is a filesystem path must exist when the study is planned: otherwise the job would try the
+    hub with it and fail at run time, far from the key."""
+    for section in ("models", "tokenizers"):
+        for name, entry in config[section].items():
+            path = entry.get("name")
+            if entry["source"] == "hf" and path and looks_like_path(path):
+                folder = (workdir / Path(path).expanduser()) if not Path(path).expanduser().is_absolute() \
+                    else Path(path).expanduser()
+                if not folder.is_dir():
+                    raise ConfigError(f"config key {section}.{name}.name: {path!r} is a path, and no such folder exists "
+                                      f"(relative paths are read from {workdir.resolve()})")
+
+
+def table_intensities(config: dict) -> list[float]:
+    """The intensities Table 1's perturbed rows can use: insertion at x > 0 both at training and at sampling in
+    some experiment."""
+    found = set()
+    for exp in config["experiments"].values():
+        train, test = exp.get("train_perturbation", {}), exp.get("test_perturbation", {})
+        if "insertion" in train.get("strategies", ["insertion"]) and "insertion" in test.get("strategies", ["insertion"]):
+            found |= {float(x) for x in train.get("intensities", [0])} & {float(x) for x in test.get("intensities", [0])}
+    return sorted(x for x in found if x > 0)
+
+
+def check_report_intensity(config: dict) -> None:
+    """report.intensity must be one the study runs. Where the study has exactly one, it is that one (derived);
+    where it has several and report.intensity is none of them, the config is refused, naming them."""
+    candidates = table_intensities(config)
+    chosen = float(config["report"]["intensity"])
+    if not candidates or chosen in candidates:
+        return
+    if len(candidates) == 1:
+        config["report"]["intensity"] = candidates[0]
+        return
+    raise ConfigError(f"config key report.intensity: {chosen:g} is not an intensity of this study, so Table 1 would have "
+                      "no perturbed rows; it has insertion at the same intensity at training and sampling at "
+                      f"{', '.join(f'{x:g}' for x in candidates)}: set report.intensity to one of them")
+
+
 def check_references(config: dict, workdir: Path | None = None) -> None:
     """Cross-section checks: every referenced name exists, splits exist, local files and folders are there,
     scratch architectures can be built."""
@@ -293,6 +338,8 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
                 for model in exp["models"]:
                     embedding_model(config, config["models"][model]["tokenizer"], f"experiments.{name}.{axis}.synonyms")
     check_lab(config)
+    check_local_names(config, workdir)
+    check_report_intensity(config)
 
 
 def check_lab(config: dict) -> None:

@@ -286,3 +286,43 @@ def test_an_integer_temperature_is_a_float_and_samples():
     assert torch.allclose(decoded_probs(logits, hot), torch.softmax(logits.double() / 2, dim=-1))
     tokens = draw(logits.repeat(4, 1), torch.tensor([0.05, 0.4, 0.7, 0.99], dtype=torch.float64), hot)
     assert tokens.tolist() == [0, 0, 2, 3]  # inverse CDF of (0.485, 0.178, 0.108, 0.229)
+
+
+@pytest.mark.parametrize("section, entry", [
+    ("models", {"source": "hf", "name": "./checkpoints/missing", "tokenizer": "bpe"}),
+    ("tokenizers", {"source": "hf", "name": "../tokenizers/missing"}),
+])
+def test_a_local_folder_that_does_not_exist_fails_at_plan_time_naming_the_key(tmp_path, section, entry):
+    config = tiny_config()
+    config[section]["local"] = entry
+    assert error_of(config, tmp_path).startswith(f"config key {section}.local.name: '{entry['name']}' is a path, and "
+                                                 "no such folder exists")
+    (tmp_path / entry["name"]).mkdir(parents=True)  # the same config with the folder there plans
+    check(config, tmp_path)
+    config[section]["local"]["name"] = "someone/hub-model"  # a hub id is not checked here (the hub may have it)
+    check(config, tmp_path)
+
+
+def perturbed_at(*intensities: float) -> dict:
+    config = tiny_config()
+    for i, x in enumerate(intensities):
+        config["experiments"][f"p{i}"] = {"models": ["tiny"], "train_dataset": "synthetic", "eval_sets": ["syn-test"],
+                                          "train_perturbation": {"intensities": [x]},
+                                          "test_perturbation": {"intensities": [x]}}
+    return config
+
+
+def test_report_intensity_is_derived_when_the_study_has_one_and_refused_when_it_has_others():
+    assert check(perturbed_at(0.025))["report"]["intensity"] == 0.025
+    assert check(perturbed_at(0.05))["report"]["intensity"] == 0.05  # the default 0.025 is not run; 0.05 is the only one
+    message = error_of(perturbed_at(0.05, 0.1))
+    assert message.startswith("config key report.intensity: 0.025 is not an intensity of this study") and \
+        "at 0.05, 0.1: set report.intensity to one of them" in message
+    chosen = perturbed_at(0.05, 0.1)
+    chosen["report"] = {"intensity": 0.1}
+    assert check(chosen)["report"]["intensity"] == 0.1
+    assert check(tiny_config())["report"]["intensity"] == 0.025  # nothing perturbed: nothing to choose
+    # replacement at 0.05 is not Table 1's (insertion): the default stays, unrefused
+    replaced = perturbed_at(0.05)
+    replaced["experiments"]["p0"]["train_perturbation"]["strategies"] = ["replacement"]
+    assert check(replaced)["report"]["intensity"] == 0.025
