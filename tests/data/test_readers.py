@@ -203,9 +203,9 @@ def test_read_rows_concatenates_files_in_order(tmp_path):
 
 
 def test_read_rows_unknown_format_lists_allowed():
-    with pytest.raises(ValueError, match="allowed formats: wikitext, jsonl, writingprompts, text, parquet"):
+    with pytest.raises(ValueError, match="allowed formats: wikitext, jsonl, writingprompts, text, lines, parquet"):
         read_rows("csv", ["whatever.csv"])
-    assert FORMATS == ("wikitext", "jsonl", "writingprompts", "text", "parquet")
+    assert FORMATS == ("wikitext", "jsonl", "writingprompts", "text", "lines", "parquet")
 
 
 def test_read_rows_missing_file_names_path(tmp_path):
@@ -218,3 +218,11 @@ def test_read_rows_missing_file_names_path(tmp_path):
 def test_read_rows_needs_files():
     with pytest.raises(ValueError, match="no input files"):
         read_rows("wikitext", [])
+
+
+def test_lines_format_is_one_document_per_line_where_text_is_one_per_paragraph(tmp_path):
+    path = tmp_path / "docs.txt"
+    path.write_text("first document\nsecond document\n\nthird document\n")
+    assert read_rows("lines", [path]) == (["first document", "second document", "third document"],
+                                          {"rows": 3, "undecodable_rows": 0})
+    assert read_rows("text", [path])[1]["rows"] == 2  # text joins lines up to a blank line

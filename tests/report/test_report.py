@@ -82,6 +82,7 @@ def test_ablation_and_strategy_tables(study, tmp_path):
     by_strategy = {r["strategy"]: r for r in strategies.to_dicts()}
     assert by_strategy["deletion"]["0.1 MAUVE"] == "0.820 ± 0.020" and not by_strategy["deletion"]["0.025 MAUVE"]
     assert by_strategy["insertion"]["0 MAUVE"] == by_strategy["deletion"]["0 MAUVE"] == "0.800 ± 0.020"
+    assert "replacement" not in by_strategy  # no replacement ran: no row holding only the shared baseline
 
 
 def test_figures_are_written_and_not_empty(study, tmp_path):

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-FORMATS = ("wikitext", "jsonl", "writingprompts", "text", "parquet")
+FORMATS = ("wikitext", "jsonl", "writingprompts", "text", "lines", "parquet")
 
 # Decoding with "surrogateescape" turns each undecodable byte into a lone surrogate U+DC80..U+DCFF, which valid
 # UTF-8 can never produce, so a row needed replacing exactly when it holds one. JSON "\ud8xx" escapes can also
@@ -104,6 +104,18 @@ def _read_plain_text(path: str | Path) -> tuple[list[str], int]:
     return rows, undecodable
 
 
+def _read_lines(path: str | Path) -> tuple[list[str], int]:
+    """One document per non-blank line (what most one-document-per-line .txt files are); `text` instead joins
+    lines up to a blank line into one document."""
+    rows, undecodable = [], 0
+    for line in _lines(path):
+        line, replaced = _repair(line)
+        if line.strip():
+            rows.append(line.rstrip("\r\n"))
+            undecodable += replaced
+    return rows, undecodable
+
+
 def _read_parquet_text(path: str | Path, column: str = "text") -> tuple[list[str], int]:
     import pyarrow.parquet as pq
 
@@ -189,6 +201,7 @@ def read_rows(fmt: str, files: list[str], text_field: str = "text") -> tuple[lis
             "wikitext": _read_wikitext,
             "jsonl": lambda path: _read_jsonl(path, text_field),
             "text": _read_plain_text,
+            "lines": _read_lines,
             "parquet": lambda path: _read_parquet_text(path, text_field),
         }[fmt]
         rows, undecodable = [], 0

@@ -146,8 +146,10 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
     }
     same = frame.filter(pl.col("train_intensity") == pl.col("test_intensity"))
     same = same.filter((pl.col("train_strategy") == pl.col("test_strategy")) | (pl.col("train_intensity") == 0))
+    # The shared intensity-0 baseline is shown under each strategy that ran at some intensity > 0, and no other.
+    ran = sorted(set(same.filter(pl.col("train_intensity") > 0)["train_strategy"].to_list())) or ["none"]
     strategies = pl.concat([same.filter(pl.col("train_intensity") == 0).with_columns(pl.lit(s).alias("strategy"))
-                            for s in ("insertion", "replacement", "deletion")] +
+                            for s in ran] +
                            [same.filter(pl.col("train_intensity") > 0).with_columns(pl.col("train_strategy").alias("strategy"))])
     strategies = strategies.with_columns(pl.col("train_intensity").map_elements(lambda x: f"{x:g}", return_dtype=pl.Utf8).alias("intensity"))
     specs["strategies"] = (strategies, ["model", "objective", *decoder, "eval_set", "strategy"], "intensity", [("mauve", "MAUVE")],
