@@ -44,6 +44,7 @@ rule tables:
         simulation=simulation_summary_input(),
         data=data_records(),
         lab=[t for t in lab_targets(config) if t.endswith(".md")],
+        models=model_targets(config),
         code=workflow_code("workflow_lib.report.build"),
     output:
         summary=report("results/summary.md", caption="../report/summary.rst", category="Summary"),
@@ -61,7 +62,7 @@ rule tables:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report.build tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} --data {input.data} --contrasts {input.contrasts} --lab {input.lab} 2> {log}"
+        "python -m workflow_lib.report.build tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} --data {input.data} --contrasts {input.contrasts} --lab {input.lab} --models {input.models} 2> {log}"
 
 
 rule figure:

@@ -239,7 +239,7 @@ def contrast_rows(family, metric, outcomes, **identity):
     return rows
 
 
-def test_summary_starts_with_provenance_and_has_the_paired_comparisons(decoders, tmp_path):
+def test_summary_opens_with_findings_then_provenance_and_has_the_paired_comparisons(decoders, tmp_path):
     written = tables(decoders, str(tmp_path / "tables"), 0.025, ["test"])
     config = {"models": {"tiny": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}}
     rows = (contrast_rows("perturbation", "mauve", [(0.05, 0.01), (0.02, 0.2), (0.04, 0.03), (-0.01, 0.5)])
@@ -248,7 +248,8 @@ def test_summary_starts_with_provenance_and_has_the_paired_comparisons(decoders,
     contrasts = pl.DataFrame(rows, schema=COLUMNS, orient="row")
     text = summary(decoders, config, written, 0.025, [], contrasts=contrasts)
     head = text.split("## Headline table")[0]
-    assert text.startswith("# Summary of the study\n\n## Provenance\n")
+    assert text.startswith("# Summary of the study\n\n## What this study found\n")
+    assert text.index("## What this study found") < text.index("## Provenance") < text.index("## Headline table")
     assert "commit `c0ffee` (4 files); commit `beef` (dirty: uncommitted changes) (1 files)" in head
     assert "Warning: the metrics come from 2 different commits" in head
     assert "torch `2.13.0` (5 files)" in head and "mauve-text `0.4.0`" in head and "transformers `5.23.0`" in head

@@ -220,7 +220,7 @@ def test_report_builds_on_a_tiny_config(workdir):
     # Built to differ: training on 20% inserted oracle synonyms changes the model's perplexity on human text.
     ppl = contrasts.filter((pl.col("family") == "perturbation") & (pl.col("metric") == "perplexity"))
     assert ppl.height == 2 and ppl["significant"].all() and ((ppl["high"] < 0) | (ppl["low"] > 0)).all()
-    assert "## Paired comparisons" in summary and "✱" in summary and summary.startswith("# Summary of the study\n\n## Provenance")
+    assert "## Paired comparisons" in summary and "✱" in summary and summary.startswith("# Summary of the study\n\n## What this study found\n")
     assert (workdir / "results/report/figures/training/tiny/synthetic.png").stat().st_size > 5000
     data = summary.split("## Data\n", 1)[1]  # every split the study read, with its source
     for split in ("train", "validation", "test", "ood"):

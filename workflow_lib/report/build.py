@@ -40,6 +40,7 @@ def main() -> None:
     tb.add_argument("--data", nargs="*", default=[], help="results/data/<dataset>/<split>.json records to list")
     tb.add_argument("--contrasts", help="results/report/contrasts.csv (python -m workflow_lib.report.contrasts), if any")
     tb.add_argument("--lab", nargs="*", default=[], help="results/lab/<experiment>/uncertainty.md of the theory lab")
+    tb.add_argument("--models", nargs="*", default=[], help="trained model folders (their train_log.csv)")
     fg = sub.add_parser("figure")
     fg.add_argument("--metrics", required=True)
     fg.add_argument("--name", required=True)
@@ -80,9 +81,12 @@ def main() -> None:
             simulation = Path(args.simulation).read_text() if args.simulation else None
             records = [data_record(path) for path in args.data]
             contrasts = read_contrasts(args.contrasts) if args.contrasts else None
+            from workflow_lib.report.figures import read_train_log
+
             tmp.write_text(summary(frame, config, written, settings["intensity"], settings.get("figures", []),
                                    simulation, records, contrasts,
-                                   {Path(path).parent.name: Path(path).read_text() for path in args.lab}))
+                                   {Path(path).parent.name: Path(path).read_text() for path in args.lab},
+                                   {path: read_train_log(path) for path in args.models}))
 
 
 if __name__ == "__main__":

@@ -123,11 +123,14 @@ def variance_line(frame: pl.DataFrame) -> str:
 
 def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensity: float, figures: list[str],
             simulation: str | None = None, data: list[dict] | None = None, contrasts: pl.DataFrame | None = None,
-            lab: dict[str, str] | None = None) -> str:
+            lab: dict[str, str] | None = None, logs: dict[str, pl.DataFrame] | None = None) -> str:
     """results/summary.md: provenance first, then the tables, the paired comparisons and the rest.
     `simulation`: the simulation study's summary.md (its table), included as a section; `data`: the data
     stage's records of the splits the study read, listed with their sources; `contrasts`: the paired
-    comparisons of workflow_lib.report.contrasts; `lab`: the theory lab's uncertainty.md of each lab experiment."""
+    comparisons of workflow_lib.report.contrasts; `lab`: the theory lab's uncertainty.md of each lab experiment;
+    `logs`: each trained model folder's train_log.csv (the findings say whether validation was still falling)."""
+    from workflow_lib.report.findings import findings_section
+
     models = frame.select(KEYS[:9]).unique()
     untrained = models.filter(pl.col("objective") == UNTRAINED).height
     objectives = sorted(set(frame["objective"].to_list()) - {UNTRAINED})
@@ -137,6 +140,7 @@ def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensit
         "# Summary of the study\n",
         *([f"**A rehearsal on stand-ins, whose numbers mean nothing**: {rehearsal}. It shows that the study runs end to "
            "end, not what it finds.\n"] if rehearsal else []),
+        "## What this study found\n", findings_section(frame, contrasts, logs or {}),
         "## Provenance\n", provenance_section(frame),
         f"{models.height - untrained} trained models" + (f" and {untrained} {UNTRAINED_LABEL} models" if untrained else "") +
         f", {frame.select('eval_set').unique().height} eval sets, {frame.height} evaluated "
