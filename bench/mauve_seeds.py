@@ -2,7 +2,7 @@
 of the score over those seeds.
 
 1000 against 1000 random gaussian features of dimension 1024 (q's mean shifted a little from p's), the
-library defaults of REFERENCE section 4 (PCA to 0.9 explained variance, k-means with 5 restarts and 500
+library defaults of docs/method.md §4 (PCA to 0.9 explained variance, k-means with 5 restarts and 500
 iterations, 25 discretisation points, scaling 5) and num_buckets auto (= 100 by our rule), through
 `workflow_lib.evaluate.metrics.mauve_result`, as the evaluate rule calls it; one core (OMP_NUM_THREADS=1). Also times
 one PCA fit alone, the part every seed recomputes although it does not depend on the seed. Last line:

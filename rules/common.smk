@@ -12,7 +12,7 @@ os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.envi
 if workflow.basedir not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")])))
 
-from workflow_lib.config import ConfigError, dataset_splits, embedding_model, local_files, validate_config
+from workflow_lib.config import NO_TRAIN_DATASET, ConfigError, dataset_splits, embedding_model, local_files, validate_config
 from workflow_lib.data.downloads import archive_path, fetched, split_paths, unpacked_dir
 from workflow_lib.data.downloads import members as archive_members
 from workflow_lib.grid import (
@@ -38,6 +38,7 @@ from workflow_lib.grid import (
 from workflow_lib.module_deps import module_files as workflow_code
 from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, runtime_minutes as predicted_minutes
 from workflow_lib.train.tracking import ENV as TRACKING_ENV
+from workflow_lib.perturb.strategies import wildcard_pattern as strategy_wildcards
 
 try:
     validate_config(config, workdir=Path.cwd())
@@ -58,7 +59,7 @@ def _names(names):
 
 
 wildcard_constraints:
-    dataset=_names(DATASETS),
+    dataset=_names([*DATASETS, NO_TRAIN_DATASET]),  # none: a zero-shot experiment without a train dataset
     file=_names({name for d in DATASETS.values() if d["source"] == "url" for name in fetched(d)}),
     split=_names({s for d in DATASETS.values() for s in dataset_splits(d)}),
     tokenizer=_names(TOKENIZERS),
@@ -69,12 +70,12 @@ wildcard_constraints:
     synonyms="embedding|distributional|uniform|oracle",
     psynonyms="embedding|distributional|uniform|oracle|none",
     mode="augment|prefix",
-    strategy="insertion|replacement|deletion|none",
+    strategy=strategy_wildcards(),
     intensity=r"[0-9]+(\.[0-9]+)?",
     copies=r"[0-9]+",
     seed=r"[0-9]+",
     tsynonyms="embedding|distributional|uniform|oracle|none",
-    tstrategy="insertion|replacement|deletion|none",
+    tstrategy=strategy_wildcards(),
     tintensity=r"[0-9]+(\.[0-9]+)?",
     smode="exact|cached",
     featuriser=r"[A-Za-z0-9_.-]+",
@@ -151,9 +152,11 @@ def tokenizer_inputs(wildcards):
     return {"train": f"results/data/{tok['dataset']}/train.parquet"} if tok["source"] == "train" else {}
 
 
-def prompts_input(wildcards):
+def prompts_inputs(wildcards):
+    """The split's rows and its provenance record (whose files and format an error about too few rows names)."""
     es = EVAL_SETS[wildcards.eval_set]
-    return f"results/data/{es['dataset']}/{es['split']}.parquet"
+    split = f"results/data/{es['dataset']}/{es['split']}"
+    return {"data": f"{split}.parquet", "source": f"{split}.json"}
 
 
 def prompt_settings(wildcards):
@@ -165,6 +168,7 @@ def prompt_settings(wildcards):
         "extra_words": p["extra_words"],
         "forbidden": p["forbidden"],
         "max_prompts": es["max_prompts"] or p["max_prompts"],
+        "min_prompts": p["min_prompts"],
     }
 
 

@@ -94,7 +94,7 @@ rule tokenize:
 
 rule prompts:
     input:
-        data=prompts_input,
+        unpack(prompts_inputs),
         code=workflow_code("workflow_lib.data.prepare"),
     output:
         parquet="results/prompts/{eval_set}.parquet",
@@ -108,4 +108,4 @@ rule prompts:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_lib.data.prepare prompts --eval-set {wildcards.eval_set} --input {input.data} --settings {params.settings:q} --output {output.parquet} --meta {output.meta} 2> {log}"
+        "python -m workflow_lib.data.prepare prompts --eval-set {wildcards.eval_set} --input {input.data} --source {input.source} --settings {params.settings:q} --output {output.parquet} --meta {output.meta} 2> {log}"

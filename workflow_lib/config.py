@@ -25,6 +25,7 @@ PREDEFINED_OBJECTIVES = {
     "emo": {"loss": "emo"},
 }
 UNTRAINED = "untrained"  # an experiment's objective that evaluates the pretrained model as it is: no training job
+NO_TRAIN_DATASET = "none"  # the train_dataset of a zero-shot experiment that names none (its output paths say so)
 PREDEFINED_DECODERS = {"unbiased": {}}  # ancestral sampling from the model's law: the paper's
 # transformers' warpers refuse an int where they take a float (TemperatureLogitsWarper(2) raises), and JSON
 # schema's `number` admits `temperature: 2`: these settings are made floats where the config is read.
@@ -313,9 +314,7 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
     for name, exp in config["experiments"].items():
         for i, model in enumerate(exp["models"]):
             _need(model, config["models"], f"experiments.{name}.models[{i}]", "model")
-        _need(exp["train_dataset"], datasets, f"experiments.{name}.train_dataset", "dataset")
-        if "train" not in dataset_splits(datasets[exp["train_dataset"]]):
-            raise ConfigError(f"config key experiments.{name}.train_dataset: dataset {exp['train_dataset']!r} has no 'train' split")
+        check_train_dataset(name, exp, datasets)
         for i, es in enumerate(exp["eval_sets"]):
             _need(es, config.get("eval_sets", {}), f"experiments.{name}.eval_sets[{i}]", "eval set")
         for i, objective in enumerate(exp.get("objectives", [])):
@@ -331,7 +330,7 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
             _need(decoder, config["decoders"], f"experiments.{name}.decoders[{i}]", "decoder")
         for axis in ("train_perturbation", "test_perturbation"):
             sources = exp.get(axis, {}).get("synonyms", [])
-            if "oracle" in sources and datasets[exp["train_dataset"]]["source"] != "builtin":
+            if "oracle" in sources and datasets.get(exp["train_dataset"], {}).get("source") != "builtin":
                 raise ConfigError(f"config key experiments.{name}.{axis}.synonyms: 'oracle' synonyms exist only for a "
                                   f"builtin train_dataset, not {exp['train_dataset']!r}")
             if "embedding" in sources:
@@ -340,6 +339,26 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
     check_lab(config)
     check_local_names(config, workdir)
     check_report_intensity(config)
+
+
+def check_train_dataset(name: str, exp: dict, datasets: dict) -> None:
+    """The train dataset must exist and have a train split when the experiment trains, or when its sampling-time
+    perturbation learns synonyms from it (distributional). A zero-shot experiment (every objective `untrained`) may
+    name none: its paths then say `none` in the dataset's place."""
+    key = f"config key experiments.{name}.train_dataset"
+    trains = [o for o in exp.get("objectives", ["mle"]) if o != UNTRAINED]
+    test = exp.get("test_perturbation", {})
+    learns = "distributional" in test.get("synonyms", ["distributional"]) and any(float(x) > 0 for x in test.get("intensities", [0]))
+    needs = (f"objectives {', '.join(trains)} train on its train split" if trains else
+             "test_perturbation's distributional synonyms are learned from its train split" if learns else None)
+    if exp["train_dataset"] == NO_TRAIN_DATASET:
+        if needs:
+            raise ConfigError(f"{key}: required here ({needs}); only a zero-shot experiment (every objective "
+                              f"'{UNTRAINED}') sampling without distributional synonyms may leave it out")
+        return
+    _need(exp["train_dataset"], datasets, f"experiments.{name}.train_dataset", "dataset")
+    if needs and "train" not in dataset_splits(datasets[exp["train_dataset"]]):
+        raise ConfigError(f"{key}: dataset {exp['train_dataset']!r} has no 'train' split, and {needs}")
 
 
 def check_lab(config: dict) -> None:
@@ -385,8 +404,12 @@ def validate_config(config: dict, workdir: Path | None = None) -> dict:
     from snakemake.utils import validate
 
     validate(config, str(SCHEMA_PATH))
+    if NO_TRAIN_DATASET in config["datasets"]:
+        raise ConfigError(f"config key datasets.{NO_TRAIN_DATASET}: the name is reserved (a zero-shot experiment's "
+                          "paths use it in place of a train dataset)")
     for exp in config["experiments"].values():
         exp.setdefault("seeds", [config["seed"]])
+        exp.setdefault("train_dataset", NO_TRAIN_DATASET)
     if UNTRAINED in config.get("objectives", {}):
         raise ConfigError(f"config key objectives.{UNTRAINED}: the name is reserved for models evaluated without training")
     config["objectives"] = {**PREDEFINED_OBJECTIVES, **config.get("objectives", {})}

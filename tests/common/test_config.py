@@ -326,3 +326,50 @@ def test_report_intensity_is_derived_when_the_study_has_one_and_refused_when_it_
     replaced = perturbed_at(0.05)
     replaced["experiments"]["p0"]["train_perturbation"]["strategies"] = ["replacement"]
     assert check(replaced)["report"]["intensity"] == 0.025
+
+
+def zero_shot_config(tmp_path: Path) -> dict:
+    """A local pretrained checkpoint evaluated as it is, on a dataset that has only a test split."""
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "test.txt").write_text("a document\n")
+    config = tiny_config()
+    config["datasets"]["held-out"] = {"source": "local", "format": "lines", "files": {"test": "test.txt"}}
+    config["tokenizers"]["local"] = {"source": "hf", "name": "./ckpt"}
+    config["models"]["local"] = {"source": "hf", "name": "./ckpt", "tokenizer": "local"}
+    config["eval_sets"]["held-out"] = {"dataset": "held-out", "split": "test"}
+    config["experiments"] = {"zero": {"models": ["local"], "eval_sets": ["held-out"], "objectives": ["untrained"]}}
+    return config
+
+
+def test_a_zero_shot_experiment_needs_no_train_dataset(tmp_path):
+    config = zero_shot_config(tmp_path)
+    assert check(config, tmp_path)["experiments"]["zero"]["train_dataset"] == "none"
+    config["experiments"]["zero"]["train_dataset"] = "held-out"  # no train split: nothing trains on it
+    assert check(config, tmp_path)["experiments"]["zero"]["train_dataset"] == "held-out"
+    uniform = {"intensities": [0.1], "synonyms": ["uniform"]}  # synonyms that need no corpus
+    config["experiments"]["zero"].update(train_dataset="none", test_perturbation=uniform)
+    check(config, tmp_path)
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda e: e.update(objectives=["untrained", "mle"]),
+     "experiments.zero.train_dataset: required here (objectives mle train on its train split)"),
+    (lambda e: e.update(test_perturbation={"intensities": [0.1]}),
+     "experiments.zero.train_dataset: required here (test_perturbation's distributional synonyms are learned from its "
+     "train split)"),
+    (lambda e: e.update(train_dataset="held-out", objectives=["untrained", "mle"]),
+     "experiments.zero.train_dataset: dataset 'held-out' has no 'train' split, and objectives mle train on its train split"),
+    (lambda e: e.update(test_perturbation={"intensities": [0.1], "synonyms": ["oracle"]}),
+     "experiments.zero.test_perturbation.synonyms: 'oracle' synonyms exist only for a builtin train_dataset, not 'none'"),
+])
+def test_an_experiment_that_needs_its_train_dataset_is_refused_without_one(tmp_path, change, expected):
+    config = zero_shot_config(tmp_path)
+    change(config["experiments"]["zero"])
+    assert expected in error_of(config, tmp_path)
+
+
+def test_the_zero_shot_placeholder_is_not_a_dataset_name(tmp_path):
+    config = zero_shot_config(tmp_path)
+    config["datasets"]["none"] = config["datasets"].pop("held-out")
+    config["eval_sets"]["held-out"]["dataset"] = "none"
+    assert "config key datasets.none: the name is reserved" in error_of(config, tmp_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 
+import pytest
 import yaml
 from support.study import REPO
 
@@ -27,3 +28,48 @@ def test_readme_ends_with_how_to_cite_both():
     last = re.split(r"^## ", readme, flags=re.MULTILINE)[-1]
     assert last.startswith("License and citing")
     assert "CITATION.cff" in last and "LICENSE" in last and PAPER in last and "@software" in last
+
+
+SHIPPED_TEXT = ["README.md", "ARCHITECTURE.md", "BENCHMARKS.md", "docs", "rules", "workflow_lib", "configs", "bench",
+                "config.yaml", "tests"]
+
+
+def shipped_files():
+    for name in SHIPPED_TEXT:
+        path = REPO / name
+        yield from ([path] if path.is_file() else
+                    (p for p in path.rglob("*") if p.suffix in {".md", ".py", ".smk", ".yaml"} and "__pycache__" not in p.parts))
+
+
+def method_sections() -> set[str]:
+    return set(re.findall(r"^## (\d)\. ", (REPO / "docs/method.md").read_text(), flags=re.MULTILINE))
+
+
+def test_method_reference_ships_and_every_citation_of_it_names_a_section():
+    assert method_sections() == {str(n) for n in range(1, 8)}
+    cited, stale = set(), []
+    for path in shipped_files():
+        text = path.read_text()
+        cited |= set(re.findall(r"docs/method\.md §(\d)", text))
+        cited |= set(re.findall(r"docs/method\.md §\d and §(\d)", text))
+        if path.name != "test_project_files.py" and re.search(r"REFERENCE( section|\.md)", text):
+            stale.append(str(path.relative_to(REPO)))
+    assert stale == []  # the team's private notes do not ship: cite docs/method.md
+    assert cited and cited <= method_sections()
+
+
+def cited_paths(text: str) -> set[str]:
+    """Repository paths a document names in backticks (`workflow_lib/train/objectives.py`, `rules/common.smk`)."""
+    roots = "workflow_lib|rules|configs|tests|docs|bench|profiles|envs"  # not report/: also results/report/
+    return {m.rstrip(".:,") for m in re.findall(rf"`((?:{roots})/[\w./-]*)", text)}
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/method.md", "ARCHITECTURE.md"])
+def test_documents_cite_only_files_that_ship(document):
+    missing = sorted(p for p in cited_paths((REPO / document).read_text()) if not (REPO / p).exists())
+    assert missing == []
+
+
+def test_a_citation_of_a_missing_file_is_caught():
+    assert cited_paths("see `workflow_lib/no_such.py` and `rules/common.smk`") == {"workflow_lib/no_such.py", "rules/common.smk"}
+    assert not (REPO / "workflow_lib/no_such.py").exists()

@@ -91,3 +91,25 @@ def test_prompts_error_names_the_eval_set():
     with pytest.raises(StageError, match="eval_sets.webtext"):
         build_prompts("webtext", table, prefix_words=20, reference_words=80, min_chars=100, extra_words=10,
                       forbidden="==", max_prompts=None)
+
+
+def test_a_split_with_fewer_rows_than_prompts_asked_names_its_files_and_format(tmp_path, monkeypatch):
+    """Three documents, one per line, read as `text` (paragraphs) are one row: the prompts job says so, naming the
+    file and the format's row rule; as `lines` they are three rows and pass a floor of 3."""
+    monkeypatch.chdir(tmp_path)
+    doc = " ".join(f"word{i}" for i in range(120))
+    (tmp_path / "docs.txt").write_text(f"{doc}\n{doc}\n{doc}\n")
+    settings = dict(prefix_words=20, reference_words=80, min_chars=100, extra_words=10, forbidden="==", max_prompts=30)
+    text = filled({"source": "local", "format": "text", "files": {"test": "docs.txt"}})
+    table, meta = normalise("mine", text, "test")
+    assert table.num_rows == 1
+    with pytest.raises(StageError) as error:
+        build_prompts("mine-test", table, **settings, min_prompts=3, source=meta)
+    assert str(error.value) == (
+        "eval_sets.mine-test: datasets.mine split test has 1 row (docs.txt, format text: a row is one paragraph: the "
+        "lines up to a blank line (for one document per line, use format: lines)), fewer than the 3 prompts the eval "
+        "set asks for (prompts.min_prompts, or its max_prompts where smaller)")
+    lines = filled({"source": "local", "format": "lines", "files": {"test": "docs.txt"}})
+    table, meta = normalise("mine", lines, "test")
+    frame, _ = build_prompts("mine-test", table, **settings, min_prompts=3, source=meta)
+    assert frame.height == 3

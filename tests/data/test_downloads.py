@@ -73,6 +73,7 @@ def study(server, files: dict[str, bytes], key: str = "webtext", **overrides) ->
         "source": "url", "format": "writingprompts", "cleaning": "writingprompts", "recipe": "mixce", "max_rows": 4,
         "archive": {"url": server.url("/fairseq/writingPrompts.tar.gz"), "sha256": sha(files["/fairseq/writingPrompts.tar.gz"])},
         "files": {"test": WP_MEMBERS}}
+    config["prompts"]["min_prompts"] = 4  # wp keeps max_rows 4 rows
     config["eval_sets"].update({"web": {"dataset": key, "split": "test"},
                                 "wp": {"dataset": "wp", "split": "test", "prefix_words": 35}})
     return config

@@ -100,9 +100,20 @@ def test_nothing_left_raises_with_counts():
     with pytest.raises(ValueError) as error:
         make_prompts(rows, None)
     assert str(error.value) == (
-        "no prompts left from 3 rows: 1 shorter than 100 characters, 1 with fewer than 110 words "
+        "no prompts left from 3 rows (fewer than 1: prompts.min_prompts): 1 shorter than 100 characters, 1 with fewer than 110 words "
         "(20 prefix + 80 reference + 10 extra), 1 containing '=='"
     )
+
+
+def test_fewer_prompts_than_min_prompts_raises_and_max_prompts_lowers_the_floor():
+    rows = [" ".join(words(110, "a"))] * 5 + ["short"] * 20
+    with pytest.raises(ValueError, match=r"only 5 prompts left from 25 rows \(fewer than 10: prompts.min_prompts\): 20 "
+                                         "shorter than 100 characters"):
+        make_prompts(rows, None, min_prompts=10)
+    frame, _ = make_prompts(rows, None, min_prompts=10, max_prompts=4)  # asks for 4: the floor is 4
+    assert frame.height == 4
+    with pytest.raises(ValueError, match="only 5 prompts left"):
+        make_prompts(rows, None, min_prompts=10, max_prompts=6)
 
 
 def test_empty_input_raises():

@@ -17,7 +17,7 @@ def probs(logits=LOGITS):
 
 
 def by_hand(name: str, logits=LOGITS, targets=TARGETS, **kw) -> torch.Tensor:
-    """Each formula of REFERENCE section 2 written directly, token by token."""
+    """Each formula of docs/method.md §2 written directly, token by token."""
     p = probs(logits)
     rows = []
     for i, y in enumerate(targets.tolist()):

@@ -136,7 +136,7 @@ def test_paper_config_holds_the_papers_study(paper):
     assert {(d["path"], d["name"]) for d in paper["datasets"].values() if d["source"] == "hf"} == {
         ("Salesforce/wikitext", "wikitext-2-raw-v1"), ("Salesforce/wikitext", "wikitext-103-raw-v1")}
     assert {es["dataset"] for es in paper["eval_sets"].values()} == set(paper["datasets"])
-    # REFERENCE section 4: MixCE's WebText and WritingPrompts, from MixCE's URLs; WikiText-103 as WikiText-2 is.
+    # docs/method.md §4: MixCE's WebText and WritingPrompts, from MixCE's URLs; WikiText-103 as WikiText-2 is.
     ds = paper["datasets"]
     assert (ds["webtext"]["recipe"], ds["webtext"]["top_up"], ds["writingprompts"]["recipe"]) == ("mixce", "train", "mixce")
     assert (ds["wikitext103"]["recipe"], ds["wikitext103"]["cleaning"]) == ("raw", "wikitext")
@@ -165,7 +165,7 @@ def test_paper_config_holds_the_papers_study(paper):
 
 
 def test_paper_config_trains_with_emos_protocol(paper_workdir, paper):
-    """EMO's trainer (REFERENCE sections 3 and 4): no gradient clipping, validation once per epoch in the training
+    """EMO's trainer (docs/method.md §3 and §4): no gradient clipping, validation once per epoch in the training
     objective's own loss, the best epoch kept; every model, its overrides applied, as the train rule gets them."""
     filled = validate_config(copy.deepcopy(paper), workdir=paper_workdir)
     for name, model in filled["models"].items():

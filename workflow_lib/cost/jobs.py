@@ -24,6 +24,7 @@ from pathlib import Path
 from workflow_lib.cost import sizes
 from workflow_lib.cost.devices import Device
 from workflow_lib.cost.shapes import Shape, featuriser_shape, model_shape
+from workflow_lib.perturb.strategies import get as get_strategy
 
 GPU_RULES = ("train", "sample", "evaluate", "perplexity", "features", "extrapolation")
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -121,13 +122,13 @@ def sample_job(config: dict, key: str, model: str, eval_set: str, test, dev: Dev
         b_compute = b_flops / dev.rate("forward", precision, shape.key)
         b_overhead = shape.n_layer * dev.layer_overhead_s
         if alpha > 0 and test.mode == "exact":  # the whole perturbed prefix at every step
-            stretch = 1 + alpha if test.strategy == "insertion" else 1.0
+            stretch = get_strategy(test.strategy).length_factor(alpha)
             step_flops = sum(forward_flops(shape, b * n, n) for n in ((prefix + step) * stretch for step in range(1, new)))
             b_flops += step_flops
             b_compute += step_flops / dev.rate("forward", precision, shape.key)
             b_overhead += (new - 1) * shape.n_layer * dev.layer_overhead_s
         else:
-            fed = 2 if alpha > 0 and test.strategy == "insertion" else 1
+            fed = get_strategy(test.strategy).fed_per_token if alpha > 0 else 1
             b_flops += b * fed * (new - 1) * 2 * shape.matmul_params
             b_compute += sum(decode_step(dev, shape, b, prefix + step, precision, fed) for step in range(1, new))
         flops, compute, overhead = flops + count * b_flops, compute + count * b_compute, overhead + count * b_overhead

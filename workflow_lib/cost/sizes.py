@@ -14,6 +14,8 @@ import math
 from functools import cache
 from pathlib import Path
 
+from workflow_lib.perturb.strategies import get as get_strategy
+
 # Words per sentence of the builtin grammar at its default settings (measured: 200 documents of 20 sentences).
 BUILTIN_WORDS_PER_SENTENCE = 7.33
 # Tokens per word: a BPE trained on the builtin corpus gives 1.00 (the default study: 293,120 training tokens for
@@ -87,7 +89,7 @@ def training_rows(config: dict, model: str, dataset: str, cond, seed: int, workd
     blocks = math.floor(words * tokens_per_word(config, tokenizer) / block)
     copies = cond.copies + 1 if cond.mode == "augment" else cond.copies
     alpha = float(cond.intensity)
-    stretch = {"insertion": 1 + alpha, "deletion": 1 - alpha}.get(cond.strategy, 1.0)
+    stretch = get_strategy(cond.strategy).length_factor(alpha) if alpha > 0 else 1.0
     max_length = {**config["training"], **config["models"][model].get("training", {})}["max_length"]
     length = min(block * stretch, max_length) if cond.copies else block
     perturbed = blocks * (copies - 1 if cond.mode == "augment" else copies)

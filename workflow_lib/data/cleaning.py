@@ -1,7 +1,7 @@
 """Per-corpus cleaning, registered by name: raw rows -> the rows a corpus is trained or evaluated on.
 
 The recipes are MixCE's data preparation (bloomberg/MixCE-acl2023, data/*_data.py), which EMO and the paper
-evaluate on (REFERENCE section 4), written as column operations. Each `clean_<name>(rows, counts=None)`
+evaluate on (docs/method.md §4), written as column operations. Each `clean_<name>(rows, counts=None)`
 returns the kept rows in input order and, when given a dict, adds to it how many rows each step dropped;
 `clean(name, rows)` is the entry point the data stage calls.
 

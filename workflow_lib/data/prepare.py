@@ -8,7 +8,9 @@ evaluation protocol to one split. Both are called by rules/data.smk; the functio
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 from workflow_lib.cli import StageError, parse_json_arg, run
@@ -136,17 +138,38 @@ def normalise(key: str, spec: dict, split: str) -> tuple[Any, dict]:
 
 
 def build_prompts(key: str, table, prefix_words: int, reference_words: int, min_chars: int, extra_words: int,
-                  forbidden: str, max_prompts: int | None):
+                  forbidden: str, max_prompts: int | None, min_prompts: int = 1, source: dict | None = None):
+    """The eval set's prompts. `source` is the split's provenance record (results/data/<dataset>/<split>.json): when
+    the split itself has fewer rows than the prompts asked for, the error names its files and format, whose row
+    rule is the usual cause (a one-document-per-line file read as `text` is one row)."""
     from workflow_lib.data.prompts import make_prompts
 
+    need = min(min_prompts, max_prompts or min_prompts)
+    if source is not None and table.num_rows < need:
+        raise StageError(f"eval_sets.{key}: {split_rows(source, table.num_rows)}, fewer than the {need} prompts the eval "
+                         "set asks for (prompts.min_prompts, or its max_prompts where smaller)")
     try:
         frame, stats = make_prompts(
             table.column("text").to_pylist(), table.column("doc_id").to_pylist(), prefix_words=prefix_words,
             reference_words=reference_words, min_chars=min_chars, extra_words=extra_words, forbidden=forbidden,
-            max_prompts=max_prompts)
+            max_prompts=max_prompts, min_prompts=min_prompts)
     except ValueError as error:
         raise StageError(f"eval_sets.{key}: {error}") from error
     return frame, stats
+
+
+def split_rows(meta: dict, rows: int) -> str:
+    """'datasets.mine split test has 1 row (data/test.txt, format text: a row is one paragraph ...)' from a split's
+    provenance record."""
+    from workflow_lib.data.readers import ROW_RULES
+
+    where = f"datasets.{meta['dataset']} split {meta['split']} has {rows} row{'s' if rows != 1 else ''}"
+    provenance = meta.get("provenance", {})
+    files = ", ".join(f["path"] for f in provenance.get("files", []))
+    fmt = provenance.get("format")
+    if fmt:
+        return f"{where} ({files}, format {fmt}: a row is {ROW_RULES[fmt]})"
+    return f"{where} (source {meta['source']})"
 
 
 def main() -> None:
@@ -164,7 +187,8 @@ def main() -> None:
     pr.add_argument("--output", required=True)
     pr.add_argument("--meta", required=True)
     pr.add_argument("--settings", required=True, help="JSON: prefix_words, reference_words, min_chars, "
-                    "extra_words, forbidden, max_prompts")
+                    "extra_words, forbidden, max_prompts, min_prompts")
+    pr.add_argument("--source", help="the split's provenance JSON (names its files and format in errors)")
     args = parser.parse_args()
 
     if args.command == "download":
@@ -178,7 +202,8 @@ def main() -> None:
         import pyarrow.parquet as pq
 
         settings = parse_json_arg(args.settings, f"eval_sets.{args.eval_set}")
-        frame, stats = build_prompts(args.eval_set, pq.read_table(args.input), **settings)
+        source = json.loads(Path(args.source).read_text()) if args.source else None
+        frame, stats = build_prompts(args.eval_set, pq.read_table(args.input), **settings, source=source)
         log.info("%s: %d prompts; filters: %s", args.eval_set, frame.height, stats)
         write_parquet(frame, args.output)
         write_json({"eval_set": args.eval_set, "settings": settings, "prompts": frame.height, "filters": stats}, args.meta)

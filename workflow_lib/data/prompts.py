@@ -1,4 +1,4 @@
-"""The evaluation prompts of EMO's protocol, which the paper follows (REFERENCE section 4).
+"""The evaluation prompts of EMO's protocol, which the paper follows (docs/method.md §4).
 
 A row becomes a prompt when it is long enough for a prefix, its 80-word human continuation and some slack,
 and is not a WikiText heading. The model continues the `prefix`; MAUVE and ROUGE compare its text with the
@@ -23,6 +23,7 @@ def make_prompts(
     extra_words: int = 10,
     forbidden: str | None = "==",
     max_prompts: int | None = None,
+    min_prompts: int = 1,
 ) -> tuple[pl.DataFrame, dict]:
     """Filter rows and cut them into (prefix, reference) pairs; returns the prompts and per-filter counts.
 
@@ -35,7 +36,8 @@ def make_prompts(
     Words are Python `str.split()` words, re-joined by single spaces: prefix = the first `prefix_words`,
     reference = the first `prefix_words + reference_words`. Output columns: prompt_id (int64, 0..n-1),
     doc_id (int64; the row index when `doc_ids` is None), prefix, reference. Raises ValueError, with every
-    count, when no row survives, so a misconfigured eval set fails loudly instead of scoring nothing.
+    count, when fewer than `min_prompts` rows survive (or `max_prompts`, where that is smaller), so a misconfigured
+    eval set fails loudly instead of scoring nothing, or a handful.
     """
     if doc_ids is not None and len(doc_ids) != len(texts):
         raise ValueError(f"doc_ids has {len(doc_ids)} entries but texts has {len(texts)}")
@@ -73,9 +75,12 @@ def make_prompts(
     stats["dropped_max_prompts"] = stats["rows_eligible"] - frame.height
     stats["prompts"] = frame.height
 
-    if frame.height == 0:
+    need = min(min_prompts, max_prompts or min_prompts)
+    if frame.height < max(need, 1):
+        left = f"only {frame.height} prompts left" if frame.height else "no prompts left"
         raise ValueError(
-            f"no prompts left from {stats['rows_in']} rows: {stats['dropped_min_chars']} shorter than {min_chars} "
+            f"{left} from {stats['rows_in']} rows (fewer than {need}: prompts.min_prompts): "
+            f"{stats['dropped_min_chars']} shorter than {min_chars} "
             f"characters, {stats['dropped_min_words']} with fewer than {min_words} words "
             f"({prefix_words} prefix + {reference_words} reference + {extra_words} extra), "
             f"{stats['dropped_forbidden']} containing {forbidden!r}"

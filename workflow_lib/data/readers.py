@@ -14,6 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 FORMATS = ("wikitext", "jsonl", "writingprompts", "text", "lines", "parquet")
+# What one row (a document) is in each format: error messages quote it when a split has too few rows.
+ROW_RULES = {
+    "wikitext": "every line, blank ones as empty rows (the cleaning drops them)",
+    "jsonl": "one JSON object per line",
+    "writingprompts": "line i of wp_source with line i of wp_target",
+    "text": "one paragraph: the lines up to a blank line (for one document per line, use format: lines)",
+    "lines": "one non-blank line",
+    "parquet": "one row of the text_field column",
+}
 
 # Decoding with "surrogateescape" turns each undecodable byte into a lone surrogate U+DC80..U+DCFF, which valid
 # UTF-8 can never produce, so a row needed replacing exactly when it holds one. JSON "\ud8xx" escapes can also

@@ -1,4 +1,4 @@
-"""Evaluation: MAUVE, ROUGE and diversity of sampled continuations against human text (REFERENCE section 4).
+"""Evaluation: MAUVE, ROUGE and diversity of sampled continuations against human text (docs/method.md §4).
 
 Features of the human references are computed once per (eval set, featuriser) by the `features` rule and
 read from disk by every evaluation; model texts are featurised in batches. MAUVE gets features directly

@@ -1,7 +1,7 @@
 """The trained models' side of the lab: U(delta) measured descriptively, the TV to the truth, and T's constants.
 
 The trained models of a group disagree on the support itself, so they are not a pair of the class in U's
-definition (paper lines 351-357): their largest pairwise TV on a delta set is reported as what it is, their
+definition (paper lines 351-379): their largest pairwise TV on a delta set is reported as what it is, their
 disagreement, with its growth from delta 0, and never marked against a bound. Their perturbed laws are Monte Carlo
 averages over T's draws, which bias every TV upward (Jensen): the table gives the same U computed from half the
 draws, so the reader sees how far the estimate still moves. One exact inequality is asserted, not reported: with

@@ -125,7 +125,7 @@ def uniform_replacement_tv(beta: float, n_words: int, seen_changes: int, unseen_
 
 
 def exact_constants(q0: str, beta: float, last: int, length: int, delta: int) -> tuple[float, float]:
-    """alpha(T) and C_{T,delta} = eta_T(delta) (paper lines 1071-1080: sup over X' within delta of the support of
+    """alpha(T) and C_{T,delta} = eta_T(delta) (paper lines 1069-1085: sup over X' within delta of the support of
     the inf over support prefixes X of TV(T(.|X), T(.|X'))) for the T that runs, over all prefixes of `length`
     words of the lexicon (which holds unseen words).
 

@@ -1,5 +1,5 @@
 """The theory lab, grammar side: prefixes at a known distance from the training support, their true next-word
-law, and the perturbation T of the paper's Section 3, all on the builtin grammar (REFERENCE section 7).
+law, and the perturbation T of the paper's Section 3, all on the builtin grammar (docs/method.md §7).
 
 Why it exists: the paper's bounds speak of the extrapolation uncertainty U(delta) at Hamming distance delta
 from the training support X. Real corpora give neither the distance nor the true law; the builtin grammar

@@ -1,6 +1,6 @@
 """Model classes that meet the theorems' premise by construction, with exact or two-sided U_base and U_perturb.
 
-The paper's U_P(delta) (lines 351-357) is a sup over pairs of the class P that agree (TV 0) on every support prefix.
+The paper's U_P(delta) (lines 351-379) is a sup over pairs of the class P that agree (TV 0) on every support prefix.
 Trained models never agree exactly, so their pairwise TV is no bound on U in either direction. Here each class is a
 finite family of next-word laws on the grammar's words: its members share one law on a set A of prefixes and
 differ elsewhere by a constant law each (uniform, the support's average law, a point mass on its rarest word).

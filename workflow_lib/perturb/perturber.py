@@ -6,13 +6,13 @@ batch of sequences stored *ragged*: one flat array of token ids plus `offsets` (
 path. The same code runs on numpy arrays (data stage, numpy's Generator) and on torch tensors on any device
 (sampling, a torch Generator); `_Numpy` and `_Torch` supply the few array operations that differ.
 
-Semantics (REFERENCE section 1): every eligible token (not special, and for insertion/replacement with at
-least one synonym) is selected independently with probability `intensity`.
-- insertion: a synonym of each selected token is inserted at a uniformly random gap of its sequence.
-  Special tokens at the ends (BOS, EOS) stay at the ends: the gap before a leading and after a trailing
-  special token are excluded. Several insertions at one gap come in random order.
-- replacement: each selected token is replaced by a synonym.
-- deletion: each selected token is dropped.
+Semantics (docs/method.md section 1): every eligible token (not special, and, where the strategy writes a synonym,
+with at least one synonym) is selected independently with probability `intensity`. The strategy (`strategies`:
+insertion, replacement, deletion, or a registered one) says what becomes of a selected token:
+- what stays at its place: the token, a synonym (replacement), or nothing (deletion);
+- what is inserted besides (insertion: a synonym) at a uniformly random gap of its sequence. Special tokens at
+  the ends (BOS, EOS) stay at the ends: the gap before a leading and after a trailing special token are excluded.
+  Several insertions at one gap come in random order.
 Cost: with numpy the selected positions are drawn directly (geometric gaps) and everything after that
 touches only the K selected tokens, plus one C-level pass to write the output; no Python loop over tokens or
 sequences.
@@ -24,22 +24,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from workflow_lib.perturb.backends import backend
+from workflow_lib.perturb.strategies import STRATEGIES, Strategy, get
 from workflow_lib.perturb.synonym_table import SynonymTable
 
-STRATEGIES = ("insertion", "replacement", "deletion")
-
-
-# ---- the perturbation ----------------------------------------------------------------------------------------
-
-# ---- the perturbation ----------------------------------------------------------------------------------------
+__all__ = ["STRATEGIES", "Perturbed", "perturb", "prefix_targets", "sequence_ids"]
 
 
 @dataclass
 class Perturbed:
     """A perturbed ragged batch and how it relates to the original (N original tokens).
 
-    `picked`: sorted flat indices of the selected original tokens (given a synonym, replaced, deleted).
-    For insertion, `gaps` are the global gap indices of the inserted tokens in output order (gap g of
+    `picked`: sorted flat indices of the selected original tokens (edited by the strategy).
+    Where the strategy inserts, `gaps` are the global gap indices of the inserted tokens in output order (gap g of
     sequence s is offsets[s] + s + g) and `sources` the original token each one is a synonym of.
     The full per-token maps below are derived on demand, since augment-mode data never needs them.
     """
@@ -53,6 +49,10 @@ class Perturbed:
     xp: Any
     gaps: Any = None
     sources: Any = None
+
+    @property
+    def rule(self) -> Strategy:
+        return get(self.strategy)
 
     @property
     def selected(self):
@@ -69,10 +69,10 @@ class Perturbed:
     def origin(self):
         """[N'] the original flat index of each output token, -1 for an inserted one."""
         xp, total = self.xp, len(self.values)
-        if self.strategy == "replacement":
-            return xp.arange(total)
-        if self.strategy == "deletion":
+        if self.rule.deletes:
             return xp.delete(xp.arange(self.n), self.picked)
+        if not self.rule.inserts:
+            return xp.arange(total)
         new = xp.mask_of(self.inserted_positions, total)
         origin = xp.cumsum(xp.as_int(~new)) - 1
         origin[new] = -1
@@ -83,20 +83,22 @@ class Perturbed:
         """[N] where each original token sits in the output (a deleted one: where it would be), so the
         perturbed prefix of token i is output[offsets[s] : slot[i]]."""
         xp, idx = self.xp, self.xp.arange(self.n)
-        if self.strategy == "replacement":
-            return idx
-        if self.strategy == "deletion":
+        if self.rule.deletes:
             return idx - xp.searchsorted(self.picked, idx, "left")
+        if not self.rule.inserts:
+            return idx
         seq = sequence_ids(self.orig_offsets, xp)
         return idx + xp.searchsorted(self.gaps, idx + seq, "right")  # insertions at gaps up to its own
 
     def perturbed_mask(self):
         """[N'] which output tokens are new (inserted) or changed (replaced); deletion leaves none."""
-        if self.strategy == "replacement":
-            return self.selected
-        if self.strategy == "insertion":
-            return self.xp.mask_of(self.inserted_positions, len(self.values))
-        return self.xp.mask_of(self.picked[:0], len(self.values))
+        rule, xp, total = self.rule, self.xp, len(self.values)
+        if not rule.inserts:
+            return xp.mask_of(self.picked if rule.keep == "synonym" else self.picked[:0], total)
+        mask = xp.mask_of(self.inserted_positions, total)
+        if rule.keep == "synonym":
+            mask |= xp.mask_of(self.slot[self.picked], total)
+        return mask
 
 
 def sequence_ids(offsets, xp):
@@ -115,8 +117,7 @@ def perturb(values, offsets, strategy: str, intensity: float, table: SynonymTabl
     training data needs it, since a synonym placed before its source leaks a future token into the prefix of
     an earlier target).
     """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown perturbation strategy {strategy!r}; allowed: {', '.join(STRATEGIES)}")
+    rule = get(strategy)
     if not 0.0 <= intensity <= 1.0:
         raise ValueError(f"perturbation intensity must be in [0, 1], got {intensity}")
     if insert_position not in ("uniform", "after_source"):
@@ -129,20 +130,23 @@ def perturb(values, offsets, strategy: str, intensity: float, table: SynonymTabl
     picked = xp.select(n, intensity) if intensity > 0 else xp.arange(0)
     tokens = values[picked]
     eligible = ~xp.isin(tokens, special)
-    if strategy != "deletion":
+    if rule.needs_synonyms:
         eligible &= table.has_synonyms(xp)[xp.as_int(tokens)]
     picked, tokens = picked[eligible], tokens[eligible]
     result = dict(strategy=strategy, n=n, picked=picked, orig_offsets=offsets, xp=xp)
 
-    if strategy == "deletion":
+    if rule.deletes:
         new_offsets = offsets - xp.searchsorted(picked, offsets, "left")
         return Perturbed(xp.delete(values, picked), new_offsets, **result)
 
-    synonyms = xp.cast_like(table.sample(tokens, xp.rand_at(picked, 1), xp), values)
-    if strategy == "replacement":
-        return Perturbed(xp.replace(values, picked, synonyms), offsets, **result)
+    synonyms = xp.cast_like(table.sample(tokens, xp.rand_at(picked, 1), xp), values) if rule.needs_synonyms else None
+    if rule.keep == "synonym":
+        values = xp.replace(values, picked, synonyms)
+    if not rule.inserts:
+        return Perturbed(values, offsets, **result)
+    inserted = synonyms if rule.insert == "synonym" else xp.cast_like(tokens, values)
 
-    # Insertion. Gaps of sequence s are numbered offsets[s] + s + g, g = 0..len(s): one increasing index over
+    # The insertion. Gaps of sequence s are numbered offsets[s] + s + g, g = 0..len(s): one increasing index over
     # the batch, in which the gap just before flat token i is i + seq(i).
     seq = xp.searchsorted(offsets, picked, "right") - 1
     starts, ends = offsets[seq], offsets[seq + 1]
@@ -151,11 +155,11 @@ def perturb(values, offsets, strategy: str, intensity: float, table: SynonymTabl
         last = ends - starts - xp.as_int(xp.isin(values[ends - 1], special))
         gaps = starts + seq + first + xp.floor_int(xp.rand_at(picked, 2) * (last - first + 1))
         order = xp.argsort(gaps + 0.5 * xp.rand_at(picked, 3))  # by gap, random order within a gap
-        gaps, synonyms, picked_order = gaps[order], synonyms[order], picked[order]
+        gaps, inserted, picked_order = gaps[order], inserted[order], picked[order]
     else:
         gaps, picked_order = picked + seq + 1, picked  # already increasing
     before = gaps - (xp.searchsorted(offsets, picked_order, "right") - 1)  # = offsets[s] + g: insert before it
-    out = xp.insert(values, before, synonyms)
+    out = xp.insert(values, before, inserted)
     new_offsets = offsets + xp.searchsorted(gaps, offsets + xp.arange(len(offsets)), "left")
     return Perturbed(out, new_offsets, gaps=gaps, sources=picked_order, **result)
 
@@ -167,8 +171,8 @@ def prefix_targets(values, offsets, perturbed: Perturbed):
     each output sequence, ragged like the batch. A token whose perturbed prefix is empty (everything before
     it deleted) has nothing to condition on and is skipped.
 
-    The prefix of token i is the output up to its slot. That is a draw from T(. | X_<i) for replacement and
-    deletion, which act on each token independently; for insertion it is when each synonym sits right after
+    The prefix of token i is the output up to its slot. That is a draw from T(. | X_<i) for strategies that edit
+    each token in place (replacement, deletion); for one that inserts it is when each insertion sits right after
     its source (perturb(..., insert_position="after_source")), since a synonym placed earlier would leak a
     future token into the prefix of an earlier target.
     """

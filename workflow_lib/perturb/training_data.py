@@ -1,6 +1,6 @@
 """Perturbed training data: token blocks -> the training set of one perturbation condition.
 
-Two modes (REFERENCE section 1):
+Two modes (docs/method.md §1):
 - `augment`, the paper's own implementation: the training set D plus m perturbed copies D~(1..m), each an
   ordinary causal-LM sequence (inserted tokens are targets too). At intensity 0 the copies equal D, so the
   baseline sees as many examples as the perturbed runs.
@@ -22,6 +22,7 @@ import numpy as np
 from workflow_lib.cli import parse_json_arg, run
 from workflow_lib.files import write_json, write_parquet
 from workflow_lib.perturb.perturber import perturb, prefix_targets, sequence_ids
+from workflow_lib.perturb.strategies import get as get_strategy
 from workflow_lib.perturb.synonym_table import SynonymTable
 
 log = logging.getLogger("workflow_lib.perturb.training_data")
@@ -113,7 +114,7 @@ def main() -> None:
     selected = np.diff(out.column("source_positions").combine_chunks().offsets.to_numpy())
     special = sorted(set(tokenizer.all_special_ids))
     eligible = ~np.isin(blocks, special)
-    if cond["strategy"] != "deletion":
+    if get_strategy(cond["strategy"]).needs_synonyms:
         eligible &= np.asarray(table.has_synonyms(_np()))[blocks]
     n_eligible = int(eligible.sum()) * cond["copies"]
     stats = {"condition": cond, "rows": out.num_rows, "blocks": int(blocks.shape[0]), "tokens_in": int(blocks.size),

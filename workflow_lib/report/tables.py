@@ -22,7 +22,9 @@ from workflow_lib.report.conditions import (
 
 PAPER_DECODER = "unbiased"  # the paper's: ancestral sampling, top_k 0, top_p 1, temperature 1
 
-# REFERENCE section 6: Table 1 (MAUVE; WikiText-2 / WikiText-103 / WebText / WritingPrompts).
+# docs/method.md §6, the paper's MAUVE (WikiText-2 / WikiText-103 / WebText / WritingPrompts): (unperturbed, perturbed at
+# 0.025). MLE's pair is Table 1's MLE and MLE (ours) rows; EMO's and Brier's perturbed rows are the Supplement's tables
+# (tex lines 831-879), their unperturbed rows Table 1's.
 PAPER_TABLE1 = {
     ("facebook/opt-125m", "mle"): ([.83, .80, .44, .11], [.90, .87, .56, .13]),
     ("facebook/opt-125m", "emo"): ([.80, .79, .49, .10], [.91, .90, .61, .14]),

@@ -10,6 +10,7 @@ import torch
 
 from workflow_lib.perturb.backends import KeyedRandom, hash_uniform
 from workflow_lib.perturb.perturber import perturb
+from workflow_lib.perturb.strategies import get as get_strategy
 from workflow_lib.sample.decoding import DRAW_PURPOSE, check_finite_logits, draw, step_keys, valid_logits
 
 
@@ -141,16 +142,17 @@ def sample_cached(model, prompt_values, prompt_offsets, keys, new_tokens: int, p
                   pad_id: int, suppress: list[int], **draw_kw) -> torch.Tensor:
     """One persistent perturbed prefix with its key/value cache; each new token is perturbed on arrival."""
     device, alpha, strategy = prompt_values.device, perturbation["intensity"], perturbation["strategy"]
+    rule = get_strategy(strategy)
     values, offsets = prompt_values, prompt_offsets
     if alpha > 0:  # the prompt itself, perturbed once
         out = perturb(values, offsets, strategy, alpha, table, KeyedRandom(keys, offsets), special)
         values, offsets = out.values, out.offsets
-    longest = int((offsets[1:] - offsets[:-1]).max()) + new_tokens * (2 if strategy == "insertion" else 1)
+    longest = int((offsets[1:] - offsets[:-1]).max()) + new_tokens * rule.fed_per_token
     if context_length(model) and longest > context_length(model):
         raise ValueError(f"cached sampling needs {longest} positions but the model has {context_length(model)}: "
                          "shorten sampling.new_tokens or the prompts, or use mode exact (it keeps the last tokens)")
     window = attention_window(model)
-    if alpha > 0 and strategy != "replacement" and window and longest > window:
+    if alpha > 0 and rule.masks_slots and window and longest > window:
         # A deleted token or an unused insertion slot is a masked slot in the cache; a windowed layer counts it,
         # so the model would see fewer tokens of the perturbed prefix than it should.
         raise ValueError(f"cached sampling with {strategy} leaves masked slots in the key/value cache, and this model "
@@ -160,7 +162,7 @@ def sample_cached(model, prompt_values, prompt_offsets, keys, new_tokens: int, p
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
     past, logits = out.past_key_values, out.logits[:, -1]
     rows = torch.arange(len(keys), device=device)
-    has_syn = table.has_synonyms(_torch_ops(device)) if alpha > 0 and strategy != "deletion" else None
+    has_syn = table.has_synonyms(_torch_ops(device)) if alpha > 0 and rule.needs_synonyms else None
     special_t = torch.as_tensor(special, device=device)
     generated = []
     finite = valid_logits(logits)
@@ -173,18 +175,10 @@ def sample_cached(model, prompt_values, prompt_offsets, keys, new_tokens: int, p
         if has_syn is not None:
             eligible &= has_syn[token]
         selected = eligible & (hash_uniform(k * 31 + 1) < alpha) if alpha > 0 else torch.zeros_like(eligible)
-        if alpha > 0 and strategy != "deletion" and selected.any():
-            u = hash_uniform(k * 31 + 2)
-            synonym = table.sample(token.clamp(min=0), u, _torch_ops(device))
-        else:
-            synonym = token
-        if strategy == "insertion" and alpha > 0:
-            chunk = torch.stack([token, torch.where(selected, synonym, pad_id)], dim=1)
-            chunk_mask = torch.stack([torch.ones_like(selected), selected], dim=1).long()
-        elif strategy == "replacement":
-            chunk, chunk_mask = torch.where(selected, synonym, token)[:, None], torch.ones_like(token)[:, None]
-        else:  # deletion (or intensity 0): a deleted token is not fed at all
-            chunk, chunk_mask = torch.where(selected, pad_id, token)[:, None], (~selected).long()[:, None]
+        synonym = token
+        if alpha > 0 and rule.needs_synonyms and selected.any():
+            synonym = table.sample(token.clamp(min=0), hash_uniform(k * 31 + 2), _torch_ops(device))
+        chunk, chunk_mask = fed_chunk(rule, token, selected, synonym, pad_id, perturbing=alpha > 0)
         mask = torch.cat([mask, chunk_mask], dim=1)
         positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -chunk.shape[1]:]
         out = model(input_ids=chunk, attention_mask=mask, position_ids=positions, past_key_values=past, use_cache=True)
@@ -195,6 +189,21 @@ def sample_cached(model, prompt_values, prompt_offsets, keys, new_tokens: int, p
         logits = torch.where(fed[:, None], out.logits[rows, last_real.clamp(min=0)], logits)
     check_finite_logits(finite, "sampling (cached)")
     return torch.stack(generated, dim=1)
+
+
+def fed_chunk(rule, token, selected, synonym, pad_id: int, perturbing: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """What cached sampling feeds for one drawn token per row ([B, w] ids and mask, w = 1, or 2 for a strategy that
+    inserts): the token's place (itself, its synonym where the strategy keeps a synonym, masked where it deletes),
+    then the insertion right after it where selected (a masked slot where not)."""
+    if rule.keep == "token":
+        columns = [token]
+    else:
+        columns = [torch.where(selected, synonym if rule.keep == "synonym" else pad_id, token)]
+    masks = [(~selected if rule.deletes else torch.ones_like(selected)).long()]
+    if rule.inserts and perturbing:
+        columns.append(torch.where(selected, synonym if rule.insert == "synonym" else token, pad_id))
+        masks.append(selected.long())
+    return torch.stack(columns, dim=1), torch.stack(masks, dim=1)
 
 
 def _torch_ops(device):

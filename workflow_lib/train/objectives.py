@@ -1,7 +1,7 @@
 """Training objectives: one plain function per scoring rule, registered by name.
 
 Every objective takes the logits gathered at the target positions, [N, V], and the target ids, [N], and
-returns the mean loss over the N targets (REFERENCE section 2 for the formulas). Taking gathered logits
+returns the mean loss over the N targets (docs/method.md §2 for the formulas). Taking gathered logits
 rather than a [B, L, V] tensor is what lets the prefix mode of Algorithm 1 (several targets per position, none
 at others) and the ordinary causal-LM targets share one training step. Computation is in float32 whatever the
 model's precision: the scores involve p_y**alpha and sums over the vocabulary.

@@ -91,7 +91,8 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "target_row", "target_pos")
 
 
 def resolve_precision(requested: str) -> str:
-    """`auto`: bf16 where the GPU has it (the paper's models train in bf16 on GPUs), full precision on a CPU."""
+    """`auto`: bf16 where the GPU has it, full precision on a CPU (the paper states no precision: a workflow
+    choice, docs/method.md §3)."""
     if requested != "auto":
         return requested
     return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"

@@ -1,0 +1,107 @@
+"""The perturbation strategies: one registry, read by the perturber, both samplers, the data stage, the cost model,
+the workflow's wildcards and the config check.
+
+A strategy is an edit of each selected token, given by two words:
+- `keep`: what stays at the token's place: "token" (the token itself), "synonym" (a synonym drawn from the table)
+  or None (nothing: the token is deleted);
+- `insert`: what is inserted into the sequence as well: None, "synonym" or "token" (a copy of the token). It goes
+  to a uniformly random gap of the sequence, as in the paper's insertion, or right after the token where a prefix
+  must not see the future (prefix-mode training data, cached sampling).
+
+The paper's three are insertion = (token, synonym), replacement = (synonym, None) and deletion = (None, None).
+Everything else is derived from the two words: whether a token needs a synonym to be eligible, how much longer a
+perturbed row is, how many tokens cached sampling feeds per drawn token, and whether it leaves masked slots in the
+key/value cache. An edit that moves tokens (a swap, a deletion plus an insertion elsewhere) is not of this form; it
+would need the perturber's position maps (`Perturbed.origin`, `.slot`) extended.
+
+Adding a strategy: one `register(Strategy(...))` line below, a test (tests/perturb/test_strategies.py shows one,
+`duplication`, added from a test), and its name in the schema's `$defs.strategies` enum
+(rules/schemas/config.schema.yaml). This module imports only the standard library: the Snakefile reads it at parse
+time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+NAME = re.compile(r"[a-z]+")  # output paths hold `<strategy>-<intensity>`, and the report parses them back
+KEEP = ("token", "synonym", None)
+INSERT = (None, "token", "synonym")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One perturbation strategy (see the module docstring)."""
+
+    name: str
+    keep: str | None
+    insert: str | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not NAME.fullmatch(self.name) or self.name == "none":
+            raise ValueError(f"strategy name {self.name!r}: lower-case letters only, and not 'none' (the baseline)")
+        if self.keep not in KEEP or self.insert not in INSERT:
+            raise ValueError(f"strategy {self.name!r}: keep must be one of {KEEP}, insert one of {INSERT}")
+        if self.keep is None and self.insert is not None:
+            raise ValueError(f"strategy {self.name!r}: deleting a token and inserting elsewhere moves it; "
+                             "the perturber's position maps do not cover moves")
+        if self.keep == "token" and self.insert is None:
+            raise ValueError(f"strategy {self.name!r} changes nothing")
+
+    @property
+    def needs_synonyms(self) -> bool:
+        """Whether a token without a synonym in the table is ineligible (it could not be edited)."""
+        return "synonym" in (self.keep, self.insert)
+
+    @property
+    def deletes(self) -> bool:
+        return self.keep is None
+
+    @property
+    def inserts(self) -> bool:
+        return self.insert is not None
+
+    @property
+    def fed_per_token(self) -> int:
+        """The most tokens cached sampling feeds for one drawn token (the token's place, and an insertion)."""
+        return 2 if self.inserts else 1
+
+    @property
+    def masks_slots(self) -> bool:
+        """Whether cached sampling leaves masked slots in the key/value cache (a deleted token, an unused insertion
+        slot), which shrinks the context of a model with windowed attention."""
+        return self.deletes or self.inserts
+
+    def length_factor(self, intensity: float) -> float:
+        """Expected perturbed length / original length when every token is eligible."""
+        return 1.0 + intensity * (int(self.inserts) - int(self.deletes))
+
+
+STRATEGIES: dict[str, Strategy] = {}
+
+
+def register(strategy: Strategy) -> Strategy:
+    if strategy.name in STRATEGIES:
+        raise ValueError(f"strategy {strategy.name!r} is registered twice")
+    STRATEGIES[strategy.name] = strategy
+    return strategy
+
+
+def get(name: str) -> Strategy:
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise ValueError(f"unknown perturbation strategy {name!r}; allowed: {', '.join(STRATEGIES)}") from None
+
+
+def wildcard_pattern() -> str:
+    """The regular expression of the `strategy` wildcards: every registered name, and `none` (intensity 0)."""
+    return "|".join([*STRATEGIES, "none"])
+
+
+register(Strategy("insertion", keep="token", insert="synonym",
+                  description="a synonym of each selected token inserted at a uniformly random gap (the paper's T)"))
+register(Strategy("replacement", keep="synonym", description="each selected token replaced by a synonym"))
+register(Strategy("deletion", keep=None, description="each selected token dropped"))
