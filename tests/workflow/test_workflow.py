@@ -33,6 +33,7 @@ def data_config(workdir) -> dict:
     config["eval_sets"]["wiki-test"] = {"dataset": "wiki", "split": "test"}
     config["eval_sets"]["web-test"] = {"dataset": "web", "split": "test", "max_prompts": 3}
     config["experiments"]["main"]["eval_sets"] += ["wiki-test", "web-test"]
+    config["prompts"]["min_prompts"] = 2  # the WikiText file's two long rows
     return config
 
 
