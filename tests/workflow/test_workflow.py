@@ -222,6 +222,14 @@ def test_report_builds_on_a_tiny_config(workdir):
     ppl = contrasts.filter((pl.col("family") == "perturbation") & (pl.col("metric") == "perplexity"))
     assert ppl.height == 2 and ppl["significant"].all() and ((ppl["high"] < 0) | (ppl["low"] > 0)).all()
     assert "## Paired comparisons" in summary and "✱" in summary and summary.startswith("# Summary of the study\n\n## What this study found\n")
+    # The findings' three parts, from this study's numbers: the verdicts, the size and limits, MAUVE against the TV.
+    found = summary.split("## What this study found\n", 1)[1].split("\n## ", 1)[0]
+    assert "- **syn-test**, perturbation against none" in found and "perplexity: helped in" in found
+    assert "- **mle-again against MLE** (every eval set and condition): MAUVE no detectable difference" in found
+    assert "- Size: 2 sampling runs of 10 prompts per eval set." in found
+    assert re.search(r"- Training: \d+(-\d+)? optimizer steps per model \(3 models\)\.", found)
+    assert re.search(r"- \*\*syn-ood\*\*: MAUVE and the exact TV to the true law (agree|do not agree) on the order of the "
+                     r"\d+ conditions", found)
     assert (workdir / "results/report/figures/training/tiny/synthetic.png").stat().st_size > 5000
     data = summary.split("## Data\n", 1)[1]  # every split the study read, with its source
     for split in ("train", "validation", "test", "ood"):
