@@ -226,8 +226,7 @@ def check_local_names(config: dict, workdir: Path) -> None:
         for name, entry in config[section].items():
             path = entry.get("name")
             if entry["source"] == "hf" and path and looks_like_path(path):
-                folder = (workdir / Path(path).expanduser()) if not Path(path).expanduser().is_absolute() \
-                    else Path(path).expanduser()
+                folder = workdir / Path(path).expanduser()  # an absolute path replaces workdir
                 if not folder.is_dir():
                     raise ConfigError(f"config key {section}.{name}.name: {path!r} is a path, and no such folder exists "
                                       f"(relative paths are read from {workdir.resolve()})")
@@ -346,7 +345,9 @@ def check_train_dataset(name: str, exp: dict, datasets: dict) -> None:
     perturbation learns synonyms from it (distributional). A zero-shot experiment (every objective `untrained`) may
     name none: its paths then say `none` in the dataset's place."""
     key = f"config key experiments.{name}.train_dataset"
-    trains = [o for o in exp.get("objectives", ["mle"]) if o != UNTRAINED]
+    from workflow_lib.grid import trained_objectives
+
+    trains = trained_objectives(exp)
     test = exp.get("test_perturbation", {})
     learns = "distributional" in test.get("synonyms", ["distributional"]) and any(float(x) > 0 for x in test.get("intensities", [0]))
     needs = (f"objectives {', '.join(trains)} train on its train split" if trains else

@@ -36,6 +36,23 @@ def tiny_config() -> dict:
     }
 
 
+WORKFLOW_CODE = ["Snakefile", "config.yaml", "rules", "workflow_lib", "report", "profiles", "envs"]
+
+
+def copy_workflow(dest: Path) -> Path:
+    """A copy of the workflow's code in `dest`, so a test may edit it without touching the checkout."""
+    import shutil
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in WORKFLOW_CODE:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, dest / name)
+    return dest
+
+
 def write_config(workdir: Path, config: dict) -> Path:
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from support.plans import planned_jobs
-from support.study import REPO, SNAKEMAKE, tiny_config, write_config
+from support.study import REPO, SNAKEMAKE, copy_workflow, tiny_config, write_config
 
 from workflow_lib.module_deps import module_closure, module_files
 
 pytestmark = pytest.mark.workflow
 
-CODE = ["Snakefile", "config.yaml", "rules", "workflow_lib", "report", "profiles", "envs"]
 UPSTREAM_RULES = {"download", "tokenizer", "tokenize", "prompts", "synonyms", "perturb"}
 
 
@@ -49,14 +47,8 @@ def study(tmp_path_factory):
     """(copy of the workflow code, working directory of the finished study)."""
     root = tmp_path_factory.mktemp("incremental")
     workflow, workdir = root / "workflow", root / "work"
-    workflow.mkdir()
+    copy_workflow(workflow)
     workdir.mkdir()
-    for name in CODE:
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, workflow / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, workflow / name)
     write_config(workdir, study_config())
     result = snakemake_in(workflow, workdir)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]

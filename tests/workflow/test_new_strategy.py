@@ -9,16 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from support.study import REPO, SNAKEMAKE, tiny_config, write_config
+from support.study import REPO, SNAKEMAKE, WORKFLOW_CODE, copy_workflow, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 
-CODE = ["Snakefile", "config.yaml", "rules", "workflow_lib", "report", "profiles", "envs"]
 
 
 def registration() -> str:
@@ -29,7 +27,7 @@ def registration() -> str:
 
 def file_hashes(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for name in CODE for p in ([root / name] if (root / name).is_file() else (root / name).rglob("*"))
+            for name in WORKFLOW_CODE for p in ([root / name] if (root / name).is_file() else (root / name).rglob("*"))
             if p.is_file() and "__pycache__" not in p.parts}
 
 
@@ -46,14 +44,8 @@ def add_strategy(workflow: Path) -> None:
 
 def test_a_strategy_added_to_the_registry_and_the_schema_runs_a_whole_study(tmp_path):
     workflow, workdir = tmp_path / "workflow", tmp_path / "work"
-    workflow.mkdir()
+    copy_workflow(workflow)
     workdir.mkdir()
-    for name in CODE:
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, workflow / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, workflow / name)
     add_strategy(workflow)
     before, after = file_hashes(REPO), file_hashes(workflow)
     assert sorted(k for k in after if before.get(k) != after[k]) == ["rules/schemas/config.schema.yaml",
