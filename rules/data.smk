@@ -109,3 +109,43 @@ rule prompts:
         "../envs/data.yaml"
     shell:
         "python -m workflow_lib.data.prepare prompts --eval-set {wildcards.eval_set} --input {input.data} --source {input.source} --settings {params.settings:q} --output {output.parquet} --meta {output.meta} 2> {log}"
+
+
+# A model's GGUF file named by URL (models.<model>.gguf.url), fetched and checked against its sha256 as a dataset
+# file is; no `code` input, for the same reason as `fetch`.
+rule fetch_gguf:
+    output:
+        GGUF_DOWNLOAD.format(model="{gguf_model}"),
+    params:
+        url=lambda w: MODELS[w.gguf_model]["gguf"]["url"],
+        sha256=lambda w: f"--sha256 {MODELS[w.gguf_model]['gguf']['sha256']}" if MODELS[w.gguf_model]["gguf"].get("sha256") else "",
+    log:
+        "results/logs/downloads/gguf/{gguf_model}.log",
+    cache: "omit-software"
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_lib.data.fetch download --what models.{wildcards.gguf_model}.gguf --url {params.url:q} {params.sha256} --output {output} 2> {log}"
+
+
+# A GGUF checkpoint dequantised once into the hub-style float32 folder that every later job loads as the model's
+# `name` (workflow_lib/pretrained.py).
+rule dequantise:
+    input:
+        unpack(gguf_inputs),
+        code=workflow_code("workflow_lib.data.gguf"),
+    output:
+        directory(PRETRAINED_DIR.format(model="{gguf_model}")),
+    params:
+        source=lambda w: as_json(gguf_settings(w.gguf_model, MODELS[w.gguf_model]["gguf"])),
+        file=lambda w, input: f"--gguf {input.gguf}" if "gguf" in input.keys() else "",
+    log:
+        "results/logs/pretrained/{gguf_model}.log",
+    benchmark:
+        "results/benchmarks/pretrained/{gguf_model}.tsv"
+    resources:
+        mem_mb=8000,
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "python -m workflow_lib.data.gguf --key {wildcards.gguf_model} --source {params.source:q} {params.file} --output {output} 2> {log}"

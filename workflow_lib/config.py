@@ -15,6 +15,8 @@ from typing import Any, Iterable
 
 import yaml
 
+from workflow_lib.pretrained import GGUFConfigError, normalise_gguf
+
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "rules" / "schemas" / "config.schema.yaml"
 BUILTIN_SPLITS = ("train", "validation", "test", "ood")
 PREDEFINED_OBJECTIVES = {
@@ -262,6 +264,10 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
     """Cross-section checks: every referenced name exists, splits exist, local files and folders are there,
     scratch architectures can be built."""
     workdir = Path(workdir or ".")
+    try:
+        normalise_gguf(config, workdir)
+    except GGUFConfigError as error:
+        raise ConfigError(str(error)) from None
     datasets = config["datasets"]
     for name, ds in datasets.items():
         check_recipe(name, ds)

@@ -245,7 +245,7 @@ def test_unpack_refuses_paths_outside_the_folder(tmp_path, member):
 
 def test_unpack_of_a_file_that_is_not_a_tar(tmp_path):
     (tmp_path / "a.tar.gz").write_bytes(b"<html>not found</html>")
-    with pytest.raises(StageError, match=r"datasets\.d\.archive: .*a\.tar\.gz is not a readable tar archive"):
+    with pytest.raises(StageError, match=r"datasets\.d\.archive: .*a\.tar\.gz is not a readable tar or zip archive"):
         unpack(tmp_path / "a.tar.gz", ["a/test.src"], tmp_path / "out", what="datasets.d.archive")
     assert not (tmp_path / "out").exists()
 
@@ -277,3 +277,38 @@ def test_cli_download_and_unpack_write_their_outputs(tmp_path):
                         "--members", '["a/test.src"]', "--output", str(tmp_path / "d" / "unpacked"))
     assert extract.returncode == 0, extract.stderr
     assert (tmp_path / "d" / "unpacked" / "a" / "test.src").read_bytes() == MEMBERS["a/test.src"]
+
+
+def make_zip(path, members: dict[str, bytes]) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
+        bundle.writestr("a/", b"")  # a folder entry, as WikiText's zip files have
+        for name, body in members.items():
+            bundle.writestr(name, body)
+
+
+def test_unpack_extracts_named_members_of_a_zip_archive_with_their_checksums(tmp_path):
+    make_zip(tmp_path / "w.zip", MEMBERS)
+    record = unpack(tmp_path / "w.zip", ["a/train.src", "a/test.src"], tmp_path / "out", what="k")
+    assert (tmp_path / "out" / "a" / "test.src").read_bytes() == MEMBERS["a/test.src"]
+    assert record["members"]["a/train.src"] == {"bytes": len(MEMBERS["a/train.src"]), "sha256": sha(MEMBERS["a/train.src"])}
+    assert sorted(p.name for p in (tmp_path / "out" / "a").iterdir()) == ["test.src", "train.src"]
+
+
+def test_unpack_of_a_zip_names_missing_members_and_a_folder_member(tmp_path):
+    make_zip(tmp_path / "w.zip", MEMBERS)
+    with pytest.raises(StageError, match=r"datasets\.d\.archive: .*w\.zip has no member a/none\.src; it holds e\.g\. "):
+        unpack(tmp_path / "w.zip", ["a/none.src"], tmp_path / "out", what="datasets.d.archive")
+    with pytest.raises(StageError, match=r"member a of .*w\.zip is not a regular file"):
+        unpack(tmp_path / "w.zip", ["a/"], tmp_path / "out", what="datasets.d.archive")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unpack_of_a_truncated_zip_fails_naming_the_key(tmp_path):
+    make_zip(tmp_path / "w.zip", {name: body * 2000 for name, body in MEMBERS.items()})
+    data = (tmp_path / "w.zip").read_bytes()
+    (tmp_path / "w.zip").write_bytes(data[: len(data) // 2] + data[-22:])  # the end record kept: still "a zip"
+    with pytest.raises(StageError, match=r"datasets\.d\.archive: .*w\.zip is not a readable"):
+        unpack(tmp_path / "w.zip", list(MEMBERS), tmp_path / "out", what="datasets.d.archive")
+    assert not (tmp_path / "out").exists()

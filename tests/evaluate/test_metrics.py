@@ -21,6 +21,7 @@ from workflow_lib.evaluate.metrics import (
     featurize,
     mauve_buckets,
     mauve_score,
+    mauve_status,
     mean_2se,
     rouge_f,
     variance_split,
@@ -201,6 +202,30 @@ def test_evaluate_reports_per_run_scores(texts):
     assert result["mauve_mean"] > 0.99 and result["rouge1_mean"] == pytest.approx(1.0)
     assert result["rouge2_mean"] == pytest.approx(1.0) and result["rougeL_mean"] == pytest.approx(1.0)
     assert result["kmeans_seeds"] == [3, 4, 5, 6, 7] and np.shape(result["mauve_by_seed"]) == (2, 5)  # default 5 seeds
+
+
+def test_mauve_below_the_floor_of_texts_is_flagged_and_at_it_is_not():
+    assert mauve_status(49, {}) == "too few texts (49)" and mauve_status(50, {}) is None  # default min_texts 50
+    assert mauve_status(20, {"min_texts": 10}) is None and mauve_status(20, {"min_texts": 21}) == "too few texts (20)"
+
+
+def test_a_two_bucket_mauve_is_refused_and_a_resolvable_one_kept(texts):
+    """The evaluation on the real path: 20 prompts per run (2 k-means buckets) is flagged "too few texts (20)";
+    60 prompts (6 buckets, above the default floor of 50) is not. The numbers are still written either way."""
+    english, _ = texts
+
+    def run(n):
+        prompts = pa.table({"prompt_id": list(range(n)), "prefix": [t[:12] for t in english[:n]], "reference": english[:n]})
+        samples = pa.table({"prompt_id": list(range(n)) * 2, "run": [0] * n + [1] * n,
+                            "text": [t[12:] for t in english[:n]] * 2})
+        return evaluate(samples, prompts, featurize(english[:n], "minilm", 64), settings_for(FAST_MAUVE), seed=3)[0]
+
+    few = run(20)
+    assert few["num_buckets"] == 2 and few["mauve_texts"] == 20 and few["mauve_min_texts"] == 50
+    assert few["mauve_status"] == "too few texts (20)" and len(few["mauve"]) == 2
+    enough = run(60)
+    assert enough["num_buckets"] == 6 and enough["mauve_texts"] == 60 and enough["mauve_status"] is None
+    assert enough["mauve_mean"] > 0.99
 
 
 @pytest.fixture(scope="module")

@@ -188,9 +188,9 @@ def test_sentences_and_section(study):
     sentences = study_sentences(frame)
     assert sentences[0] == "3 of 3 perturbation contrasts (MAUVE) favour perturbation; 3 of them are significant after Holm correction."
     # sampling-time perturbation alone hurts the trained mle (two decoders) and helps the untrained model, by the
-    # same 0.05 in every run: no spread, so no p and no mark
+    # same 0.05 in every run; the untrained one with no spread at all: no p, no mark, and counted as not testable
     assert ("1 of 3 TestPerturb-vs-NoPerturb contrasts (MAUVE) favour perturbation; 0 of them are significant after Holm "
-            "correction.") in sentences
+            "correction; not testable (no p): 1 of the 3.") in sentences
     assert "2 of 2 emo-vs-MLE contrasts (MAUVE) favour emo; 0 of them are significant after Holm correction." in sentences
     section = paired_section(frame)
     assert "### With vs without perturbation: MAUVE (paired t over runs)" in section and "✱" in section

@@ -26,6 +26,7 @@ import re
 import sys
 import tarfile
 import time
+import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -269,7 +270,7 @@ def trim_to_whole_lines(part: Path, url: str, head_bytes: int, what: str) -> Non
 
 
 def unpack(archive: str | Path, members: list[str], output_dir: str | Path, *, what: str) -> dict:
-    """Extract exactly the named regular-file members of a tar archive (any compression) to output_dir/<member>.
+    """Extract exactly the named regular-file members of a tar (any compression) or zip archive to output_dir/<member>.
 
     One streaming pass that stops once every member is out; output_dir appears only when all of them are there.
     """
@@ -283,21 +284,24 @@ def unpack(archive: str | Path, members: list[str], output_dir: str | Path, *, w
     held: list[str] = []
     with atomic_path(output_dir) as tmp:
         tmp.mkdir()
-        try:
-            with tarfile.open(archive, "r|*") as tar:
-                for info in tar:
-                    name = str(PurePosixPath(info.name))
-                    if info.isfile() and len(held) < 10:
-                        held.append(name)
-                    if name not in wanted:
-                        continue
-                    if not info.isfile():
-                        raise StageError(f"{what}: member {name} of {archive} is not a regular file")
-                    found[name] = extract_member(tar, info, tmp / name)
-                    if len(found) == len(wanted):
-                        break
-        except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError) as error:
-            raise StageError(f"{what}: {archive} is not a readable tar archive ({error})") from error
+        if zipfile.is_zipfile(archive):
+            unzip_members(archive, wanted, tmp, found, held, what)
+        else:
+            try:
+                with tarfile.open(archive, "r|*") as tar:
+                    for info in tar:
+                        name = str(PurePosixPath(info.name))
+                        if info.isfile() and len(held) < 10:
+                            held.append(name)
+                        if name not in wanted:
+                            continue
+                        if not info.isfile():
+                            raise StageError(f"{what}: member {name} of {archive} is not a regular file")
+                        found[name] = extract_member(tar.extractfile(info), info.size, tmp / name)
+                        if len(found) == len(wanted):
+                            break
+            except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError) as error:
+                raise StageError(f"{what}: {archive} is not a readable tar or zip archive ({error})") from error
         missing = sorted(wanted - set(found))
         if missing:
             raise StageError(f"{what}: {archive} has no member {', '.join(missing)}; it holds e.g. "
@@ -314,15 +318,32 @@ def safe_member(member: str, what: str) -> str:
     return str(path)
 
 
-def extract_member(tar: tarfile.TarFile, info: tarfile.TarInfo, target: Path) -> dict:
+def unzip_members(archive: Path, wanted: set[str], tmp: Path, found: dict, held: list[str], what: str) -> None:
+    """The zip branch of `unpack` (WikiText's archives are zip files): the same members, checks and records."""
+    try:
+        with zipfile.ZipFile(archive) as bundle:
+            for info in bundle.infolist():
+                name = str(PurePosixPath(info.filename))
+                if not info.is_dir() and len(held) < 10:
+                    held.append(name)
+                if name not in wanted:
+                    continue
+                if info.is_dir():
+                    raise StageError(f"{what}: member {name} of {archive} is not a regular file")
+                with bundle.open(info) as source:
+                    found[name] = extract_member(source, info.file_size, tmp / name)
+    except (zipfile.BadZipFile, EOFError, zlib.error) as error:
+        raise StageError(f"{what}: {archive} is not a readable zip archive ({error})") from error
+
+
+def extract_member(source, size: int, target: Path) -> dict:
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    source = tar.extractfile(info)
     with open(target, "wb") as out:
         while block := source.read(CHUNK):
             digest.update(block)
             out.write(block)
-    return {"bytes": info.size, "sha256": digest.hexdigest()}
+    return {"bytes": size, "sha256": digest.hexdigest()}
 
 
 def main() -> None:
@@ -335,7 +356,7 @@ def main() -> None:
     get.add_argument("--head-bytes", type=int)
     get.add_argument("--output", required=True)
     get.add_argument("--record", help="write the download record here as JSON")
-    extract = commands.add_parser("unpack", help="extract named members of a tar archive")
+    extract = commands.add_parser("unpack", help="extract named members of a tar or zip archive")
     extract.add_argument("--what", required=True)
     extract.add_argument("--archive", required=True)
     extract.add_argument("--members", required=True, help="JSON list of member paths")

@@ -16,6 +16,14 @@ besides sigma^2_s, so it is not all sampling.
 num_buckets "auto" is min(max_buckets, max(2, round(min(n_p, n_q) / 10))): the library's n/10 rule, capped as
 its best practices advise (at most ~500); an explicit integer is used as given.
 
+MAUVE only where it can resolve: a run with fewer than `min_texts` texts on a side (default 50, 5 buckets) is
+quantised into a histogram of a few buckets, whose score cannot tell a clear difference from none (mauve-text asks
+for a few thousand texts per side; bench/mauve_floor.py measures where the score stops resolving: with 2 buckets
+it ranks a 25% mixture of another genre below no difference no better than a coin). Such a cell is still computed
+and written (its numbers stay in the JSON for inspection) but flagged: `mauve_status` is "too few texts (n)" and
+the report shows that text instead of a number and leaves it out of contrasts, marks and findings
+(`workflow_lib.report.resolution`). docs/method.md §4.
+
 ROUGE-1, ROUGE-2 and ROUGE-L F of each sample against its reference, averaged per run: rouge-score's numbers (no
 stemming), computed by `rouge_f` without importing it; distinct-n and repetition of the continuations come from
 workflow_lib.evaluate.textstats.
@@ -44,6 +52,7 @@ from workflow_lib.provenance import provenance
 log = logging.getLogger("workflow_lib.evaluate.metrics")
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 KMEANS_SEEDS, MAX_BUCKETS = 5, 500  # defaults of evaluation.mauve.kmeans_seeds / max_buckets
+MIN_TEXTS = 50  # default of evaluation.mauve.min_texts: the fewest texts per side of a reported MAUVE
 
 
 def featuriser_path(name: str) -> str:
@@ -106,6 +115,13 @@ def mauve_buckets(n_p: int, n_q: int, settings: dict) -> int:
         log.warning("evaluation.mauve.num_buckets %d is above max_buckets %d; used as given",
                     settings["num_buckets"], cap)
     return int(settings["num_buckets"])
+
+
+def mauve_status(texts: int, settings: dict) -> str | None:
+    """None when a run with `texts` texts on its smaller side can resolve MAUVE; else the cell's text,
+    "too few texts (n)". The floor is `min_texts` (module docstring), not a bucket count, so that it means the
+    same whether num_buckets is auto or explicit."""
+    return None if texts >= settings.get("min_texts", MIN_TEXTS) else f"too few texts ({texts})"
 
 
 def mauve_result(p_features: np.ndarray, q_features: np.ndarray, settings: dict, seed: int):
@@ -252,8 +268,10 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
     runs, run_index = np.unique(samples.column("run").to_numpy(), return_inverse=True)  # run_index: per sample row
     run_of_row = frame["run"].to_numpy()
     by_seed, rouge_per_run, curves, buckets = [], {name: [] for name in ROUGE_TYPES}, [], set()
+    texts = []  # per run: the texts on MAUVE's smaller side (human and model sides have one row per sample)
     for r in runs:
         rows = np.flatnonzero(run_of_row == r)
+        texts.append(len(rows))
         human_rows = [order[int(p)] for p in frame["prompt_id"].to_numpy()[rows]]
         scores, run_curves, num_buckets = mauve_over_seeds(human_features[human_rows], q_all[rows], settings["mauve"],
                                                            seeds, int(r))
@@ -270,7 +288,12 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
     diversity = text_stats(*continuation_tokens(samples), run_index, len(runs))
     summary = {**summarise("mauve", by_seed.mean(axis=1)), "mauve_by_seed": by_seed.tolist(),
                "mauve_variance": variance_split(by_seed), "kmeans_seeds": seeds,
-               "num_buckets": buckets.pop() if len(buckets) == 1 else sorted(buckets)}
+               "num_buckets": buckets.pop() if len(buckets) == 1 else sorted(buckets),
+               "mauve_texts": min(texts), "mauve_min_texts": settings["mauve"].get("min_texts", MIN_TEXTS),
+               "mauve_status": mauve_status(min(texts), settings["mauve"])}
+    if summary["mauve_status"]:
+        log.warning("MAUVE: %s per side in a run, under evaluation.mauve.min_texts %d; the report shows it as such",
+                    summary["mauve_status"], summary["mauve_min_texts"])
     for name in ROUGE_TYPES:
         summary |= summarise(name, rouge_per_run[name])
     for name in TEXT_FIELDS:
@@ -315,8 +338,10 @@ def main() -> None:
         human = np.load(args.human_features)
         summary, curves, per_prompt = evaluate(pq.read_table(args.samples), pq.read_table(args.prompts), human, settings,
                                                settings["seed"])
-        log.info("MAUVE %.3f +- %s (clustering share of its variance %s), ROUGE-1 %.3f, distinct-4 %.3f over %d runs",
-                 summary["mauve_mean"], summary["mauve_2se"], summary["mauve_variance"]["clustering_share"],
+        log.info("MAUVE %.3f +- %s%s (clustering share of its variance %s), ROUGE-1 %.3f, distinct-4 %.3f over %d runs",
+                 summary["mauve_mean"], summary["mauve_2se"],
+                 f" ({summary['mauve_status']}: not reported)" if summary["mauve_status"] else "",
+                 summary["mauve_variance"]["clustering_share"],
                  summary["rouge1_mean"], summary["distinct_4_mean"], summary["runs"])
         write_parquet(curves, args.curves)
         write_parquet(per_prompt, args.per_prompt)

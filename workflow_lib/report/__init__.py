@@ -5,6 +5,9 @@
 - `conditions`: a result path's condition, and the frames that the tables and figures share.
 - `contrasts`: the `contrasts` rule: paired comparisons of conditions, Holm-corrected.
 - `statistics`: the paired t interval, the prompt bootstrap and Holm, on arrays.
+- `resolution`: which MAUVE cells had enough texts per run to be shown, compared and found on (the rest read
+  "too few texts (n)").
+- `findings`: the summary's opening "What this study found", generated from the numbers.
 - `tables`: Table 1 and the other tables (CSV, Markdown, LaTeX), and the comparison with the paper.
 - `summary`: results/summary.md: provenance, data records and the tables.
 - `figures`: the study's figures (ablation, intensity, extrapolation, training curves).

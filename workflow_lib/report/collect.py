@@ -28,7 +28,8 @@ PROVENANCE = {"git_commit": pl.Utf8, "git_dirty": pl.Boolean, **{version_column(
               "featuriser": pl.Utf8, "settings_sha256": pl.Utf8}
 SCHEMA = ({k: pl.Utf8 for k in KEYS} | {"train_intensity": pl.Float64, "test_intensity": pl.Float64, "copies": pl.Int64, "seed": pl.Int64}
           | {f"{m}_{s}": pl.Float64 for m in METRICS for s in ("mean", "2se")}
-          | {"mauve_clustering_share": pl.Float64, "num_buckets": pl.Int64, "runs": pl.Int64, "prompts": pl.Int64,
+          | {"mauve_clustering_share": pl.Float64, "num_buckets": pl.Int64, "mauve_texts": pl.Int64,
+             "mauve_min_texts": pl.Int64, "mauve_status": pl.Utf8, "runs": pl.Int64, "prompts": pl.Int64,
              "perplexity": pl.Float64, "tv_mean": pl.Float64, "tv_2se": pl.Float64, "tv_law": pl.Utf8} | PROVENANCE)
 
 
@@ -42,6 +43,9 @@ def _metric_fields(data: dict) -> dict:
     versions = provenance.get("versions") or {}
     featuriser = provenance.get("featuriser", data.get("featuriser"))
     row |= {"mauve_clustering_share": (data.get("mauve_variance") or {}).get("clustering_share"), "num_buckets": buckets,
+            # "too few texts (n)" where the runs were too small for MAUVE to resolve (report.resolution)
+            "mauve_texts": data.get("mauve_texts"), "mauve_min_texts": data.get("mauve_min_texts"),
+            "mauve_status": data.get("mauve_status"),
             "runs": data.get("runs"), "prompts": data.get("prompts"),
             "git_commit": provenance.get("git_commit"), "git_dirty": provenance.get("git_dirty"),
             "featuriser": featuriser if featuriser is None or isinstance(featuriser, str) else json.dumps(featuriser, sort_keys=True),

@@ -8,7 +8,9 @@ everything else (model, eval set, decoder, seed), so the uncertainty of their di
 data:
 
 - MAUVE, paired over sampling runs: run r of both conditions used the same prompts and the same
-  counter-based seeds, so d_r = MAUVE_A[r] - MAUVE_B[r]; a t interval over runs and the paired t-test.
+  counter-based seeds, so d_r = MAUVE_A[r] - MAUVE_B[r]; a t interval over runs and the paired t-test, with
+  at least 3 runs (statistics.MIN_RUNS; fewer: the difference only, not testable). A side whose MAUVE had too
+  few texts to resolve (report.resolution) gives no MAUVE row at all.
 - ROUGE and perplexity, paired over prompts: a bootstrap that resamples prompts (the same resample for both
   conditions), percentile interval. ROUGE pairs the (prompt, run) samples both conditions have, so a condition
   with an extra run is compared on the shared ones. Its generator is seeded from the comparison's identity,
@@ -17,7 +19,8 @@ data:
 p-values are Holm-corrected within one (family, metric) table. A bootstrap p cannot be finer than 2/(B + 1)
 and Holm multiplies a table's smallest p by its m comparisons, so each table gets B = max(--resamples, 200 m)
 resamples (`resamples_for`), drawn in bounded chunks; the `resamples` column records it. A MAUVE comparison
-whose runs all moved by the same amount has no spread to test: no p, no interval, no mark. `paired_section`
+whose runs all moved by the same amount has no spread to test, and one of fewer than 3 runs has too few to
+test: no p, no interval, no mark. `paired_section`
 writes the summary's Markdown of them. Untrained models (evaluated as released) appear beside the trained
 ones, marked, and are never compared as an objective.
 """
@@ -39,6 +42,7 @@ from workflow_lib.files import atomic_path
 from workflow_lib.grid import UNTRAINED
 from workflow_lib.report.conditions import ABLATION, KEYS, MODEL_KEYS, parse_path, shown_objective, typed
 from workflow_lib.report.statistics import (
+    MIN_RUNS,
     RESAMPLES_PER_COMPARISON,
     Resampling,
     bootstrap_mean_differences,
@@ -203,7 +207,11 @@ def _shared_prompts(a: pl.DataFrame, b: pl.DataFrame, pair: dict) -> pl.DataFram
 
 
 def _mauve_by_run(path: str) -> dict[int, float]:
+    """A metrics file's MAUVE per run id; empty when its MAUVE is flagged "too few texts (n)", which takes no
+    part in any comparison (workflow_lib.evaluate.metrics.mauve_status)."""
     data = _metrics(path)
+    if data.get("mauve_status"):
+        return {}
     scores = data.get("mauve") or []
     return dict(zip(data.get("run_ids") or range(len(scores)), scores))
 
@@ -302,7 +310,8 @@ def _p(p: float | None) -> str:
 
 def study_sentences(frame: pl.DataFrame, metric: str = "mauve") -> list[str]:
     """'N of M ... contrasts (MAUVE) favour ...; K of them are significant after Holm correction', per family
-    and per ablation arm and objective."""
+    and per ablation arm and objective, and how many of the M had no test (no p: fewer than 3 runs, or no
+    spread), which are neither significant nor evidence of no difference."""
     sub = frame.filter(pl.col("metric") == metric)
     groups = [("perturbation", "perturbation", "perturbation", sub.filter(pl.col("family") == "perturbation"))]
     ablation = sub.filter(pl.col("family") == "ablation")
@@ -315,8 +324,10 @@ def study_sentences(frame: pl.DataFrame, metric: str = "mauve") -> list[str]:
     for what, side, favoured, part in groups:
         if part.height:
             favour = part.filter(pl.col("favours") == side)
+            untested = part.filter(pl.col("p_holm").is_null()).height
             lines.append(f"{favour.height} of {part.height} {what} contrasts ({METRICS[metric]}) favour {favoured}; "
-                         f"{favour['significant'].sum()} of them are significant after Holm correction.")
+                         f"{favour['significant'].sum()} of them are significant after Holm correction"
+                         + (f"; not testable (no p): {untested} of the {part.height}." if untested else "."))
     return lines
 
 
@@ -329,8 +340,10 @@ def paired_section(frame: pl.DataFrame) -> str:
               f"Difference = A − B with its 95% interval; MAUVE: {PAIRED_T} (run r of A and B shares prompts and "
               f"seeds); ROUGE and perplexity: {BOOTSTRAP}, B resamples per table (in its heading: at least "
               f"{RESAMPLES}, and {RESAMPLES_PER_COMPARISON} per comparison, so that p = 2(1 + replicates beyond 0)/(B + 1), "
-              "never below 2/(B + 1), can survive Holm's correction). A p of — is none: one run, or every run moved "
-              "by the same amount (no spread to test). Higher is better except for perplexity.", ""]
+              "never below 2/(B + 1), can survive Holm's correction). A p of — is none, the contrast not testable: "
+              f"fewer than {MIN_RUNS} runs, or every run moved by the same amount (no spread to test). MAUVE is "
+              "compared only where both sides had enough texts per run to resolve it. Higher is better except for "
+              "perplexity.", ""]
     shown = shown_objective(frame)
 
     def varies(column):  # a column worth showing: more than one value (perplexity rows have no decoder)

@@ -26,6 +26,7 @@ import polars as pl  # noqa: E402
 
 from workflow_lib.figures import Panel, _save, assign_styles, bar_style, empty_panel, legend_below, split_panels
 from workflow_lib.report.conditions import ABLATION, ablation_frame, parse_model_dir, shown_objective
+from workflow_lib.report.resolution import refused, resolved
 
 log = logging.getLogger("workflow_lib.report.figures")
 
@@ -116,7 +117,10 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) ->
     """MAUVE (mean ± 2 SE) of NoPerturb / TrainPerturb / TestPerturb / Both at the headline intensity, one
     panel per eval set, one bar group per (model, objective, and decoder / seed / training mode where the
     study has several) that has all four conditions. Bars: a colour and a hatch per condition."""
-    frame = shown_objective(ablation_frame(frame, intensity).filter(pl.col("mauve_mean").is_not_null()))
+    arms = ablation_frame(frame, intensity)
+    empty_text = ("MAUVE not resolvable here:\ntoo few texts per run"
+                  if refused(arms).height and not resolved(arms).height else "no ablation in this study")
+    frame = shown_objective(resolved(arms))  # a cell with too few texts is no bar (report.resolution)
     group_keys = ["model", "objective", *_varying(frame, SHARED_FIELDS[1:])]
     complete = frame.group_by([*group_keys, "eval_set"]).agg(pl.col("condition").n_unique().alias("n")).filter(pl.col("n") == 4)
     frame = frame.join(complete, on=[*group_keys, "eval_set"])
@@ -129,7 +133,7 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) ->
         sub = frame.filter(pl.col("eval_set") == es)
         groups = sub.select(group_keys).unique().sort(group_keys).rows(named=True)
         if not groups:
-            empty_panel(ax, "no ablation in this study")
+            empty_panel(ax, empty_text)
             continue
         width = 0.8 / len(ABLATION)
         for i, condition in enumerate(ABLATION):
@@ -157,7 +161,10 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
     starting at 0 with its unperturbed model; one row of panels per eval set that has a sweep (two perturbed
     intensities or more), one panel per objective, one line per strategy (and decoder, seed, ... where the study has
     several)."""
-    same = shown_objective(frame.filter((pl.col("train_intensity") == pl.col("test_intensity")) & pl.col("mauve_mean").is_not_null()))
+    same = frame.filter(pl.col("train_intensity") == pl.col("test_intensity"))
+    empty_text = ("MAUVE not resolvable here:\ntoo few texts per run"
+                  if refused(same).height and not resolved(same).height else "fewer than two perturbed intensities\nin this study")
+    same = shown_objective(resolved(same))  # a cell with too few texts is no point (report.resolution)
     perturbed = same.filter((pl.col("train_intensity") > 0) & (pl.col("train_strategy") == pl.col("test_strategy")))
     eval_sets = sorted(set(same["eval_set"].to_list()))
     groups = ["objective", *_varying(same, ["model"])]
@@ -191,7 +198,7 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
     ticks = sorted({x for panels in rows for panel in panels for line in panel.items for x in line.x})
     for r, col, panel, ax in placed:
         if not panel.items:
-            empty_panel(ax, "fewer than two perturbed intensities\nin this study")
+            empty_panel(ax, empty_text)
             ax.set_title(shown[r], fontsize=9)
             continue
         _draw_lines(ax, panel.items, styles)

@@ -14,6 +14,9 @@ import numpy as np
 # A table of m comparisons is Holm-corrected, which multiplies its smallest p by m. B resamples resolve a
 # two-sided p down to 2/(B + 1), so B >= 200 m lets the table's smallest adjusted p reach 2m/(B + 1) < 0.01.
 RESAMPLES_PER_COMPARISON = 200
+# The fewest paired runs a t-test over runs reports a p for: with 2 runs the test has 1 degree of freedom and
+# a score quantised into a few values (MAUVE on few texts) gives a tiny spread and a p near 0 by arithmetic alone.
+MIN_RUNS = 3
 # Prompt indices drawn at once: [rows, n] with rows * n about this many (16 MiB of int64), so B = 200 m
 # resamples of thousands of prompts never sit in memory whole.
 CHUNK_ELEMENTS = 1 << 21
@@ -31,10 +34,11 @@ class Estimate(NamedTuple):
 
 
 def paired_t(a, b, level: float = 0.95) -> Estimate:
-    """Mean of d = a - b over paired runs, a t interval (df = n - 1) and the paired t-test's p. One run: no
-    interval and no p. No spread: a condition against itself (d = 0 everywhere) is no difference (interval
-    [0, 0], p = 1); every run moved by the same non-zero amount has no uncertainty to test, so no interval and
-    no p (the t statistic is infinite, and p = 0 would be a certainty that two or three runs cannot give)."""
+    """Mean of d = a - b over paired runs, a t interval (df = n - 1) and the paired t-test's p. Fewer than
+    MIN_RUNS runs: the mean only, no interval and no p (not testable). No spread: a condition against itself
+    (d = 0 everywhere) is no difference (interval [0, 0], p = 1); every run moved by the same non-zero amount
+    has no uncertainty to test, so no interval and no p (the t statistic is infinite, and p = 0 would be a
+    certainty that three runs cannot give)."""
     from scipy import stats
 
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -42,7 +46,7 @@ def paired_t(a, b, level: float = 0.95) -> Estimate:
     if not np.isfinite(d).all():
         raise ValueError("paired t: a non-finite per-run value; no estimate is made")
     n, mean = len(d), float(d.mean())
-    if n < 2:
+    if n < MIN_RUNS:
         return Estimate(mean, None, None, None, n)
     sd = float(d.std(ddof=1))
     # A spread at the level of rounding ((x - 0.25) - (x - 0.3) is not exactly 0.05 for every x) is no spread.

@@ -13,6 +13,7 @@ from workflow_lib.grid import UNTRAINED
 from workflow_lib.report.collect import version_column
 from workflow_lib.report.conditions import KEYS, UNTRAINED_LABEL, shown_objective
 from workflow_lib.report.contrasts import paired_section
+from workflow_lib.report.resolution import refused, resolved
 from workflow_lib.report.tables import paper_comparison, pivot_cells, rehearsal_stand_ins
 
 
@@ -101,7 +102,10 @@ def variance_line(frame: pl.DataFrame) -> str:
     random-effects estimates, evaluate.metrics.variance_split), and how many clustering seeds a run needs for
     its clustering part to fall under its sampling part. That count follows from the share alone: with
     x = clustering share, sigma^2_c / sigma^2_s = x / (1 - x), and K seeds divide sigma^2_c by K."""
-    share = frame["mauve_clustering_share"].drop_nulls()
+    share = resolved(frame)["mauve_clustering_share"].drop_nulls()  # a score with too few texts splits nothing
+    if not share.len() and refused(frame).height:
+        return ("MAUVE's variance split (clustering vs sampling) is not reported: no MAUVE cell of this study had "
+                "enough texts per run to resolve the score.\n")
     if not share.len():
         return ("MAUVE's variance split (clustering vs sampling) is not recorded in these metrics files (it needs "
                 "at least 2 runs and 2 clustering seeds).\n")
@@ -148,7 +152,9 @@ def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensit
         f"decoders: {', '.join(decoders)}; headline perturbation: insertion at {intensity:g}.\n",
         "Each MAUVE / ROUGE cell is the mean over sampling runs ± 2 standard errors; an empty cell is a combination "
         "this configuration does not define." + (f" {UNTRAINED_LABEL}: the model as released, evaluated without training."
-                                                  if untrained else "") + "\n",
+                                                  if untrained else "")
+        + (" A MAUVE cell that reads \"too few texts (n)\" had n texts per side in a run, fewer than "
+           "evaluation.mauve.min_texts: it is not reported, compared or marked." if refused(frame).height else "") + "\n",
         variance_line(frame),
         "## Headline table\n", written.get("table1", ""),
         "## Other metrics\n", written.get("metrics", ""),

