@@ -19,8 +19,10 @@ pytestmark = pytest.mark.workflow
 # No dropout: two processes at batch b and one at batch 2b then take the same steps, up to summation order.
 ARCH = {"n_layer": 1, "n_head": 2, "n_embd": 32, "n_positions": 128, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 KILL_AT = 7  # after the checkpoint at step 5
-# float32 sums in another order: measured ~1e-6 on losses and validation losses, ~1e-6 on weights.
-TOLERANCE, WEIGHT_TOLERANCE = 1e-4, 1e-5
+# float32 sums in another order: measured ~1e-6 on losses and validation losses, ~1e-6 on weights (2026-11-23),
+# and 2.0e-5 on one weight (mlp.c_fc) on an AVX-512 Xeon, whose kernels sum in another order (2026-11-25). A
+# gradient summed instead of averaged, or a batch trained twice, moves weights by about the learning rate (3e-3).
+TOLERANCE, WEIGHT_TOLERANCE = 1e-4, 5e-5
 
 
 def parallel_config() -> dict:
