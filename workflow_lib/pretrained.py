@@ -95,11 +95,6 @@ def gguf_settings(key: str, gguf: dict) -> dict:
     return {"kind": kind, "file": Path(gguf.get("file") or gguf["path"]).name}
 
 
-def fetch_entry(gguf: dict) -> dict:
-    """A `url` GGUF file as the fetch CLI takes it (url, sha256)."""
-    return {"url": gguf["url"], "sha256": gguf.get("sha256")}
-
-
 def normalise_gguf(config: dict, workdir: Path) -> None:
     """Check every GGUF source and make the dequantised folder each such model's `name`; a `source: model`
     tokenizer takes its model's name and revision. Runs before the references are checked."""
