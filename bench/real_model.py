@@ -7,9 +7,12 @@
 - sampling tokens/s at intensity 0 (the workflow's ancestral loop), `cached` and `exact` insertion at 0.025 against
   HF `generate` (do_sample, top_k 0), at batch 16 and 64.
 
-Runs alternate and each keeps its best, so a burst of load on a shared machine hits both sides.
+Runs alternate and each keeps its best, so a burst of load on a shared machine hits both sides. Within a run, a
+training rate is the median over its steps after the first (the trainer's logged windows of 2 steps; the HF
+`Trainer`'s step-end callbacks): a minimum of step-to-step gaps would reward callback jitter.
 
     python bench/real_model.py [--threads 1] [--steps 12] [--new-tokens 32] [--text wiki.valid.raw] [--model FOLDER]
+                               [--parts train,sample]
 
 --model: a dequantised folder (e.g. results/real/results/pretrained/smollm2); by default the wheel's GGUF file is
 dequantised into a temporary folder first. --text: WikiText-2 raw text (default $PERTURBED_LM_SHARED's). Last
@@ -72,7 +75,7 @@ def our_rate(model: Path, rows: Path, settings: dict, work: Path) -> float:
     train(args, settings, {"source": "hf", "name": str(model)}, {"loss": "mle"})
     with open(work / "model" / "train_log.csv") as handle:
         rates = [float(r["tokens_per_s"]) for r in csv.DictReader(handle) if r["tokens_per_s"]]
-    return float(np.max(rates[1:] if len(rates) > 1 else rates))  # the first window holds the warm-up
+    return float(np.median(rates[1:] if len(rates) > 1 else rates))  # the first window holds the warm-up
 
 
 def hf_rate(model: Path, rows: Path, settings: dict, steps: int, work: Path) -> float:
@@ -96,7 +99,7 @@ def hf_rate(model: Path, rows: Path, settings: dict, steps: int, work: Path) -> 
                              disable_tqdm=True, max_grad_norm=settings["max_grad_norm"])
     Trainer(model=net, args=args, train_dataset=dataset, callbacks=[Clock()]).train()
     steps_timed = np.diff(times[1:])  # the first step holds the warm-up
-    return settings["batch_size"] * (len(ids[0]) - 1) / float(np.min(steps_timed))
+    return settings["batch_size"] * (len(ids[0]) - 1) / float(np.median(steps_timed))
 
 
 def sampling_rates(model: Path, prompts: list[str], batch: int, new_tokens: int, table) -> dict:
@@ -135,6 +138,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--model", type=Path)
+    parser.add_argument("--parts", default="train,sample", help="train, sample or both (comma-separated)")
     parser.add_argument("--text", type=Path, default=Path(os.environ.get("PERTURBED_LM_SHARED", REPO.parent / "shared/data"))
                         / "wikitext-2-raw/wiki.valid.raw")
     opts = parser.parse_args()
@@ -160,32 +164,38 @@ def main() -> None:
 
         pq.write_table(pq.read_table(rows).slice(0, opts.steps * batch), rows)
         params = sum(p.numel() for p in __import__("transformers").AutoModelForCausalLM.from_pretrained(model).parameters())
-        peak = ours = hf = 0.0
-        for _ in range(opts.repeats):
-            peak = max(peak, matmul_peak())
-            ours = max(ours, our_rate(model, rows, settings, root / "ours"))
-            hf = max(hf, hf_rate(model, rows, settings, opts.steps, root / "hf"))
-        from workflow_lib.data.readers import read_wikitext_raw
-        from workflow_lib.perturb.synonyms import distributional_synonyms
-        from transformers import AutoTokenizer
-
-        blocks = np.array(pq.read_table(rows).column("input_ids").to_pylist())
-        tokenizer = AutoTokenizer.from_pretrained(model)
-        table = distributional_synonyms(blocks, len(tokenizer), special_ids=tokenizer.all_special_ids, min_count=1)
-        prompts = [" ".join(line.split()[:20]) for line in read_wikitext_raw(opts.text) if len(line.split()) > 40][:64]
-        sampling = {}
-        for batch_size in (16, 64):
-            best: dict = {}
+        parts = set(opts.parts.split(","))
+        result: dict = {"threads": opts.threads, "parameters": params}
+        if "train" in parts:
+            peak = ours = hf = 0.0
             for _ in range(opts.repeats):
-                for k, v in sampling_rates(model, prompts, batch_size, opts.new_tokens, table).items():
-                    best[k] = max(best.get(k, 0.0), v)
-            sampling[batch_size] = best
-    result = {"threads": opts.threads, "parameters": params, "matmul_peak_gflops": round(peak / 1e9, 1),
-              "train_tokens_per_s": {"ours": round(ours, 1), "hf_trainer": round(hf, 1)},
-              "vs_hf_trainer": round(ours / hf, 3), "mfu_ours": round(6 * params * ours / peak, 3),
-              "sampling_tokens_per_s": {b: {k: round(v, 1) for k, v in r.items()} for b, r in sampling.items()},
-              "sampling_vs_generate": {b: {k: round(v / r["hf generate"], 3) for k, v in r.items() if k != "hf generate"}
-                                       for b, r in sampling.items()}}
+                peak = max(peak, matmul_peak())
+                ours = max(ours, our_rate(model, rows, settings, root / "ours"))
+                hf = max(hf, hf_rate(model, rows, settings, opts.steps, root / "hf"))
+            result.update({"matmul_peak_gflops": round(peak / 1e9, 1),
+                           "train_tokens_per_s": {"ours": round(ours, 1), "hf_trainer": round(hf, 1)},
+                           "vs_hf_trainer": round(ours / hf, 3), "mfu_ours": round(6 * params * ours / peak, 3),
+                           "mfu_hf_trainer": round(6 * params * hf / peak, 3)})
+        if "sample" in parts:
+            from transformers import AutoTokenizer
+
+            from workflow_lib.data.readers import read_wikitext_raw
+            from workflow_lib.perturb.synonyms import distributional_synonyms
+
+            blocks = np.array(pq.read_table(rows).column("input_ids").to_pylist())
+            tokenizer = AutoTokenizer.from_pretrained(model)
+            table = distributional_synonyms(blocks, len(tokenizer), special_ids=tokenizer.all_special_ids, min_count=1)
+            prompts = [" ".join(line.split()[:20]) for line in read_wikitext_raw(opts.text) if len(line.split()) > 40][:64]
+            sampling = {}
+            for batch_size in (16, 64):
+                best: dict = {}
+                for _ in range(opts.repeats):
+                    for k, v in sampling_rates(model, prompts, batch_size, opts.new_tokens, table).items():
+                        best[k] = max(best.get(k, 0.0), v)
+                sampling[batch_size] = best
+            result.update({"sampling_tokens_per_s": {b: {k: round(v, 1) for k, v in r.items()} for b, r in sampling.items()},
+                           "sampling_vs_generate": {b: {k: round(v / r["hf generate"], 3) for k, v in r.items()
+                                                        if k != "hf generate"} for b, r in sampling.items()}})
     print("real_model: " + json.dumps(result))
 
 

@@ -10,16 +10,15 @@
 3. runs snakemake with `--configfile configs/real.yaml configs/real-local.yaml` (and configs/real-ci.yaml with
    --ci: CI's smaller size) in <workdir>, then writes its HTML report;
 4. runs the post-run checks (tests/workflow/test_real.py on <workdir>), the report's in headless Chromium included.
+
+Steps 2-4 are support.served_study's, which `make rehearsal` shares.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import errno
 import io
 import os
-import subprocess
 import sys
 import time
 import zipfile
@@ -29,13 +28,12 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from support.httpserver import serve  # noqa: E402
+from support.served_study import run_served_study  # noqa: E402
 from workflow_lib.pretrained import package_folder  # noqa: E402
 
 PORT = 38518  # the port configs/real-local.yaml names
 CONFIGS = [REPO / "configs/real.yaml", REPO / "configs/real-local.yaml"]
 CI_CONFIG = REPO / "configs/real-ci.yaml"
-OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 WIKITEXT_ZIP = "datasets/ggml-org/ci/resolve/927b3642933080f1b0e811e2f916e14c292992f9/wikitext-2-raw-v1.zip"
 LICENCE_DIR = "data/main/b/base-files/12.4%2Bdeb12u11/licenses"
 LICENCES = ("GPL-2", "GPL-3", "LGPL-2.1", "LGPL-3", "GFDL-1.3", "Apache-2.0", "MPL-2.0", "Artistic")
@@ -73,11 +71,6 @@ def served_files(shared: Path) -> dict[str, bytes]:
     return files
 
 
-def snakemake_command(workdir: Path, configs: list[Path], *args: str) -> list[str]:
-    return [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-            "--configfile", *map(str, configs), *args]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cores", default="all")
@@ -86,35 +79,10 @@ def main() -> int:
     args, snakemake_args = parser.parse_known_args()  # the rest goes to snakemake (e.g. --forceall, -n)
     workdir = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    configs = CONFIGS + ([CI_CONFIG] if args.ci else [])
-    env = {**os.environ, **OFFLINE}
-
     start = time.monotonic()
-    files = served_files(shared_data())
-    with contextlib.ExitStack() as stack:
-        try:
-            server = stack.enter_context(serve(files, port=PORT))
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                sys.exit(f"real: port {PORT} (configs/real-local.yaml's URLs) is in use; stop what holds it, or "
-                         "change the port in both configs/real-local.yaml and tests/support/real.py")
-            raise
-        study = subprocess.run(snakemake_command(workdir, configs, "--cores", args.cores, *snakemake_args),
-                               cwd=workdir, env=env)
-    print(f"real: {len(server.requests)} download requests served", flush=True)
-    if study.returncode:
-        return study.returncode
-    report = subprocess.run(snakemake_command(workdir, configs, "--report", str(workdir / "report.html")),
-                            cwd=workdir, env=env)
-    if report.returncode:
-        return report.returncode
-    print(f"real: study and report in {time.monotonic() - start:.0f} s; checking the results", flush=True)
-    checks = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             str(REPO / "tests/workflow/test_real.py"), "-m", "real"],
-                            cwd=REPO, env={**env, "PERTURBED_LM_REAL": str(workdir)})
-    print(f"real: {'passed' if checks.returncode == 0 else 'FAILED'} in {time.monotonic() - start:.0f} s "
-          f"(summary {workdir}/results/summary.md, report {workdir}/report.html)", flush=True)
-    return checks.returncode
+    return run_served_study("real", workdir, CONFIGS + ([CI_CONFIG] if args.ci else []), served_files(shared_data()),
+                            PORT, ["--cores", args.cores, *snakemake_args], "tests/workflow/test_real.py",
+                            "PERTURBED_LM_REAL", start)
 
 
 if __name__ == "__main__":

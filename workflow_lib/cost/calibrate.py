@@ -85,7 +85,7 @@ def calibrate(name: str = "local", log=print, rules: tuple[str, ...] = tuple(RUL
     with torch.no_grad():
         forward = best_of(lambda: (model(input_ids=ids), sync()))
     flops_forward = batch * length * (2 * shape.matmul_params + 4 * shape.n_layer * shape.d_model * length)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # as the trainer's (float32 weights)
 
     def step():
         loss = model(input_ids=ids, labels=ids).loss
@@ -167,7 +167,7 @@ def shape_rates(shape, config: dict, gpt2, sync) -> dict:
                  n_inner=shape.d_ffn, n_positions=max(shape.context, 256), vocab_size=shape.vocab)
     batch, length = config["training"]["batch_size"], config["tokenize"]["block_size"]
     ids = torch.randint(0, shape.vocab, (batch, length), device=model.device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # as the trainer's (float32 weights)
 
     def step():
         model(input_ids=ids, labels=ids).loss.backward()
