@@ -189,3 +189,13 @@ def test_calibration_measures_this_machine_into_a_device():
     generic = device("local", {k: v for k, v in measured.items() if k not in ("name", "source", "shape_rates")})
     train_generic = next(j for j in cost_jobs.plan_jobs(config, generic, generic, None) if j.rule == "train")
     assert train.parts["compute"] != train_generic.parts["compute"]
+
+
+def test_a_featuriser_is_costed_without_an_output_head():
+    """MAUVE's features are the last hidden state: MiniLM multiplies its 6 blocks (10.6M parameters), not its 30,522 x
+    384 embedding as a head would (which doubled the evaluate jobs' predicted FLOPs against make real's)."""
+    from workflow_lib.cost.shapes import featuriser_shape
+
+    headless, as_lm = featuriser_shape("minilm"), from_config(KNOWN["minilm"])
+    assert headless.matmul_params == 6 * (4 * 384**2 + 2 * 384 * 1536) == as_lm.matmul_params - 30522 * 384
+    assert headless.params == as_lm.params and headless.key != as_lm.key  # its own entry in a calibration

@@ -163,8 +163,10 @@ def shape_rates(shape, config: dict, gpt2, sync) -> dict:
     tokenize.block_size tokens, and a forward pass of sampling.batch_size rows (at most 256) of 32 tokens."""
     import torch
 
+    # A gated MLP's three matrices as a GPT-2 MLP of the same FLOPs (its inner width 1.5x).
     model = gpt2(n_layer=shape.n_layer, n_head=max(1, shape.d_model // 64), n_embd=shape.d_model,
-                 n_inner=shape.d_ffn, n_positions=max(shape.context, 256), vocab_size=shape.vocab)
+                 n_inner=shape.d_ffn * 3 // 2 if shape.gated else shape.d_ffn, n_positions=max(shape.context, 256),
+                 vocab_size=shape.vocab)
     batch, length = config["training"]["batch_size"], config["tokenize"]["block_size"]
     ids = torch.randint(0, shape.vocab, (batch, length), device=model.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # as the trainer's (float32 weights)

@@ -47,6 +47,7 @@ class Shape:
     vocab: int
     context: int
     gated: bool = False  # a gated MLP (Llama, Mistral): three FFN matrices, not two
+    head: bool = True  # an output head every token multiplies; a featuriser reads the last hidden state, without it
 
     @property
     def params(self) -> int:
@@ -56,7 +57,7 @@ class Shape:
     @property
     def key(self) -> str:
         """Names the shape in a calibration's `shape_rates`."""
-        return f"L{self.n_layer}-d{self.d_model}-f{self.d_ffn}-V{self.vocab}"
+        return f"L{self.n_layer}-d{self.d_model}-f{self.d_ffn}-V{self.vocab}" + ("" if self.head else "-nohead")
 
     @property
     def per_layer(self) -> int:
@@ -65,8 +66,8 @@ class Shape:
     @property
     def matmul_params(self) -> int:
         """The parameters every token multiplies: the blocks' and the output head's (PaLM's N, position embeddings
-        left out)."""
-        return self.n_layer * self.per_layer + self.vocab * self.d_model
+        left out); a headless featuriser's blocks only (MiniLM: 10.6M of its 22.7M parameters)."""
+        return self.n_layer * self.per_layer + (self.vocab * self.d_model if self.head else 0)
 
 
 def _first(config: dict, *keys, default=None):
@@ -117,5 +118,9 @@ def model_shape(config: dict, key: str, workdir: Path | None = None) -> Shape | 
 
 
 def featuriser_shape(name: str, workdir: Path | None = None) -> Shape | None:
+    """The featuriser's shape, without a head: MAUVE's features are the last hidden state (an encoder has no head,
+    and a causal LM's is not applied)."""
+    from dataclasses import replace
+
     found = hub_config(name, workdir=workdir)
-    return from_config(found) if found else None
+    return replace(from_config(found), head=False) if found else None
