@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from support.httpserver import serve
+from support.study import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
