@@ -9,7 +9,7 @@ SNAKEMAKE_ARGS ?=
 CONFIG ?= config.yaml
 ESTIMATE_ARGS ?=
 
-.PHONY: venv run report test test-fast lint dryrun bench clean rehearsal real real-ci estimate
+.PHONY: venv install run report test test-fast lint dryrun bench clean rehearsal real real-ci estimate
 
 # The venv is rebuilt only when the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -32,6 +32,10 @@ $(SMOLLM2): $(STAMP)
 $(TRACKERS): $(STAMP) requirements-trackers.txt
 	$(BIN)/python -m pip install --quiet -r requirements-trackers.txt
 	touch $(TRACKERS)
+
+# Everything `make test`, `make rehearsal` and `make real` need, built once (CI builds it before running two of them
+# side by side).
+install: $(STAMP) $(TRACKERS) $(SMOLLM2)
 
 run: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
@@ -62,7 +66,7 @@ dryrun: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
 
-test: $(STAMP) $(TRACKERS) $(SMOLLM2)
+test: install
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest
 
 bench: $(STAMP)
