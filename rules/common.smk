@@ -37,6 +37,8 @@ from workflow_lib.grid import (
 # A rule's `code` input, workflow_code("workflow_lib.<stage>.<module>"): the files that `python -m <module>` runs (with its packages' __init__.py) (the
 # module and what it imports, found by a static scan), so editing one reruns the rule's jobs and what follows.
 from workflow_lib.module_deps import module_files as workflow_code
+from workflow_lib.report.contrasts import designed_mauve
+from workflow_lib.report.joint_mauve import features_sidecar
 from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, runtime_minutes as predicted_minutes
 from workflow_lib.train.tracking import ENV as TRACKING_ENV
 from workflow_lib.perturb.strategies import wildcard_pattern as strategy_wildcards
@@ -81,6 +83,7 @@ wildcard_constraints:
     tintensity=r"[0-9]+(\.[0-9]+)?",
     smode="exact|cached",
     featuriser=r"[A-Za-z0-9_.-]+",
+    pair=r"[0-9a-f]{16}",
     figure="ablation|intensity|extrapolation",
     table="table1|emo_brier|strategies|ablation|examples",
 
@@ -371,6 +374,22 @@ def evaluation_settings(wildcards=None):
 
 
 REPORT_TABLES = ["table1", "metrics", "emo_brier", "strategies", "ablation"]
+
+# The designed MAUVE contrasts (pair id -> the pair, its identity and B), one mauve_contrast job each: each clusters
+# the human text and both conditions' samples jointly (workflow_lib.report.joint_mauve).
+MAUVE_CONTRASTS = designed_mauve(metric_targets(config), config["report"]["intensity"])
+MAUVE_CONTRAST_OUTPUT = "results/report/mauve/{pair}.json"
+
+
+def mauve_contrast_targets():
+    return [MAUVE_CONTRAST_OUTPUT.format(pair=p) for p in sorted(MAUVE_CONTRASTS)]
+
+
+def mauve_contrast_inputs(wildcards):
+    pair = MAUVE_CONTRASTS[wildcards.pair]
+    return {"a": pair["path_a"], "b": pair["path_b"], "features_a": features_sidecar(pair["path_a"]),
+            "features_b": features_sidecar(pair["path_b"]), "prompts": f"results/prompts/{pair['eval_set']}.parquet",
+            "human": f"results/features/{featuriser_id()}/{pair['eval_set']}.npy"}
 
 
 def report_settings():

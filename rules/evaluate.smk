@@ -30,6 +30,7 @@ rule evaluate:
         json=METRICS_OUTPUT,
         per_prompt=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.prompts.parquet",
         curves=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.curves.parquet",
+        features=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.features.parquet",
     params:
         settings=lambda w: as_json(evaluation_settings()),
     log:
@@ -43,7 +44,7 @@ rule evaluate:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics evaluate --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} --curves {output.curves} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics evaluate --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} --curves {output.curves} --features {output.features} 2> {log}"
 
 
 # One job per evaluated model: the model is loaded once and scores the human text of every eval set it is evaluated

@@ -16,6 +16,26 @@ rule collect_metrics:
         "python -m workflow_lib.report.build collect --output {output} {input.metrics} {params.perplexity} 2> {log}"
 
 
+rule mauve_contrast:
+    input:
+        unpack(mauve_contrast_inputs),
+        code=workflow_code("workflow_lib.report.joint_mauve"),
+    output:
+        MAUVE_CONTRAST_OUTPUT,
+    params:
+        settings=lambda w: as_json(evaluation_settings()),
+        resamples=lambda w: MAUVE_CONTRASTS[w.pair]["resamples"],
+        identity=lambda w: MAUVE_CONTRASTS[w.pair]["identity"],
+    log:
+        "results/logs/report/mauve/{pair}.log",
+    benchmark:
+        "results/benchmarks/report/mauve/{pair}.tsv"
+    conda:
+        "../envs/evaluate.yaml"
+    shell:
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.report.joint_mauve --a {input.a} --b {input.b} --human {input.human} --prompts {input.prompts} --settings {params.settings:q} --resamples {params.resamples} --identity {params.identity:q} --output {output} 2> {log}"
+
+
 rule contrasts:
     input:
         # The metrics JSON and their per-prompt sidecars, listed so that they are inputs too (contrasts reads them
@@ -23,6 +43,7 @@ rule contrasts:
         metrics=metric_targets(config),
         sidecars=[m.replace(".json", ".prompts.parquet") for m in metric_targets(config)],
         perplexity=list(PERPLEXITY_JOBS),
+        mauve=mauve_contrast_targets(),
         code=workflow_code("workflow_lib.report.contrasts"),
     output:
         "results/report/contrasts.csv",
@@ -34,7 +55,7 @@ rule contrasts:
     conda:
         "../envs/evaluate.yaml"
     shell:
-        "python -m workflow_lib.report.contrasts --intensity {params.intensity} --output {output} {input.metrics} {params.perplexity} 2> {log}"
+        "python -m workflow_lib.report.contrasts --intensity {params.intensity} --output {output} {input.metrics} {params.perplexity} --mauve {input.mauve} 2> {log}"
 
 
 rule tables:

@@ -197,7 +197,7 @@ def test_evaluate_reports_per_run_scores(texts):
     samples = pa.table({"prompt_id": list(range(60)) * 2, "run": [0] * 60 + [1] * 60,
                         "text": [t[12:] for t in english] * 2})
     no_seeds_key = {k: v for k, v in FAST_MAUVE.items() if k != "kmeans_seeds"}  # an old settings dict
-    result, _, _ = evaluate(samples, prompts, featurize(english, "minilm", 64), settings_for(no_seeds_key), seed=3)
+    result, _, _, _ = evaluate(samples, prompts, featurize(english, "minilm", 64), settings_for(no_seeds_key), seed=3)
     assert result["runs"] == 2 and len(result["mauve"]) == 2 and result["prompts"] == 60
     assert result["mauve_mean"] > 0.99 and result["rouge1_mean"] == pytest.approx(1.0)
     assert result["rouge2_mean"] == pytest.approx(1.0) and result["rougeL_mean"] == pytest.approx(1.0)
@@ -248,22 +248,22 @@ def cli_outputs(texts, tmp_path_factory):
     pq.write_table(prompts, folder / "prompts.parquet")
     pq.write_table(samples, folder / "samples.parquet")
     np.save(folder / "human.npy", featurize(english[:n], "minilm", 64))
-    out = {name: folder / name for name in ("metrics.json", "curves.parquet", "per_prompt.parquet")}
+    out = {name: folder / name for name in ("metrics.json", "curves.parquet", "per_prompt.parquet", "features.parquet")}
     argv = ["metrics", "evaluate", "--samples", str(folder / "samples.parquet"), "--prompts", str(folder / "prompts.parquet"),
             "--human-features", str(folder / "human.npy"), "--settings", json.dumps(settings_for(FAST_MAUVE)),
             "--output", str(out["metrics.json"]), "--curves", str(out["curves.parquet"]),
-            "--per-prompt", str(out["per_prompt.parquet"])]
+            "--per-prompt", str(out["per_prompt.parquet"]), "--features", str(out["features.parquet"])]
     saved, sys.argv = sys.argv, argv
     try:
         metrics.main()
     finally:
         sys.argv = saved
     return (json.loads(out["metrics.json"].read_text()), pq.read_table(out["curves.parquet"]),
-            pq.read_table(out["per_prompt.parquet"]))
+            pq.read_table(out["per_prompt.parquet"]), pq.read_table(out["features.parquet"]))
 
 
 def test_evaluate_splits_mauve_variance_over_runs_and_clustering_seeds(cli_outputs):
-    result, _, _ = cli_outputs
+    result, _, _, _ = cli_outputs
     by_seed = np.array(result["mauve_by_seed"])
     assert by_seed.shape == (2, 2) and result["kmeans_seeds"] == [3, 4] and result["run_ids"] == [0, 1]
     assert result["mauve"] == pytest.approx(by_seed.mean(axis=1).tolist(), abs=1e-15)
@@ -278,7 +278,7 @@ def test_evaluate_splits_mauve_variance_over_runs_and_clustering_seeds(cli_outpu
 
 
 def test_evaluate_writes_every_divergence_curve(cli_outputs):
-    result, curves, _ = cli_outputs
+    result, curves, _, _ = cli_outputs
     points = FAST_MAUVE["discretization"] + 2  # mauve-text adds the two extreme points
     assert curves.num_rows == 2 * 2 * points
     assert {f.name: str(f.type) for f in curves.schema} == {"run": "int64", "kmeans_seed": "int64", "point": "int64",
@@ -287,7 +287,7 @@ def test_evaluate_writes_every_divergence_curve(cli_outputs):
 
 
 def test_evaluate_per_prompt_rouge_matches_the_run_means(cli_outputs):
-    result, _, per_prompt = cli_outputs
+    result, _, per_prompt, _ = cli_outputs
     assert per_prompt.column_names == ["prompt_id", "run", "rouge1", "rouge2", "rougeL"]
     assert str(per_prompt.schema.field("prompt_id").type) == "int64" and str(per_prompt.schema.field("run").type) == "int64"
     keys = list(zip(per_prompt["prompt_id"].to_pylist(), per_prompt["run"].to_pylist()))
@@ -299,8 +299,20 @@ def test_evaluate_per_prompt_rouge_matches_the_run_means(cli_outputs):
     assert result["rouge1"][0] == pytest.approx(1.0) and result["rouge1"][1] < 1
 
 
+def test_evaluate_writes_every_samples_features_by_prompt_and_run(cli_outputs, texts):
+    """The MAUVE contrasts cluster these jointly with another condition's: each row must be its own sample's features."""
+    _, _, per_prompt, features = cli_outputs
+    assert features.column_names == ["prompt_id", "run", "features"]
+    assert features.select(["prompt_id", "run"]).equals(per_prompt.select(["prompt_id", "run"]))
+    english, noise = texts
+    row = features.slice(3, 1).to_pylist()[0]  # prompt 101, run 1: the prefix and its noisy continuation
+    i = row["prompt_id"] - 100
+    text = english[i] if row["run"] == 0 else english[i][:40] + noise[i][:10]
+    np.testing.assert_allclose(row["features"], featurize([text], "minilm", 64)[0], rtol=1e-5, atol=1e-6)
+
+
 def test_evaluate_reports_diversity_from_token_ids_and_provenance(cli_outputs):
-    result, _, _ = cli_outputs
+    result, _, _, _ = cli_outputs
     assert result["repetition"] == [1.0, 0.0] and result["rep_4"] == pytest.approx([1 - 4 / 9, 0.0])
     assert result["distinct_1"] == pytest.approx([4 / 480, 12 / 480])  # run 0: ids 1-4; run 1: ids 10-21, 40 x 12 tokens
     for name in ("distinct_1", "distinct_2", "distinct_3", "distinct_4", "repetition", "rep_4"):

@@ -349,6 +349,14 @@ def test_exact_constants_of_the_t_that_runs():
         perturbation.exact_constants("other", 1.0, 4, 4, 1)
 
 
+def test_contraction_betas_invert_the_exact_alpha_and_the_propositions_bound():
+    exact_beta, prop_beta = perturbation.contraction_betas(40)
+    assert exact_beta == pytest.approx(0.9828, abs=5e-5) and prop_beta == pytest.approx(0.9875)
+    assert perturbation.exact_constants("uniform", exact_beta, 40, 40, 1)[0] == pytest.approx(0.5)
+    assert perturbation.proposition_constants(prop_beta, 40, 1)[0] == pytest.approx(0.5)
+    assert perturbation.exact_constants("uniform", 0.985, 40, 40, 1)[0] == pytest.approx(0.454, abs=5e-4)  # < 1/2
+
+
 @pytest.mark.parametrize("beta", [0.3, 0.8])
 def test_exact_constants_at_l_equal_l_are_the_sup_over_every_prefix_pair(beta):
     """Enumerating every pair of prefixes over 3 seen words and 1 unseen one: alpha is the sup of TV(T(.|X),

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from workflow_lib.cli import StageError
-from workflow_lib.lab import bounds, report
+from workflow_lib.lab import bounds, perturbation, report
 from workflow_lib.lab.laws import build_sets, grammar_of
 
 # Four rows of one family: two support prefixes (delta 0) and their delta-1 versions (same base).
@@ -166,12 +166,31 @@ def test_cli_writes_both_tables_the_markdown_and_the_figure(lab_files, monkeypat
     trained = pl.read_csv(folder / "out/u.csv")
     assert trained.columns == bounds.COLUMNS and trained.height == 2 * 2 * 3  # families x T's x deltas
     premise = pl.read_csv(folder / "out/p.csv")
-    assert {"class", "U_base", "U_perturb_low", "robustness", "extrapolability", "contraction"} <= set(premise.columns)
+    assert {"class", "U_base", "U_perturb", "U_base_rows", "U_perturb_rows", "worst_prefix", "robustness",
+            "sp_perturb", "extrapolability", "contraction", "contraction_proposition"} <= set(premise.columns)
     assert set(premise["perturbation"]) == {"syn", "syn, l = L", "syn, l = L, beta = 0.9844"}
     text = (folder / "out/u.md").read_text()
-    for heading in ("**T's constants**", "**Model classes that meet the premise**", "**Trained models, descriptive**"):
+    for heading in ("**T's constants**", "**Model classes that meet the premise**", "**Global uncertainties",
+                    "**Trained models, descriptive**"):
         assert heading in text
     assert "not U of any class" in text and "estimates U from below" not in text
+    assert "no admissible pair" not in text and "Ĉ: the largest share" in text
+
+
+def test_the_findings_read_the_sups_and_derive_the_contraction_threshold(lab_files, monkeypatch):
+    """The issue's case through the CLI: `unseen` under uniform replacement of the last 12 of 16 words has an
+    unseen word at position 0 within distance 1, so Robustness with the Proposition's C reads violated; the beta
+    at which alpha(T) = 1/2 comes from the code's exact alpha, not a hand-written number."""
+    folder, laws = lab_files
+    run_cli(monkeypatch, folder, laws)
+    text = (folder / "out/u.md").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("- **Premise class `unseen`, T = syn**"))
+    assert "with the Proposition's C: violated" in line and "unseen words at positions 0-1, before T's window" in line
+    exact_beta, prop_beta = perturbation.contraction_betas(16)
+    assert f"beta > {exact_beta:.4f}" in text and f"asks beta > {prop_beta:.4f}" in text
+    assert "0.9875" not in text
+    off = next(x for x in text.splitlines() if x.startswith("- **Premise class `off-support`, T = syn**"))
+    assert "a member paired with itself" in off and "U_perturb(delta) = 0 at every delta" in off
     for ext in ("png", "pdf"):
         assert (folder / f"out/fig.{ext}").stat().st_size > 1000
     assert not list((folder / "out").glob(".*tmp*"))

@@ -1,7 +1,9 @@
-"""The premise-meeting model classes: exact shares against Monte Carlo, the verdicts, and each theorem's check
-made to report a violation by a constant or a class that breaks it."""
+"""The premise-meeting model classes: each per-prefix share against the perturber's own draws, T's window included,
+and the sups U_base(delta), U_perturb(delta) against a brute-force sup over every prefix of a tiny grammar."""
 
 from __future__ import annotations
+
+from itertools import product
 
 import numpy as np
 import polars as pl
@@ -12,7 +14,8 @@ from workflow_lib.lab.laws import build_sets, grammar_of
 
 BUILTIN = {"seed": 7, "words_per_class": 4}
 SETS = {"prefixes": 12, "length": 16, "deltas": [0, 1, 2], "last": 12, "tries": 16, "seed": 3}
-SPECS = {"uniform": {"q0": "uniform", "beta": 0.9, "last": 12}, "synonym": {"q0": "synonym", "beta": 1.0, "last": 12}}
+TINY = {"seed": 3, "n_noun_classes": 2, "n_verb_classes": 2, "n_adj_classes": 1, "words_per_class": 2,
+        "ood_fraction": 0.25}
 
 
 @pytest.fixture(scope="module")
@@ -23,15 +26,20 @@ def lab():
 
 
 @pytest.fixture(scope="module")
-def table(lab):
-    grammar, lex, frame = lab
-    return premise.premise_table(grammar, lex, frame, SPECS, SETS["length"], SETS["seed"], draws=16)
+def tiny():
+    """Every prefix of 3 words over a tiny grammar's lexicon (17 seen words and 6 unseen), and its distance."""
+    grammar = grammar_of(TINY)
+    lex = prefix_sets.lexicon(grammar, 0)
+    every = np.array(list(product(range(len(lex.words)), repeat=3)), dtype=np.int64)
+    return grammar, lex, every, prefix_sets.support_distance(grammar, lex, every)
 
 
-def pick(table: pl.DataFrame, cls: str, name: str, family: str, delta: int) -> dict:
-    (hit,) = table.filter((pl.col("class") == cls) & (pl.col("perturbation") == name) & (pl.col("family") == family)
-                          & (pl.col("delta") == delta)).iter_rows(named=True)
-    return hit
+def draw_frequency(grammar, lex, cls: str, prefixes: np.ndarray, q0: str, beta: float, last: int,
+                   draws: int) -> np.ndarray:
+    """Per prefix, the share of keyed draws of the real perturber whose X~ lies outside the class's A."""
+    keys = perturbation.keys_for(11, np.arange(len(prefixes)))
+    return np.mean([premise.outside_a(grammar, lex, cls, perturbation.perturb_words(
+        lex, prefixes, q0, beta, last, keys, d, weights_source=grammar)) for d in range(draws)], axis=0)
 
 
 def test_members_differ_and_their_largest_tv_is_hand_checkable():
@@ -44,90 +52,111 @@ def test_members_differ_and_their_largest_tv_is_hand_checkable():
 def test_unseen_share_is_the_frequency_of_draws_that_keep_an_unseen_word(lab, q0):
     grammar, lex, frame = lab
     ids = np.stack(frame["ids"].to_list())
-    keys = perturbation.keys_for(1, frame["base"].to_numpy())
     beta = 0.6 if q0 == "uniform" else 0.7
-    kept = np.mean([(~lex.seen[perturbation.perturb_words(lex, ids, q0, beta, 12, keys, d, weights_source=grammar)])
-                    .any(1) for d in range(2000)], axis=0)
+    kept = draw_frequency(grammar, lex, "unseen", ids, q0, beta, 12, draws=2000)
     exact = premise.unseen_share(lex, ids, q0, beta, 12)
     assert (exact > 0).any() and (exact == 0).any()
     assert kept == pytest.approx(exact, abs=0.05)
 
 
-def test_clopper_pearson_brackets_the_share_and_is_one_sided_at_the_edges():
-    low, high = premise.clopper_pearson(np.array([0, 5, 10]), 10)
-    assert low[0] == 0 and high[2] == 1 and low[1] < 0.5 < high[1]
-    assert high[0] == pytest.approx(1 - 0.025 ** (1 / 10))
-
-
-@pytest.mark.parametrize(("low", "high", "bound", "cap", "expected"), [
-    (0.3, 0.3, 0.2, 1.0, "violated"), (0.1, 0.1, 2.0, 1.0, "vacuous"), (0.1, 0.15, 0.2, 1.0, "holds"),
-    (0.1, 0.3, 0.2, 1.0, "unresolved"), (None, None, 0.2, 1.0, "no admissible pair")])
-def test_verdicts(low, high, bound, cap, expected):
-    assert premise.verdict(low, high, bound, cap) == expected
-
-
-def test_the_classes_meet_the_premise_where_t_allows_it(table):
-    assert table.filter(pl.col("class") == "unseen")["admissible"].all()
-    off = table.filter(pl.col("class") == "off-support")
-    assert not off.filter(pl.col("q0") == "uniform")["admissible"].any()  # uniform T leaves the support
-    assert off.filter(pl.col("q0") == "synonym")["admissible"].all() and off.filter(pl.col("q0") == "synonym")["exact"].all()
-    assert (table.filter(pl.col("delta") == 0)["U_base"] == 0).all()
-
-
-def test_class_replacement_maps_synonym_rows_onto_the_support_and_keeps_held_out_compositions(table):
-    synonym_rows = pick(table, "off-support", "synonym", "synonym", 1)
-    assert synonym_rows["U_base"] > 0.5 and synonym_rows["U_perturb_high"] == 0 and synonym_rows["extrapolability"] == "holds"
-    composition = pick(table, "off-support", "synonym", "composition", 1)
-    assert composition["U_perturb_low"] == pytest.approx(composition["U_base"])  # SP_perturb fails there: no gain
-    assert composition["C"] == 1 and composition["robustness"] == "vacuous"
-
-
-def test_at_l_equal_l_the_robustness_bound_binds_within_a_factor_two(table):
-    """The unseen class at distance delta: U_perturb = (1 - beta^delta) x the members' TV, and 2C = 2 (1 - beta^delta)."""
-    hit = pick(table, "unseen", "uniform, l = L", "synonym", 2)
-    assert hit["C"] == pytest.approx(1 - 0.9 ** 2)
-    assert hit["U_perturb_high"] == pytest.approx(hit["member_tv"] * (1 - 0.9 ** 2))
-    assert hit["robustness"] == "holds" and hit["U_perturb_high"] > 0.4 * 2 * hit["C"]
-    assert pick(table, "unseen", "uniform", "synonym", 2)["robustness"] == "vacuous"  # l < L: C = 1
-
-
-def test_the_contraction_is_global_and_holds_where_the_proposition_promises_it(table):
-    name = "uniform, l = L, beta = 0.9844"
-    hit = pick(table, "unseen", name, "synonym", 1)
-    assert hit["alpha"] == pytest.approx(1 - 0.984375 ** 16) and hit["alpha"] < 0.5
-    assert hit["U_perturb_inf"] == pytest.approx(hit["alpha"] * hit["member_tv"])
-    assert hit["contraction"] == "holds"
-    assert pick(table, "unseen", "uniform", "synonym", 1)["contraction"] == "vacuous"  # alpha = 1
-
-
-# ---- every check reports a violation when its premise is broken ---------------------------------------------
-
-
-def test_robustness_reports_a_violation_when_c_is_too_small(lab, monkeypatch):
+@pytest.mark.parametrize("q0", ["uniform", "synonym"])
+def test_an_unseen_word_before_the_window_is_always_kept(lab, q0):
+    """The l < L case: T never reaches position 0 of a 16-word prefix when it perturbs the last 12 words, so an
+    unseen word there survives every draw (share 1), while one in the last position survives with 1 - beta."""
     grammar, lex, frame = lab
-    monkeypatch.setattr(perturbation, "exact_constants", lambda *args: (1.0, 0.001))
-    broken = premise.premise_table(grammar, lex, frame, SPECS, SETS["length"], SETS["seed"], draws=4)
-    assert pick(broken, "off-support", "synonym", "composition", 1)["robustness"] == "violated"
+    base = np.stack(frame.filter(pl.col("delta") == 0)["ids"].to_list())[:3]
+    unseen = int(np.flatnonzero(~lex.seen)[0])
+    rows = base.copy()
+    rows[0, 0] = unseen  # before the window
+    rows[1, -1] = unseen  # inside
+    rows[2, [0, -1]] = unseen  # both
+    exact = premise.unseen_share(lex, rows, q0, 0.9, 12)
+    assert exact == pytest.approx([1.0, 0.1, 1.0])
+    assert draw_frequency(grammar, lex, "unseen", rows, q0, 0.9, 12, draws=400) == pytest.approx(exact, abs=0.05)
+    assert premise.unseen_share(lex, rows, q0, 0.9, 16) == pytest.approx([0.1, 0.1, 1 - 0.9 ** 2])  # l = L
 
 
-def test_contraction_reports_a_violation_when_alpha_is_too_small(lab, monkeypatch):
+def test_off_support_share_is_the_frequency_of_draws_that_leave_the_support(tiny):
+    grammar, lex, every, _ = tiny
+    representative = np.searchsorted(grammar.word_class, np.arange(len(grammar.class_names)))
+    accepted = prefix_sets.support_distance(grammar, lex, representative[lex.word_class[every]]) == 0
+    rng = np.random.default_rng(5)  # prefixes whose class sequence the support holds (unseen words or not), and others
+    sample = np.concatenate([rng.permutation(every[accepted])[:200], rng.permutation(every[~accepted])[:100]])
+    for beta, last in ((0.7, 1), (0.7, 2), (1.0, 3)):  # at l = 1, an unseen word at position 1 is never replaced
+        exact = premise.off_support_share(grammar, lex, sample, "synonym", beta, last)
+        assert ((exact > 0) & (exact < 1)).any() == (beta < 1) and (exact == 0).any() and (exact == 1).any()
+        frequency = draw_frequency(grammar, lex, "off-support", sample, "synonym", beta, last, draws=400)
+        assert frequency == pytest.approx(exact, abs=0.12)
+    with pytest.raises(ValueError, match="no closed form"):
+        premise.off_support_share(grammar, lex, sample, "uniform", 0.5, 3)
+
+
+def test_worst_prefixes_are_at_exact_distance_and_refuse_an_off_support_start(lab):
     grammar, lex, frame = lab
-    monkeypatch.setattr(perturbation, "exact_constants", lambda q0, beta, last, length, delta: (0.1, 1.0 if delta else 0.0))
-    broken = premise.premise_table(grammar, lex, frame, SPECS, SETS["length"], SETS["seed"], draws=4)
-    assert pick(broken, "off-support", "synonym", "composition", 1)["contraction"] == "violated"
+    support = np.stack(frame.filter(pl.col("delta") == 0)["ids"].to_list())[0]
+    worst = premise.worst_prefixes(grammar, lex, support, [0, 1, 2, 40])
+    assert np.array_equal(worst[0], support)
+    assert prefix_sets.support_distance(grammar, lex, worst).tolist() == [0, 1, 2, 16]
+    assert (~lex.seen[worst[2, :2]]).all() and np.array_equal(worst[2, 2:], support[2:])
+    with pytest.raises(ValueError, match="not a support prefix"):
+        premise.worst_prefixes(grammar, lex, worst[1], [1])
 
 
-def test_extrapolability_reports_a_violation_when_t_does_not_restore_the_support(lab, monkeypatch):
-    """A class that differs on rows T claims to map onto the support: the synonym rows under class replacement,
-    with a share of draws that (wrongly) keeps an unseen word."""
+def test_admissibility_follows_whether_t_keeps_the_support_in_a(lab):
     grammar, lex, frame = lab
-    monkeypatch.setattr(premise, "unseen_share", lambda lex, ids, q0, beta, last: (~lex.seen[ids]).any(1).astype(float))
-    broken = premise.premise_table(grammar, lex, frame, {"synonym": SPECS["synonym"]}, SETS["length"], SETS["seed"], 4)
-    assert pick(broken, "unseen", "synonym", "synonym", 1)["extrapolability"] == "violated"
+    support = np.stack(frame.filter(pl.col("delta") == 0)["ids"].to_list())[0]
+    assert premise.admissible(grammar, lex, "unseen", "uniform", 0.9, support)
+    assert premise.admissible(grammar, lex, "off-support", "synonym", 0.5, support)
+    assert premise.admissible(grammar, lex, "off-support", "uniform", 0.0, support)  # T is the identity
+    assert not premise.admissible(grammar, lex, "off-support", "uniform", 0.9, support)
+    # ... and the draws agree: uniform replacement takes some support prefix off the support, class replacement none.
+    ids = np.stack(frame.filter(pl.col("delta") == 0)["ids"].to_list())
+    assert draw_frequency(grammar, lex, "off-support", ids, "uniform", 0.3, 12, draws=8).max() > 0
+    assert draw_frequency(grammar, lex, "off-support", ids, "synonym", 0.7, 12, draws=8).max() == 0
 
 
-def test_a_row_above_the_exact_global_uncertainty_is_a_bug_and_stops(lab, monkeypatch):
+@pytest.mark.parametrize(("cls", "q0", "beta", "last"), [
+    ("unseen", "uniform", 0.7, 2), ("unseen", "uniform", 0.7, 3), ("unseen", "synonym", 0.7, 2),
+    ("unseen", "synonym", 1.0, 3), ("off-support", "synonym", 0.7, 2), ("off-support", "synonym", 1.0, 3),
+    ("off-support", "uniform", 0.0, 3)])
+def test_the_sups_are_the_brute_force_sups_over_every_prefix(tiny, cls, q0, beta, last):
+    """U(delta) / spread over all 23^3 prefixes of the tiny lexicon, against `class_sups`' worst prefix."""
+    grammar, lex, every, distance = tiny
+    support = every[distance == 0][0]
+    sups = premise.class_sups(grammar, lex, cls, q0, beta, last, support, [0, 1, 2, 3])
+    assert sups["admissible"]
+    base, share = premise.outside_a(grammar, lex, cls, every), premise.leave_share(grammar, lex, cls, every, q0, beta, last)
+    assert share[distance == 0].max() == 0  # admissible: no support prefix leaves A
+    for delta in range(4):
+        within = distance <= delta
+        assert sups["U_base"][delta] == base[within].max()
+        assert sups["U_perturb"][delta] == pytest.approx(share[within].max())
+    if cls == "unseen" and last < 3:
+        assert sups["U_perturb"][1] == 1.0  # the unseen word before the window
+
+
+def test_without_an_admissible_distinct_pair_u_perturb_is_zero(tiny):
+    grammar, lex, every, distance = tiny
+    sups = premise.class_sups(grammar, lex, "off-support", "uniform", 0.7, 3, every[distance == 0][0], [0, 1, 3])
+    assert not sups["admissible"] and sups["U_perturb"].tolist() == [0.0, 0.0, 0.0]
+    assert sups["U_base"].tolist() == [0.0, 1.0, 1.0]
+
+
+def test_the_draws_check_stops_a_closed_form_that_ignores_the_window(lab):
+    """Shares computed as if T reached position 0 (the l = L formula at l < L) contradict the perturber."""
     grammar, lex, frame = lab
-    monkeypatch.setattr(premise, "unseen_share", lambda lex, ids, q0, beta, last: (~lex.seen[ids]).any(1).astype(float))
-    with pytest.raises(ValueError, match="exceeds the exact global one"):
-        premise.premise_table(grammar, lex, frame, {"uniform": SPECS["uniform"]}, SETS["length"], SETS["seed"], 4)
+    rows = np.stack(frame.filter(pl.col("delta") == 0)["ids"].to_list())[:2]
+    rows[:, 0] = int(np.flatnonzero(~lex.seen)[0])
+    keys = perturbation.keys_for(1, np.arange(2))
+    right = premise.unseen_share(lex, rows, "synonym", 1.0, 12)
+    premise.check_shares_against_draws(grammar, lex, "unseen", rows, right, "synonym", 1.0, 12, keys, 4)
+    wrong = premise.unseen_share(lex, rows, "synonym", 1.0, 16)  # 1 - 1^1 = 0: as if position 0 were replaced
+    with pytest.raises(ValueError, match="row 0 has exact share 0 .* the closed form is wrong"):
+        premise.check_shares_against_draws(grammar, lex, "unseen", rows, wrong, "synonym", 1.0, 12, keys, 4)
+
+
+def test_the_worst_prefix_is_described_where_it_lies():
+    assert premise.describe_worst(0, 32, 40) == "a support prefix"
+    assert premise.describe_worst(1, 32, 40) == "an unseen word at position 0, before T's window"
+    assert premise.describe_worst(4, 40, 40) == "unseen words at positions 0-3, inside T's window"
+    assert premise.describe_worst(9, 32, 40).endswith("position 0 lies before T's window")

@@ -29,22 +29,78 @@ def test_perturbation_verdicts_follow_the_holm_corrected_contrasts():
     assert contrast_findings(None)[0].startswith("No paired comparison was possible")
 
 
-def metrics(mauve, tv, runs=3, prompts=30, share=0.5) -> pl.DataFrame:
+def untested(rows: list[dict], why: str | None) -> list[dict]:
+    return [{**r, "p": None, "p_holm": None, "significant": False, "low": None, "high": None, "not_testable": why} for r in rows]
+
+
+def one_set(rows: list[dict]) -> list[dict]:
+    return [{**r, "eval_set": "webtext"} for r in rows]
+
+
+def test_untested_rows_are_counted_apart_never_as_no_difference():
+    """The issue's case: 3 MAUVE rows with no p said "no detectable difference in any of 3"; they are not testable,
+    with the reason, and a mixed metric counts its tested rows apart from the rest."""
+    rows = one_set(contrast_rows("perturbation", "mauve", [(0.05, 0.5), (0.04, 0.5), (-0.02, 0.5)]))
+    none = contrast_findings(contrasts_of(untested(rows, "2 runs")))[0]
+    assert "MAUVE: not testable in any of 3 (2 runs)" in none and "no detectable difference" not in none
+    mixed = contrasts_of(rows[:1], untested(rows[1:2], "2 runs"), untested(rows[2:], "no spread"))
+    text = contrast_findings(mixed)[0]
+    assert "MAUVE: no detectable difference in any of the 1 tested, not testable in 2 (2 runs: 1; no spread: 1)" in text
+    marked = contrasts_of(one_set(contrast_rows("perturbation", "rouge1", [(0.05, 0.01), (0.01, 0.5)])),
+                          untested(one_set(contrast_rows("perturbation", "rouge1", [(0.02, 0.5)])), "5 prompts"))
+    assert ("ROUGE-1: helped in 1, hurt in 0, no detectable difference in 1 (of the 2 tested), not testable in 1 "
+            "(5 prompts)") in contrast_findings(marked)[0]
+    old = contrasts_of(untested(rows[:1], None))  # a contrasts file from before the reason was recorded
+    assert "not testable in any of 1 (no p)" in contrast_findings(old)[0]
+
+
+def test_mauve_cells_with_too_few_texts_are_counted_apart_and_compared_with_nothing():
+    rows = contrasts_of(contrast_rows("perturbation", "mauve", [(0.05, 0.01)]), contrast_rows("perturbation", "rouge1", [(0.01, 0.5)]))
+    frame = pl.DataFrame({"eval_set": ["set0", "set0", "set1"], "objective": ["mle"] * 3, "mauve_mean": [0.9, 0.8, 0.7],
+                          "mauve_status": ["too few texts (20)", "too few texts (20)", None]})
+    lines = contrast_findings(rows, frame)
+    assert "MAUVE: helped in 1, hurt in 0, no detectable difference in 0 (of 1), too few texts in 2 cells (not compared)" in lines[0]
+    only_rouge = contrasts_of(contrast_rows("perturbation", "rouge1", [(0.01, 0.5)]))
+    assert "MAUVE: too few texts per run to compare; ROUGE-1: no detectable difference in any of 1" in contrast_findings(only_rouge, frame)[0]
+
+
+def metrics(mauve, tv, runs=3, prompts=30, share=0.5, mauve_2se=None, tv_2se=None) -> pl.DataFrame:
     n = len(mauve)
     return pl.DataFrame({"eval_set": ["ood"] * n, "objective": ["mle"] * n, "train_strategy": ["insertion"] * n,
                          "train_intensity": [0.1 * i for i in range(n)], "test_strategy": ["insertion"] * n,
                          "test_intensity": [0.1 * i for i in range(n)], "mauve_mean": mauve, "tv_mean": tv,
-                         "runs": [runs] * n, "prompts": [prompts] * n, "mauve_clustering_share": [share] * n})
+                         "mauve_2se": [mauve_2se] * n, "tv_2se": [tv_2se] * n,
+                         "runs": [runs] * n, "prompts": [prompts] * n, "mauve_clustering_share": [share] * n},
+                        schema_overrides={"mauve_2se": pl.Float64, "tv_2se": pl.Float64})
 
 
-def test_mauve_and_the_exact_tv_agree_or_are_flagged_when_they_do_not():
-    agree = mauve_tv_findings(metrics([0.9, 0.8, 0.7, 0.6], [0.1, 0.2, 0.3, 0.4]))
-    assert agree[0].startswith("**ood**: MAUVE and the exact TV to the true law agree") and "ρ = 1.00" in agree[0]
-    assert "ranks 1 of 4 by TV" in agree[0] and "Do not trust" not in agree[0]
-    # the default study's pattern: the best MAUVE has the worst TV
-    disagree = mauve_tv_findings(metrics([0.7, 0.8, 0.9, 0.965], [0.2, 0.3, 0.4, 0.546]))
-    assert "do not agree" in disagree[0] and "ρ = -1.00" in disagree[0] and "0.965" in disagree[0]
-    assert "ranks 4 of 4 by TV (0.546). Do not trust MAUVE alone here." in disagree[0]
+def test_mauve_and_the_exact_tv_agree_disagree_or_cannot_tell():
+    """Three verdicts from a permutation p and the range of rho under the means' errors, "cannot tell" the default."""
+    order = [0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55]
+    tv = [0.10, 0.12, 0.14, 0.16, 0.18, 0.20, 0.22, 0.24]
+    agree = mauve_tv_findings(metrics(order, tv, mauve_2se=0.01, tv_2se=0.004))
+    assert agree[0].startswith("**ood**: MAUVE and the exact TV to the true law agree on the order of the 8 conditions")
+    assert "ρ = 1.00" in agree[0] and "permutation p = 0.000" in agree[0] and "ranks 1 of 8 by TV" in agree[0]
+    assert "Do not trust" not in agree[0]
+    # the best MAUVE has the worst TV, and every condition in between is reversed too
+    disagree = mauve_tv_findings(metrics(order, tv[::-1], mauve_2se=0.01, tv_2se=0.004))
+    assert "order the 8 conditions in opposite ways" in disagree[0] and "ρ = -1.00" in disagree[0]
+    assert "ranks 8 of 8 by TV (0.240). Do not trust MAUVE alone here." in disagree[0]
+    # 4 conditions in perfect agreement: a rank correlation over 4 cannot reach 0.05 (2/24), so no verdict
+    few = mauve_tv_findings(metrics(order[:4], tv[:4]))
+    assert "the data cannot tell whether MAUVE orders the 4 conditions as the exact TV" in few[0]
+    assert "cannot go below 2/24 = 0.08" in few[0] and "ρ = 1.00" in few[0] and "Do not trust" not in few[0]
+    three = mauve_tv_findings(metrics(order[:3], tv[:3][::-1]))
+    assert "cannot tell" in three[0] and "2/6 = 0.33" in three[0] and "Do not trust" not in three[0]
+    # the same perfect order, but every TV within its neighbours' errors: the order is not the data's
+    noisy = mauve_tv_findings(metrics(order, tv[::-1], mauve_2se=0.01, tv_2se=0.2))
+    assert "cannot tell" in noisy[0] and "the order changes when the means are redrawn" in noisy[0]
+    assert "Do not trust" not in noisy[0]
+    # the issue's default run: 13 conditions, 12 TV means within 0.19-0.24 (2 SE 0.024), rho near 0.4: p about 0.17
+    default_tv = [0.19, 0.20, 0.21, 0.215, 0.22, 0.225, 0.23, 0.235, 0.24, 0.2, 0.21, 0.22, 0.546]
+    default_mauve = [0.70, 0.74, 0.66, 0.80, 0.72, 0.78, 0.68, 0.76, 0.75, 0.71, 0.79, 0.73, 0.965]
+    default = mauve_tv_findings(metrics(default_mauve, default_tv, mauve_2se=0.03, tv_2se=0.024))
+    assert "cannot tell" in default[0] and "no rank correlation detectable" in default[0]
     assert mauve_tv_findings(metrics([0.9, 0.8], [None, None])) == []  # no truth, no sentence
 
 
@@ -56,7 +112,7 @@ def test_size_and_limits_say_whether_validation_was_still_falling():
     assert text[0] == "Size: 3 sampling runs of 30 prompts per eval set."
     assert text[1] == ("Training: 100 optimizer steps per model (1 models). The validation loss was still falling at "
                        "the last evaluation in 1 of 1 models: longer training could change the comparison.")
-    assert "accounts for a median 83%" in text[2]
+    assert "accounts for an estimated median 83%" in text[2]
     assert "had stopped falling in all 1 models" in size_findings(frame, flat)[1]
     section = findings_section(frame, None, falling)
     assert section.startswith("Generated from the numbers below") and section.count("\n- ") == 5

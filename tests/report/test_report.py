@@ -71,6 +71,20 @@ def test_table1_rows_columns_bold_and_2se(study, tmp_path):
     assert r"\toprule" in tex and r"\textbf{0.900 $\pm$ 0.030}" in tex
 
 
+def test_bold_is_said_to_be_the_largest_mean_not_a_significant_difference(study, tmp_path):
+    """0.90 ± 0.03 against 0.80 ± 0.02 is bold, though no contrast supports it (this study has none): every caption
+    with bold says what bold is, in the Markdown and as the LaTeX's first line."""
+    written = tables(study, str(tmp_path / "tables"), 0.025, ["test", "ood"])
+    for name in ("table1", "emo_brier", "strategies", "ablation"):
+        assert "Bold: the largest mean of its column, a description, not a significant difference" in written[name]
+        tex = (tmp_path / f"tables/{name}.tex").read_text()
+        assert tex.startswith("% ") and "not a significant difference" in tex.splitlines()[0]
+    assert "**0.900 ± 0.030**" in written["table1"]
+    assert "a description, not a significant difference" in written["metrics"]
+    config = {"models": {"tiny": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}}
+    assert "Bold marks the largest mean of a column, not a significant difference" in summary(study, config, written, 0.025, [])
+
+
 def test_ablation_and_strategy_tables(study, tmp_path):
     tables(study, str(tmp_path / "tables"), 0.025, ["test", "ood"])
     ablation = pl.read_csv(tmp_path / "tables/ablation.csv").filter((pl.col("objective") == "mle") & (pl.col("eval_set") == "test"))

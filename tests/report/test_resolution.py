@@ -115,16 +115,16 @@ def test_a_paired_t_needs_three_runs_for_a_p():
 
 def test_a_row_with_no_p_is_not_testable_never_no_difference():
     line = contrast_findings(verdict_rows([(0.05, None), (-0.04, None)]))[0]
-    assert "MAUVE: not testable in any of 2 (fewer than 3 runs, or no spread)" in line
+    assert "MAUVE: not testable in any of 2 (no p)" in line  # rows that record no reason (written before it was)
     assert "no detectable difference" not in line
     # one tested and not significant, one untested: the tested one alone is "no detectable difference"
     line = contrast_findings(verdict_rows([(0.05, 0.4), (-0.04, None)]))[0]
-    assert "MAUVE: helped in 0, hurt in 0, no detectable difference in 1, not testable in 1 (of 2)" in line
+    assert "MAUVE: no detectable difference in any of the 1 tested, not testable in 1 (no p)" in line
     # all tested: the old wording
     line = contrast_findings(verdict_rows([(0.05, 0.4), (-0.04, 0.6)]))[0]
     assert "MAUVE: no detectable difference in any of 2" in line and "not testable" not in line
     line = contrast_findings(verdict_rows([(0.05, 0.01), (-0.04, None)]))[0]
-    assert "MAUVE: helped in 1, hurt in 0, no detectable difference in 0, not testable in 1 (of 2)" in line
+    assert "MAUVE: helped in 1, hurt in 0, no detectable difference in 0 (of the 1 tested), not testable in 1 (no p)" in line
 
 
 def test_findings_name_mauve_with_too_few_texts_instead_of_comparing_it(tmp_path, monkeypatch):
@@ -144,11 +144,11 @@ def test_findings_name_mauve_with_too_few_texts_instead_of_comparing_it(tmp_path
 
 def test_mauve_with_too_few_texts_is_not_set_against_the_exact_tv():
     def frame(status):
-        n = 4
+        n = 5
         return pl.DataFrame({"eval_set": ["ood"] * n, "objective": ["mle"] * n, "train_strategy": ["insertion"] * n,
                              "train_intensity": [0.1 * i for i in range(n)], "test_strategy": ["insertion"] * n,
-                             "test_intensity": [0.1 * i for i in range(n)], "mauve_mean": [0.9, 0.8, 0.7, 0.6],
-                             "tv_mean": [0.1, 0.2, 0.3, 0.4], "mauve_status": [status] * n},
+                             "test_intensity": [0.1 * i for i in range(n)], "mauve_mean": [0.9, 0.8, 0.7, 0.6, 0.5],
+                             "tv_mean": [0.1, 0.2, 0.3, 0.4, 0.5], "mauve_status": [status] * n},
                             schema_overrides={"mauve_status": pl.Utf8})
     assert mauve_tv_findings(frame("too few texts (20)")) == [
         "**ood**: MAUVE is not set against the exact TV to the true law: its runs had too few texts to resolve it."]

@@ -29,7 +29,8 @@ def tiny_config() -> dict:
         "prompts": {"max_prompts": 10},
         "training": {"batch_size": 8},
         "sampling": {"runs": 2, "new_tokens": 8},
-        "evaluation": {"max_text_length": 64, "mauve": {"kmeans_num_redo": 1, "kmeans_max_iter": 50}},
+        "evaluation": {"max_text_length": 64, "mauve": {"kmeans_num_redo": 1, "kmeans_max_iter": 50},
+                       "extrapolation": {"draws": 8}},  # the default 32 costs 4x; 8 is enough to test the path
         "eval_sets": {"syn-test": {"dataset": "synthetic", "split": "test"},
                       "syn-ood": {"dataset": "synthetic", "split": "ood"}},
         "experiments": {"main": {"models": ["tiny"], "train_dataset": "synthetic", "eval_sets": ["syn-test", "syn-ood"]}},

@@ -8,6 +8,10 @@ draw at intensity 0), read at the tokens that spell " word". Words the tokenizer
 and every other token form one remaining cell, so the TV is computed on that coarsened space (a lower bound of
 the TV over all continuations; `coverage` reports the truth's mass on single-token words). Prefixes that are
 impossible under the law (NaN truth) are skipped and counted.
+
+The TV of a Monte Carlo mean overestimates the perturbed law's TV (TV is convex); the two halves of the draws give a
+split-half estimate of that bias and a cross-fitted TV that is at most the perturbed law's in expectation
+(`monte_carlo_bias`; docs/method.md §4 has the measurement behind the default of 32 draws).
 """
 
 from __future__ import annotations
@@ -45,8 +49,11 @@ def evaluation_prefixes(references: list[str], start: int, stride: int) -> list[
 
 @torch.no_grad()
 def model_next_word(model, tokenizer, prefixes: list[list[str]], word_tokens: np.ndarray, perturbation: dict, table,
-                    draws: int, seed: int, batch_size: int = 256, decoder: dict | None = None) -> np.ndarray:
-    """[n, W + 1]: the perturbed next-word law the decoder draws from (single-token words, then everything else)."""
+                    draws: int, seed: int, batch_size: int = 256, decoder: dict | None = None, blocks: int = 1) -> np.ndarray:
+    """[blocks, n, W + 1]: the perturbed next-word law the decoder draws from (single-token words, then everything
+    else), averaged over each of `blocks` equal runs of consecutive draws (draw d falls in block d * blocks // draws).
+    Draw d of prefix i is keyed by (seed, i, d), so the first D of more draws are the D draws themselves. At intensity
+    0 there is one draw, the law itself, and one block."""
     from workflow_lib.perturb.backends import KeyedRandom
     from workflow_lib.perturb.perturber import perturb as apply_perturbation
     from workflow_lib.sample.decoding import decoded_probs, row_keys
@@ -56,16 +63,18 @@ def model_next_word(model, tokenizer, prefixes: list[list[str]], word_tokens: np
     special = sorted(set(tokenizer.all_special_ids))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     encoded = tokenizer([" ".join(p) for p in prefixes], add_special_tokens=True)["input_ids"]
-    draws = draws if perturbation["intensity"] > 0 else 1
+    draws, blocks = (draws, blocks) if perturbation["intensity"] > 0 else (1, 1)
+    if draws % blocks:
+        raise StageError(f"extrapolation: {draws} draws do not split into {blocks} equal blocks")
     table = table.to(device) if table is not None else None
     known = torch.as_tensor(word_tokens[word_tokens >= 0], device=device)
-    out = np.zeros((len(prefixes), len(word_tokens) + 1))
+    out = np.zeros((blocks, len(prefixes), len(word_tokens) + 1))
     for start in range(0, len(prefixes), batch_size):
         chunk = encoded[start : start + batch_size]
         lengths = torch.tensor([len(c) for c in chunk], device=device)
         offsets = torch.cat([torch.zeros(1, dtype=torch.long, device=device), lengths.cumsum(0)])
         values = torch.as_tensor([t for c in chunk for t in c], device=device)
-        total = torch.zeros((len(chunk), model.config.vocab_size), dtype=torch.float64, device=device)
+        total = torch.zeros((blocks, len(chunk), model.config.vocab_size), dtype=torch.float64, device=device)
         for d in range(draws):
             v, o = values, offsets
             if perturbation["intensity"] > 0:
@@ -75,34 +84,83 @@ def model_next_word(model, tokenizer, prefixes: list[list[str]], word_tokens: np
                 v, o = p.values, p.offsets
             ids, mask, positions = left_pad(v, o, pad, context_length(model))
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits[:, -1]
-            total += decoded_probs(logits, decoder)
-        probs = total / draws
-        words = np.zeros((len(chunk), len(word_tokens) + 1))
-        words[:, np.flatnonzero(word_tokens >= 0)] = probs[:, known].cpu().numpy()
-        words[:, -1] = 1.0 - words[:, :-1].sum(1)
-        out[start : start + len(chunk)] = words
+            total[d * blocks // draws] += decoded_probs(logits, decoder)
+        probs = total[:, :, known] / (draws // blocks)
+        out[:, start : start + len(chunk), np.flatnonzero(word_tokens >= 0)] = probs.cpu().numpy()
+    out[:, :, -1] = 1.0 - out[:, :, :-1].sum(2)
     if not np.isfinite(out).all():
         raise StageError("extrapolation: the model's next-word law is not finite (non-finite logits); nothing is "
                          "written for it. Check its weights and train_log.csv")
     return out
 
 
-def extrapolation_error(model, tokenizer, grammar, references: list[str], law: str, perturbation: dict, table,
-                        draws: int = 8, seed: int = 0, start: int = 20, stride: int = 10, decoder: dict | None = None) -> dict:
+def coarsened_laws(model, tokenizer, grammar, references: list[str], law: str, perturbation: dict, table, draws: int,
+                   seed: int, start: int = 20, stride: int = 10, decoder: dict | None = None,
+                   blocks: int = 1) -> tuple[np.ndarray, np.ndarray, int]:
+    """The truth's [n, C] and the model's [blocks, n, C] next-word laws on the coarsened space (single-token words,
+    then one remaining cell) at the possible evaluation prefixes, and the number of impossible prefixes skipped."""
     prefixes = evaluation_prefixes(references, start, stride)
     word_ids = [np.asarray(ids) for ids in grammar.encode([" ".join(p) for p in prefixes])]
     truth = grammar.next_word_probs(word_ids, law)
     possible = ~np.isnan(truth).any(1)
     word_tokens = word_token_ids(tokenizer, grammar.vocabulary)
     single = word_tokens >= 0
-    truth_cells = np.concatenate([truth[:, single], truth[:, ~single].sum(1, keepdims=True)], axis=1)
+    truth_cells = np.concatenate([truth[possible][:, single], truth[possible][:, ~single].sum(1, keepdims=True)], axis=1)
     model_law = model_next_word(model, tokenizer, [p for p, ok in zip(prefixes, possible) if ok], word_tokens, perturbation,
-                                table, draws, seed, decoder=decoder)
-    model_cells = np.concatenate([model_law[:, :-1][:, single], model_law[:, -1:]], axis=1)
-    tv = 0.5 * np.abs(model_cells - truth_cells[possible]).sum(1)
-    return {"tv_mean": float(tv.mean()), "tv_2se": float(2 * tv.std(ddof=1) / np.sqrt(len(tv))) if len(tv) > 1 else None,
-            "prefixes": int(possible.sum()), "impossible_prefixes": int((~possible).sum()), "law": law,
-            "coverage": float(truth_cells[possible][:, :-1].sum(1).mean()), "draws": draws if perturbation["intensity"] > 0 else 1,
+                                table, draws, seed, decoder=decoder, blocks=blocks)
+    model_cells = np.concatenate([model_law[:, :, :-1][:, :, single], model_law[:, :, -1:]], axis=2)
+    return truth_cells, model_cells, int((~possible).sum())
+
+
+def total_variation(model_cells: np.ndarray, truth_cells: np.ndarray) -> np.ndarray:
+    """TV per prefix (the last axis is the coarsened space; leading axes broadcast)."""
+    return 0.5 * np.abs(model_cells - truth_cells).sum(-1)
+
+
+def monte_carlo_bias(halves: np.ndarray, truth_cells: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per prefix, from the mean laws of the two halves of the draws [2, n, C]: the TV of all draws' mean, the
+    split-half excess (the halves' TVs, averaged, less that TV; never negative, since TV is convex) and the
+    cross-fitted TV (each half's excess over the truth on the cells where the other half exceeds it, averaged over the
+    halves). The halves' draws are independent, so the cross-fitted TV is, in expectation, the perturbed law's
+    excess on a set of cells chosen without it: at most the perturbed law's TV (docs/method.md §4)."""
+    tv = total_variation(halves.mean(0), truth_cells)
+    excess = total_variation(halves, truth_cells).mean(0) - tv
+    over = halves - truth_cells
+    cross_fitted = (over * (over[::-1] > 0)).sum(-1).mean(0)
+    return tv, excess, cross_fitted
+
+
+def mean_2se(values: np.ndarray) -> tuple[float, float | None]:
+    return float(values.mean()), float(2 * values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else None
+
+
+def extrapolation_error(model, tokenizer, grammar, references: list[str], law: str, perturbation: dict, table,
+                        draws: int = 32, seed: int = 0, start: int = 20, stride: int = 10, decoder: dict | None = None) -> dict:
+    """TV between the model's perturbed next-word law (the mean over `draws` draws of the perturbation) and the truth.
+
+    TV is convex, so the TV of a Monte Carlo mean (`tv_mean`) overestimates the perturbed law's TV on average. Two
+    statistics from the two halves of the draws say by how much (docs/method.md §4): `tv_bias_estimate`, the
+    split-half excess, estimates the bias that halving the draws adds, which is about the bias left at `draws` once
+    the bias falls as 1/draws (measured: from about 8 draws); `tv_lower`, the cross-fitted TV, is at most the
+    perturbed law's TV in expectation, so `tv_mean - tv_lower` bounds the bias in expectation without that premise.
+    Without a perturbation the law is exact: one draw, no bias, `tv_lower` = `tv_mean`."""
+    perturbed = perturbation["intensity"] > 0
+    if perturbed and draws % 2:
+        raise StageError(f"evaluation.extrapolation.draws: {draws} is odd; the Monte Carlo bias estimates need two "
+                         "halves of equal size")
+    truth_cells, halves, impossible = coarsened_laws(model, tokenizer, grammar, references, law, perturbation, table, draws,
+                                                     seed, start, stride, decoder, blocks=2 if perturbed else 1)
+    if perturbed:
+        tv, excess, cross_fitted = monte_carlo_bias(halves, truth_cells)
+    else:
+        tv = total_variation(halves[0], truth_cells)
+        excess, cross_fitted = np.zeros_like(tv), tv
+    (tv_mean, tv_2se), (bias, bias_2se), (lower, lower_2se) = mean_2se(tv), mean_2se(excess), mean_2se(cross_fitted)
+    if not np.isfinite([tv_mean, bias, lower]).all():
+        raise StageError(f"extrapolation: a TV is not finite ({len(tv)} possible prefixes); nothing is written")
+    return {"tv_mean": tv_mean, "tv_2se": tv_2se, "tv_bias_estimate": bias, "tv_bias_estimate_2se": bias_2se,
+            "tv_lower": lower, "tv_lower_2se": lower_2se, "prefixes": len(tv), "impossible_prefixes": impossible,
+            "law": law, "coverage": float(truth_cells[:, :-1].sum(1).mean()), "draws": draws if perturbed else 1,
             "perturbation": perturbation, "decoder": decoder or {}}
 
 
@@ -138,7 +196,9 @@ def main() -> None:
     result = extrapolation_error(model, tokenizer, build_grammar(**grammar_params), references, LAW_OF_SPLIT[args.split],
                                  parse_json_arg(args.perturbation, "test perturbation"), table, settings["draws"],
                                  settings["seed"], stride=settings["stride"], decoder=parse_json_arg(args.decoder, "decoder"))
-    log.info("TV %.4f +- %.4f over %d prefixes (%s law)", result["tv_mean"], result["tv_2se"] or 0, result["prefixes"], result["law"])
+    log.info("TV %.4f +- %.4f over %d prefixes (%s law); Monte Carlo bias: split-half %.5f, cross-fitted TV %.4f",
+             result["tv_mean"], result["tv_2se"] or 0, result["prefixes"], result["law"], result["tv_bias_estimate"],
+             result["tv_lower"])
     write_json(result, args.output)
 
 

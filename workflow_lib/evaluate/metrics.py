@@ -29,8 +29,9 @@ stemming), computed by `rouge_f` without importing it; distinct-n and repetition
 workflow_lib.evaluate.textstats.
 
 Outputs of `evaluate`: the metrics JSON (per-run lists, mean and 2 standard errors over runs, the variance
-split, provenance), the divergence curve of every (run, seed) as Parquet, and per-sample ROUGE as Parquet
-for paired comparisons of two conditions.
+split, provenance), the divergence curve of every (run, seed) as Parquet, per-sample ROUGE as Parquet for paired
+comparisons of two conditions, and every sample's features as Parquet, which the MAUVE contrasts cluster jointly with
+the other condition's (workflow_lib.report.joint_mauve).
 """
 
 from __future__ import annotations
@@ -156,15 +157,21 @@ def mauve_over_seeds(p_features: np.ndarray, q_features: np.ndarray, settings: d
 
 def variance_split(scores: np.ndarray) -> dict:
     """How much of one MAUVE score's variance is the sampling run and how much the k-means seed, from an
-    [R runs, K seeds] grid, as unbiased one-way random-effects (ANOVA) estimates:
-        clustering = sigma^2_c = mean over runs of the within-run variance (ddof 1),
+    [R runs, K seeds] grid, as one-way random-effects (ANOVA) estimates:
+        clustering = sigma^2_c = mean over runs of the within-run variance (ddof 1), unbiased;
         sampling   = sigma^2_s = var of the run means (ddof 1) - sigma^2_c / K, floored at 0,
     since a run mean's variance is sigma^2_s + sigma^2_c / K (with population variances, as before, a study
-    with no sampling variance at all showed a sampling share near 1/K). total = sampling + clustering, the
-    variance of one (run, seed) score; clustering_share = clustering / total. A run's score averages K seeds,
-    so its clustering part is sigma^2_c / K (`clustering_of_run_mean`); `kmeans_seeds_needed` is the fewest
-    seeds that put it under sigma^2_s (None when sigma^2_s is 0: no number of seeds does). One seed cannot
-    tell the two apart and one run has no sampling spread: those parts are None, never a guess."""
+    with no sampling variance at all showed a sampling share near 1/K). Before the floor the sampling estimate is
+    unbiased; the floor biases it upwards and makes it 0 whenever the run means vary no more than their clustering
+    noise predicts, which with few runs happens often even when sigma^2_s > 0 (it rests on R - 1 degrees of
+    freedom: at R = 3, K = 5 and a clustering share of 0.8, with probability 0.35, an F(2, 12) tail). A
+    sampling of 0 is therefore "could not be separated", not "no sampling variance". total = sampling +
+    clustering, the variance of one (run, seed) score; clustering_share = clustering / total (a ratio of
+    estimates, not unbiased).
+    A run's score averages K seeds, so its clustering part is sigma^2_c / K (`clustering_of_run_mean`);
+    `kmeans_seeds_needed` is the fewest seeds that put it under sigma^2_s (None when the sampling estimate is
+    0: no count follows from it). One seed cannot tell the two apart and one run has no sampling spread: those
+    parts are None, never a guess."""
     scores = np.asarray(scores, dtype=np.float64)
     runs, seeds = scores.shape
     clustering = float(scores.var(axis=1, ddof=1).mean()) if seeds > 1 else None
@@ -246,7 +253,7 @@ def summarise(name: str, per_run) -> dict:
 
 def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed: int):
     """Metrics of one sample file against its eval set's human references: (summary dict, curves table,
-    per-prompt table); see the module docstring. Clustering seeds are seed, seed + 1, ..."""
+    per-prompt table, the samples' features by (prompt_id, run)); see the module docstring. Clustering seeds are seed, seed + 1, ..."""
     import polars as pl
     import pyarrow as pa
 
@@ -304,7 +311,10 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
     per_prompt = pa.table({"prompt_id": frame["prompt_id"].cast(pl.Int64).to_numpy(),
                            "run": frame["run"].cast(pl.Int64).to_numpy(), **rouge}).sort_by([("prompt_id", "ascending"),
                                                                                               ("run", "ascending")])
-    return summary, pa.concat_tables(curves), per_prompt
+    features = pa.table({"prompt_id": frame["prompt_id"].cast(pl.Int64).to_numpy(), "run": frame["run"].cast(pl.Int64).to_numpy(),
+                         "features": pa.FixedSizeListArray.from_arrays(pa.array(q_all.astype(np.float32).ravel()),
+                                                                        q_all.shape[1])})
+    return summary, pa.concat_tables(curves), per_prompt, features.sort_by([("prompt_id", "ascending"), ("run", "ascending")])
 
 
 def main() -> None:
@@ -322,6 +332,8 @@ def main() -> None:
     ev.add_argument("--output", required=True, help="metrics JSON")
     ev.add_argument("--curves", required=True, help="Parquet: MAUVE divergence curve of every (run, clustering seed)")
     ev.add_argument("--per-prompt", required=True, help="Parquet: ROUGE of every sample, for paired comparisons")
+    ev.add_argument("--features", required=True,
+                    help="Parquet: every sample's MAUVE features, for MAUVE contrasts on a shared quantisation")
     args = parser.parse_args()
 
     import pyarrow.parquet as pq
@@ -336,7 +348,7 @@ def main() -> None:
                 np.save(handle, features)
     else:
         human = np.load(args.human_features)
-        summary, curves, per_prompt = evaluate(pq.read_table(args.samples), pq.read_table(args.prompts), human, settings,
+        summary, curves, per_prompt, features = evaluate(pq.read_table(args.samples), pq.read_table(args.prompts), human, settings,
                                                settings["seed"])
         log.info("MAUVE %.3f +- %s%s (clustering share of its variance %s), ROUGE-1 %.3f, distinct-4 %.3f over %d runs",
                  summary["mauve_mean"], summary["mauve_2se"],
@@ -345,6 +357,7 @@ def main() -> None:
                  summary["rouge1_mean"], summary["distinct_4_mean"], summary["runs"])
         write_parquet(curves, args.curves)
         write_parquet(per_prompt, args.per_prompt)
+        write_parquet(features, args.features)
         write_json(summary, args.output)
 
 

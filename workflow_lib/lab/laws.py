@@ -93,7 +93,7 @@ def model_laws(model, tokenizer, grammar, lex, ids: np.ndarray, base: np.ndarray
             # prefix, the delta-0 rows of both families) are run once.
             unique, inverse = np.unique(seen, axis=0, return_inverse=True)
             law = model_next_word(model, tokenizer, words[unique].tolist(), word_tokens, {"intensity": 0.0}, None, 1,
-                                  0)[inverse.reshape(-1)]
+                                  0)[0][inverse.reshape(-1)]  # [blocks = 1, unique rows, W + 1]: the one block
             laws[p] += law
             if d < half:
                 laws_half[p] += law

@@ -146,6 +146,16 @@ def exact_constants(q0: str, beta: float, last: int, length: int, delta: int) ->
     return 1.0, 1.0 if delta else 0.0
 
 
+def contraction_betas(length: int) -> tuple[float, float]:
+    """(exact, Proposition's): the beta above which uniform replacement of all `length` words has alpha(T) < 1/2,
+    where the Contractivity bound 2 alpha U_base^inf first falls below U_base^inf. Exact: 1 - beta^L = 1/2, so
+    beta = 2^(-1/L) (the inverse of `exact_constants`); by the Proposition's bound: (1 - beta) L = 1/2, so
+    beta = 1 - 1/(2L). With l < L, alpha = 1 at every beta."""
+    if length < 1:
+        raise ValueError(f"length must be >= 1, not {length}")
+    return 0.5 ** (1.0 / length), 1.0 - 1.0 / (2 * length)
+
+
 def row_tv_to_base(lex: Lexicon, prefixes: np.ndarray, bases: np.ndarray, q0: str, beta: float,
                    last: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row, TV(T(.|X'), T(.|X0)) to its own support prefix X0, and whether that value is exact.

@@ -1,32 +1,39 @@
-"""Model classes that meet the theorems' premise by construction, with exact or two-sided U_base and U_perturb.
+"""Model classes that meet the theorems' premise by construction, and their U_base(delta) and U_perturb(delta),
+exactly, as the sups the paper defines.
 
-The paper's U_P(delta) (lines 351-379) is a sup over pairs of the class P that agree (TV 0) on every support prefix.
-Trained models never agree exactly, so their pairwise TV is no bound on U in either direction. Here each class is a
-finite family of next-word laws on the grammar's words: its members share one law on a set A of prefixes and
-differ elsewhere by a constant law each (uniform, the support's average law, a point mass on its rarest word).
-Pairs of members then agree wherever A holds the prefix, and after perturbation
+The paper's U_P(delta) (lines 351-379) is a sup over EVERY prefix X' within Hamming distance delta of the support,
+and over the pairs of the class P that agree (TV 0) on every support prefix. A member paired with itself is such a
+pair, so U >= 0 and no class is without an admissible pair. Trained models never agree exactly, so their pairwise TV
+is no bound on U in either direction. Here each class is a finite family of next-word laws on the grammar's words:
+its members share one law on a set A of prefixes (A holds the support) and differ outside A by a constant law each.
+Then, for members j and k,
 
+    TV(P_j(.|X), P_k(.|X))     = 1[X outside A] * TV(Q_j, Q_k),
     TV(P_j^T(.|X), P_k^T(.|X)) = P_T(X~ outside A | X) * TV(Q_j, Q_k),
 
-so every number below is a share of T's draws times a constant. Two classes:
+so U_base(delta) and U_perturb(delta) are the members' largest TV times the sup over X' within delta of
+1[X' outside A] and of the share P_T(X~ outside A | X'). Each sup is attained by one prefix (`worst_prefixes`: a
+support prefix whose first min(delta, L) words are unseen; the proof is in `class_sups`), so it is the per-prefix
+share evaluated there, by the same functions that give the values on the lab's rows. Two classes:
 - `unseen`: A = prefixes without an unseen word. Q0 never draws an unseen word, so T never leaves A from the
-  support: perturbed pairs agree there too (admissible). The share is exact: 1 - beta^u when the row's u unseen
-  words lie where T may replace them, else 1.
-- `off-support`: A = the support. Uniform replacement leaves the support from support prefixes, so no pair stays
-  admissible; class replacement keeps the class sequence, so the share is exactly 0 or 1 per row (one draw
-  decides); otherwise it is estimated from `draws` keyed draws with Clopper-Pearson 95% bounds.
+  support: every pair stays admissible once perturbed.
+- `off-support`: A = the support. Class replacement keeps every class and draws seen words, so it keeps the
+  support in the support: every pair stays admissible. Uniform replacement (beta > 0) moves some support prefix off
+  the support with positive probability, so only a member paired with itself is admissible, and U_perturb = 0.
+Assumption UI holds for both classes: every pair of base members agrees on the support.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import polars as pl
+from typing import Sequence
 
+import numpy as np
+
+from workflow_lib.data.builtin_corpus import BuiltinGrammar
 from workflow_lib.lab import perturbation, prefix_sets
 
 MEMBERS = ("uniform", "unigram", "rarest word")
 CLASSES = ("unseen", "off-support")
-TOLERANCE = 1e-12
 
 
 def member_laws(support_truth: np.ndarray) -> np.ndarray:
@@ -39,6 +46,7 @@ def member_laws(support_truth: np.ndarray) -> np.ndarray:
 
 
 def max_pairwise_tv(laws: np.ndarray) -> float:
+    """The largest TV between two members' laws: the factor every U of a class is a share of."""
     first, second = np.triu_indices(len(laws), k=1)
     return float(0.5 * np.abs(laws[first] - laws[second]).sum(-1).max())
 
@@ -57,143 +65,129 @@ def unseen_share(lex: prefix_sets.Lexicon, prefixes: np.ndarray, q0: str, beta: 
     return np.where(kept_for_sure, 1.0, 1.0 - beta ** replaceable.sum(1))
 
 
-def off_support_counts(grammar, lex: prefix_sets.Lexicon, prefixes: np.ndarray, bases: np.ndarray, q0: str,
-                       beta: float, last: int, seed: int, draws: int) -> tuple[np.ndarray, int, bool]:
-    """(k [R], n, exact): in how many of n keyed draws X~ left the support. Class replacement at beta 1 keeps every
-    class and replaces only content words by seen ones, and the support is a set of class sequences of seen
-    words, so one draw decides exactly; otherwise `draws` draws with the lab's keys (shared with a row's base)."""
-    exact = q0 == "synonym" and beta >= 1
-    n = 1 if exact else draws
-    keys = perturbation.keys_for(seed, bases)
-    k = np.zeros(len(prefixes), dtype=np.int64)
-    for draw in range(n):
-        seen = perturbation.perturb_words(lex, prefixes, q0, beta, last, keys, draw, weights_source=grammar)
-        k += prefix_sets.support_distance(grammar, lex, seen) > 0
-    return k, n, exact
+def off_support_share(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, prefixes: np.ndarray, q0: str,
+                      beta: float, last: int) -> np.ndarray:
+    """Exact P_T(X~ off the support | X) per row, for class replacement at any beta and for any T at beta 0.
+
+    The support is the set of seen-word sequences whose class sequence the grammar's automaton accepts. Class
+    replacement keeps every class and draws seen words, so X~ is in the support iff X's class sequence is accepted
+    and each of X's u unseen words is replaced: probability beta^u if they all lie in the window, else 0. Uniform
+    replacement at beta > 0 is refused: the `off-support` class has no admissible pair under it (`admissible`), so
+    its share is never needed."""
+    prefixes = lex.check(prefixes)
+    if beta == 0:
+        return (prefix_sets.support_distance(grammar, lex, prefixes) > 0).astype(np.float64)
+    if q0 != "synonym":
+        raise ValueError(f"off_support_share: no closed form for q0 {q0!r} at beta {beta} (none is needed: no pair "
+                         "of the off-support class is admissible under it)")
+    representative = np.searchsorted(grammar.word_class, np.arange(len(grammar.class_names)))
+    classes_accepted = prefix_sets.support_distance(grammar, lex, representative[lex.word_class[prefixes]]) == 0
+    unseen = ~lex.seen[prefixes]
+    inside = np.arange(prefixes.shape[1]) >= prefixes.shape[1] - last
+    restorable = classes_accepted & ~(unseen & ~inside[None, :]).any(1)
+    return 1.0 - np.where(restorable, beta ** unseen.sum(1), 0.0)
 
 
-def clopper_pearson(k: np.ndarray, n: int, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Two-sided exact binomial bounds on a share from k successes in n draws."""
-    from scipy import stats
-
-    k = np.asarray(k, dtype=np.float64)
-    tail = (1 - level) / 2
-    low = np.where(k > 0, stats.beta.ppf(tail, k, n - k + 1), 0.0)
-    high = np.where(k < n, stats.beta.ppf(1 - tail, k + 1, n - k), 1.0)
-    return np.nan_to_num(low), np.nan_to_num(high, nan=1.0)
-
-
-def verdict(low: float | None, high: float | None, bound: float, cap: float) -> str:
-    """How a measured [low, high] stands against a bound. 'violated' when even the low end exceeds it; 'vacuous'
-    when the bound is at least `cap`, the largest TV the class can show anywhere; 'holds' when the high end is
-    within it; else 'unresolved' (the draws do not decide)."""
-    if low is None:
-        return "no admissible pair"
-    if low > bound + TOLERANCE:
-        return "violated"
-    if bound + TOLERANCE >= cap:
-        return "vacuous"
-    return "holds" if high <= bound + TOLERANCE else "unresolved"
-
-
-def premise_table(grammar, lex: prefix_sets.Lexicon, frame: pl.DataFrame, specs: dict[str, dict], length: int,
-                  seed: int, draws: int) -> pl.DataFrame:
-    """One row per (class, T, family, delta): U_base and U_perturb of each class on the lab's rows (exact, or
-    Clopper-Pearson bounds), T's exact constants and the Proposition's, and each theorem's verdict.
-
-    `frame`: the prefix table (row, family, delta, base, ids, truth) in row order. `specs`: T name -> {q0, beta,
-    last}. A uniform T is also run with last = length (the Proposition's setting), and there with beta = 1 - 1/(4 L),
-    where the Proposition's alpha is 1/4 and the Contractivity theorem has something to say."""
-    ids = np.stack(frame["ids"].to_list()).astype(np.int64)
-    families, deltas = frame["family"].to_numpy(), frame["delta"].to_numpy()
-    base_row = _base_rows(frame)
-    bases = ids[base_row]
-    support = deltas == 0
-    laws = member_laws(np.array(frame.filter(pl.col("delta") == 0)["truth"].to_list(), dtype=np.float64))
-    spread = max_pairwise_tv(laws)
-    runs = dict(specs)
-    for name, spec in specs.items():
-        if spec["q0"] == "uniform" and spec["last"] < length:
-            runs[f"{name}, l = L"] = {**spec, "last": length}
-        if spec["q0"] == "uniform":  # where the Proposition promises a contraction: (1 - beta) L = 1/4
-            beta = 1 - 1 / (4 * length)
-            runs[f"{name}, l = L, beta = {beta:.4g}"] = {**spec, "last": length, "beta": beta}
-    records = []
-    for name, spec in runs.items():
-        q0, beta, last = spec["q0"], float(spec["beta"]), int(spec["last"])
-        c_rows, _ = perturbation.row_tv_to_base(lex, ids, bases, q0, beta, last)
-        shares = {"unseen": (unseen_share(lex, ids, q0, beta, last), True)}
-        k, n, exact = off_support_counts(grammar, lex, ids, frame["base"].to_numpy(), q0, beta, last, seed, draws)
-        shares["off-support"] = (k / n, exact) if exact else (clopper_pearson(k, n), False)
-        differs = {"unseen": (~lex.seen[ids]).any(1), "off-support": ~support}
-        for cls in CLASSES:
-            share, exact = shares[cls]
-            low, high = (share, share) if exact else share
-            admissible = bool(high[support].max() <= TOLERANCE) if exact else bool((k[support] == 0).all())
-            for family in sorted(set(families)):
-                for delta in sorted(set(deltas[families == family])):
-                    idx = np.flatnonzero((families == family) & (deltas == delta))
-                    alpha, c_exact = perturbation.exact_constants(q0, beta, last, length, int(delta))
-                    # The Proposition is about one fixed Q0; class replacement draws from the word's own class.
-                    alpha_prop, c_prop = (perturbation.proposition_constants(beta, last, int(delta)) if q0 == "uniform"
-                                          else (None, None))
-                    sp = idx[c_rows[idx] <= TOLERANCE]
-                    rec = {"class": cls, "perturbation": name, "q0": q0, "beta": beta, "last": last,
-                           "family": family, "delta": int(delta), "n_prefixes": idx.size, "exact": exact,
-                           "draws": 1 if exact else n, "admissible": admissible, "member_tv": spread,
-                           "U_base": spread * float(differs[cls][idx].max()),
-                           "U_perturb_low": spread * float(low[idx].max()) if admissible else None,
-                           "U_perturb_high": spread * float(high[idx].max()) if admissible else None,
-                           "alpha": alpha, "alpha_proposition": alpha_prop, "C": c_exact, "C_proposition": c_prop,
-                           "C_rows": float(c_rows[idx].max()), "sp_rows": sp.size,
-                           "U_perturb_sp_high": spread * float(high[sp].max()) if admissible and sp.size else None}
-                    rec["robustness"] = verdict(rec["U_perturb_low"], rec["U_perturb_high"], 2 * c_exact, spread)
-                    rec["robustness_proposition"] = ("not applicable (not the Proposition's T)" if c_prop is None else
-                                                     verdict(rec["U_perturb_low"], rec["U_perturb_high"], 2 * c_prop,
-                                                             spread))
-                    rec["extrapolability"] = ("—" if delta == 0 else "not applicable (no row with T(.|X') = T(.|X0))"
-                                              if not sp.size else
-                                              verdict(spread * float(low[sp].max()) if admissible else None,
-                                                      rec["U_perturb_sp_high"], 0.0, np.inf))
-                    records.append(rec)
-    table = pl.DataFrame(records, orient="row", infer_schema_length=None)
-    return _with_contraction(table, runs, length)
-
-
-def global_uncertainty(cls: str, q0: str, beta: float, last: int, length: int) -> float:
-    """U_perturb^inf / U_base^inf of a class, exactly, over every prefix of `length` words (not only the lab's rows):
-    the largest share of T's draws that leaves the set A where the members agree.
-
-    `unseen`: an unseen word before the window is never replaced (share 1); with l = L the worst prefix is all
-    unseen words, kept unless all L are replaced (1 - beta^L), or with class replacement (which replaces every
-    content word, and every unseen word is one) 1 - beta^L too. `off-support`: a held-out class sequence is never
-    restored by class replacement (1); under uniform replacement no pair is admissible (None)."""
+def outside_a(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, prefixes: np.ndarray) -> np.ndarray:
+    """[n] bool: the prefix lies outside the set A where the class's members agree (their base TV is 1 x spread)."""
     if cls == "unseen":
-        return 1.0 - beta ** length if last >= length else 1.0
-    return None if q0 == "uniform" else 1.0
+        return (~lex.seen[lex.check(prefixes)]).any(1)
+    if cls == "off-support":
+        return prefix_sets.support_distance(grammar, lex, prefixes) > 0
+    raise ValueError(f"class must be one of {CLASSES}, not {cls!r}")
 
 
-def _with_contraction(table: pl.DataFrame, runs: dict[str, dict], length: int) -> pl.DataFrame:
-    """The Contractivity theorem compares GLOBAL uncertainties, sups over every prefix: U_perturb^inf <= 2 alpha
-    U_base^inf (paper lines 441-449, under Assumption UI, which these classes meet: their base pairs agree on the
-    support). Both sides are exact here (`global_uncertainty`; U_base^inf is the members' largest TV), one verdict
-    per (class, T); the rows' largest U_perturb must not exceed U_perturb^inf (asserted)."""
-    records = []
-    for (cls, name), part in table.group_by(["class", "perturbation"], maintain_order=True):
-        spec = runs[name]
-        share = global_uncertainty(cls, spec["q0"], float(spec["beta"]), int(spec["last"]), length)
-        spread, alpha = part["member_tv"][0], part["alpha"].max()
-        u_inf = None if share is None or not part["admissible"].all() else spread * share
-        if u_inf is not None and part["U_perturb_low"].max() > u_inf + TOLERANCE:
-            raise ValueError(f"premise class {cls}, T = {name}: a row's U_perturb exceeds the exact global one")
-        records.append({"class": cls, "perturbation": name, "U_base_inf": spread, "U_perturb_inf": u_inf,
-                        "contraction": verdict(u_inf, u_inf, 2 * alpha * spread, spread)})
-    glob = pl.DataFrame(records, schema={"class": pl.Utf8, "perturbation": pl.Utf8, "U_base_inf": pl.Float64,
-                                         "U_perturb_inf": pl.Float64, "contraction": pl.Utf8})
-    return table.join(glob, on=["class", "perturbation"], how="left", maintain_order="left")
+def leave_share(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, prefixes: np.ndarray, q0: str,
+                beta: float, last: int) -> np.ndarray:
+    """[n] exact P_T(X~ outside A | X): the factor of the perturbed members' TV on each prefix."""
+    if cls == "unseen":
+        return unseen_share(lex, prefixes, q0, beta, last)
+    if cls == "off-support":
+        return off_support_share(grammar, lex, prefixes, q0, beta, last)
+    raise ValueError(f"class must be one of {CLASSES}, not {cls!r}")
 
 
-def _base_rows(frame: pl.DataFrame) -> np.ndarray:
-    """Per row, the row of its support prefix (same family and base, delta 0)."""
-    support = frame.filter(pl.col("delta") == 0).select("family", "base", pl.col("row").alias("base_row"))
-    return frame.join(support, on=["family", "base"], how="left", maintain_order="left")["base_row"].to_numpy()
+def admissible(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, q0: str, beta: float,
+               support_prefix: np.ndarray) -> bool:
+    """Whether two distinct members still agree on EVERY support prefix once perturbed (their share is 0 there).
+
+    `unseen`: yes, Q0 draws only seen words and support prefixes hold none. `off-support`: yes under class
+    replacement or beta 0 (`off_support_share`); under uniform replacement at beta > 0, no: the support prefix with
+    its last word (inside every window) replaced by some seen word is off the support, and T makes that replacement
+    with positive probability. That word is found by trying all of them (an error if none exists)."""
+    if cls == "unseen" or q0 == "synonym" or beta == 0:
+        return True
+    variants = np.repeat(np.asarray(support_prefix, dtype=np.int64)[None, :], lex.n_seen, axis=0)
+    variants[:, -1] = np.arange(lex.n_seen)
+    if not (prefix_sets.support_distance(grammar, lex, variants) > 0).any():
+        raise ValueError("no seen word in the last position takes this support prefix off the support; "
+                         "the off-support class's admissibility under uniform replacement is undecided")
+    return False
+
+
+def worst_prefixes(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, support_prefix: np.ndarray,
+                   deltas: Sequence[int]) -> np.ndarray:
+    """[len(deltas), L] per delta the prefix X'_delta that attains both classes' sups: `support_prefix` with its first
+    u = min(delta, L) words replaced by an unseen noun synonym. Every unseen word costs one substitution and
+    restoring them gives the support prefix, so d(X'_delta, X) = u exactly (checked)."""
+    support_prefix = lex.check(np.asarray(support_prefix)[None, :])[0]
+    u = np.minimum(np.asarray(deltas, dtype=np.int64), support_prefix.size)
+    worst = np.repeat(support_prefix[None, :], u.size + 1, axis=0)  # row 0 stays the support prefix
+    worst[1:][np.arange(support_prefix.size)[None, :] < u[:, None]] = int(np.flatnonzero(~lex.seen)[0])
+    distance = prefix_sets.support_distance(grammar, lex, worst)
+    if distance[0] != 0:
+        raise ValueError(f"worst_prefixes: the prefix is not a support prefix (distance {distance[0]})")
+    if (distance[1:] != u).any():
+        raise ValueError("worst_prefixes: a worst prefix is not at distance min(delta, L) from the support")
+    return worst[1:]
+
+
+def class_sups(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, q0: str, beta: float, last: int,
+               support_prefix: np.ndarray, deltas: Sequence[int]) -> dict[str, np.ndarray | bool]:
+    """Per delta, sup over every prefix X' with d(X', X) <= delta of 1[X' outside A] (U_base / spread) and of
+    P_T(X~ outside A | X') over admissible pairs (U_perturb / spread; 0 when only a member paired with itself is
+    admissible), and whether distinct pairs are admissible. Both sups are attained at X'_delta (`worst_prefixes`):
+
+    - 1[X' outside A] <= 1, and X'_delta (an unseen word, so outside both A's) reaches it for delta >= 1.
+    - `unseen`: a prefix within delta holds u' <= min(delta, L) unseen words (each costs one substitution). Its
+      share is 1 if one lies where T never replaces it, else 1 - beta^u' (`unseen_share`). X'_delta puts an unseen
+      word at position 0, before T's window when l < L (share 1), and otherwise min(delta, L) of them, all
+      replaceable (1 - beta^min(delta, L)): at least any X''s share.
+    - `off-support` (admissible: class replacement or beta 0): share <= 1, and X'_delta reaches 1 for delta >= 1:
+      it starts with a noun where every support class sequence starts with a determiner, and T keeps classes.
+    The brute-force sup over every prefix of a tiny grammar is checked against these in tests/lab/test_premise.py."""
+    worst = worst_prefixes(grammar, lex, support_prefix, deltas)
+    pairs = admissible(grammar, lex, cls, q0, beta, support_prefix)
+    share = leave_share(grammar, lex, cls, worst, q0, beta, last) if pairs else np.zeros(len(worst))
+    return {"U_base": outside_a(grammar, lex, cls, worst).astype(np.float64), "U_perturb": share,
+            "admissible": pairs}
+
+
+def describe_worst(delta: int, last: int, length: int) -> str:
+    """Where X'_delta's unseen words lie, in words, for the report."""
+    u = min(delta, length)
+    if u == 0:
+        return "a support prefix"
+    words = "an unseen word at position 0" if u == 1 else f"unseen words at positions 0-{u - 1}"
+    if last >= length:
+        return words + ", inside T's window"
+    return words + (", before T's window" if u <= length - last else "; position 0 lies before T's window")
+
+
+def check_shares_against_draws(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, prefixes: np.ndarray,
+                               share: np.ndarray, q0: str, beta: float, last: int, keys: np.ndarray,
+                               draws: int) -> None:
+    """An internal check of the closed forms against the perturber itself: over `draws` keyed draws of T, a row
+    whose exact share is 0 never leaves A and a row whose share is 1 always does. A failure is a bug."""
+    certain = (share <= 0) | (share >= 1)
+    rows = np.flatnonzero(certain)
+    if not rows.size:
+        return
+    for draw in range(draws):
+        drawn = perturbation.perturb_words(lex, prefixes[rows], q0, beta, last, keys[rows], draw,
+                                           weights_source=grammar)
+        wrong = outside_a(grammar, lex, cls, drawn) != (share[rows] >= 1)
+        if wrong.any():
+            row = int(rows[np.argmax(wrong)])
+            raise ValueError(f"premise class {cls}, q0 {q0}, beta {beta}, l {last}: row {row} has exact share "
+                             f"{share[row]:.0f} of leaving A, but draw {draw} disagrees; the closed form is wrong")

@@ -1,12 +1,13 @@
 """The `lab` rule: T's exact constants, the premise-meeting model classes and the trained models' disagreement, as
-one table each (CSV and the summary's Markdown), generated findings, and one figure.
+tables (CSV and the summary's Markdown), generated findings, and one figure.
 
 What each number is, with the paper's line that defines it, is in the README's "The theory lab". In short:
 - T's constants: alpha(T) and C_{T,delta} = eta_T(delta) exactly for the T that runs (lab.perturbation), beside the
   Proposition's values, which hold only when T perturbs every position (l = L) or the prefixes differ inside T's
   window only.
-- Premise classes (lab.premise): U_base(delta) and U_perturb(delta) of model classes whose pairs agree on the
-  support, exact or with two-sided bounds, and where each theorem's bound holds, is vacuous or is violated.
+- Premise classes (lab.premise, lab.theorems): U_base(delta) and U_perturb(delta) of model classes whose pairs agree
+  on the support, exactly, as sups over every prefix within delta; each theorem's verdict from those sups; the
+  lab's rows beside them as a descriptive sample.
 - Trained models (lab.bounds): their pairwise TV, reported descriptively; they disagree on the support, so no
   bound is marked for them.
 All TVs of trained models are on the models' cells: the words the tokenizer spells as one token, and one "other"
@@ -25,6 +26,7 @@ import polars as pl
 
 from workflow_lib.cli import StageError, parse_json_arg, run
 from workflow_lib.files import atomic_path
+from workflow_lib.lab import perturbation
 from workflow_lib.lab.bounds import UNPERTURBED, check_models, uncertainty_table
 
 log = logging.getLogger("workflow_lib.lab.report")
@@ -55,19 +57,55 @@ def constants_of(premise: pl.DataFrame) -> dict[tuple, dict]:
     return {(r["perturbation"], r["family"], r["delta"]): r for r in constants_frame(premise).iter_rows(named=True)}
 
 
+def sups_frame(premise: pl.DataFrame) -> pl.DataFrame:
+    """One row per (class, T, delta): the sups and verdicts, which the premise table repeats for every family."""
+    return premise.unique(subset=["class", "perturbation", "delta"], keep="first", maintain_order=True)
+
+
 def _span(values: pl.Series) -> str:
     low, high = values.min(), values.max()
     return f"{low:.3f}" if abs(high - low) < 5e-4 else f"{low:.3f} to {high:.3f}"
 
 
-def _interval(low, high) -> str:
-    if low is None:
-        return "no admissible pair"
-    return _num(low) if abs(high - low) < 5e-4 else f"[{low:.3f}, {high:.3f}]"
+def _by_delta(labels: list[str], deltas: list[int]) -> str:
+    """'holds' when every delta reads the same, else 'holds (delta 1, 2), vacuous (delta 4)'."""
+    groups = {label: [d for d, lab in zip(deltas, labels) if lab == label] for label in dict.fromkeys(labels)}
+    if len(groups) == 1:
+        return labels[0]
+    return ", ".join(f"{label} (delta {', '.join(map(str, ds))})" for label, ds in groups.items())
+
+
+def _extrapolability(verdict: str, sp: str) -> str:
+    """Extrapolability's conclusion with its premise: a verdict only where SP_perturb holds (else the cell already
+    says 'not applicable')."""
+    return f"{verdict}, SP_perturb holds" if sp == "holds" else verdict
+
+
+def _rows_sample(premise: pl.DataFrame, cls: str, name: str, delta: int) -> str:
+    part = premise.filter((pl.col("class") == cls) & (pl.col("perturbation") == name) & (pl.col("delta") == delta))
+    return "; ".join(f"{r['family']} {r['U_base_rows']:.3f} / {r['U_perturb_rows']:.3f}"
+                     for r in part.sort("family").iter_rows(named=True))
+
+
+def _contraction_findings(premise: pl.DataFrame, length: int) -> str:
+    """Where alpha(T) < 1/2 starts, from the code's exact alpha, and the gains the exact sups show where the bound
+    is vacuous (it is sufficient for a gain, not necessary)."""
+    exact_beta, prop_beta = perturbation.contraction_betas(length)
+    gains = [f"class `{r['class']}`, T = {r['perturbation']}: U_perturb^inf = {r['U_perturb_inf']:.3f} < U_base^inf = "
+             f"{r['U_base_inf']:.3f} at alpha = {r['alpha']:.3f}"
+             for r in sups_frame(premise).unique(subset=["class", "perturbation"], keep="first", maintain_order=True)
+             .iter_rows(named=True)
+             if r["admissible"] and 2 * r["alpha"] >= 1 and r["U_perturb_inf"] < r["U_base_inf"] - 5e-4]
+    return (f"- The Contractivity bound 2 alpha U_base^inf is below U_base^inf only where alpha(T) < 1/2: with l < L "
+            f"never (alpha = 1); with l = L = {length}, uniform replacement has the exact alpha = 1 - beta^L < 1/2 for "
+            f"beta > {exact_beta:.4f} (the Proposition's bound (1 - beta) L < 1/2 asks beta > {prop_beta:.4f}). The "
+            "bound is sufficient for a gain, not necessary: "
+            + ("; ".join(gains) + "." if gains else "no admissible class here gains where the bound is vacuous."))
 
 
 def findings(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> list[str]:
-    """Plain sentences read off the three tables; every number is one the tables hold."""
+    """Plain sentences read off the tables; every number is one the tables hold or one the code computes from
+    the lab's settings (the beta where alpha(T) = 1/2)."""
     lines = []
     consts = constants_frame(premise).filter(pl.col("delta") > 0)
     for (name,), part in consts.group_by("perturbation", maintain_order=True):
@@ -84,28 +122,32 @@ def findings(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> list[
                          f"C = {part['C'].max():.0f} for delta >= 1 (a changed function word or a held-out class "
                          "sequence is never restored); on the rows TV(T(.|X'), T(.|X0)) is 0 exactly where every "
                          f"change keeps its class, else 1 (max {worst:.0f}).")
-    beta_needed = 1 - 1 / (2 * length)
-    lines.append(f"- A contraction (2 alpha < 1) needs alpha(T) < 1/2: with l < L, never; with l = L = {length}, the "
-                 f"Proposition's bound (1 - beta) L < 1/2 asks beta > {beta_needed:.4f}, i.e. nearly every word replaced "
-                 "at random.")
-    for (cls, name), part in premise.group_by(["class", "perturbation"], maintain_order=True):
-        verdicts = {k: sorted(set(part.filter(pl.col("delta") > 0)[k].to_list()))
-                    for k in ("robustness", "extrapolability", "contraction")}
-        if not part["admissible"].all():
-            lines.append(f"- **Premise class `{cls}`, T = {name}**: no pair of its members agrees on the support once "
-                         "perturbed (T leaves the set where they agree from support prefixes), so U_perturb is a sup over "
-                         "no pairs and no theorem says anything about this class here.")
+    lines.append(_contraction_findings(premise, length))
+    sups = sups_frame(premise)
+    for (cls, name), part in sups.group_by(["class", "perturbation"], maintain_order=True):
+        off = part.filter(pl.col("delta") > 0).sort("delta")
+        if not off.height:
             continue
-        top = part.sort("U_perturb_high", descending=True).row(0, named=True)
-        reach = ("is 0 on every row" if top["U_perturb_high"] <= 0 else f"reaches "
-                 f"{_interval(top['U_perturb_low'], top['U_perturb_high'])} ({top['family']} rows, delta = {top['delta']})")
-        lines.append(f"- **Premise class `{cls}`, T = {name}**: U_base reaches {part['U_base'].max():.3f} on the rows; "
-                     f"U_perturb {reach}; globally U_perturb^inf = {top['U_perturb_inf']:.3f} against 2 alpha U_base^inf "
-                     f"= {2 * top['alpha'] * top['U_base_inf']:.3f}. Robustness (2C): {', '.join(verdicts['robustness'])}; "
-                     f"with the Proposition's C: "
-                     f"{', '.join(sorted(set(part['robustness_proposition'].to_list())))}; Extrapolability on rows with "
-                     f"T(.|X') = T(.|X0): {', '.join(verdicts['extrapolability'])}; Contractivity (global): "
-                     f"{', '.join(verdicts['contraction'])}.")
+        g, deltas = off.row(0, named=True), off["delta"].to_list()
+        rows_top = premise.filter((pl.col("class") == cls) & (pl.col("perturbation") == name))["U_perturb_rows"].max()
+        if g["admissible"]:
+            reach = (f"U_perturb(delta) = {', '.join(f'{u:.3f}' for u in off['U_perturb'])} at delta = "
+                     f"{', '.join(map(str, deltas))} (attained by {off['worst_prefix'][-1]}); on the lab's rows "
+                     f"U_perturb reaches {rows_top:.3f}")
+        else:
+            reach = ("T moves a support prefix off the support with positive probability, so no two distinct members "
+                     "agree on the support once perturbed: the sup runs over a member paired with itself, and "
+                     "U_perturb(delta) = 0 at every delta")
+        extrapolability = [_extrapolability(v, sp) for v, sp in zip(off["extrapolability"], off["sp_perturb"])]
+        lines.append(
+            f"- **Premise class `{cls}`, T = {name}**, sups over every prefix within delta: U_base(delta) = "
+            f"{_span(off['U_base'])} for delta >= 1; {reach}. Robustness (2C): "
+            f"{_by_delta(off['robustness'].to_list(), deltas)}; with the Proposition's C: "
+            f"{_by_delta(off['robustness_proposition'].to_list(), deltas)}; Extrapolability (U_perturb = 0): "
+            f"{_by_delta(extrapolability, deltas)}; "
+            f"Contractivity (Assumption UI holds: every base pair agrees on the support): U_perturb^inf = "
+            f"{g['U_perturb_inf']:.3f} against 2 alpha U_base^inf = {2 * g['alpha'] * g['U_base_inf']:.3f}, "
+            f"{g['contraction']}; with the Proposition's alpha: {g['contraction_proposition']}.")
     for (family, name), part in trained.group_by(["family", "perturbation"], maintain_order=True):
         part = part.sort("delta")
         first, last = part.row(0, named=True), part.row(-1, named=True)
@@ -120,19 +162,22 @@ def findings(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> list[
 
 
 def _premise_rows(premise: pl.DataFrame) -> list[list]:
-    """The premise table's rows off the support (delta 0 holds U = 0 by definition); a (class, T) with no
-    admissible pair is one row."""
+    """The sups' rows off the support (delta 0 holds U = 0 by definition)."""
     rows = []
-    for (cls, name), part in premise.group_by(["class", "perturbation"], maintain_order=True):
-        if not part["admissible"].all():
-            rows.append([cls, name, "all", "all", _num(part["U_base"].max()), "no admissible pair", "—", "—", "—", "—",
-                         "no admissible pair"])
-            continue
-        for r in part.filter(pl.col("delta") > 0).iter_rows(named=True):
-            rows.append([cls, name, r["family"], r["delta"], _num(r["U_base"]),
-                         _interval(r["U_perturb_low"], r["U_perturb_high"]), _num(2 * r["C"]), r["robustness"],
-                         r["robustness_proposition"], r["extrapolability"], r["contraction"]])
+    for r in sups_frame(premise).filter(pl.col("delta") > 0).iter_rows(named=True):
+        u_perturb = _num(r["U_perturb"]) + ("" if r["admissible"] else " (self-pairs only)")
+        rows.append([r["class"], r["perturbation"], r["delta"], _num(r["U_base"]), u_perturb, r["worst_prefix"],
+                     _rows_sample(premise, r["class"], r["perturbation"], r["delta"]), _num(2 * r["C"]),
+                     r["robustness"], r["robustness_proposition"], r["sp_perturb"], r["extrapolability"]])
     return rows
+
+
+def _global_rows(premise: pl.DataFrame) -> list[list]:
+    """One row per (class, T): the global uncertainties and the Contractivity verdicts."""
+    sups = sups_frame(premise).unique(subset=["class", "perturbation"], keep="first", maintain_order=True)
+    return [[r["class"], r["perturbation"], _num(r["U_base_inf"]), _num(r["U_perturb_inf"]), _num(r["alpha"]),
+             _num(2 * r["alpha"] * r["U_base_inf"]), r["contraction"], _num(r["alpha_proposition"]),
+             r["contraction_proposition"]] for r in sups.iter_rows(named=True)]
 
 
 def markdown(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> str:
@@ -143,14 +188,23 @@ def markdown(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> str:
     md += _table(["T", "l", "family", "δ", "α", "α (Prop.)", "C", "C (Prop.)", "C on rows"],
                  [[r["perturbation"], r["last"], r["family"], r["delta"], _num(r["alpha"]), _num(r["alpha_proposition"]),
                    _num(r["C"]), _num(r["C_proposition"]), _num(r["C_rows"])] for r in consts.iter_rows(named=True)])
-    md += ["", "**Model classes that meet the premise** (pairs agree on the support; README, 'The theory lab'): U on "
-           "the lab's rows, exact or Clopper-Pearson 95% bounds, and each theorem's verdict.", ""]
-    md += _table(["class", "T", "family", "δ", "U_base", "U_perturb", "2C", "robustness", "robustness (Prop.'s C)",
-                  "extrapolability", "contraction (global)"],
-                 _premise_rows(premise))
+    md += ["", "**Model classes that meet the premise** (pairs agree on the support; README, 'The theory lab'): "
+           "U_base(δ) and U_perturb(δ), exact sups over every prefix within δ of the support, the prefix that attains "
+           "them, and each theorem's verdict from them. 'On the lab's rows' is a descriptive sample, U_base / "
+           "U_perturb at the rows of each family at exactly δ, not U. Extrapolability: whether U_perturb(δ) = 0, "
+           "beside its premise SP_perturb; 'self-pairs only': no two distinct members agree on the support once "
+           "perturbed.", ""]
+    md += _table(["class", "T", "δ", "U_base(δ)", "U_perturb(δ)", "attained at", "on the lab's rows", "2C",
+                  "robustness", "robustness (Prop.'s C)", "SP_perturb", "extrapolability"], _premise_rows(premise))
+    md += ["", "**Global uncertainties and Contractivity** (U^∞ = U(L): no prefix lies farther than L from the "
+           "support; Assumption UI holds for both classes).", ""]
+    md += _table(["class", "T", "U_base^∞", "U_perturb^∞", "α", "2α U_base^∞", "contraction", "α (Prop.)",
+                  "contraction (Prop.'s α)"], _global_rows(premise))
     md += ["", "**Trained models, descriptive**: max / mean pairwise TV over the group on each delta set (not U: the "
            "models disagree on the support), its growth from delta 0, the max from half the draws (Monte Carlo "
-           "check), and the TV to the true law.", ""]
+           "check), and the TV to the true law. Ĉ: the largest share, over the set's rows, of T's draws in which a "
+           "row's perturbed words differ from its support prefix's (the two share T's keys); a pair's TV on a row "
+           "exceeds its TV on the support prefix by at most twice that share (asserted).", ""]
     md += _table(["family", "T", "δ", "prefixes", "draws", "U_max", "U_mean", "growth", "U_max (half draws)",
                   "support disagreement", "Ĉ", "TV truth ± 2SE"],
                  [[r["family"], r["perturbation"], r["delta"], r["n_prefixes"], r["draws"], _num(r["U_max"]),
@@ -161,10 +215,15 @@ def markdown(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> str:
     return "\n".join([*md, "", *findings(trained, premise, length)]) + "\n"
 
 
+def _label(name: str) -> str:
+    return "no perturbation" if name == UNPERTURBED else f"T = {name}"
+
+
 def figure(trained: pl.DataFrame, premise: pl.DataFrame, stem: str) -> None:
     """A column per prefix family. Top: the trained models' max pairwise TV against delta, per T ("none": no
-    perturbation). Middle: the `unseen` premise class, U_base and U_perturb per T (a band where the draws bound it).
-    Bottom: the trained models' TV to the true law, mean ± 2 SE. At most five lines a panel."""
+    perturbation). Middle: the `unseen` premise class, U_base(delta) and U_perturb(delta) per T, the exact sups over
+    every prefix within delta (lines), and U_perturb on the lab's rows of the column's family (circles). Bottom: the
+    trained models' TV to the true law, mean ± 2 SE. At most five lines a panel."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -188,30 +247,32 @@ def figure(trained: pl.DataFrame, premise: pl.DataFrame, stem: str) -> None:
             empty_panel(bottom, "no trained models")
         for name in dict.fromkeys(part["perturbation"].to_list()):
             line = part.filter(pl.col("perturbation") == name).sort("delta")
-            label = "no perturbation" if name == UNPERTURBED else f"T = {name}"
+            label = _label(name)
             top.plot(line["delta"].to_list(), line["U_max"].to_list(), label=label, **style[name])
             bottom.errorbar(line["delta"].to_list(), line["tv_truth_mean"].to_list(), capsize=2, label=label,
                             yerr=[e or 0.0 for e in line["tv_truth_2se"].to_list()], **style[name])
         rows = cls.filter(pl.col("family") == family)
-        if rows.height:
-            base = rows.group_by("delta").agg(pl.col("U_base").max()).sort("delta")
-            middle.plot(base["delta"].to_list(), base["U_base"].to_list(), label="no perturbation", **style[UNPERTURBED])
+        sups = sups_frame(cls).filter(pl.col("delta").is_in(rows["delta"].unique().to_list()))
         drawn, hidden = {}, []
-        for name in dict.fromkeys(rows["perturbation"].to_list()):
-            line = rows.filter(pl.col("perturbation") == name).sort("delta")
-            if line["U_perturb_low"].null_count():
-                continue
-            x, low, high = line["delta"].to_list(), line["U_perturb_low"].to_list(), line["U_perturb_high"].to_list()
+        lines = {UNPERTURBED: sups.group_by("delta").agg(pl.col("U_base").max()).sort("delta").rename({"U_base": "U"})}
+        lines |= {name: sups.filter(pl.col("perturbation") == name).sort("delta").rename({"U_perturb": "U"})
+                  for name in dict.fromkeys(rows["perturbation"].to_list())}
+        samples = {UNPERTURBED: rows.group_by("delta").agg(pl.col("U_base_rows").max().alias("rows")).sort("delta")}
+        samples |= {name: rows.filter(pl.col("perturbation") == name).sort("delta").rename({"U_perturb_rows": "rows"})
+                    for name in lines if name != UNPERTURBED}
+        for name, line in lines.items() if rows.height else ():
+            x, sup = line["delta"].to_list(), line["U"].to_list()
             # A line drawn over an equal one hides it: the panel names the T's that coincide, so none seems missing.
-            same = next((group for group in hidden if np.allclose(drawn[group[0]], high)), None)
+            same = next((group for group in hidden if np.allclose(drawn[group[0]], sup)), None)
             if same is None:
                 hidden.append([name])
             else:
                 same.append(name)
-            drawn[name] = high
-            middle.plot(x, high, label=f"T = {name}", **style[name])
-            middle.fill_between(x, low, high, color=style[name]["color"], alpha=0.2, linewidth=0)
-        notes = ["\n".join(f"T = {name}" for name in group) for group in hidden if len(group) > 1]
+            drawn[name] = sup
+            middle.plot(x, sup, label=_label(name), **style[name])
+            middle.plot(samples[name]["delta"].to_list(), samples[name]["rows"].to_list(), linestyle="none",
+                        marker="o", markerfacecolor="none", color=style[name]["color"], label="_rows")
+        notes = ["\n".join(_label(name) for name in group) for group in hidden if len(group) > 1]
         if notes:
             middle.text(0.35, 0.5, "equal, drawn over each other:\n" + "\n\n".join(notes), transform=middle.transAxes,
                         fontsize=7, va="center", in_layout=False)
@@ -224,7 +285,8 @@ def figure(trained: pl.DataFrame, premise: pl.DataFrame, stem: str) -> None:
         bottom.set_xlabel("δ: Hamming distance to the training support", fontsize=9)
         if col == 0:
             top.set_ylabel("trained models:\nmax pairwise TV (not U)", fontsize=8)
-            middle.set_ylabel("premise class 'unseen':\nU_base, U_perturb (exact)", fontsize=8)
+            middle.set_ylabel("premise class 'unseen': U(δ),\nsup over every prefix (lines);\n"
+                              "on the lab's rows (circles)", fontsize=8)
             bottom.set_ylabel("trained models: TV to the\ntrue law (mean ± 2 SE)", fontsize=8)
     fig.suptitle("Theory lab on the synthetic grammar: trained models (descriptive) and a model class that meets "
                  "the theorems' premise", fontsize=9)
@@ -280,7 +342,7 @@ def main() -> None:
     check_models(models, args.laws, rows=prefixes.height, words=prefixes["truth"].list.len().max())
     from workflow_lib.lab import prefix_sets
     from workflow_lib.lab.laws import grammar_of
-    from workflow_lib.lab.premise import premise_table
+    from workflow_lib.lab.theorems import premise_table
 
     grammar = grammar_of(parse_json_arg(args.builtin, "lab --builtin"))
     lex = prefix_sets.lexicon(grammar, settings["seed"])

@@ -3,8 +3,10 @@
 - `build`: the command line of the `collect_metrics`, `tables`, `figure`, `examples` and `training_curves` rules.
 - `collect`: the tidy table of every metrics, extrapolation and perplexity file.
 - `conditions`: a result path's condition, and the frames that the tables and figures share.
-- `contrasts`: the `contrasts` rule: paired comparisons of conditions, Holm-corrected.
-- `statistics`: the paired t interval, the prompt bootstrap and Holm, on arrays.
+- `contrasts`: the `contrasts` rule: paired comparisons of conditions, Holm-corrected, and the designed MAUVE pairs.
+- `joint_mauve`: the `mauve_contrast` rule: one MAUVE contrast on a quantisation shared by both conditions and the
+  human text, with its permutation p.
+- `statistics`: the paired permutation test over prompts, the t intervals, the rank agreement and Holm, on arrays.
 - `resolution`: which MAUVE cells had enough texts per run to be shown, compared and found on (the rest read
   "too few texts (n)").
 - `findings`: the summary's opening "What this study found", generated from the numbers.

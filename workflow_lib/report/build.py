@@ -3,7 +3,8 @@
 `collect` reads the metrics (MAUVE, ROUGE, diversity), extrapolation (exact TV) and perplexity JSON files and
 recovers each condition from its path (workflow_lib.report.conditions.parse_path), so the tables work for whatever
 subset of the grid a config defines: a combination the config does not have is an empty cell, never a zero.
-Tables are written as CSV (machine-readable), Markdown and LaTeX (booktabs), best mean per column in bold.
+Tables are written as CSV (machine-readable), Markdown and LaTeX (booktabs), the largest mean per column in bold
+(a description, not a significant difference: the captions say so; contrasts.csv holds the tests).
 The summary starts with the provenance of the numbers and ends its tables with the paired comparisons of
 workflow_lib.report.contrasts.
 """

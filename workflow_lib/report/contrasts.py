@@ -5,24 +5,26 @@ table compares conditions: Table 1 the model with and without perturbation (inse
 intensity at training and sampling against intensity 0 at both), each objective against MLE, and the
 ablation TrainPerturb / TestPerturb / Both against NoPerturb. A comparison pairs two conditions that share
 everything else (model, eval set, decoder, seed), so the uncertainty of their difference is that of paired
-data:
+data (docs/method.md §4):
 
 - MAUVE, paired over sampling runs: run r of both conditions used the same prompts and the same
   counter-based seeds, so d_r = MAUVE_A[r] - MAUVE_B[r]; a t interval over runs and the paired t-test, with
   at least 3 runs (statistics.MIN_RUNS; fewer: the difference only, not testable). A side whose MAUVE had too
   few texts to resolve (report.resolution) gives no MAUVE row at all.
-- ROUGE and perplexity, paired over prompts: a bootstrap that resamples prompts (the same resample for both
-  conditions), percentile interval. ROUGE pairs the (prompt, run) samples both conditions have, so a condition
-  with an extra run is compared on the shared ones. Its generator is seeded from the comparison's identity,
-  so a rerun writes the same bytes.
+- ROUGE and perplexity, paired over prompts: a permutation test that swaps the two conditions' values of a
+  prompt (a sign flip of the prompt's ROUGE difference; for perplexity, its NLL and token count) with B random
+  swaps, or all 2^n when that is fewer, which is exact at every number of prompts; the interval is the t
+  interval over prompts (perplexity: of its linearisation). ROUGE pairs the (prompt, run) samples both
+  conditions have, so a condition with an extra run is compared on the shared ones. The swaps are seeded from
+  the comparison's identity, so a rerun writes the same bytes.
 
-p-values are Holm-corrected within one (family, metric) table. A bootstrap p cannot be finer than 2/(B + 1)
-and Holm multiplies a table's smallest p by its m comparisons, so each table gets B = max(--resamples, 200 m)
-resamples (`resamples_for`), drawn in bounded chunks; the `resamples` column records it. A MAUVE comparison
-whose runs all moved by the same amount has no spread to test, and one of fewer than 3 runs has too few to
-test: no p, no interval, no mark. `paired_section`
-writes the summary's Markdown of them. Untrained models (evaluated as released) appear beside the trained
-ones, marked, and are never compared as an objective.
+p-values are Holm-corrected within one (family, metric) table. A Monte Carlo p cannot be below 1/(B + 1) and
+Holm multiplies a table's smallest p by its m comparisons, so each table gets B = max(--resamples, 200 m)
+swaps (`resamples_for`), drawn in bounded chunks; the `resamples` column records what a row could draw. A row
+that was not tested has no p and says why in `not_testable` ("2 runs", "no spread": every run moved by the same
+amount, "5 prompts": too few for any swap test to reach 0.05); it takes no part in Holm's m and no mark.
+`paired_section` writes the summary's Markdown of them. Untrained models (evaluated as released) appear beside
+the trained ones, marked, and are never compared as an objective.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import argparse
 import functools
 import json
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -42,13 +44,16 @@ from workflow_lib.files import atomic_path
 from workflow_lib.grid import UNTRAINED
 from workflow_lib.report.conditions import ABLATION, KEYS, MODEL_KEYS, parse_path, shown_objective, typed
 from workflow_lib.report.statistics import (
+    ALPHA,
     MIN_RUNS,
     RESAMPLES_PER_COMPARISON,
-    Resampling,
-    bootstrap_mean_differences,
-    bootstrap_perplexity_difference,
+    STOP_AFTER,
+    Estimate,
+    Permutations,
     holm,
     paired_t,
+    permutation_mean_differences,
+    permutation_perplexity_difference,
     resamples_for,
 )
 
@@ -58,13 +63,14 @@ FAMILIES = ["perturbation", "ablation", "objective"]
 METRICS = {"mauve": "MAUVE", "rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "perplexity": "perplexity"}
 ROUGE = ["rouge1", "rouge2", "rougeL"]
 LOWER_IS_BETTER = {"perplexity"}
-RESAMPLES = 2000  # the least B of a bootstrap table; a table of m comparisons gets max(RESAMPLES, 200 m)
-ALPHA = 0.05
-PAIRED_T, BOOTSTRAP = "paired t over runs", "paired bootstrap over prompts"
+RESAMPLES = 2000  # the least B of a permutation table; a table of m comparisons gets max(RESAMPLES, 200 m)
+PAIRED_T, PERMUTATION = "paired t over runs", "paired permutation test over prompts"
+JOINT = "paired permutation test over (prompt, run) on one shared quantisation"
 COLUMNS = {"family": pl.Utf8, "metric": pl.Utf8, "model": pl.Utf8, "dataset": pl.Utf8, "objective": pl.Utf8,
            "eval_set": pl.Utf8, "decoder": pl.Utf8, "seed": pl.Int64, "a": pl.Utf8, "b": pl.Utf8,
            "difference": pl.Float64, "low": pl.Float64, "high": pl.Float64, "p": pl.Float64, "p_holm": pl.Float64,
-           "significant": pl.Boolean, "favours": pl.Utf8, "n": pl.Int64, "resamples": pl.Int64, "method": pl.Utf8}
+           "significant": pl.Boolean, "favours": pl.Utf8, "n": pl.Int64, "resamples": pl.Int64, "method": pl.Utf8,
+           "not_testable": pl.Utf8}
 IDENTITY = ["family", "metric", "model", "dataset", "objective", "eval_set", "decoder", "seed", "a", "b"]
 
 
@@ -183,7 +189,7 @@ def _per_prompt(path: str) -> pl.DataFrame | None:
     (and a warning) when the sidecar is missing."""
     sidecar = _sidecar(path)
     if not sidecar.exists():
-        log.warning("%s: no per-prompt sidecar %s; its bootstrap comparisons are left out", path, sidecar.name)
+        log.warning("%s: no per-prompt sidecar %s; its prompt-paired comparisons are left out", path, sidecar.name)
         return None
     table = pl.read_parquet(sidecar)
     return table.sort([c for c in ("prompt_id", "run") if c in table.columns])
@@ -216,17 +222,38 @@ def _mauve_by_run(path: str) -> dict[int, float]:
     return dict(zip(data.get("run_ids") or range(len(scores)), scores))
 
 
-def compare(pair: dict, resamples: int = RESAMPLES) -> list[dict]:
+def pair_identity(pair: dict) -> str:
+    """The comparison's identity, which seeds its swaps and resamples (here and in report.joint_mauve's job)."""
+    return "|".join(str(pair[k]) for k in ["family", "model", "dataset", "objective", "eval_set", "decoder", "seed", "a", "b", "kind"])
+
+
+def _joint_estimate(result: dict) -> Estimate | None:
+    """A report.joint_mauve job's result as an Estimate; None when its MAUVE could not resolve (too few texts)."""
+    if result.get("status"):
+        return None
+    return Estimate(*(result[k] for k in ("difference", "low", "high", "p", "n")), result.get("untested"))
+
+
+def compare(pair: dict, resamples: int = RESAMPLES, joint: dict | None = None) -> list[dict]:
     """One row per metric of a comparison: the estimate and how it was had (p_holm etc. come later).
-    `resamples`: this comparison's bootstrap B (its table's, from `resamples_for`)."""
-    identity = "|".join(str(pair[k]) for k in ["family", "model", "dataset", "objective", "eval_set", "decoder", "seed", "a", "b", "kind"])
+    `resamples`: this comparison's permutation B (its table's, from `resamples_for`). `joint`: the MAUVE contrast on
+    a shared quantisation (report.joint_mauve's result), which the workflow always computes; without it (a study
+    read by hand), MAUVE falls back to the paired t over runs of the separately clustered scores."""
+    identity = pair_identity(pair)
     rows = []
+    permutations = None
 
-    def row(metric, estimate, method):
-        rows.append({k: pair[k] for k in IDENTITY if k != "metric"} | {"metric": metric} | estimate._asdict()
-                    | {"method": method, "resamples": resamples if method == BOOTSTRAP else None})
+    def row(metric: str, estimate: Estimate, method: str, draws: int | None = None) -> None:
+        fields = estimate._asdict()
+        untested = fields.pop("untested")
+        rows.append({k: pair[k] for k in IDENTITY if k != "metric"} | {"metric": metric} | fields
+                    | {"method": method, "not_testable": untested,
+                       "resamples": permutations.draws if method == PERMUTATION else draws})
 
-    if pair["kind"] == "metrics":
+    if pair["kind"] == "metrics" and joint is not None:
+        if (estimate := _joint_estimate(joint)) is not None:
+            row("mauve", estimate, JOINT, joint["resamples"])
+    elif pair["kind"] == "metrics":
         a_runs, b_runs = _mauve_by_run(pair["path_a"]), _mauve_by_run(pair["path_b"])
         common = sorted(set(a_runs) & set(b_runs))
         if common:
@@ -236,20 +263,20 @@ def compare(pair: dict, resamples: int = RESAMPLES) -> list[dict]:
         return rows
     both = _shared_prompts(a, b, pair)
     if both.height == 0:
-        log.warning("%s and %s share no prompt; no bootstrap comparison", pair["path_a"], pair["path_b"])
+        log.warning("%s and %s share no prompt; no prompt-paired comparison", pair["path_a"], pair["path_b"])
         return rows
-    resampling = Resampling(both.height, resamples, identity)
+    permutations = Permutations(both.height, resamples, identity)
     try:
         if pair["kind"] == "metrics":
             metrics = [m for m in ROUGE if m in both.columns]
-            estimates = bootstrap_mean_differences(both.select(metrics).to_numpy().T,
-                                                   both.select([f"{m}_b" for m in metrics]).to_numpy().T, resampling)
+            estimates = permutation_mean_differences(both.select(metrics).to_numpy().T,
+                                                     both.select([f"{m}_b" for m in metrics]).to_numpy().T, permutations)
             for metric, estimate in zip(metrics, estimates):
-                row(metric, estimate, BOOTSTRAP)
+                row(metric, estimate, PERMUTATION)
         else:
-            row("perplexity", bootstrap_perplexity_difference(both["nll"].to_numpy(), both["tokens"].to_numpy(),
-                                                              both["nll_b"].to_numpy(), both["tokens_b"].to_numpy(),
-                                                              resampling), BOOTSTRAP)
+            row("perplexity", permutation_perplexity_difference(both["nll"].to_numpy(), both["tokens"].to_numpy(),
+                                                                both["nll_b"].to_numpy(), both["tokens_b"].to_numpy(),
+                                                                permutations), PERMUTATION)
     except ValueError as error:
         raise StageError(f"{pair['path_a']} vs {pair['path_b']}: {error}") from error
     return rows
@@ -264,11 +291,23 @@ def _favours(row: dict) -> str:
     return "perturbation" if better > 0 else "no perturbation"
 
 
-def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES) -> pl.DataFrame:
+def designed_mauve(paths: list[str], intensity: float, resamples: int = RESAMPLES) -> dict[str, dict]:
+    """The MAUVE contrasts the study designs, by report.joint_mauve.pair_id: each pair with its identity and its
+    table's B. The workflow lists one job per entry; `contrasts` reads their results back by the same id."""
+    from workflow_lib.report.joint_mauve import pair_id
+
+    sampled = [p for p in pairs(conditions(paths), intensity) if p["kind"] == "metrics"]
+    size = Counter(p["family"] for p in sampled)
+    return {pair_id(p): {**p, "identity": pair_identity(p), "resamples": resamples_for(size[p["family"]], resamples)}
+            for p in sampled}
+
+
+def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES, mauve: list[str] = ()) -> pl.DataFrame:
     """The study's paired comparisons (columns COLUMNS), sorted, Holm-corrected per (family, metric).
-    `resamples`: the least bootstrap B; a table of m comparisons gets resamples_for(m, resamples). A pair of
+    `resamples`: the least permutation B; a table of m comparisons gets resamples_for(m, resamples). A pair of
     a family and kind (metrics: the ROUGE tables; perplexity) is one row of each of that kind's tables, so m is
-    their count (an upper bound when a sidecar is missing, which only makes B larger)."""
+    their count (an upper bound when a sidecar is missing, which only makes B larger). `mauve`: the results of
+    report.joint_mauve's jobs, named by pair id; a metrics pair without one falls back to the paired t."""
     # Each file is read once per call, and afresh: an earlier call's cache may hold another study's file by the
     # same relative path.
     _metrics.cache_clear()
@@ -278,9 +317,13 @@ def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES) ->
     for pair in designed:
         table_size[(pair["family"], pair["kind"])] += 1
     for (family, kind), m in sorted(table_size.items()):
-        log.info("%s (%s): %d comparisons, %d bootstrap resamples", family, kind, m, resamples_for(m, resamples))
+        log.info("%s (%s): %d comparisons, at most %d random swaps each", family, kind, m, resamples_for(m, resamples))
+    from workflow_lib.report.joint_mauve import pair_id
+
+    joint = {Path(p).stem: json.loads(Path(p).read_text()) for p in mauve}
     rows = [r for pair in designed
-            for r in compare(pair, resamples_for(table_size[(pair["family"], pair["kind"])], resamples))]
+            for r in compare(pair, resamples_for(table_size[(pair["family"], pair["kind"])], resamples),
+                             joint.get(pair_id(pair)) if pair["kind"] == "metrics" else None)]
     by_table = defaultdict(list)
     for r in rows:
         by_table[(r["family"], r["metric"])].append(r)
@@ -302,16 +345,27 @@ def _number(x: float | None) -> str:
     return "" if x is None else f"{x:+.3f}"
 
 
-def _p(p: float | None) -> str:
+def _p(p: float | None, why: str | None = None) -> str:
     if p is None:
-        return "—"
+        return f"not testable ({why or 'no p'})"
     return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def untested_reasons(rows: pl.DataFrame) -> str:
+    """Why the rows with no Holm p were not tested: '2 runs', or '2 runs: 3; no spread: 1' when the reasons differ.
+    A row written before the reason was recorded says 'no p'."""
+    untested = rows.filter(pl.col("p_holm").is_null())
+    reasons = (untested["not_testable"].to_list() if "not_testable" in untested.columns else [None] * untested.height)
+    counts = Counter(reason or "no p" for reason in reasons)
+    if len(counts) == 1:
+        return next(iter(counts))
+    return "; ".join(f"{reason}: {k}" for reason, k in sorted(counts.items()))
 
 
 def study_sentences(frame: pl.DataFrame, metric: str = "mauve") -> list[str]:
     """'N of M ... contrasts (MAUVE) favour ...; K of them are significant after Holm correction', per family
-    and per ablation arm and objective, and how many of the M had no test (no p: fewer than 3 runs, or no
-    spread), which are neither significant nor evidence of no difference."""
+    and per ablation arm and objective, and how many of the M were not tested and why (fewer than 3 runs, no
+    spread, too few prompts), which are neither significant nor evidence of no difference."""
     sub = frame.filter(pl.col("metric") == metric)
     groups = [("perturbation", "perturbation", "perturbation", sub.filter(pl.col("family") == "perturbation"))]
     ablation = sub.filter(pl.col("family") == "ablation")
@@ -327,8 +381,20 @@ def study_sentences(frame: pl.DataFrame, metric: str = "mauve") -> list[str]:
             untested = part.filter(pl.col("p_holm").is_null()).height
             lines.append(f"{favour.height} of {part.height} {what} contrasts ({METRICS[metric]}) favour {favoured}; "
                          f"{favour['significant'].sum()} of them are significant after Holm correction"
-                         + (f"; not testable (no p): {untested} of the {part.height}." if untested else "."))
+                         + (f"; not testable: {untested} of the {part.height} ({untested_reasons(part)})."
+                            if untested else "."))
     return lines
+
+
+def _swaps_heading(part: pl.DataFrame) -> str:
+    """', B = 3200' (the table's random swaps), ', all 1024 swaps' when every row enumerated its 2^n, or ''."""
+    drawn = part.filter(pl.col("resamples").is_not_null())
+    if not drawn.height:
+        return ""
+    if all(b == 2 ** n for b, n in drawn.select("resamples", "n").rows()):
+        counts = sorted(set(drawn["resamples"].to_list()))
+        return f", all {'/'.join(map(str, counts))} swaps (exact)"
+    return f", B = {drawn['resamples'].max()}"
 
 
 def paired_section(frame: pl.DataFrame) -> str:
@@ -337,13 +403,20 @@ def paired_section(frame: pl.DataFrame) -> str:
         return "This study has no pair of conditions that a table compares.\n"
     lines = [f"- {s}" for s in study_sentences(frame)]
     lines += ["", f"✱ marks a contrast whose Holm-corrected p (over its family and metric's table) is below {ALPHA:g}. "
-              f"Difference = A − B with its 95% interval; MAUVE: {PAIRED_T} (run r of A and B shares prompts and "
-              f"seeds); ROUGE and perplexity: {BOOTSTRAP}, B resamples per table (in its heading: at least "
-              f"{RESAMPLES}, and {RESAMPLES_PER_COMPARISON} per comparison, so that p = 2(1 + replicates beyond 0)/(B + 1), "
-              "never below 2/(B + 1), can survive Holm's correction). A p of — is none, the contrast not testable: "
-              f"fewer than {MIN_RUNS} runs, or every run moved by the same amount (no spread to test). MAUVE is "
-              "compared only where both sides had enough texts per run to resolve it. Higher is better except for "
-              "perplexity.", ""]
+              "Difference = A − B with its 95% interval, which is per row and not corrected for the table's other "
+              f"rows (the mark is). MAUVE: {PAIRED_T} (run r of A and B shares prompts and seeds), t interval. ROUGE "
+              f"and perplexity: {PERMUTATION} (docs/method.md §4): with no difference, a prompt's two values are "
+              "exchangeable, so swapping them at random (for ROUGE, flipping the sign of the prompt's difference; for "
+              "perplexity, swapping its NLL and tokens) draws from the exact null distribution; p = (1 + swaps as "
+              "extreme as the data)/(B + 1), or the share of all 2^n swaps when 2^n ≤ B, and a row stops once "
+              f"{STOP_AFTER} swaps reach its statistic (p = {STOP_AFTER}/swaps drawn; Besag and Clifford 1991). "
+              f"Each is exact at any number of prompts. B per table in its heading: at least {RESAMPLES}, and "
+              f"{RESAMPLES_PER_COMPARISON} per comparison, so that the smallest p, 1/(B + 1), survives Holm's "
+              "correction. Their interval is the t interval over prompts (perplexity: of its linearisation). "
+              f"\"not testable (why)\" is a contrast with no p, never a finding of no difference: fewer than "
+              f"{MIN_RUNS} runs, every run moved by the same amount (no spread to test), or too few prompts for any "
+              f"swap to reach p < {ALPHA:g}; it takes no part in Holm's correction. MAUVE is compared only where both "
+              "sides had enough texts per run to resolve it. Higher is better except for perplexity.", ""]
     shown = shown_objective(frame)
 
     def varies(column):  # a column worth showing: more than one value (perplexity rows have no decoder)
@@ -358,8 +431,7 @@ def paired_section(frame: pl.DataFrame) -> str:
             part = shown.filter((pl.col("family") == family) & (pl.col("metric") == metric))
             if not part.height:
                 continue
-            resamples = part["resamples"].drop_nulls()
-            how = part["method"][0] + (f", B = {resamples.max()}" if resamples.len() else "")
+            how = part["method"][0] + _swaps_heading(part)
             lines += [f"### {titles[family]}: {label} ({how})", "",
                       "| " + " | ".join(columns) + " | A vs B | difference [95% interval] | p (Holm) | |",
                       "|" + "---|" * (len(columns) + 4)]
@@ -367,7 +439,7 @@ def paired_section(frame: pl.DataFrame) -> str:
                 interval = f" [{_number(r['low'])}, {_number(r['high'])}]" if r["low"] is not None else ""
                 identity = [str(r[c]) if r[c] not in (None, "") else "—" for c in columns]
                 lines.append("| " + " | ".join(identity) + f" | {r['a']} vs {r['b']} | {_number(r['difference'])}{interval} | "
-                             f"{_p(r['p_holm'])} | {'✱' if r['significant'] else ''} |")
+                             f"{_p(r['p_holm'], r.get('not_testable'))} | {'✱' if r['significant'] else ''} |")
             lines.append("")
     return "\n".join(lines)
 
@@ -377,10 +449,12 @@ def main() -> None:
     parser.add_argument("--intensity", type=float, required=True, help="the headline intensity (insertion)")
     parser.add_argument("--output", required=True, help="CSV of the paired comparisons")
     parser.add_argument("--resamples", type=int, default=RESAMPLES,
-                        help="the least bootstrap B; a table of m comparisons gets max(B, 200 m)")
+                        help="the least permutation B; a table of m comparisons gets max(B, 200 m)")
+    parser.add_argument("--mauve", nargs="*", default=[],
+                        help="report.joint_mauve results (<pair id>.json): MAUVE contrasts on a shared quantisation")
     parser.add_argument("paths", nargs="*", help="metrics and perplexity JSON (their .prompts.parquet beside them)")
     args = parser.parse_args()
-    frame = contrasts(args.paths, args.intensity, args.resamples)
+    frame = contrasts(args.paths, args.intensity, args.resamples, args.mauve)
     with atomic_path(args.output) as tmp:
         frame.write_csv(tmp)
     log.info("%d contrasts (%d significant after Holm) from %d files", frame.height, frame["significant"].sum(), len(args.paths))

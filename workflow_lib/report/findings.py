@@ -2,13 +2,16 @@
 
 Three parts:
 - for each eval set and metric, whether perturbation helped, hurt or made no detectable difference (the paired
-  contrasts after Holm's correction), and the same for each objective against MLE; a contrast with no p (fewer
-  than 3 runs, no spread) is "not testable", never counted as no difference, and MAUVE with too few texts per run
-  to resolve (report.resolution) is said to be so instead of compared;
+  contrasts after Holm's correction), and the same for each objective against MLE. Those three words are for
+  tested rows only: a contrast with no p (fewer than 3 runs, no spread, too few prompts) is "not testable (why)",
+  counted apart and never as no difference, and a MAUVE cell with too few texts per run to resolve
+  (report.resolution) is counted as such, compared with nothing;
 - the study's size and what limits it: sampling runs, prompts, training steps, whether the validation loss was
   still falling at the last evaluation, MAUVE's clustering share, and which MAUVE cells had too few texts;
-- where the builtin corpus gives the true law, whether MAUVE and the exact TV agree on the conditions' order
-  (Spearman's rank correlation, and the condition MAUVE likes best with its TV rank).
+- where the builtin corpus gives the true law, whether MAUVE and the exact TV agree on the conditions' order:
+  Spearman's rank correlation with a permutation p and its range under the means' standard errors
+  (statistics.rank_agreement), three verdicts (agree / disagree / cannot tell), and the condition MAUVE likes best
+  with its TV rank.
 Nothing here is written by hand: a sentence whose numbers are missing is left out.
 """
 
@@ -16,36 +19,42 @@ from __future__ import annotations
 
 import polars as pl
 
-from workflow_lib.report.contrasts import METRICS
+from workflow_lib.report.contrasts import METRICS, untested_reasons
 from workflow_lib.report.resolution import refusal_sentence, refused, resolved
+from workflow_lib.report.statistics import rank_agreement
 
 METRIC_ORDER = ("mauve", "rouge1", "perplexity")
 TOO_FEW = "too few texts per run to compare"
 
 
 def _verdicts(part: pl.DataFrame, better: str) -> str:
-    """'helped in 2, hurt in 1, no detectable difference in 3 (of 6)' for the rows of one metric. A row with no
-    Holm p was not tested: 'not testable in k', never part of 'no detectable difference'."""
+    """'helped in 2, hurt in 1, no detectable difference in 3 (of 6)' for the rows of one metric. The three words
+    count tested rows only; a row with no Holm p was not tested and is counted apart with its reason: 'no detectable
+    difference in 1 of the 2 tested, not testable in 1 (2 runs)'."""
     tested = part.filter(pl.col("p_holm").is_not_null())
     untested = part.height - tested.height
+    apart = f", not testable in {untested} ({untested_reasons(part)})" if untested else ""
     if not tested.height:
-        return f"not testable in any of {part.height} (fewer than 3 runs, or no spread)"
+        return f"not testable in any of {part.height} ({untested_reasons(part)})"
     helped = tested.filter(pl.col("significant") & (pl.col("favours") == better)).height
     hurt = tested.filter(pl.col("significant") & (pl.col("favours") != better)).height
     same = tested.height - helped - hurt
-    if helped == hurt == 0 and not untested:
-        return f"no detectable difference in any of {part.height}"
-    return (f"helped in {helped}, hurt in {hurt}, no detectable difference in {same}"
-            + (f", not testable in {untested}" if untested else "") + f" (of {part.height})")
+    of = f"the {tested.height} tested" if untested else f"{part.height}"
+    if helped == hurt == 0:
+        return f"no detectable difference in any of {of}{apart}"
+    return f"helped in {helped}, hurt in {hurt}, no detectable difference in {same} (of {of}){apart}"
 
 
-def _parts(rows: pl.DataFrame, better: str, refused_mauve: bool, sep: str) -> list[str]:
-    """One verdict per metric with rows; MAUVE with no row because its cells had too few texts says so."""
+def _parts(rows: pl.DataFrame, better: str, refused_mauve: int, sep: str) -> list[str]:
+    """One verdict per metric with rows. MAUVE cells with too few texts (`refused_mauve` of them) are in no
+    contrast: said so instead of a verdict when MAUVE has no row, and counted apart beside one when it has."""
     parts = []
     for m in METRIC_ORDER:
         part = rows.filter(pl.col("metric") == m)
         if part.height:
-            parts.append(f"{METRICS[m]}{sep}{_verdicts(part, better)}")
+            too_few = (f", too few texts in {refused_mauve} cell{'s' if refused_mauve > 1 else ''} (not compared)"
+                       if m == "mauve" and refused_mauve else "")
+            parts.append(f"{METRICS[m]}{sep}{_verdicts(part, better)}{too_few}")
         elif m == "mauve" and refused_mauve:
             parts.append(f"{METRICS[m]}{sep}{TOO_FEW}")
     return parts
@@ -61,13 +70,13 @@ def contrast_findings(contrasts: pl.DataFrame | None, frame: pl.DataFrame | None
     perturbation = contrasts.filter(pl.col("family") == "perturbation")
     for eval_set in sorted(set(perturbation["eval_set"].to_list())):
         rows = perturbation.filter(pl.col("eval_set") == eval_set)
-        flagged = too_few is not None and too_few.filter(pl.col("eval_set") == eval_set).height > 0
+        flagged = 0 if too_few is None else too_few.filter(pl.col("eval_set") == eval_set).height
         lines.append(f"**{eval_set}**, perturbation against none (per objective and decoder, Holm-corrected): "
                      + "; ".join(_parts(rows, "perturbation", flagged, ": ")) + ".")
     objective = contrasts.filter(pl.col("family") == "objective")
     for name in sorted(set(objective["objective"].to_list())):
         rows = objective.filter(pl.col("objective") == name)
-        flagged = too_few is not None and too_few.filter(pl.col("objective") == name).height > 0
+        flagged = 0 if too_few is None else too_few.filter(pl.col("objective") == name).height
         lines.append(f"**{name} against MLE** (every eval set and condition): "
                      + "; ".join(_parts(rows, name, flagged, " ")) + ".")
     return lines
@@ -95,35 +104,52 @@ def size_findings(frame: pl.DataFrame, logs: dict[str, pl.DataFrame]) -> list[st
         lines.append(sentence)
     share = resolved(frame)["mauve_clustering_share"].drop_nulls()
     if share.len():
-        lines.append(f"MAUVE's k-means clustering accounts for a median {share.median():.0%} of a single (run, "
-                     "clustering seed) score's variance; the rest is sampling (see the Provenance section).")
+        lines.append(f"MAUVE's k-means clustering accounts for an estimated median {share.median():.0%} of a single "
+                     "(run, clustering seed) score's variance; the rest is sampling (see the Provenance section).")
     return lines
 
 
-def mauve_tv_findings(frame: pl.DataFrame) -> list[str]:
-    """Where the exact TV is known: does MAUVE order the conditions as the truth does?"""
-    from scipy.stats import spearmanr
+def _half(frame: pl.DataFrame, column: str) -> list[float | None]:
+    """A standard error from a '<metric>_2se' column (None where the column or the value is missing)."""
+    if column not in frame.columns:
+        return [None] * frame.height
+    return [None if v is None else v / 2 for v in frame[column].to_list()]
 
+
+def mauve_tv_findings(frame: pl.DataFrame) -> list[str]:
+    """Where the exact TV is known: does MAUVE order the conditions as the truth does? One of three verdicts from
+    statistics.rank_agreement (agree / disagree / cannot tell), "cannot tell" whenever the data cannot say: too
+    few conditions for the rank correlation to reach the level, no detectable correlation, or an order the means'
+    standard errors can reverse. Only "disagree" warns against MAUVE."""
     lines = []
     truth = frame.filter(pl.col("tv_mean").is_not_null() & pl.col("mauve_mean").is_not_null())
     tv = resolved(truth)  # MAUVE with too few texts is no ranking (report.resolution)
     for eval_set in sorted(set(truth["eval_set"].to_list())):
         rows = tv.filter(pl.col("eval_set") == eval_set)
-        if rows.height < 3:
+        if rows.height < 2:
             if refused(truth.filter(pl.col("eval_set") == eval_set)).height:
                 lines.append(f"**{eval_set}**: MAUVE is not set against the exact TV to the true law: its runs had too "
                              "few texts to resolve it.")
             continue
-        rho = spearmanr(rows["mauve_mean"].to_numpy(), -rows["tv_mean"].to_numpy()).statistic
+        # TV's direction flipped, so that rho = 1 is full agreement (higher MAUVE, lower TV)
+        agreement = rank_agreement(rows["mauve_mean"].to_numpy(), _half(rows, "mauve_2se"), -rows["tv_mean"].to_numpy(),
+                                   _half(rows, "tv_2se"), f"mauve-tv|{eval_set}")
         best = rows.sort("mauve_mean", descending=True).row(0, named=True)
         rank = rows.sort("tv_mean")["tv_mean"].to_list().index(best["tv_mean"]) + 1
         label = (f"{best['objective']}, training {best['train_strategy']} {best['train_intensity']:g}, sampling "
                  f"{best['test_strategy']} {best['test_intensity']:g}")
-        agree = "agree" if rho >= 0.5 else "do not agree"
-        lines.append(f"**{eval_set}**: MAUVE and the exact TV to the true law {agree} on the order of the "
-                     f"{rows.height} conditions (Spearman ρ = {rho:.2f}, TV's direction flipped so that 1 is full "
-                     f"agreement). MAUVE's best ({label}: {best['mauve_mean']:.3f}) ranks {rank} of {rows.height} by TV "
-                     f"({best['tv_mean']:.3f})." + (" Do not trust MAUVE alone here." if rho < 0.5 else ""))
+        numbers = ("" if agreement.rho is None else
+                   f" (Spearman ρ = {agreement.rho:.2f}, TV's direction flipped so that 1 is full agreement"
+                   + ("" if agreement.p is None else f"; permutation p = {agreement.p:.3f}")
+                   + f"; ρ between {agreement.low:.2f} and {agreement.high:.2f} when each condition's means are redrawn "
+                   "within their standard errors)")
+        head = {"agree": f"MAUVE and the exact TV to the true law agree on the order of the {rows.height} conditions",
+                "disagree": f"MAUVE and the exact TV to the true law order the {rows.height} conditions in opposite ways",
+                "cannot tell": f"the data cannot tell whether MAUVE orders the {rows.height} conditions as the exact TV to "
+                               f"the true law does: {agreement.why}"}[agreement.verdict]
+        lines.append(f"**{eval_set}**: {head}{numbers}. MAUVE's best ({label}: {best['mauve_mean']:.3f}) ranks {rank} of "
+                     f"{rows.height} by TV ({best['tv_mean']:.3f})."
+                     + (" Do not trust MAUVE alone here." if agreement.verdict == "disagree" else ""))
     return lines
 
 

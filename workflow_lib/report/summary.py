@@ -98,10 +98,15 @@ def provenance_section(frame: pl.DataFrame) -> str:
 
 
 def variance_line(frame: pl.DataFrame) -> str:
-    """One line: how much of MAUVE's variance is k-means clustering rather than sampling (unbiased one-way
-    random-effects estimates, evaluate.metrics.variance_split), and how many clustering seeds a run needs for
-    its clustering part to fall under its sampling part. That count follows from the share alone: with
-    x = clustering share, sigma^2_c / sigma^2_s = x / (1 - x), and K seeds divide sigma^2_c by K."""
+    """One line: how much of MAUVE's variance is k-means clustering rather than sampling (one-way random-effects
+    ANOVA estimates, evaluate.metrics.variance_split), and how many clustering seeds a run needs for its
+    clustering part to fall under its sampling part. That count follows from the share alone: with
+    x = clustering share, sigma^2_c / sigma^2_s = x / (1 - x), and K seeds divide sigma^2_c by K.
+
+    What the line may not say: the sampling part's estimate is floored at 0, and with a few runs it hits that floor
+    often even when sampling varies (at 3 runs and 5 seeds, with probability 0.35-0.38 at clustering shares of
+    0.80-0.83). A share of 100% is that floor: the estimate could not separate the two parts, which is not "no sampling
+    variance". Floored estimates are not unbiased either, so the shares are called estimates."""
     share = resolved(frame)["mauve_clustering_share"].drop_nulls()  # a score with too few texts splits nothing
     if not share.len() and refused(frame).height:
         return ("MAUVE's variance split (clustering vs sampling) is not reported: no MAUVE cell of this study had "
@@ -109,19 +114,24 @@ def variance_line(frame: pl.DataFrame) -> str:
     if not share.len():
         return ("MAUVE's variance split (clustering vs sampling) is not recorded in these metrics files (it needs "
                 "at least 2 runs and 2 clustering seeds).\n")
-    line = (f"MAUVE variance split (one-way random effects over runs × clustering seeds): k-means clustering accounts "
-            f"for a median {share.median():.0%} of the variance of one (run, clustering seed) score over {share.len()} "
-            f"conditions (range {share.min():.0%}–{share.max():.0%}); the rest is sampling. ")
+    line = (f"MAUVE variance split (one-way random-effects ANOVA estimates over runs × clustering seeds, the sampling "
+            f"part floored at 0): k-means clustering accounts for an estimated median {share.median():.0%} of the "
+            f"variance of one (run, clustering seed) score over {share.len()} conditions (range "
+            f"{share.min():.0%}–{share.max():.0%}); the rest is sampling. ")
     ratio = share.filter(share < 1)
     needed = (ratio / (1 - ratio)).floor().cast(pl.Int64) + 1
-    never = share.len() - ratio.len()
+    floored = share.len() - ratio.len()
+    why = ("the run means varied no more than their clustering noise predicts, so the estimate cannot separate "
+           "sampling from clustering there; with few runs this happens often even when sampling varies")
     if needed.len():
         line += (f"A run's score averages its clustering seeds, which divides the clustering part by their number: "
                  f"{needed.sort()[needed.len() // 2]} seeds (median over conditions; at most {needed.max()}) put it under the "
                  "sampling part")
-        line += f", and in {never} condition(s) with no sampling variance no number does.\n" if never else ".\n"
+        line += (f". In {floored} condition(s) the estimated sampling variance is 0 (floored): {why}, and no seed "
+                 "count is given.\n" if floored else ".\n")
     else:
-        line += "No condition shows sampling variance, so no number of clustering seeds puts clustering under it.\n"
+        line += (f"In every condition the estimated sampling variance is 0 (floored): {why}, so no seed count is "
+                 "given.\n")
     return line
 
 
@@ -151,7 +161,8 @@ def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensit
         f"(model, eval set, sampling condition) combinations; objectives: {', '.join(objectives) or 'none'}; "
         f"decoders: {', '.join(decoders)}; headline perturbation: insertion at {intensity:g}.\n",
         "Each MAUVE / ROUGE cell is the mean over sampling runs ± 2 standard errors; an empty cell is a combination "
-        "this configuration does not define." + (f" {UNTRAINED_LABEL}: the model as released, evaluated without training."
+        "this configuration does not define. Bold marks the largest mean of a column, not a significant difference: "
+        "what is significant is the ✱ of the paired comparisons below." + (f" {UNTRAINED_LABEL}: the model as released, evaluated without training."
                                                   if untrained else "")
         + (" A MAUVE cell that reads \"too few texts (n)\" had n texts per side in a run, fewer than "
            "evaluation.mauve.min_texts: it is not reported, compared or marked." if refused(frame).height else "") + "\n",

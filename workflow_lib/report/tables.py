@@ -1,6 +1,8 @@
 """The paper's tables from the tidy metrics table: Table 1, EMO-Brier, strategies, ablation, other metrics, and the
-example continuations. Written as CSV (machine-readable), Markdown and LaTeX (booktabs), best mean per column in
-bold; the paper's own Table 1 numbers for the comparison.
+example continuations. Written as CSV (machine-readable), Markdown and LaTeX (booktabs), the largest mean per column
+in bold (the paper's convention) and every caption saying that bold is only that, not a significant difference:
+significance is the paired comparisons' ✱ (report.contrasts), which bold never implies. The paper's own Table 1
+numbers for the comparison.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ PAPER_TABLE1 = {
     ("EleutherAI/gpt-neo-1.3B", "brier"): ([.79, .79, .51, .13], [.91, .88, .65, .22]),
 }
 PAPER_EVAL_SETS = ["wikitext2", "wikitext103", "webtext", "writingprompts"]
+# Why not bold only what the contrasts support: the contrasts compare a cell with its designed partners (perturbed
+# against not, an objective against MLE), never a column's best against every other row, so no test says which
+# cell is best. Bold stays descriptive and says so.
+BOLD_NOTE = ("Bold: the largest mean of its column, a description, not a significant difference (significance is the "
+             "✱ of the paired comparisons in results/summary.md)")
 
 
 def cell(mean, se) -> str:
@@ -93,7 +100,8 @@ def long_cells(frame: pl.DataFrame, row_keys: list[str], metrics: list[tuple[str
 def write_table(rows: list[dict], means: list[dict], columns: list[str], stem: str, lower_is_better=(), caption: str = "",
                 unranked=(), groups: list | None = None) -> None:
     """CSV with the raw strings, Markdown and LaTeX (booktabs) with the best mean of each column in bold:
-    the lowest for columns in `lower_is_better`, none for `unranked`; among rows of one `groups` value if given."""
+    the lowest for columns in `lower_is_better`, none for `unranked`; among rows of one `groups` value if given.
+    The caption heads the Markdown and, as a comment, the LaTeX, so that what bold means travels with both."""
     groups = groups or [None] * len(rows)
     best = {}
     for col in columns:
@@ -127,7 +135,8 @@ def write_table(rows: list[dict], means: list[dict], columns: list[str], stem: s
         value = tex(row.get(col, ""))
         return r"\textbf{" + value + "}" if is_best(row, mean, col, group) else value
 
-    lines = [r"\begin{tabular}{" + "l" * len(columns) + "}", r"\toprule", " & ".join(tex(c) for c in columns) + r" \\", r"\midrule"]
+    lines = [f"% {' '.join(caption.split())}"] if caption else []
+    lines += [r"\begin{tabular}{" + "l" * len(columns) + "}", r"\toprule", " & ".join(tex(c) for c in columns) + r" \\", r"\midrule"]
     lines += [" & ".join(tex_cell(r, m, c, g) for c in columns) + r" \\" for r, m, g in zip(rows, means, groups)]
     lines += [r"\bottomrule", r"\end{tabular}"]
     with atomic_path(stem.with_suffix(".tex")) as tmp:
@@ -155,9 +164,10 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
     specs = {
         "table1": (methods, ["model", "objective", *decoder, "perturbation"], "eval_set", metrics,
                    f"Table 1: MAUVE and ROUGE-1 (mean ± 2 SE over runs), without and with insertion at {intensity:g}"
-                   f"{untrained_note}{refused_note}."),
+                   f"{untrained_note}{refused_note}. {BOLD_NOTE}."),
         "emo_brier": (methods.filter(pl.col("objective").is_in(["emo", "brier"])), ["model", "objective", *decoder, "perturbation"],
-                      "eval_set", metrics, f"EMO and Brier without and with perturbation (MAUVE, ROUGE-1){refused_note}."),
+                      "eval_set", metrics, f"EMO and Brier without and with perturbation (MAUVE, ROUGE-1){refused_note}. "
+                      f"{BOLD_NOTE}."),
     }
     same = frame.filter(pl.col("train_intensity") == pl.col("test_intensity"))
     same = same.filter((pl.col("train_strategy") == pl.col("test_strategy")) | (pl.col("train_intensity") == 0))
@@ -169,10 +179,11 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
     strategies = strategies.with_columns(pl.col("train_intensity").map_elements(lambda x: f"{x:g}", return_dtype=pl.Utf8).alias("intensity"))
     specs["strategies"] = (strategies, ["model", "objective", *decoder, "eval_set", "strategy"], "intensity", [("mauve", "MAUVE")],
                            "Perturbation strategies: MAUVE (mean ± 2 SE) by intensity, same strategy and intensity at training and "
-                           f"sampling{refused_note}.")
+                           f"sampling{refused_note}. {BOLD_NOTE}.")
     ablation = ablation_frame(frame, intensity)
     specs["ablation"] = (ablation, ["model", "objective", *decoder, "eval_set"], "condition", [("mauve", "MAUVE")],
-                         f"Ablation: perturbation at training, at sampling, both, or neither (MAUVE, mean ± 2 SE){refused_note}.")
+                         f"Ablation: perturbation at training, at sampling, both, or neither (MAUVE, mean ± 2 SE){refused_note}. "
+                         f"{BOLD_NOTE}.")
     for name, (sub, rows_k, col_k, mets, caption) in specs.items():
         order = [e for e in eval_order if e in set(sub[col_k].to_list())] if col_k == "eval_set" else None
         if col_k == "intensity":
@@ -192,8 +203,9 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
     write_table(rows, means, columns, str(out / "metrics"), lower_is_better={"perplexity"},
                 unranked={"distinct-2", "repetition"}, groups=other["eval_set"].to_list(),
                 caption="Other metrics peers report (mean ± 2 SE over runs; perplexity of the model on the eval set's human "
-                        "text, which no sampling setting changes). Bold: best per eval set; distinct-2 (share of distinct "
-                        "bigrams) and repetition are descriptive, not ranked.")
+                        "text, which no sampling setting changes). Bold: the best mean per eval set (lowest perplexity), a "
+                        "description, not a significant difference (significance is the ✱ of the paired comparisons in "
+                        "results/summary.md); distinct-2 (share of distinct bigrams) and repetition are not ranked.")
     written["metrics"] = (out / "metrics.md").read_text()
     return written
 
