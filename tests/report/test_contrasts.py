@@ -12,7 +12,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from workflow_lib.report.contrasts import contrasts, paired_section, study_sentences
+from workflow_lib.report.contrasts import contrasts
+from workflow_lib.report.paired_tables import paired_section, study_sentences
 from workflow_lib.report.statistics import (
     Permutations,
     holm,

@@ -11,7 +11,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from workflow_lib.report.contrasts import ALPHA, RESAMPLES, contrasts, paired_section
+from workflow_lib.report.contrasts import ALPHA, RESAMPLES, contrasts
+from workflow_lib.report.paired_tables import paired_section
 from workflow_lib.report.statistics import (
     Permutations,
     holm,

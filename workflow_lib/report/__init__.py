@@ -6,6 +6,7 @@
 - `contrasts`: the `contrasts` rule: paired comparisons of conditions, Holm-corrected, and the designed MAUVE pairs.
 - `joint_mauve`: the `mauve_contrast` rule: one MAUVE contrast on a quantisation shared by both conditions and the
   human text, with its permutation p.
+- `paired_tables`: the summary's "Paired comparisons" section, written from `contrasts.csv`.
 - `statistics`: the paired permutation test over prompts, the t intervals, the rank agreement and Holm, on arrays.
 - `resolution`: which MAUVE cells had enough texts per run to be shown, compared and found on (the rest read
   "too few texts (n)").

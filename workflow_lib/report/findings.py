@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from workflow_lib.report.contrasts import METRICS, untested_reasons
+from workflow_lib.report.contrasts import METRICS
+from workflow_lib.report.paired_tables import untested_reasons
 from workflow_lib.report.resolution import refusal_sentence, refused, resolved
 from workflow_lib.report.statistics import rank_agreement
 

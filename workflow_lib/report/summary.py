@@ -12,7 +12,7 @@ import polars as pl
 from workflow_lib.grid import UNTRAINED
 from workflow_lib.report.collect import version_column
 from workflow_lib.report.conditions import KEYS, UNTRAINED_LABEL, shown_objective
-from workflow_lib.report.contrasts import paired_section
+from workflow_lib.report.paired_tables import paired_section
 from workflow_lib.report.resolution import refused, resolved
 from workflow_lib.report.tables import paper_comparison, pivot_cells, rehearsal_stand_ins
 
