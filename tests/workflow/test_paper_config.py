@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import itertools
 import subprocess
-import time
 
 import pytest
 import yaml
@@ -22,8 +21,8 @@ from workflow_lib.config import validate_config
 pytestmark = pytest.mark.workflow
 
 PAPER = REPO / "configs/paper.yaml"
-PLAN_SECONDS = 10
-REPORT_RULES = {"collect_metrics", "contrasts", "tables", "figure", "examples", "training_curves", "all"}  # the report stage's: counted loosely
+PLAN_SECONDS = 10  # CPU seconds (measured: about 3.5)
+REPORT_RULES = {"collect_metrics", "mauve_contrast", "contrasts", "tables", "figure", "examples", "training_curves", "all"}  # the report stage's: counted loosely
 BUILTIN_SPLITS = ("train", "validation", "test", "ood")
 
 
@@ -39,11 +38,16 @@ def paper_workdir(tmp_path_factory):
 
 
 def dry_run(workdir, *args) -> tuple[subprocess.CompletedProcess, float]:
+    """The dry run's result and the CPU seconds it took (user + system of the child): what planning costs, whatever
+    else loads the machine (CI runs the rehearsal beside the test suite)."""
+    import resource
+
     cmd = ["timeout", "-k", "10", "120", str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(PAPER), "-n", *args]
-    start = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, timeout=150)
-    return result, time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return result, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def splits(dataset: dict) -> list[str]:
@@ -180,14 +184,14 @@ def test_paper_config_plans_offline_in_seconds_with_the_expected_jobs(paper_work
     result, seconds = dry_run(paper_workdir, "--quiet", "rules")
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
-    assert seconds < PLAN_SECONDS, f"planning took {seconds:.1f} s"
+    assert seconds < PLAN_SECONDS, f"planning took {seconds:.1f} CPU-s"
     assert not (paper_workdir / "data").exists()
     planned = job_stats(output)
     assert {r: n for r, n in planned.items() if r not in REPORT_RULES} == expected_jobs(paper)
     # WebText test, the head of WebText train (its top-up), the WritingPrompts archive; one archive unpacked.
     assert (planned["fetch"], planned["unpack"]) == (3, 1)
-    assert {"collect_metrics", "tables", "all"} <= set(planned)
-    print(f"paper config: {sum(planned.values())} jobs planned in {seconds:.1f} s: {planned}")
+    assert {"collect_metrics", "mauve_contrast", "tables", "all"} <= set(planned)
+    print(f"paper config: {sum(planned.values())} jobs planned in {seconds:.1f} CPU-s: {planned}")
 
 
 def test_paper_config_requests_gpus_and_multi_gpu_training(paper_workdir):

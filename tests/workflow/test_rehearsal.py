@@ -75,7 +75,7 @@ def test_rehearsal_plans_the_papers_jobs(tmp_path):
     build(tmp_path / "rehearsal/standins")  # planning checks that the featuriser folder holds a model
     paper, rehearsal = plan(tmp_path / "paper", PAPER), plan(tmp_path / "rehearsal", PAPER, OVERLAY)
     assert rehearsal == paper
-    assert sum(paper.values()) == 447
+    assert sum(paper.values()) == 667 and paper["mauve_contrast"] == 220  # one per designed MAUVE contrast
 
 
 def test_served_stand_ins_repeat_byte_for_byte_and_are_shaped_as_the_originals():
