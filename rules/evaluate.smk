@@ -30,7 +30,7 @@ rule evaluate:
         json=METRICS_OUTPUT,
         per_prompt=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.prompts.parquet",
         curves=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.curves.parquet",
-        features=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.features.parquet",
+        features=features_sidecar(METRICS_OUTPUT),  # the path report.joint_mauve reads back
     params:
         settings=lambda w: as_json(evaluation_settings()),
     log:
