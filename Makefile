@@ -8,6 +8,7 @@ CORES  ?= all
 SNAKEMAKE_ARGS ?=
 CONFIG ?= config.yaml
 ESTIMATE_ARGS ?=
+PYTEST_ARGS ?=
 
 .PHONY: venv install run report test test-fast lint dryrun bench clean rehearsal real real-ci estimate
 
@@ -67,7 +68,7 @@ lint: $(STAMP)
 	$(BIN)/snakemake --lint
 
 test: install
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done

@@ -26,3 +26,16 @@ def one_thread():
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def tiny_study(tmp_path_factory) -> Path:
+    """One finished tiny study (`support.study.tiny_study_config`), run once for the training, sampling, report and
+    lab tests: each used to run its own. A test that edits its config.yaml to read a dry run puts it back."""
+    from support.study import snakemake, tiny_study_config, write_config
+
+    workdir = tmp_path_factory.mktemp("tiny-study")
+    write_config(workdir, tiny_study_config())
+    result = snakemake(workdir, timeout=1500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return workdir

@@ -37,6 +37,39 @@ def tiny_config() -> dict:
     }
 
 
+# The theory lab's output folder in the shared tiny study (its group experiment is "group").
+LAB = "results/lab/group"
+
+
+def tiny_study_config() -> dict:
+    """The shared tiny study (the `tiny_study` fixture, tests/conftest.py), which the training, sampling, report and
+    lab tests read: MLE trained with and without 20% inserted oracle synonyms, sampled exactly at intensities 0 and
+    0.2 on both eval sets; the unperturbed MLE model also in `cached` mode; EMO trained the same two ways, and MLE
+    again under another name (its paired contrasts compare a condition with itself, so they must include 0), each
+    sampled once on one eval set; Brier beside MLE as the theory lab's group; the simulation study. Separate
+    experiments, so that the grid is not their cross product."""
+    config = tiny_config()
+    oracle = {"intensities": [0, 0.2], "synonyms": ["oracle"]}
+    one_set = {"models": ["tiny"], "train_dataset": "synthetic", "eval_sets": ["syn-test"]}
+    main = config["experiments"]["main"]
+    main["train_perturbation"] = dict(oracle)
+    main["test_perturbation"] = dict(oracle)
+    config["experiments"]["cached"] = {**main, "train_perturbation": {"intensities": [0]},
+                                       "test_perturbation": {"intensities": [0.2], "synonyms": ["oracle"], "modes": ["cached"]}}
+    config["experiments"]["emo"] = {**one_set, "objectives": ["emo"], "train_perturbation": dict(oracle)}
+    config["objectives"] = {"mle-again": {"loss": "mle"}}
+    config["experiments"]["same"] = {**one_set, "objectives": ["mle-again"]}
+    config["experiments"]["group"] = {**one_set, "objectives": ["mle", "brier"]}
+    config["lab"] = {"experiments": ["group"], "prefixes": 12, "length": 24, "deltas": [0, 1, 2], "last": 8,
+                     "draws": 2, "tries": 16,
+                     "perturbations": {"uniform": {"q0": "uniform", "beta": 0.9}, "synonym": {"q0": "synonym", "beta": 1.0}}}
+    config["training"] = {"batch_size": 8, "learning_rate": 1e-3, "eval_every": 5, "checkpoint_every": 5}
+    config["report"] = {"intensity": 0.2}
+    config["simulation"] = {"enabled": True, "vocab_sizes": [6], "intensities": [0, 0.5], "replications": 2,
+                            "n_sequences": 20, "seq_len": 6, "epochs": 2, "batch_size": 50}
+    return config
+
+
 WORKFLOW_CODE = ["Snakefile", "config.yaml", "rules", "workflow_lib", "report", "profiles", "envs"]
 
 

@@ -13,7 +13,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import torch
-from support.study import REPO, SNAKEMAKE, planned_rules, snakemake, tiny_config, write_config
+from support.study import REPO, SNAKEMAKE, planned_rules, snakemake, tiny_config, tiny_study_config, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -140,31 +140,25 @@ def test_perturbation_stage_builds_synonyms_and_every_condition(workdir):
     assert planned_rules(plan.stdout + plan.stderr) == {"perturb"}
 
 
-def test_training_runs_through_accelerate_launch(workdir):
-    config = tiny_config()
-    config["experiments"]["main"]["objectives"] = ["mle", "emo"]
-    config["experiments"]["main"]["train_perturbation"] = {"intensities": [0, 0.1], "synonyms": ["oracle"]}
-    config["training"] = {"batch_size": 8, "learning_rate": 1e-3, "eval_every": 5, "checkpoint_every": 5}
-    write_config(workdir, config)
-    result = snakemake(workdir)
-    assert result.returncode == 0, result.stderr
-    models = sorted(p.parent.relative_to(workdir / "results/models") for p in (workdir / "results/models").rglob("model.safetensors"))
+def test_training_writes_every_model_its_log_and_no_leftover_checkpoint(tiny_study):
+    """(`accelerate launch` itself, for two processes, is tests/train/test_parallel.py's.)"""
+    workdir = tiny_study
+    models = sorted(p.parent.relative_to(workdir / "results/models") for p in (workdir / "results/models").rglob("model.safetensors")
+                    if "brier" not in p.parts)  # Brier: the lab's group (tests/lab/test_lab_workflow.py)
     assert [str(m) for m in models] == [f"tiny/synthetic/{o}/{c}/seed1" for o in ("emo", "mle")
-                                        for c in ("none/augment-m1/none-0", "oracle/augment-m1/insertion-0.1")]
+                                        for c in ("none/augment-m1/none-0", "oracle/augment-m1/insertion-0.2")] + [
+        "tiny/synthetic/mle-again/none/augment-m1/none-0/seed1"]
+    assert (workdir / "results/models/tiny/synthetic/brier/none/augment-m1/none-0/seed1/model.safetensors").exists()
     log = (workdir / "results/models" / models[0] / "train_log.csv").read_text().splitlines()
     assert log[0] == "step,epoch,loss,lr,grad_norm,tokens_per_s,validation_loss,validation_objective" and len(log) > 5
     assert (workdir / "results/logs/train" / f"{models[0]}.log").exists()
     assert not (workdir / "results/checkpoints").exists() or not any((workdir / "results/checkpoints").rglob("*.json"))
 
 
-def test_sampling_and_evaluation_chain_reuses_human_features(workdir):
-    config = tiny_config()
-    config["experiments"]["main"]["test_perturbation"] = {"intensities": [0, 0.2], "synonyms": ["oracle"],
-                                                          "modes": ["exact", "cached"]}
-    write_config(workdir, config)
-    result = snakemake(workdir)
-    assert result.returncode == 0, result.stderr
-    metrics = sorted((workdir / "results/metrics").rglob("*.json"))
+def test_sampling_and_evaluation_chain_reuses_human_features(tiny_study):
+    workdir = tiny_study
+    mle = workdir / "results/metrics/tiny/synthetic/mle/none/augment-m1/none-0/seed1"
+    metrics = sorted(mle.rglob("*.json"))
     names = sorted("/".join(m.parts[-4:]) for m in metrics)
     assert names == sorted(f"{es}/unbiased/{c}" for es in ("syn-ood", "syn-test")
                            for c in ("none/none-0-exact.json", "oracle/insertion-0.2-exact.json", "oracle/insertion-0.2-cached.json"))
@@ -181,28 +175,20 @@ def test_sampling_and_evaluation_chain_reuses_human_features(workdir):
     assert [f.name for f in features] == ["syn-ood.npy", "syn-test.npy"]
 
     # More runs: new samples and metrics, but the human features are cached and no model is retrained.
+    config = tiny_study_config()
     config["sampling"]["runs"] = 3
     write_config(workdir, config)
-    plan = snakemake(workdir, "-n")
+    try:
+        plan = snakemake(workdir, "-n")
+    finally:
+        write_config(workdir, tiny_study_config())  # the study as it ran, for the tests after this one
     assert plan.returncode == 0, plan.stdout + plan.stderr
     planned = planned_rules(plan.stdout + plan.stderr)
     assert {"sample", "evaluate"} <= planned and not planned & {"features", "train", "extrapolation", "perplexity"}
 
 
-def test_report_builds_on_a_tiny_config(workdir):
-    config = tiny_config()
-    config["experiments"]["main"]["train_perturbation"] = {"intensities": [0, 0.2], "synonyms": ["oracle"]}
-    # MLE again under another name: its paired contrasts compare a condition with itself, so they must include 0.
-    config["objectives"] = {"mle-again": {"loss": "mle"}}
-    config["experiments"]["same"] = {"models": ["tiny"], "train_dataset": "synthetic", "eval_sets": ["syn-test"],
-                                     "objectives": ["mle-again"]}
-    config["experiments"]["main"]["test_perturbation"] = {"intensities": [0, 0.2], "synonyms": ["oracle"]}
-    config["report"] = {"intensity": 0.2}
-    config["simulation"] = {"enabled": True, "vocab_sizes": [6], "intensities": [0, 0.5], "replications": 2,
-                            "n_sequences": 20, "seq_len": 6, "epochs": 2, "batch_size": 50}
-    write_config(workdir, config)
-    result = snakemake(workdir)
-    assert result.returncode == 0, result.stderr
+def test_report_builds_on_a_tiny_config(tiny_study):
+    workdir = tiny_study
     report = workdir / "results/report"
     for table in ("table1", "emo_brier", "strategies", "ablation", "examples"):
         for ext in ("csv", "md", "tex"):
@@ -217,12 +203,13 @@ def test_report_builds_on_a_tiny_config(workdir):
     assert "## Headline table" in summary and "No model and eval set of this study is one of the paper's" in summary
     assert "## Simulation study" in summary and "| 6 | oracle | 0.5 | 2 |" in summary
     contrasts = pl.read_csv(workdir / "results/report/contrasts.csv")
-    same = contrasts.filter(pl.col("family") == "objective")
-    assert same.height > 0 and (same["objective"] == "mle-again").all()
+    same = contrasts.filter((pl.col("family") == "objective") & (pl.col("objective") == "mle-again"))
+    assert same.height > 0
     assert (same["difference"] == 0).all() and (same["low"] <= 0).all() and (same["high"] >= 0).all()
     assert not same["significant"].any()
     # Built to differ: training on 20% inserted oracle synonyms changes the model's perplexity on human text.
-    ppl = contrasts.filter((pl.col("family") == "perturbation") & (pl.col("metric") == "perplexity"))
+    ppl = contrasts.filter((pl.col("family") == "perturbation") & (pl.col("metric") == "perplexity")
+                           & (pl.col("objective") == "mle"))
     assert ppl.height == 2 and ppl["significant"].all() and ((ppl["high"] < 0) | (ppl["low"] > 0)).all()
     assert "## Paired comparisons" in summary and "✱" in summary and summary.startswith("# Summary of the study\n\n## What this study found\n")
     # The findings' three parts, from this study's numbers: the verdicts, the size and limits, MAUVE against the TV.
@@ -232,7 +219,7 @@ def test_report_builds_on_a_tiny_config(workdir):
     assert "- **mle-again against MLE** (every eval set and condition): MAUVE too few texts per run to compare; " in found
     assert "ROUGE-1 no detectable difference in any of" in found
     assert "- Size: 2 sampling runs of 10 prompts per eval set." in found
-    assert re.search(r"- Training: \d+(-\d+)? optimizer steps per model \(3 models\)\.", found)
+    assert re.search(r"- Training: \d+(-\d+)? optimizer steps per model \(6 models\)\.", found)
     assert ("- MAUVE is not resolvable in this study: its runs have 10 texts per side, under the floor "
             "evaluation.mauve.min_texts = 50") in found
     assert ("- **syn-ood**: MAUVE is not set against the exact TV to the true law: its runs had too few texts to "
@@ -249,7 +236,7 @@ def test_report_builds_on_a_tiny_config(workdir):
     page = (workdir / "results/report.html").read_text()
     assert len(page) > 10000
     for caption in ("Summary", "Tables", "Figures", "Simulation", "figure.png", "simulation study (paper Section 4)",
-                    "Training curves"):
+                    "Training curves", "Theory lab"):
         assert caption in page, caption
     check_in_browser(workdir, workdir / "results/report.html")
 
@@ -265,7 +252,9 @@ def check_in_browser(workdir, html):
         if os.environ.get("PERTURBED_LM_REQUIRE_BROWSER") == "1":
             pytest.fail("no chromium on PATH, and PERTURBED_LM_REQUIRE_BROWSER=1")
         pytest.skip("no chromium on PATH (Debian: apt-get install chromium); CI installs it")
-    assert check_report(html) == []
+    from support.browser import CATEGORIES
+
+    assert check_report(html, (*CATEGORIES, "Theory lab")) == []
     copy = workdir / "workflow-copy"
     copy.mkdir()
     shutil.copy(REPO / "Snakefile", copy / "Snakefile")
@@ -285,7 +274,7 @@ def check_in_browser(workdir, html):
     first = re.search(r'"data_uri": "data:image/png;charset=utf8;filename=[^;]+;base64,', page)
     doctored.write_text(page[:first.end()] + "AAAA" + page[first.end() + 4:])
     assert any(p.startswith("image ") and p.endswith("does not decode") for p in check_report(doctored))
-    assert any("'Theory lab' is missing" in p for p in check_report(html, ("Tables", "Theory lab")))
+    assert any("'No such category' is missing" in p for p in check_report(html, ("Tables", "No such category")))
 
 
 def test_hub_families_train_sample_and_evaluate(workdir):
