@@ -59,3 +59,28 @@ def test_laws_of_a_checkpoint_are_distributions_and_the_coupling_bounds_them(tmp
     tv = 0.5 * np.abs(laws - laws[:, rows]).sum(-1)
     assert (tv <= differs + 1e-12).all()
     assert differs[0, delta > 0].min() == 1.0 and (differs[2, delta > 0] < 1).any()
+
+
+def test_the_half_draws_law_is_the_law_of_the_first_half_of_the_draws(tmp_path, grammar, sets):
+    """Draws are keyed by their index, so the first 2 of 4 draws are the 2 draws of a run with draws = 2: its laws
+    are the 4-draw run's `laws_half`. "none" is one draw (its half is itself), and `differs` counts draws."""
+    from support.families import make_checkpoint
+    from transformers import AutoTokenizer
+
+    from workflow_lib.sample.sampler import load_model
+
+    folder = make_checkpoint(tmp_path, "gpt2", grammar.generate("train", n_docs=30, sentences_per_doc=12, seed=7))
+    model, tokenizer = load_model(str(folder), "cpu"), AutoTokenizer.from_pretrained(folder)
+    ids = np.stack([np.asarray(row) for row in sets["ids"]])
+    base = np.array(sets["base"])
+    rows = base_rows(np.array(sets["family"]), np.array(sets["delta"]), base)
+    lex = prefix_sets.lexicon(grammar, SETTINGS["seed"])
+    four = model_laws(model, tokenizer, grammar, lex, ids, base, rows, {**SETTINGS, "draws": 4})
+    two = model_laws(model, tokenizer, grammar, lex, ids, base, rows, {**SETTINGS, "draws": 2})
+    np.testing.assert_allclose(four["laws_half"], two["laws"], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(four["laws_half"][0], four["laws"][0])
+    np.testing.assert_allclose(four["laws_half"].sum(-1), 1.0, atol=1e-9)
+    assert not np.allclose(four["laws"][2], four["laws_half"][2])  # uniform at beta 0.8: the draws differ
+    counted = four["differs"][1:] * 4
+    np.testing.assert_allclose(counted, np.round(counted), atol=1e-12)
+    assert ((np.round(counted) % 4) != 0).any()  # some rows changed in some draws but not all

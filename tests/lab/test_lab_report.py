@@ -121,6 +121,13 @@ def test_assert_coupling_names_the_row_and_pair():
         bounds.assert_coupling(tv, np.array([[0.0, 0.0]]), np.array([0.0, 0.1]), "syn")
 
 
+def test_the_coupling_assertion_allows_round_off_up_to_its_tolerance_and_no_more():
+    share, base = np.array([0.0]), np.array([[0.0]])
+    bounds.assert_coupling(np.array([[bounds.TOLERANCE]]), base, share, "syn")  # exactly at the tolerance: passes
+    with pytest.raises(StageError, match="coupling inequality fails at row 0, pair 0"):
+        bounds.assert_coupling(np.array([[2 * bounds.TOLERANCE]]), base, share, "syn")
+
+
 def test_laws_are_compared_on_the_words_every_model_spells_as_one_token():
     laws = models(single=(True, True))
     laws[1]["single"] = np.array([True, False])  # model B spells word 1 with several tokens

@@ -160,3 +160,12 @@ def test_the_worst_prefix_is_described_where_it_lies():
     assert premise.describe_worst(1, 32, 40) == "an unseen word at position 0, before T's window"
     assert premise.describe_worst(4, 40, 40) == "unseen words at positions 0-3, inside T's window"
     assert premise.describe_worst(9, 32, 40).endswith("position 0 lies before T's window")
+
+
+def test_at_beta_0_the_off_support_share_is_whether_the_prefix_is_off_the_support(tiny):
+    """T keeps every word at beta 0, so the share is 1 exactly at distance 1 or more, for either Q0."""
+    grammar, lex, every, distance = tiny
+    for q0 in ("uniform", "synonym"):
+        share = premise.off_support_share(grammar, lex, every, q0, 0.0, 3)
+        assert share.dtype == np.float64 and set(np.unique(distance)) >= {0, 1, 2}
+        np.testing.assert_array_equal(share, (distance >= 1).astype(np.float64))

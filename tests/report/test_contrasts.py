@@ -240,3 +240,236 @@ def test_the_csv_is_byte_identical_on_a_rerun(study, tmp_path):
     header = outputs[0].decode().splitlines()[0]
     assert header == ("family,metric,model,dataset,objective,eval_set,decoder,seed,a,b,difference,low,high,p,p_holm,"
                       "significant,favours,n,resamples,method,not_testable")
+
+
+# ---- labels, designed MAUVE jobs, the command line ------------------------------------------------------------
+
+METRICS_PATH = "results/metrics/tiny/syn/{obj}/{syn}/{mode}-m{c}/{st}-{ti}/seed1/test/unbiased/{tsyn}/{tst}-{tti}-{tm}.json"
+
+
+def _metrics_path(obj="mle", syn="none", mode="augment", c=1, st="none", ti="0", tsyn="none", tst="none", tti="0",
+                  tm="exact"):
+    return METRICS_PATH.format(obj=obj, syn=syn, mode=mode, c=c, st=st, ti=ti, tsyn=tsyn, tst=tst, tti=tti, tm=tm)
+
+
+def _labels(paths, intensity=0.5):
+    from workflow_lib.report.contrasts import conditions, pairs
+
+    return [(p["family"], p["a"], p["b"]) for p in pairs(conditions(paths), intensity)]
+
+
+def test_labels_name_the_fields_that_vary_among_the_arms_they_concern():
+    both = dict(st="insertion", ti="0.5", tsyn="distributional", tst="insertion", tti="0.5")
+    # the training synonyms vary among the perturbed models (the unperturbed one's "none" does not count)
+    assert _labels([_metrics_path(), _metrics_path(syn="distributional", **both), _metrics_path(syn="oracle", **both)]) == [
+        ("perturbation", "insertion 0.5 (train distributional)", "no perturbation"),
+        ("perturbation", "insertion 0.5 (train oracle)", "no perturbation"),
+        ("ablation", "Both (train distributional)", "NoPerturb"),
+        ("ablation", "Both (train oracle)", "NoPerturb")]
+    # one model at intensity 0.5 with one set of synonyms: nothing varies, no label part
+    assert _labels([_metrics_path(), _metrics_path(syn="distributional", **both)])[0] == (
+        "perturbation", "insertion 0.5", "no perturbation")
+    # the copies vary: every arm, perturbed or not, names its mode and copies
+    b = dict(both, syn="distributional")
+    assert _labels([_metrics_path(), _metrics_path(c=2), _metrics_path(**b), _metrics_path(c=2, **b)])[:2] == [
+        ("perturbation", "insertion 0.5 (augment-m1)", "no perturbation (augment-m1)"),
+        ("perturbation", "insertion 0.5 (augment-m2)", "no perturbation (augment-m2)")]
+    # the training mode varies
+    assert _labels([_metrics_path(), _metrics_path(mode="replace"), _metrics_path(**b), _metrics_path(mode="replace", **b)])[:2] == [
+        ("perturbation", "insertion 0.5 (augment-m1)", "no perturbation (augment-m1)"),
+        ("perturbation", "insertion 0.5 (replace-m1)", "no perturbation (replace-m1)")]
+    # the sampling synonyms and mode vary among the perturbed samplings
+    sampled = dict(tst="insertion", tti="0.5")
+    assert _labels([_metrics_path(), _metrics_path(tsyn="distributional", **sampled),
+                    _metrics_path(tsyn="oracle", tm="soft", **sampled)]) == [
+        ("ablation", "TestPerturb (sample distributional, exact)", "NoPerturb"),
+        ("ablation", "TestPerturb (sample oracle, soft)", "NoPerturb")]
+
+
+def test_conditions_of_no_file_is_an_empty_typed_frame():
+    from workflow_lib.report.conditions import KEYS
+    from workflow_lib.report.contrasts import conditions
+
+    empty = conditions([])
+    assert empty.height == 0 and empty.columns == ["kind", *KEYS, "path"]
+    assert empty.schema["train_intensity"] == pl.Float64 and empty.schema["seed"] == pl.Int64
+
+
+def test_a_joint_mauve_result_keeps_why_it_was_not_tested(tmp_path, monkeypatch):
+    from workflow_lib.report.contrasts import JOINT, compare
+
+    monkeypatch.chdir(tmp_path)  # no sidecars here: the MAUVE row alone
+    pair = {"family": "perturbation", "model": "tiny", "dataset": "syn", "objective": "mle", "eval_set": "test",
+            "decoder": "unbiased", "seed": 1, "a": "insertion 0.5", "b": "no perturbation", "kind": "metrics",
+            "path_a": "a.json", "path_b": "b.json"}
+    joint = {"difference": 0.01, "low": None, "high": None, "p": None, "n": 4, "untested": "4 prompts", "resamples": 16}
+    [row] = compare(pair, joint=joint)
+    assert (row["metric"], row["method"], row["not_testable"], row["resamples"], row["n"]) == ("mauve", JOINT, "4 prompts", 16, 4)
+    assert compare(pair, joint={**joint, "untested": None, "p": 0.5})[0]["not_testable"] is None
+    assert compare(pair, joint={**joint, "status": "too few texts (20)"}) == []
+
+
+def test_read_contrasts_keeps_the_columns_types_when_a_column_is_empty(tmp_path):
+    from workflow_lib.report.contrasts import COLUMNS, read_contrasts
+
+    row = {k: None for k in COLUMNS} | {"family": "perturbation", "metric": "mauve", "seed": 1, "difference": 0.5, "n": 3}
+    path = tmp_path / "contrasts.csv"
+    pl.DataFrame([row], schema=COLUMNS, orient="row").write_csv(path)
+    assert read_contrasts(str(path)).schema == pl.Schema(COLUMNS)
+
+
+def test_designed_mauve_lists_each_sampled_pair_with_its_identity_and_its_tables_swaps(study):
+    from workflow_lib.report.contrasts import conditions, designed_mauve, pair_identity, pairs
+    from workflow_lib.report.joint_mauve import pair_id
+
+    designed = designed_mauve(study, 0.025, resamples=10)
+    sampled = [p for p in pairs(conditions(study), 0.025) if p["kind"] == "metrics"]
+    assert len(sampled) == 13 and sorted(designed) == sorted(pair_id(p) for p in sampled)
+    for p in sampled:
+        assert designed[pair_id(p)] == {**p, "identity": pair_identity(p),
+                                        "resamples": {"perturbation": 600, "ablation": 1600, "objective": 400}[p["family"]]}
+    assert {d["resamples"] for d in designed_mauve(study, 0.025).values()} == {2000}  # RESAMPLES is the least B
+
+
+def test_the_command_line_writes_the_studys_contrasts(study, tmp_path, monkeypatch):
+    from workflow_lib.report import contrasts as module
+
+    out = tmp_path / "out" / "contrasts.csv"
+    out.parent.mkdir()
+    monkeypatch.setattr(sys, "argv", ["contrasts", "--intensity", "0.025", "--output", str(out), *study])
+    module.main()
+    written = module.read_contrasts(str(out))
+    assert written.equals(contrasts(study, 0.025)) and written.height == 56
+    assert written.filter(pl.col("method") == module.PERMUTATION)["resamples"].min() == 2000
+    smaller = tmp_path / "out" / "fewer.csv"
+    monkeypatch.setattr(sys, "argv", ["contrasts", "--intensity", "0.025", "--output", str(smaller), "--resamples", "10",
+                                      *study])
+    module.main()
+    assert module.read_contrasts(str(smaller)).equals(contrasts(study, 0.025, resamples=10))
+    for missing in (["--output", str(out)], ["--intensity", "0.025"]):
+        monkeypatch.setattr(sys, "argv", ["contrasts", *missing, *study])
+        with pytest.raises(SystemExit):
+            module.main()
+
+
+def test_what_a_difference_favours():
+    from workflow_lib.report.contrasts import _favours
+
+    assert _favours({"metric": "mauve", "family": "perturbation", "difference": 0.0}) == "neither"
+    assert _favours({"metric": "mauve", "family": "ablation", "difference": 0.1}) == "perturbation"
+    assert _favours({"metric": "mauve", "family": "perturbation", "difference": -0.1}) == "no perturbation"
+    assert _favours({"metric": "perplexity", "family": "perturbation", "difference": 0.1}) == "no perturbation"
+    assert _favours({"metric": "mauve", "family": "objective", "objective": "emo", "difference": 0.0}) == "neither"
+    assert _favours({"metric": "mauve", "family": "objective", "objective": "emo", "difference": 0.1}) == "emo"
+    assert _favours({"metric": "perplexity", "family": "objective", "objective": "emo", "difference": 0.1}) == "mle"
+
+
+def test_mauve_by_run_reads_the_run_ids_or_numbers_the_runs(tmp_path):
+    from workflow_lib.report.contrasts import _mauve_by_run, _metrics
+
+    numbered, named = tmp_path / "numbered.json", tmp_path / "named.json"
+    numbered.write_text(json.dumps({"mauve": [0.5, 0.6]}))
+    named.write_text(json.dumps({"mauve": [0.5, 0.6], "run_ids": [3, 7]}))
+    _metrics.cache_clear()
+    assert _mauve_by_run(str(numbered)) == {0: 0.5, 1: 0.6}
+    assert _mauve_by_run(str(named)) == {3: 0.5, 7: 0.6}
+
+
+def test_an_arm_without_its_baseline_and_another_intensity_make_no_pair():
+    arm = dict(syn="distributional", st="insertion", ti="0.5", tsyn="distributional", tst="insertion", tti="0.5")
+    assert _labels([_metrics_path(**arm)]) == []
+    other = dict(arm, ti="0.25", tti="0.25")  # insertion, but not at the headline intensity
+    assert _labels([_metrics_path(), _metrics_path(**other)]) == []
+
+
+def test_the_pair_identity_names_every_field():
+    from workflow_lib.report.contrasts import pair_identity
+
+    pair = {"family": "objective", "model": "tiny", "dataset": "syn", "objective": "emo", "eval_set": "test",
+            "decoder": "unbiased", "seed": 1, "a": "emo", "b": "mle", "kind": "metrics", "path_a": "x", "path_b": "y"}
+    assert pair_identity(pair) == "objective|tiny|syn|emo|test|unbiased|1|emo|mle|metrics"
+
+
+def test_shared_prompts_average_each_sides_rouge_over_the_runs_both_have():
+    from workflow_lib.report.contrasts import _shared_prompts
+
+    a = pl.DataFrame({"prompt_id": [0, 0, 1, 1, 2], "run": [0, 1, 0, 1, 0], "rouge1": [0.1, 0.3, 0.5, 0.7, 0.9]})
+    b = pl.DataFrame({"prompt_id": [0, 1, 1, 3], "run": [1, 0, 1, 0], "rouge1": [0.2, 0.4, 0.6, 0.8]})
+    both = _shared_prompts(a, b, {"path_a": "a", "path_b": "b"})
+    assert both.columns == ["prompt_id", "rouge1", "rouge1_b"]
+    assert both["prompt_id"].to_list() == [0, 1]
+    assert both["rouge1"].to_list() == pytest.approx([0.3, 0.6]) and both["rouge1_b"].to_list() == pytest.approx([0.2, 0.5])
+
+
+def _sidecar(path: Path, prompts: list[int]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pl.DataFrame({"prompt_id": prompts, "run": [0] * len(prompts), "rouge1": [0.5] * len(prompts),
+                  "rouge2": [0.5] * len(prompts), "rougeL": [0.5] * len(prompts)}).write_parquet(
+        path.with_name(path.name.removesuffix(".json") + ".prompts.parquet"))
+
+
+def test_compare_needs_both_sidecars_and_a_shared_prompt(tmp_path, monkeypatch):
+    from workflow_lib.report.contrasts import _metrics, _per_prompt, compare
+
+    monkeypatch.chdir(tmp_path)
+    pair = {"family": "perturbation", "model": "tiny", "dataset": "syn", "objective": "mle", "eval_set": "test",
+            "decoder": "unbiased", "seed": 1, "a": "insertion 0.5", "b": "no perturbation", "kind": "metrics",
+            "path_a": "a.json", "path_b": "b.json"}
+    for name in ("a.json", "b.json"):
+        Path(name).write_text(json.dumps({"mauve": [0.5, 0.6, 0.7], "run_ids": [0, 1, 2]}))
+
+    def rows():
+        _metrics.cache_clear()
+        _per_prompt.cache_clear()
+        return [(r["metric"], r["n"], r["not_testable"]) for r in compare(pair)]
+
+    _sidecar(Path("a.json"), [0, 1])
+    assert rows() == [("mauve", 3, None)]  # b has no sidecar
+    _sidecar(Path("b.json"), [5, 6])
+    assert rows() == [("mauve", 3, None)]  # no shared prompt
+    _sidecar(Path("b.json"), [1, 6])
+    assert rows() == [("mauve", 3, None), ("rouge1", 1, "1 prompt"), ("rouge2", 1, "1 prompt"),
+                      ("rougeL", 1, "1 prompt")]
+
+
+def test_joint_mauve_results_replace_the_paired_t_and_enter_holm(study, tmp_path, monkeypatch):
+    """One perturbation pair tested on the shared quantisation at p = 0.05 exactly, the other two not testable: Holm's
+    m is 1, so its adjusted p is 0.05, which is not below the level. Pairs without a result keep the paired t."""
+    from workflow_lib.report import contrasts as module
+    from workflow_lib.report.joint_mauve import pair_id
+
+    designed = module.designed_mauve(study, 0.025)
+    perturbation = sorted(k for k, p in designed.items() if p["family"] == "perturbation")
+    results = []
+    for i, key in enumerate(perturbation):
+        result = {"difference": 0.04, "low": 0.01, "high": 0.07, "p": 0.05 if i == 0 else None, "n": 15,
+                  "untested": None if i == 0 else "5 prompts", "resamples": 2000}
+        path = tmp_path / "joint" / f"{key}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(result))
+        results.append(str(path))
+    frame = contrasts(study, 0.025, mauve=results)
+    mauve = frame.filter(pl.col("metric") == "mauve")
+    joint = mauve.filter(pl.col("method") == module.JOINT)
+    assert sorted(pair_id(p) for p in module.pairs(module.conditions(study), 0.025)
+                  if p["kind"] == "metrics" and p["family"] == "perturbation") == perturbation
+    assert joint.height == 3 and set(joint["family"]) == {"perturbation"}
+    tested = joint.filter(pl.col("p").is_not_null())
+    assert tested.height == 1 and tested["p_holm"].to_list() == [0.05] and tested["significant"].to_list() == [False]
+    assert sorted(joint["not_testable"].drop_nulls().to_list()) == ["5 prompts", "5 prompts"]
+    assert (joint["resamples"] == 2000).all() and (joint["n"] == 15).all()
+    assert set(mauve.filter(pl.col("family") != "perturbation")["method"]) == {module.PAIRED_T}
+    assert frame.filter(pl.col("metric") == "perplexity").equals(contrasts(study, 0.025).filter(pl.col("metric") == "perplexity"))
+    # the same through the command line
+    out = tmp_path / "cli.csv"
+    monkeypatch.setattr(sys, "argv", ["contrasts", "--intensity", "0.025", "--output", str(out), "--mauve", *results,
+                                      "--", *study])
+    module.main()
+    assert module.read_contrasts(str(out)).equals(frame)
+
+
+def test_no_file_gives_an_empty_table_with_every_column():
+    from workflow_lib.report.contrasts import COLUMNS
+
+    empty = contrasts([], 0.025)
+    assert empty.height == 0 and empty.schema == pl.Schema(COLUMNS)

@@ -116,3 +116,108 @@ def test_size_and_limits_say_whether_validation_was_still_falling():
     assert "had stopped falling in all 1 models" in size_findings(frame, flat)[1]
     section = findings_section(frame, None, falling)
     assert section.startswith("Generated from the numbers below") and section.count("\n- ") == 5
+
+
+def test_one_mauve_cell_with_too_few_texts_is_singular():
+    rows = contrasts_of(contrast_rows("perturbation", "mauve", [(0.05, 0.01)]))
+    frame = pl.DataFrame({"eval_set": ["set0", "set0"], "objective": ["mle"] * 2, "mauve_mean": [0.9, 0.8],
+                          "mauve_status": ["too few texts (20)", None]})
+    assert contrast_findings(rows, frame) == [
+        "**set0**, perturbation against none (per objective and decoder, Holm-corrected): MAUVE: helped in 1, hurt in 0, "
+        "no detectable difference in 0 (of 1), too few texts in 1 cell (not compared)."]
+
+
+def test_an_objectives_too_few_cells_are_its_own_and_its_metrics_are_joined():
+    """brier's line counts brier's refused MAUVE cells only (mle has one more), and its two metrics' verdicts are
+    joined by '; '."""
+    objective = [{**r, "family": "objective", "objective": "brier", "favours": "brier"}
+                 for r in contrast_rows("objective", "mauve", [(0.05, 0.01)]) + contrast_rows("objective", "rouge1", [(0.02, 0.5)])]
+    frame = pl.DataFrame({"eval_set": ["set0"] * 4, "objective": ["brier", "brier", "mle", "brier"],
+                          "mauve_mean": [0.9, 0.8, 0.7, 0.6],
+                          "mauve_status": ["too few texts (20)", "too few texts (20)", "too few texts (20)", None]})
+    assert contrast_findings(contrasts_of(objective), frame) == [
+        "**brier against MLE** (every eval set and condition): MAUVE helped in 1, hurt in 0, no detectable difference "
+        "in 0 (of 1), too few texts in 2 cells (not compared); ROUGE-1 no detectable difference in any of 1."]
+
+
+def test_size_gives_ranges_and_says_when_the_counts_are_missing():
+    frame = metrics([0.9, 0.8], [0.1, 0.2]).with_columns(runs=pl.Series([2, 3]), prompts=pl.Series([20, 30]))
+    logs = {"a": pl.DataFrame({"step": [50], "validation_loss": [3.0]}),
+            "b": pl.DataFrame({"step": [50, 100], "validation_loss": [None, 2.0]}, schema_overrides={"validation_loss": pl.Float64})}
+    assert size_findings(frame, logs)[:2] == [
+        "Size: 2-3 sampling runs of 20-30 prompts per eval set.",
+        "Training: 50-100 optimizer steps per model (2 models)."]  # no model has two evaluations: nothing said of them
+    no_prompts = frame.with_columns(prompts=pl.lit(None, dtype=pl.Int64))
+    assert size_findings(no_prompts, {})[0] == "Size: the metrics record no run or prompt counts."
+    assert size_findings(frame.with_columns(mauve_clustering_share=pl.lit(0.25)), {})[1] == (
+        "MAUVE's k-means clustering accounts for an estimated median 25% of a single (run, clustering seed) score's "
+        "variance; the rest is sampling (see the Provenance section).")
+
+
+def test_the_validation_loss_is_falling_only_when_its_last_value_is_below_the_one_before():
+    frame = metrics([0.9, 0.8], [0.1, 0.2])
+    up_then_down = {"a": pl.DataFrame({"step": [1, 2, 3], "validation_loss": [2.0, 3.0, 2.5]})}
+    assert "still falling at the last evaluation in 1 of 1 models" in size_findings(frame, up_then_down)[1]
+    level = {"a": pl.DataFrame({"step": [1, 2, 3], "validation_loss": [3.0, 2.5, 2.5]})}
+    assert size_findings(frame, level)[1] == ("Training: 3 optimizer steps per model (1 models). The validation loss "
+                                              "had stopped falling in all 1 models with two or more evaluations.")
+
+
+def test_half_of_a_two_standard_error_column_is_the_standard_error():
+    from workflow_lib.report.findings import _half
+
+    frame = pl.DataFrame({"mauve_2se": [0.02, None]})
+    assert _half(frame, "mauve_2se") == [0.01, None]
+    assert _half(frame, "tv_2se") == [None, None]
+
+
+def test_mauves_standard_errors_enter_the_redraws():
+    """A perfect order of 8 whose MAUVE means lie well within their errors: the redraws reverse it (TV has none)."""
+    order = [0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55]
+    line = mauve_tv_findings(metrics(order, [0.10, 0.12, 0.14, 0.16, 0.18, 0.20, 0.22, 0.24], mauve_2se=0.5))[0]
+    assert "cannot tell" in line and "the order changes when the means are redrawn" in line
+
+
+def test_two_conditions_are_compared_and_an_eval_set_without_them_stops_nothing():
+    two = metrics([0.9, 0.8], [0.1, 0.2])
+    assert mauve_tv_findings(two) == [
+        "**ood**: the data cannot tell whether MAUVE orders the 2 conditions as the exact TV to the true law does: with 2 "
+        "conditions the rank correlation's permutation p cannot go below 2/2 = 1.00 (Spearman ρ = 1.00, TV's direction "
+        "flipped so that 1 is full agreement; ρ between 1.00 and 1.00 when each condition's means are redrawn within "
+        "their standard errors). MAUVE's best (mle, training insertion 0, sampling insertion 0: 0.900) ranks 1 of 2 by TV "
+        "(0.100)."]
+    lonely = metrics([0.7], [0.3]).with_columns(eval_set=pl.lit("aaa"))  # sorts first, one condition: no sentence
+    lines = mauve_tv_findings(pl.concat([lonely, two]))
+    assert len(lines) == 1 and lines[0].startswith("**ood**: the data cannot tell whether MAUVE orders the 2 conditions")
+
+
+def test_a_constant_mauve_gives_no_numbers():
+    assert mauve_tv_findings(metrics([0.5, 0.5, 0.5], [0.1, 0.2, 0.3])) == [
+        "**ood**: the data cannot tell whether MAUVE orders the 3 conditions as the exact TV to the true law does: one "
+        "of the two is the same in every condition. MAUVE's best (mle, training insertion 0, sampling insertion 0: "
+        "0.500) ranks 1 of 3 by TV (0.100)."]
+
+
+def test_the_findings_section_in_full():
+    frame = metrics([0.9, 0.8, 0.7], [0.1, 0.2, 0.3], share=0.5).with_columns(
+        mauve_status=pl.Series([None, None, "too few texts (20)"]), eval_set=pl.Series(["set0", "set0", "set0"]))
+    rows = contrasts_of(contrast_rows("perturbation", "mauve", [(0.05, 0.01)]))
+    text = findings_section(frame, rows, {})
+    assert text.endswith("(0.100).\n") and not text.endswith("\n\n")
+    lines = text.splitlines()
+    assert lines[4].startswith("- MAUVE is not resolvable in 1 of 3 evaluated cells")  # resolution's sentence
+    assert lines[:4] + lines[5:] == [
+        "Generated from the numbers below (not written by hand).",
+        "",
+        "- **set0**, perturbation against none (per objective and decoder, Holm-corrected): MAUVE: helped in 1, hurt in "
+        "0, no detectable difference in 0 (of 1), too few texts in 1 cell (not compared).",
+        "- Size: 3 sampling runs of 30 prompts per eval set.",
+        "- MAUVE's k-means clustering accounts for an estimated median 50% of a single (run, clustering seed) score's "
+        "variance; the rest is sampling (see the Provenance section).",
+        "- **set0**: the data cannot tell whether MAUVE orders the 2 conditions as the exact TV to the true law does: "
+        "with 2 conditions the rank correlation's permutation p cannot go below 2/2 = 1.00 (Spearman ρ = 1.00, TV's "
+        "direction flipped so that 1 is full agreement; ρ between 1.00 and 1.00 when each condition's means are redrawn "
+        "within their standard errors). MAUVE's best (mle, training insertion 0, sampling insertion 0: 0.900) ranks 1 "
+        "of 2 by TV (0.100)."]
+    assert findings_section(frame, None, {}).splitlines()[2] == (
+        "- No paired comparison was possible in this study, so nothing is said about what helped.")
