@@ -43,6 +43,7 @@ def test_laws_of_a_checkpoint_are_distributions_and_the_coupling_bounds_them(tmp
     laws, differs = out["laws"], out["differs"]
     assert list(out["perturbations"]) == ["none", "synonym", "uniform"] and laws.shape[:2] == (3, len(ids))
     np.testing.assert_allclose(laws.sum(-1), 1.0, atol=1e-9)
+    np.testing.assert_allclose(out["laws_half"].sum(-1), 1.0, atol=1e-9)  # an average of whole draws, also at 3
     assert (laws >= 0).all()
     # Unperturbed, a delta-0 row of each family is the same prefix: the very same law.
     zero = np.flatnonzero(delta == 0)

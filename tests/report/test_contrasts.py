@@ -296,12 +296,13 @@ def test_conditions_of_no_file_is_an_empty_typed_frame():
 
 
 def test_a_joint_mauve_result_keeps_why_it_was_not_tested(tmp_path, monkeypatch):
-    from workflow_lib.report.contrasts import JOINT, compare
+    from workflow_lib.report.contrasts import JOINT, _per_prompt, compare
 
     monkeypatch.chdir(tmp_path)  # no sidecars here: the MAUVE row alone
+    _per_prompt.cache_clear()
     pair = {"family": "perturbation", "model": "tiny", "dataset": "syn", "objective": "mle", "eval_set": "test",
             "decoder": "unbiased", "seed": 1, "a": "insertion 0.5", "b": "no perturbation", "kind": "metrics",
-            "path_a": "a.json", "path_b": "b.json"}
+            "path_a": "joint_a.json", "path_b": "joint_b.json"}
     joint = {"difference": 0.01, "low": None, "high": None, "p": None, "n": 4, "untested": "4 prompts", "resamples": 16}
     [row] = compare(pair, joint=joint)
     assert (row["metric"], row["method"], row["not_testable"], row["resamples"], row["n"]) == ("mauve", JOINT, "4 prompts", 16, 4)

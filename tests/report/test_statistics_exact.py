@@ -87,10 +87,14 @@ def test_one_prompt_has_no_interval():
 
 
 def test_integer_token_counts_give_the_same_perplexity_difference():
-    na, ta, nb, tb = _perplexity_case()
-    permutations = Permutations(3, 2000, "three")
+    """Unsigned token counts too: a swap moves tb - ta tokens, which is negative where B's prompt is shorter."""
+    rng = np.random.default_rng(4)
+    ta, tb = rng.integers(5, 30, 8), rng.integers(5, 30, 8)
+    na, nb = 3.0 * ta + rng.normal(0, 1, 8), 3.2 * tb + rng.normal(0, 1, 8)
+    permutations = Permutations(8, 2000, "eight")
     as_int = permutation_perplexity_difference(na, ta.astype(np.uint16), nb, tb.astype(np.uint16), permutations)
-    assert as_int == permutation_perplexity_difference(na, ta, nb, tb, permutations)
+    assert as_int.p is not None and (tb < ta).any()
+    assert as_int == permutation_perplexity_difference(na, ta.astype(float), nb, tb.astype(float), permutations)
 
 
 @pytest.mark.parametrize("which", range(4))
