@@ -7,7 +7,8 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from support.study import LAB, planned_rules, snakemake, tiny_config, tiny_study_config, write_config
+from support.study import (LAB, dry_run_of_tiny_study_with, lab_settings, planned_rules, snakemake, tiny_config,
+                           tiny_study_config, write_config)
 
 pytestmark = pytest.mark.workflow
 
@@ -17,9 +18,7 @@ def lab_config() -> dict:
     config = tiny_config()
     config["experiments"] = {"group": {"models": ["tiny"], "train_dataset": "synthetic", "eval_sets": ["syn-test"],
                                        "objectives": ["mle", "brier"]}}
-    config["lab"] = {"experiments": ["group"], "prefixes": 12, "length": 24, "deltas": [0, 1, 2], "last": 8,
-                     "draws": 2, "tries": 16,
-                     "perturbations": {"uniform": {"q0": "uniform", "beta": 0.9}, "synonym": {"q0": "synonym", "beta": 1.0}}}
+    config["lab"] = lab_settings()
     return config
 
 
@@ -33,7 +32,6 @@ def test_the_lab_is_planned_with_the_study(workdir):
 def test_the_lab_runs_reruns_only_what_its_settings_change_and_reaches_the_summary(tiny_study):
     """On the shared tiny study, whose lab group (`group`: MLE and Brier) has the lab settings of `lab_config`."""
     workdir = tiny_study
-    assert tiny_study_config()["lab"] == lab_config()["lab"]
     sets = pq.read_table(workdir / "results/lab/sets/synthetic.parquet").to_pandas()
     assert (sets["distance"] == sets["delta"]).all()
     assert set(sets["family"]) == {"composition", "synonym"} and set(sets["delta"]) == {0, 1, 2}
@@ -65,11 +63,7 @@ def test_the_lab_runs_reruns_only_what_its_settings_change_and_reaches_the_summa
     targets = [f"{LAB}/uncertainty.csv", f"{LAB}/premise.csv", f"{LAB}/uncertainty.md", f"{LAB}/figure.png"]
     config = tiny_study_config()
     config["lab"]["draws"] = 3
-    write_config(workdir, config)
-    try:
-        rerun = snakemake(workdir, *targets, "-n")
-    finally:
-        write_config(workdir, tiny_study_config())  # the study as it ran, for the tests after this one
+    rerun = dry_run_of_tiny_study_with(workdir, config, *targets)
     assert planned_rules(rerun.stdout + rerun.stderr) == {"lab_laws", "lab"}, rerun.stdout[-2000:]
 
     # The whole study: the summary carries the lab's table and figure (the HTML report's "Theory lab" category, in

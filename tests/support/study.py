@@ -41,6 +41,13 @@ def tiny_config() -> dict:
 LAB = "results/lab/group"
 
 
+def lab_settings() -> dict:
+    """The theory lab of a tiny study whose experiment "group" holds the models (tests/lab/test_lab_workflow.py)."""
+    return {"experiments": ["group"], "prefixes": 12, "length": 24, "deltas": [0, 1, 2], "last": 8, "draws": 2,
+            "tries": 16,
+            "perturbations": {"uniform": {"q0": "uniform", "beta": 0.9}, "synonym": {"q0": "synonym", "beta": 1.0}}}
+
+
 def tiny_study_config() -> dict:
     """The shared tiny study (the `tiny_study` fixture, tests/conftest.py), which the training, sampling, report and
     lab tests read: MLE trained with and without 20% inserted oracle synonyms, sampled exactly at intensities 0 and
@@ -60,9 +67,7 @@ def tiny_study_config() -> dict:
     config["objectives"] = {"mle-again": {"loss": "mle"}}
     config["experiments"]["same"] = {**one_set, "objectives": ["mle-again"]}
     config["experiments"]["group"] = {**one_set, "objectives": ["mle", "brier"]}
-    config["lab"] = {"experiments": ["group"], "prefixes": 12, "length": 24, "deltas": [0, 1, 2], "last": 8,
-                     "draws": 2, "tries": 16,
-                     "perturbations": {"uniform": {"q0": "uniform", "beta": 0.9}, "synonym": {"q0": "synonym", "beta": 1.0}}}
+    config["lab"] = lab_settings()
     config["training"] = {"batch_size": 8, "learning_rate": 1e-3, "eval_every": 5, "checkpoint_every": 5}
     config["report"] = {"intensity": 0.2}
     config["simulation"] = {"enabled": True, "vocab_sizes": [6], "intensities": [0, 0.5], "replications": 2,
@@ -98,6 +103,16 @@ def snakemake(workdir: Path, *args: str, timeout: int = 600, env: dict | None = 
     cmd = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir, env=env)
+
+
+def dry_run_of_tiny_study_with(workdir: Path, config: dict, *args: str) -> subprocess.CompletedProcess:
+    """`snakemake -n` of the shared tiny study under `config`; its own config.yaml is put back after, for the tests
+    that read the study next."""
+    write_config(workdir, config)
+    try:
+        return snakemake(workdir, "-n", *args)
+    finally:
+        write_config(workdir, tiny_study_config())
 
 
 def planned_rules(output: str) -> set[str]:

@@ -13,7 +13,8 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import torch
-from support.study import REPO, SNAKEMAKE, planned_rules, snakemake, tiny_config, tiny_study_config, write_config
+from support.study import (REPO, SNAKEMAKE, dry_run_of_tiny_study_with, planned_rules, snakemake, tiny_config,
+                           tiny_study_config, write_config)
 
 pytestmark = pytest.mark.workflow
 
@@ -177,11 +178,7 @@ def test_sampling_and_evaluation_chain_reuses_human_features(tiny_study):
     # More runs: new samples and metrics, but the human features are cached and no model is retrained.
     config = tiny_study_config()
     config["sampling"]["runs"] = 3
-    write_config(workdir, config)
-    try:
-        plan = snakemake(workdir, "-n")
-    finally:
-        write_config(workdir, tiny_study_config())  # the study as it ran, for the tests after this one
+    plan = dry_run_of_tiny_study_with(workdir, config)
     assert plan.returncode == 0, plan.stdout + plan.stderr
     planned = planned_rules(plan.stdout + plan.stderr)
     assert {"sample", "evaluate"} <= planned and not planned & {"features", "train", "extrapolation", "perplexity"}
