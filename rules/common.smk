@@ -38,6 +38,7 @@ from workflow_lib.grid import (
 # module and what it imports, found by a static scan), so editing one reruns the rule's jobs and what follows.
 from workflow_lib.module_deps import module_files as workflow_code
 from workflow_lib.report.contrasts import designed_mauve
+from workflow_lib.evaluate.metrics import mauve_never_resolves
 from workflow_lib.report.joint_mauve import features_sidecar
 from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, runtime_minutes as predicted_minutes
 from workflow_lib.train.tracking import ENV as TRACKING_ENV
@@ -180,6 +181,11 @@ def prompts_inputs(wildcards):
     return {"data": f"{split}.parquet", "source": f"{split}.json"}
 
 
+def prompt_cap(eval_set):
+    """The most prompts an eval set keeps (None: all)."""
+    return EVAL_SETS[eval_set]["max_prompts"] or config["prompts"]["max_prompts"]
+
+
 def prompt_settings(wildcards):
     es, p = EVAL_SETS[wildcards.eval_set], config["prompts"]
     return {
@@ -188,7 +194,7 @@ def prompt_settings(wildcards):
         "min_chars": p["min_chars"],
         "extra_words": p["extra_words"],
         "forbidden": p["forbidden"],
-        "max_prompts": es["max_prompts"] or p["max_prompts"],
+        "max_prompts": prompt_cap(wildcards.eval_set),
         "min_prompts": p["min_prompts"],
     }
 
@@ -376,8 +382,13 @@ def evaluation_settings(wildcards=None):
 REPORT_TABLES = ["table1", "metrics", "emo_brier", "strategies", "ablation"]
 
 # The designed MAUVE contrasts (pair id -> the pair, its identity and B), one mauve_contrast job each: each clusters
-# the human text and both conditions' samples jointly (workflow_lib.report.joint_mauve).
-MAUVE_CONTRASTS = designed_mauve(metric_targets(config), config["report"]["intensity"])
+# the human text and both conditions' samples jointly (workflow_lib.report.joint_mauve). None on an eval set whose
+# prompt cap is under MAUVE's floor (its cells are all "too few texts").
+MAUVE_CONTRASTS = designed_mauve(
+    metric_targets(config),
+    config["report"]["intensity"],
+    unresolvable=[e for e in EVAL_SETS if mauve_never_resolves(prompt_cap(e), config["evaluation"]["mauve"])],
+)
 MAUVE_CONTRAST_OUTPUT = "results/report/mauve/{pair}.json"
 
 

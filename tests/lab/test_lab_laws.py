@@ -85,3 +85,38 @@ def test_the_half_draws_law_is_the_law_of_the_first_half_of_the_draws(tmp_path, 
     counted = four["differs"][1:] * 4
     np.testing.assert_allclose(counted, np.round(counted), atol=1e-12)
     assert ((np.round(counted) % 4) != 0).any()  # some rows changed in some draws but not all
+
+
+def test_the_jobs_command_line_writes_the_sets_and_the_laws_the_functions_compute(tmp_path, grammar, sets, monkeypatch):
+    """`python -m workflow_lib.lab.laws sets|laws`, run in-process as the lab_sets and lab_laws rules call it: the
+    sets file is build_sets' table, and the laws file holds model_laws' arrays for that checkpoint, with its label."""
+    import json
+    import sys
+
+    import pyarrow.parquet as pq
+    from support.families import make_checkpoint
+    from transformers import AutoTokenizer
+
+    from workflow_lib.lab import laws as job
+    from workflow_lib.sample.sampler import load_model
+
+    builtin = {"seed": 7, "words_per_class": 4, "docs": 30, "sentences_per_doc": 12}  # the job drops the last two
+    folder = make_checkpoint(tmp_path, "gpt2", grammar.generate("train", n_docs=30, sentences_per_doc=12, seed=7))
+    sets_file, laws_file = tmp_path / "sets.parquet", tmp_path / "laws.npz"
+    monkeypatch.setattr(sys, "argv", ["laws", "sets", "--builtin", json.dumps(builtin), "--settings",
+                                      json.dumps(SETTINGS), "--output", str(sets_file)])
+    job.main()
+    assert pq.read_table(sets_file).to_pydict() == sets
+    monkeypatch.setattr(sys, "argv", ["laws", "laws", "--model", str(folder), "--sets", str(sets_file), "--builtin",
+                                      json.dumps(builtin), "--settings", json.dumps(SETTINGS), "--output", str(laws_file)])
+    job.main()
+    written = np.load(laws_file)
+    assert str(written["label"]) == str(folder)
+    model, tokenizer = load_model(str(folder), "cpu"), AutoTokenizer.from_pretrained(folder)
+    ids = np.stack([np.asarray(row) for row in sets["ids"]])
+    base = np.array(sets["base"])
+    expected = model_laws(model, tokenizer, grammar, prefix_sets.lexicon(grammar, SETTINGS["seed"]), ids, base,
+                          base_rows(np.array(sets["family"]), np.array(sets["delta"]), base), SETTINGS)
+    assert set(written.files) == {*expected, "label"}
+    for key, value in expected.items():
+        np.testing.assert_array_equal(written[key], value)

@@ -4,6 +4,7 @@ replaced, and the family-wise error and power of Holm's marks over many studies.
 
 Kept apart from the test so that the same functions give the numbers quoted in docs/method.md §4 with more studies:
     PYTHONPATH=. .venv/bin/python tests/report/null_studies.py --studies 20000
+    PYTHONPATH=. .venv/bin/python tests/report/null_studies.py --joint --studies 1000    (joint MAUVE tables)
 """
 
 from __future__ import annotations
@@ -117,6 +118,54 @@ def calibrate(p_values: Callable[[np.ndarray, str], list[float | None]], shape: 
     return Calibration(studies, false / studies, found / studies if effect is not None else None)
 
 
+# The joint MAUVE contrasts (report.joint_mauve) of the default study: 50 prompts (MAUVE's floor, config.yaml's cap),
+# 3 runs, 5 clustering seeds, its largest MAUVE table (16 rows), the evaluation's k-means settings, 5 buckets (MAUVE's
+# rule at 50 texts), features of the featuriser's kind (d dimensions, several modes).
+JOINT_DEFAULT = Size("default study, joint MAUVE", 50, 3, 16)
+JOINT_SETTINGS = {"kmeans_num_redo": 5, "kmeans_max_iter": 500, "discretization": 25, "scaling": 5}
+
+
+def joint_features(rng: np.random.Generator, size: Size, tilt: float = 0.0, d: int = 32, modes: int = 8):
+    """(human [n, d], A [R, n, d], B [R, n, d]) of one comparison: every text a draw from a mixture of `modes`
+    Gaussian clouds; human and A from the same weights, B from weights tilted by `tilt` (0: the null, A and B one
+    law, so a (prompt, run)'s two continuations are exchangeable, as the test assumes)."""
+    centres = rng.normal(size=(modes, d)) * 2.5
+    signs = np.where(np.arange(modes) < modes // 2, 1.0, -1.0)
+
+    def draw(shape, t):
+        weights = (1 + t * signs) / modes
+        return centres[rng.choice(modes, size=shape, p=weights / weights.sum())] + rng.normal(size=(*shape, d))
+
+    n, runs = size.prompts, size.runs
+    return draw((n,), 0.0), draw((runs, n), 0.0), draw((runs, n), tilt)
+
+
+def calibrate_joint(size: Size, studies: int, seed: int = 0, effect: float | None = None, seeds: int = 5,
+                    settings: dict | None = None) -> Calibration:
+    """`studies` simulated MAUVE tables of `size.table` rows, each row a joint MAUVE contrast (report.joint_mauve.
+    joint_contrast: the evaluation's clustering, `seeds` seeds, the table's B) of two conditions drawn from one law,
+    marked by Holm's adjusted p < ALPHA. `effect`: the first row's B is tilted by this much (power is reported)."""
+    from workflow_lib.evaluate.metrics import mauve_buckets
+    from workflow_lib.report.joint_mauve import joint_contrast
+
+    settings = settings or JOINT_SETTINGS
+    buckets = mauve_buckets(size.prompts, size.prompts, {"num_buckets": "auto"})
+    count = resamples_for(size.table, RESAMPLES)
+    rng = np.random.default_rng(seed)
+    false, found = 0, 0
+    for study in range(studies):
+        p = []
+        for row in range(size.table):
+            human, a, b = joint_features(rng, size, tilt=effect if (effect is not None and row == 0) else 0.0)
+            clustering = [int(rng.integers(1 << 30)) + k for k in range(seeds)]
+            p.append(joint_contrast(human, a, b, settings, clustering, count, f"joint|{seed}|{study}|{row}",
+                                    buckets, interval=False).estimate.p)
+        marked = [q is not None and q < ALPHA for q in holm(p)]
+        found += marked[0] if effect is not None else 0
+        false += any(marked[1:] if effect is not None else marked)
+    return Calibration(studies, false / studies, found / studies if effect is not None else None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="tests/report/null_studies.py")
     parser.add_argument("--size", choices=["default", "paper"], default="default")
@@ -126,7 +175,16 @@ def main() -> None:
     parser.add_argument("--effect", type=float, help="plant an effect of this many standard deviations in one row")
     parser.add_argument("--prompts", type=int, help="prompts per comparison instead of the size's")
     parser.add_argument("--seed", type=int, default=1, help="the simulation's seed (another seed, other studies)")
+    parser.add_argument("--joint", action="store_true",
+                        help="the joint MAUVE contrasts' tables at the default study's size instead (--effect: a tilt)")
     args = parser.parse_args()
+    if args.joint:
+        result = calibrate_joint(JOINT_DEFAULT, args.studies, seed=args.seed, effect=args.effect)
+        power = "" if result.power is None else f", power {result.power:.4f}"
+        print(f"{JOINT_DEFAULT.name} ({JOINT_DEFAULT.prompts} prompts, {JOINT_DEFAULT.runs} runs, {JOINT_DEFAULT.table}-row "
+              f"table): family-wise error {result.family_wise_error:.4f} over {args.studies} studies (bound "
+              f"{result.bound():.4f}){power}", flush=True)
+        return
     size = {"default": DEFAULT, "paper": PAPER}[args.size]
     size = size._replace(prompts=args.prompts) if args.prompts else size
     methods = {"permutation": permutation_p, "bootstrap": bootstrap_p}

@@ -332,6 +332,20 @@ def test_designed_mauve_lists_each_sampled_pair_with_its_identity_and_its_tables
     assert {d["resamples"] for d in designed_mauve(study, 0.025).values()} == {2000}  # RESAMPLES is the least B
 
 
+def test_no_mauve_contrast_is_designed_on_an_eval_set_whose_cap_is_under_the_floor(study):
+    """An eval set capped below evaluation.mauve.min_texts gets no mauve_contrast job (every cell of it is "too few
+    texts"); the other eval sets' pairs keep their identity and their whole table's B."""
+    from workflow_lib.evaluate.metrics import MIN_TEXTS, mauve_never_resolves
+    from workflow_lib.report.contrasts import designed_mauve
+
+    assert mauve_never_resolves(MIN_TEXTS - 1, {}) and not mauve_never_resolves(MIN_TEXTS, {})
+    assert not mauve_never_resolves(None, {}) and mauve_never_resolves(60, {"min_texts": 61})
+    every = designed_mauve(study, 0.025, resamples=10)
+    eval_sets = sorted({p["eval_set"] for p in every.values()})
+    assert len(every) == 13 and designed_mauve(study, 0.025, resamples=10, unresolvable=["another set"]) == every
+    assert designed_mauve(study, 0.025, resamples=10, unresolvable=eval_sets) == {}
+
+
 def test_the_command_line_writes_the_studys_contrasts(study, tmp_path, monkeypatch):
     from workflow_lib.report import contrasts as module
 

@@ -78,6 +78,17 @@ def test_the_permutation_test_holds_its_level_on_null_studies():
     assert p.min() >= 1 / 200 and 0.2 < np.median(p) < 0.8  # valid p-values, spread over (0, 1]
 
 
+def test_without_the_interval_the_estimate_and_p_are_the_same():
+    """interval=False (the null simulations' mode) skips only the bootstrap: the same difference, p and scores."""
+    rng = np.random.default_rng(6)
+    human, a, b = _study(rng, n=40, runs=2, shift=0.4)
+    full = joint_contrast(human, a, b, SETTINGS, seeds=[2, 3], resamples=300, identity="i", buckets=4)
+    bare = joint_contrast(human, a, b, SETTINGS, seeds=[2, 3], resamples=300, identity="i", buckets=4, interval=False)
+    assert bare.estimate == full.estimate._replace(low=None, high=None) and full.estimate.low is not None
+    np.testing.assert_array_equal(bare.a, full.a)
+    np.testing.assert_array_equal(bare.b, full.b)
+
+
 def test_same_inputs_same_bytes_and_chunking_changes_nothing(monkeypatch):
     from workflow_lib.report import joint_mauve
 

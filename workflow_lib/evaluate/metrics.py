@@ -125,6 +125,13 @@ def mauve_status(texts: int, settings: dict) -> str | None:
     return None if texts >= settings.get("min_texts", MIN_TEXTS) else f"too few texts ({texts})"
 
 
+def mauve_never_resolves(max_prompts: int | None, settings: dict) -> bool:
+    """True when an eval set capped at `max_prompts` prompts can never reach MAUVE's floor: a run has at most one
+    text per prompt on a side, so every MAUVE of it is "too few texts" whatever the data, and a contrast on it
+    cannot be tested (the workflow plans no mauve_contrast job for it). None: no cap, decided on the data."""
+    return max_prompts is not None and mauve_status(max_prompts, settings) is not None
+
+
 def mauve_result(p_features: np.ndarray, q_features: np.ndarray, settings: dict, seed: int):
     """mauve-text's result (fields mauve, divergence_curve [points, 2], num_buckets) for one clustering seed."""
     import mauve

@@ -36,6 +36,7 @@ import functools
 import json
 import logging
 from collections import Counter, defaultdict
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -290,15 +291,19 @@ def _favours(row: dict) -> str:
     return "perturbation" if better > 0 else "no perturbation"
 
 
-def designed_mauve(paths: list[str], intensity: float, resamples: int = RESAMPLES) -> dict[str, dict]:
+def designed_mauve(paths: list[str], intensity: float, resamples: int = RESAMPLES,
+                   unresolvable: Collection[str] = ()) -> dict[str, dict]:
     """The MAUVE contrasts the study designs, by report.joint_mauve.pair_id: each pair with its identity and its
-    table's B. The workflow lists one job per entry; `contrasts` reads their results back by the same id."""
+    table's B. The workflow lists one job per entry; `contrasts` reads their results back by the same id.
+    `unresolvable`: eval sets whose MAUVE can never reach its floor (evaluate.metrics.mauve_never_resolves); their
+    pairs get no job, and `contrasts` finds their cells flagged "too few texts" in the metrics files, as a job
+    would have. B stays that of the whole table."""
     from workflow_lib.report.joint_mauve import pair_id
 
     sampled = [p for p in pairs(conditions(paths), intensity) if p["kind"] == "metrics"]
     size = Counter(p["family"] for p in sampled)
     return {pair_id(p): {**p, "identity": pair_identity(p), "resamples": resamples_for(size[p["family"]], resamples)}
-            for p in sampled}
+            for p in sampled if p["eval_set"] not in unresolvable}
 
 
 def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES, mauve: list[str] = ()) -> pl.DataFrame:

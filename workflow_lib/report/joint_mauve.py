@@ -104,14 +104,15 @@ def _counts(labels: np.ndarray, buckets: int) -> np.ndarray:
 
 
 def joint_contrast(human: np.ndarray, a: np.ndarray, b: np.ndarray, settings: dict, seeds: list[int], resamples: int,
-                   identity: str, buckets: int) -> JointMauve:
+                   identity: str, buckets: int, interval: bool = True) -> JointMauve:
     """MAUVE(human, A) - MAUVE(human, B) on shared quantisations (module docstring), one per clustering seed, averaged.
 
     human [n, d]: the references of the n shared prompts; a, b [R, n, d]: the two conditions' samples of those
     prompts in R shared runs, row i of every run the continuation of prompt i. `settings`: evaluation.mauve
     (kmeans_num_redo, kmeans_max_iter, discretization, scaling). `seeds`: the clustering seeds; each gives one joint
     quantisation, and a swap moves a continuation's bucket in all of them, so the test stays exact. `resamples`:
-    B, for both the permutation p and the bootstrap interval."""
+    B, for both the permutation p and the bootstrap interval. `interval=False`: no interval (low, high None), for
+    simulations of the p alone (tests/report/null_studies.py), where the interval is most of the cost."""
     runs, n = a.shape[:2]
     if b.shape[:2] != (runs, n) or len(human) != n:
         raise ValueError(f"joint MAUVE: {len(human)} references, A {a.shape[:2]}, B {b.shape[:2]} (runs, prompts) differ")
@@ -139,6 +140,11 @@ def joint_contrast(human: np.ndarray, a: np.ndarray, b: np.ndarray, settings: di
         return (sa - sb).mean((1, 2))[:, None]
 
     p = float(permutation_p(swapped, 1, permutations)[0])
+    untested = permutations.untested()
+    if not interval:
+        if not np.isfinite(observed):
+            raise ValueError("joint MAUVE: a non-finite score; no estimate is made")
+        return JointMauve(ma, mb, Estimate(observed, None, None, None if untested else p, n, untested), buckets)
     la, lb = flat_a.reshape(k, runs, n), flat_b.reshape(k, runs, n)
     chunk = max(1, CHUNK_ELEMENTS // (k * units))
     replicates = []
@@ -151,7 +157,6 @@ def joint_contrast(human: np.ndarray, a: np.ndarray, b: np.ndarray, settings: di
     if not (np.isfinite(observed) and np.isfinite(replicates).all()):
         raise ValueError("joint MAUVE: a non-finite score; no estimate is made")
     low, high = np.quantile(replicates, [0.025, 0.975])
-    untested = permutations.untested()
     return JointMauve(ma, mb, Estimate(observed, float(low), float(high), None if untested else p, n, untested), buckets)
 
 
