@@ -17,7 +17,9 @@ jointly and score both on that one quantisation; this module does that for a pai
    exchangeable; swapping them (each (prompt, run) independently, with probability 1/2) and recounting the
    histograms draws from the statistic's null distribution given the quantisation. The p is the prompt-paired
    tests' (report.statistics.permutation_p: every swap when 2^(R n) <= B, else B random ones with Besag and
-   Clifford's stopping), exactly valid at every n;
+   Clifford's stopping), exactly valid at every n given the quantisation; the fit itself reads the pooled rows in
+   an order a swap would change (faiss draws its starting centroids by position), so that premise holds only
+   approximately (docs/method.md §4 has the null simulation: family-wise error 0.048 over 600 default-size tables);
 4. a 95% percentile interval from resampling prompts (human text and both conditions together), descriptive.
 
 The swaps and resamples are seeded by the comparison's identity: a rerun writes the same bytes.
@@ -110,7 +112,7 @@ def joint_contrast(human: np.ndarray, a: np.ndarray, b: np.ndarray, settings: di
     human [n, d]: the references of the n shared prompts; a, b [R, n, d]: the two conditions' samples of those
     prompts in R shared runs, row i of every run the continuation of prompt i. `settings`: evaluation.mauve
     (kmeans_num_redo, kmeans_max_iter, discretization, scaling). `seeds`: the clustering seeds; each gives one joint
-    quantisation, and a swap moves a continuation's bucket in all of them, so the test stays exact. `resamples`:
+    quantisation, and a swap moves a continuation's bucket in all of them. `resamples`:
     B, for both the permutation p and the bootstrap interval. `interval=False`: no interval (low, high None), for
     simulations of the p alone (tests/report/null_studies.py), where the interval is most of the cost."""
     runs, n = a.shape[:2]
