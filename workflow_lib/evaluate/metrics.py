@@ -128,7 +128,7 @@ def mauve_status(texts: int, settings: dict) -> str | None:
 def mauve_never_resolves(max_prompts: int | None, settings: dict) -> bool:
     """True when an eval set capped at `max_prompts` prompts can never reach MAUVE's floor: a run has at most one
     text per prompt on a side, so every MAUVE of it is "too few texts" whatever the data, and a contrast on it
-    cannot be tested (the workflow plans no mauve_contrast job for it). None: no cap, decided on the data."""
+    cannot be tested (the workflow plans no mauve_contrast job for it). With no cap (None): False; the data decide."""
     return max_prompts is not None and mauve_status(max_prompts, settings) is not None
 
 

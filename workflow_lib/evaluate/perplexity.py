@@ -57,7 +57,8 @@ def sequence_nll(model, rows: list[list[int]], batch_size: int, pad_id: int) -> 
             mask = (torch.arange(width, device=device) < lengths[:, None]).long()
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
             # Over the vocabulary as the last, contiguous axis: cross_entropy of [B, V, L] (the class axis second)
-            # took 7x as long on a CPU for SmolLM2's 49,152 words (BENCHMARKS.md, "The real model").
+            # took 7x as long on a CPU for SmolLM2's 49,152 words, and was further from float64 (BENCHMARKS.md,
+            # "Test suite time", session 14).
             token_nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
                                                           reduction="none").view(len(index), width - 1)
             nll[index] = (token_nll.double() * mask[:, 1:]).sum(1).cpu().numpy()
