@@ -199,3 +199,20 @@ def test_a_featuriser_is_costed_without_an_output_head():
     headless, as_lm = featuriser_shape("minilm"), from_config(KNOWN["minilm"])
     assert headless.matmul_params == 6 * (4 * 384**2 + 2 * 384 * 1536) == as_lm.matmul_params - 30522 * 384
     assert headless.params == as_lm.params and headless.key != as_lm.key  # its own entry in a calibration
+
+
+def test_an_evaluation_under_mauves_floor_is_costed_without_the_featuriser():
+    """Under evaluation.mauve.min_texts the evaluate job scores no MAUVE (workflow_lib.evaluate.metrics): it loads no
+    featuriser and runs no k-means, so its prediction is the fixed cost alone; at the floor it is all of it."""
+    cpu = DEVICES["cpu"]
+
+    config = config_of()
+    prompts = cost_jobs.sizes.eval_set_prompts(config, next(iter(config["eval_sets"])), None)["prompts"]
+
+    def evaluate_job(min_texts: int):
+        config["evaluation"]["mauve"]["min_texts"] = min_texts
+        return next(j for j in cost_jobs.plan_jobs(config, cpu, cpu, None) if j.rule == "evaluate")
+
+    few, enough = evaluate_job(prompts + 1), evaluate_job(prompts)
+    assert few.parts == {"fixed": cpu.fixed_s["evaluate"]} and not few.unknown
+    assert {"compute", "overhead", "fixed", "load", "mauve"} == set(enough.parts) and enough.seconds > few.seconds

@@ -23,6 +23,10 @@ def zero_shot_config(folder) -> dict:
     config["models"]["released"] = {"source": "hf", "name": str(folder), "tokenizer": "gpt2"}
     config["decoders"] = {"neutral": {"temperature": 1.0, "top_p": 1.0, "top_k": 0}, "top-k-3": {"top_k": 3}}
     config["evaluation"]["mauve"]["kmeans_seeds"] = 2
+    # Its 10 prompts a run are MAUVE's floor here, so MAUVE is scored and contrasted: the one workflow test where it is
+    # (the others' small studies are under the default floor of 50: flagged, not scored).
+    config["evaluation"]["mauve"]["min_texts"] = config["prompts"]["max_prompts"]
+    config.setdefault("report", {})["intensity"] = 0.3  # so that sampling at 0.3 against none is a designed (ablation) MAUVE contrast
     config["experiments"] = {"zero-shot": {
         "models": ["released"], "train_dataset": "synthetic", "eval_sets": ["syn-test"], "objectives": ["untrained"],
         "decoders": ["unbiased", "neutral", "top-k-3"],
@@ -62,7 +66,10 @@ def test_an_untrained_checkpoint_is_evaluated_under_every_decoder_without_traini
     assert {"torch", "transformers", "mauve-text"} <= set(provenance["versions"]) and provenance["settings_sha256"]
     split = metrics["mauve_variance"]
     assert split["sampling"] + split["clustering"] == pytest.approx(split["total"])
-    assert np.array(metrics["mauve_by_seed"]).shape == (2, 2)
+    assert np.array(metrics["mauve_by_seed"]).shape == (2, 2) and metrics["mauve_status"] is None
+    assert metrics["num_buckets"] == 2 and 0 < metrics["mauve_mean"] <= 1 + 1e-9
+    joint = [json.loads(p.read_text()) for p in (workdir / "results/report/mauve").glob("*.json")]  # mauve_contrast
+    assert len(joint) == 3 and all(j["status"] is None and 0 <= j["p"] <= 1 for j in joint), joint  # one per decoder
     for name in ("rouge2_mean", "rougeL_mean", "distinct_2_mean", "repetition_mean"):
         assert metrics[name] is not None and np.isfinite(metrics[name]), name
     perplexity = json.loads((workdir / "results/perplexity/released/synthetic/untrained/none/augment-m1/none-0/seed1/"

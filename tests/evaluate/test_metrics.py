@@ -210,22 +210,28 @@ def test_mauve_below_the_floor_of_texts_is_flagged_and_at_it_is_not():
 
 
 def test_a_two_bucket_mauve_is_refused_and_a_resolvable_one_kept(texts):
-    """The evaluation on the real path: 20 prompts per run (2 k-means buckets) is flagged "too few texts (20)";
-    60 prompts (6 buckets, above the default floor of 50) is not. The numbers are still written either way."""
+    """The evaluation on the real path: 20 prompts per run (2 k-means buckets) is flagged "too few texts (20)" and not
+    scored: no MAUVE number, no curve, no features, and its featuriser is never loaded (a name that cannot load
+    passes); 60 prompts (6 buckets, above the default floor of 50) is scored, and there that name fails."""
     english, _ = texts
 
-    def run(n):
+    def run(n, featuriser="minilm"):
         prompts = pa.table({"prompt_id": list(range(n)), "prefix": [t[:12] for t in english[:n]], "reference": english[:n]})
         samples = pa.table({"prompt_id": list(range(n)) * 2, "run": [0] * n + [1] * n,
                             "text": [t[12:] for t in english[:n]] * 2})
-        return evaluate(samples, prompts, featurize(english[:n], "minilm", 64), settings_for(FAST_MAUVE), seed=3)[0]
+        return evaluate(samples, prompts, featurize(english[:n], "minilm", 64),
+                        settings_for(FAST_MAUVE) | {"featuriser": featuriser}, seed=3)
 
-    few = run(20)
-    assert few["num_buckets"] == 2 and few["mauve_texts"] == 20 and few["mauve_min_texts"] == 50
-    assert few["mauve_status"] == "too few texts (20)" and len(few["mauve"]) == 2
-    enough = run(60)
+    few, curves, per_prompt, features = run(20, featuriser="no/such-featuriser")
+    assert few["mauve_texts"] == 20 and few["mauve_min_texts"] == 50 and few["mauve_status"] == "too few texts (20)"
+    assert all(few[k] is None for k in ("mauve", "mauve_mean", "mauve_2se", "mauve_by_seed", "mauve_variance", "num_buckets"))
+    assert curves.num_rows == 0 and features.num_rows == 40 and features["features"].null_count == 40
+    assert few["rouge1"] == pytest.approx([1.0, 1.0]) and per_prompt.num_rows == 40  # ROUGE is computed either way
+    enough = run(60)[0]
     assert enough["num_buckets"] == 6 and enough["mauve_texts"] == 60 and enough["mauve_status"] is None
     assert enough["mauve_mean"] > 0.99
+    with pytest.raises((StageError, OSError, ValueError)):  # offline, transformers' own "not found"
+        run(60, featuriser="no/such-featuriser")
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +256,7 @@ def cli_outputs(texts, tmp_path_factory):
     np.save(folder / "human.npy", featurize(english[:n], "minilm", 64))
     out = {name: folder / name for name in ("metrics.json", "curves.parquet", "per_prompt.parquet", "features.parquet")}
     argv = ["metrics", "evaluate", "--samples", str(folder / "samples.parquet"), "--prompts", str(folder / "prompts.parquet"),
-            "--human-features", str(folder / "human.npy"), "--settings", json.dumps(settings_for(FAST_MAUVE)),
+            "--human-features", str(folder / "human.npy"), "--settings", json.dumps(settings_for(FAST_MAUVE | {"min_texts": n})),
             "--output", str(out["metrics.json"]), "--curves", str(out["curves.parquet"]),
             "--per-prompt", str(out["per_prompt.parquet"]), "--features", str(out["features.parquet"])]
     saved, sys.argv = sys.argv, argv
@@ -328,4 +334,4 @@ def test_non_finite_mauve_stops_the_evaluation(texts, monkeypatch):
     monkeypatch.setattr(metrics, "mauve_result", lambda *a, **k: SimpleNamespace(
         mauve=float("nan"), num_buckets=2, divergence_curve=np.zeros((27, 2))))
     with pytest.raises(StageError, match="MAUVE is not finite"):
-        evaluate(samples, prompts, np.ones((20, 4), dtype=np.float32), settings_for(FAST_MAUVE), seed=1)
+        evaluate(samples, prompts, np.ones((20, 4), dtype=np.float32), settings_for(FAST_MAUVE | {"min_texts": 20}), seed=1)

@@ -23,16 +23,18 @@ from workflow_lib.report.statistics import MIN_RUNS, paired_t
 from workflow_lib.report.summary import summary
 from workflow_lib.report.tables import tables
 
-TOO_FEW = {"mauve_status": "too few texts (20)", "mauve_texts": 20, "mauve_min_texts": 50, "num_buckets": 2}
+TOO_FEW = {"mauve_status": "too few texts (20)", "mauve_texts": 20, "mauve_min_texts": 50, "num_buckets": None}
 ENOUGH = {"mauve_status": None, "mauve_texts": 60, "mauve_min_texts": 50, "num_buckets": 6}
 
 
 def study(root, flags: dict) -> pl.DataFrame:
-    """mle with and without perturbation on one eval set under `root`; the perturbed cell has the higher MAUVE."""
+    """mle with and without perturbation on one eval set under `root`; the perturbed cell has the higher MAUVE. A
+    flagged cell has no MAUVE, as the evaluate step writes it (it does not score what cannot resolve)."""
     root.mkdir(parents=True, exist_ok=True)
     os.chdir(root)  # collect reads results/... relative to the working directory (tests chdir with monkeypatch first)
-    paths = [write(root, "mle", "0", "0", "test", (0.80, 0.02), (0.50, 0.01), **flags),
-             write(root, "mle", "0.025", "0.025", "test", (0.90, 0.03), (0.52, 0.01), **flags)]
+    low, high = ((None, None), (None, None)) if flags.get("mauve_status") else ((0.80, 0.02), (0.90, 0.03))
+    paths = [write(root, "mle", "0", "0", "test", low, (0.50, 0.01), **flags),
+             write(root, "mle", "0.025", "0.025", "test", high, (0.52, 0.01), **flags)]
     return collect([p.split(str(root) + "/")[1] for p in paths])
 
 
@@ -143,15 +145,16 @@ def test_findings_name_mauve_with_too_few_texts_instead_of_comparing_it(tmp_path
 
 
 def test_mauve_with_too_few_texts_is_not_set_against_the_exact_tv():
-    def frame(status):
+    def frame(status, mauve=(0.9, 0.8, 0.7, 0.6, 0.5)):
         n = 5
         return pl.DataFrame({"eval_set": ["ood"] * n, "objective": ["mle"] * n, "train_strategy": ["insertion"] * n,
                              "train_intensity": [0.1 * i for i in range(n)], "test_strategy": ["insertion"] * n,
-                             "test_intensity": [0.1 * i for i in range(n)], "mauve_mean": [0.9, 0.8, 0.7, 0.6, 0.5],
+                             "test_intensity": [0.1 * i for i in range(n)], "mauve_mean": list(mauve),
                              "tv_mean": [0.1, 0.2, 0.3, 0.4, 0.5], "mauve_status": [status] * n},
-                            schema_overrides={"mauve_status": pl.Utf8})
-    assert mauve_tv_findings(frame("too few texts (20)")) == [
-        "**ood**: MAUVE is not set against the exact TV to the true law: its runs had too few texts to resolve it."]
+                            schema_overrides={"mauve_status": pl.Utf8, "mauve_mean": pl.Float64})
+    refusal = ["**ood**: MAUVE is not set against the exact TV to the true law: its runs had too few texts to resolve it."]
+    assert mauve_tv_findings(frame("too few texts (20)")) == refusal
+    assert mauve_tv_findings(frame("too few texts (20)", [None] * 5)) == refusal  # as evaluate writes it: not scored
     assert mauve_tv_findings(frame(None))[0].startswith("**ood**: MAUVE and the exact TV to the true law agree")
 
 

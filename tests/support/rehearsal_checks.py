@@ -42,9 +42,14 @@ def condition_rows(metrics: pl.DataFrame, model: str, objective: str, eval_set: 
 
 
 def cell_problems(rows: pl.DataFrame, what: str, columns=("mauve_mean", "rouge1_mean")) -> list[str]:
+    """A cell is a metrics row whose columns are finite; a MAUVE column may instead be unscored where the row is
+    flagged "too few texts (n)" (the rehearsal's 8 prompts are under MAUVE's floor: workflow_lib.evaluate.metrics),
+    never missing or non-finite without that flag."""
     if rows.height == 0:
         return [f"{what}: no metrics row"]
-    return [f"{what}: {column} = {value}" for column in columns for value in rows[column].to_list() if not finite(value)]
+    status = rows["mauve_status"].to_list() if "mauve_status" in rows.columns else [None] * rows.height
+    return [f"{what}: {column} = {value}" for column in columns for value, flag in zip(rows[column].to_list(), status)
+            if not finite(value) and not (column.startswith("mauve") and value is None and flag)]
 
 
 def table1_problems(metrics: pl.DataFrame, table1: pl.DataFrame, paper: dict) -> list[str]:

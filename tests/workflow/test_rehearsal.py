@@ -152,6 +152,11 @@ def test_table1_check_fails_on_a_missing_or_non_finite_cell(paper):
         "Table 1 opt-125m untrained no webtext: no metrics row"]
     nan = metrics.with_columns(pl.when(zero_shot).then(float("nan")).otherwise(pl.col("mauve_mean")).alias("mauve_mean"))
     assert checks.table1_problems(nan, table1, paper) == ["Table 1 opt-125m untrained no webtext: mauve_mean = nan"]
+    # an unscored MAUVE passes only where the row says why ("too few texts (n)", as the rehearsal's 8 prompts are)
+    unscored = metrics.with_columns(pl.lit(None, pl.Float64).alias("mauve_mean"),
+                                    pl.when(zero_shot).then(pl.lit(None, pl.Utf8)).otherwise(pl.lit("too few texts (8)"))
+                                    .alias("mauve_status"))
+    assert checks.table1_problems(unscored, table1, paper) == ["Table 1 opt-125m untrained no webtext: mauve_mean = None"]
     blank = table1.with_columns(pl.when(pl.col("objective") == "emo").then(pl.lit("")).otherwise(pl.col("webtext MAUVE"))
                                 .alias("webtext MAUVE"))
     assert len(checks.table1_problems(metrics, blank, paper)) == 6  # emo: 3 models x 2 conditions

@@ -164,9 +164,9 @@ def test_sampling_and_evaluation_chain_reuses_human_features(tiny_study):
     assert names == sorted(f"{es}/unbiased/{c}" for es in ("syn-ood", "syn-test")
                            for c in ("none/none-0-exact.json", "oracle/insertion-0.2-exact.json", "oracle/insertion-0.2-cached.json"))
     report = json.loads(metrics[0].read_text())
-    assert report["runs"] == 2 and len(report["mauve"]) == 2 and 0 <= report["mauve_mean"] <= 1
-    # 10 prompts per run is under MAUVE's floor of 50 texts per side: computed, but flagged (docs/method.md §4)
-    assert report["mauve_status"] == "too few texts (10)" and report["num_buckets"] == 2
+    # 10 prompts per run is under MAUVE's floor of 50 texts per side: flagged and not scored (docs/method.md §4)
+    assert report["runs"] == 2 and report["mauve"] is None and report["mauve_mean"] is None
+    assert report["mauve_status"] == "too few texts (10)" and report["num_buckets"] is None
     assert 0 < report["rouge1_mean"] <= 1 and report["featuriser"] == "minilm"
     samples = pq.read_table(next((workdir / "results/samples").rglob("insertion-0.2-cached.parquet"))).to_pylist()
     assert len(samples) == 2 * 10 and all(len(s["continuation_ids"]) == 8 for s in samples)
@@ -315,6 +315,7 @@ def test_hub_families_train_sample_and_evaluate(workdir):
             assert np.isfinite(losses).all() and losses[-3:].mean() < losses[:3].mean() - 0.1, (family, objective, losses)
             run = f"{family}/synthetic/{objective}/{condition}/syn-test/unbiased/embedding/insertion-0.1-exact"
             metrics = json.loads((workdir / "results/metrics" / f"{run}.json").read_text())
-            assert np.isfinite(metrics["mauve"]).all() and 0 < metrics["mauve_mean"] <= 1 + 1e-9, (family, objective)
+            # under MAUVE's floor of texts: flagged, not scored (tests/evaluate/test_evaluation.py scores a small study)
+            assert metrics["mauve_status"].startswith("too few texts") and metrics["mauve"] is None, (family, objective)
             assert 0 < metrics["rouge1_mean"] <= 1
         assert (workdir / "results/synonyms" / family / "synthetic/embedding.parquet").exists()

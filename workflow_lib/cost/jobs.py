@@ -169,8 +169,14 @@ def mauve_seconds(config: dict, prompts: int, runs: int, mauve_s: float) -> floa
 
 
 def evaluate_job(config: dict, key: str, model: str, eval_set: str, dev: Device, workdir: Path | None) -> Job:
+    from workflow_lib.evaluate.metrics import mauve_status
+
     e, s = config["evaluation"], config["sampling"]
     prompts = sizes.eval_set_prompts(config, eval_set, workdir)
+    if mauve_status(int(prompts["prompts"]), e["mauve"]):  # MAUVE not scored: no featuriser, no k-means, only ROUGE
+        job = Job("evaluate", key, model, e["gpus"])
+        job.parts = {"fixed": dev.fixed_s["evaluate"]}
+        return job
     length = min(e["max_text_length"], prompts["prefix_words"] * 1.3 + s["new_tokens"])
     job = scoring_job("evaluate", key, model, featuriser(config, workdir), prompts["prompts"] * s["runs"], length,
                       e["feature_batch_size"], dev, "fp32", e["gpus"])

@@ -19,10 +19,11 @@ its best practices advise (at most ~500); an explicit integer is used as given.
 MAUVE only where it can resolve: a run with fewer than `min_texts` texts on a side (default 50, 5 buckets) is
 quantised into a histogram of a few buckets, whose score cannot tell a clear difference from none (mauve-text asks
 for a few thousand texts per side; bench/mauve_floor.py measures where the score stops resolving: with 2 buckets
-it ranks a 25% mixture of another genre below no difference no better than a coin). Such a cell is still computed
-and written (its numbers stay in the JSON for inspection) but flagged: `mauve_status` is "too few texts (n)" and
-the report shows that text instead of a number and leaves it out of contrasts, marks and findings
-(`workflow_lib.report.resolution`). docs/method.md §4.
+it ranks a 25% mixture of another genre below no difference no better than a coin). Such a cell is not scored: its
+model texts are not featurised (the featuriser is never loaded, which is most of a small evaluation's time), its
+MAUVE fields are null, its curves table is empty and its features column null, and `mauve_status` says
+"too few texts (n)"; the report shows that text instead of a number and leaves it out of contrasts, marks and
+findings (`workflow_lib.report.resolution`). ROUGE and diversity are computed either way. docs/method.md §4.
 
 ROUGE-1, ROUGE-2 and ROUGE-L F of each sample against its reference, averaged per run: rouge-score's numbers (no
 stemming), computed by `rouge_f` without importing it; distinct-n and repetition of the continuations come from
@@ -270,22 +271,29 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
     order = {int(p): i for i, p in enumerate(prompts.column("prompt_id").to_pylist())}
     model_text = (frame["prefix"] + frame["text"]).to_list()  # the shared prefix plus the continuation, as EMO
     frame = frame.with_columns(pl.Series("model_text", model_text))
-    q_all = featurize(frame["model_text"].to_list(), settings["featuriser"], settings["max_text_length"], settings["feature_batch_size"])
-    if not np.isfinite(q_all).all():  # before MAUVE, whose PCA would fail on them with a message of its own
-        raise StageError("evaluation: the model-text features are not finite for these samples; no metric is written")
+    runs, run_index = np.unique(samples.column("run").to_numpy(), return_inverse=True)  # run_index: per sample row
+    run_of_row = frame["run"].to_numpy()
+    texts = [int((run_of_row == r).sum()) for r in runs]  # per run: MAUVE's smaller side (one human text per sample)
+    status = mauve_status(min(texts), settings["mauve"])
+    q_all = None
+    if status is None:  # an unresolvable cell is not scored, so the featuriser is not even loaded (module docstring)
+        q_all = featurize(frame["model_text"].to_list(), settings["featuriser"], settings["max_text_length"],
+                          settings["feature_batch_size"])
+        if not np.isfinite(q_all).all():  # before MAUVE, whose PCA would fail on them with a message of its own
+            raise StageError("evaluation: the model-text features are not finite for these samples; no metric is written")
     prediction = frame["model_text"] if settings["rouge_include_prefix"] else frame["text"]
     reference = frame["reference"] if settings["rouge_include_prefix"] else \
         pl.Series([r[len(p):].strip() for r, p in zip(frame["reference"], frame["prefix"])])
     rouge = rouge_f(prediction.to_list(), reference.to_list())
 
     seeds = [seed + k for k in range(settings["mauve"].get("kmeans_seeds", KMEANS_SEEDS))]
-    runs, run_index = np.unique(samples.column("run").to_numpy(), return_inverse=True)  # run_index: per sample row
-    run_of_row = frame["run"].to_numpy()
     by_seed, rouge_per_run, curves, buckets = [], {name: [] for name in ROUGE_TYPES}, [], set()
-    texts = []  # per run: the texts on MAUVE's smaller side (human and model sides have one row per sample)
     for r in runs:
         rows = np.flatnonzero(run_of_row == r)
-        texts.append(len(rows))
+        for name in ROUGE_TYPES:
+            rouge_per_run[name].append(float(rouge[name][rows].mean()))
+        if q_all is None:
+            continue
         human_rows = [order[int(p)] for p in frame["prompt_id"].to_numpy()[rows]]
         scores, run_curves, num_buckets = mauve_over_seeds(human_features[human_rows], q_all[rows], settings["mauve"],
                                                            seeds, int(r))
@@ -293,21 +301,26 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
         buckets.add(num_buckets)
         log.info("run %s: MAUVE %s over %d clustering seeds", r, " ".join(f"{s:.3f}" for s in scores), len(seeds))
         by_seed.append(scores)
-        for name in ROUGE_TYPES:
-            rouge_per_run[name].append(float(rouge[name][rows].mean()))
-    by_seed = np.asarray(by_seed, dtype=np.float64)
-    if not np.isfinite(by_seed).all():
-        raise StageError("evaluation: MAUVE is not finite for these samples; no metric is written")
+    common = {"kmeans_seeds": seeds, "mauve_texts": min(texts),
+              "mauve_min_texts": settings["mauve"].get("min_texts", MIN_TEXTS), "mauve_status": status}
+    if status:
+        log.warning("MAUVE: %s per side in a run, under evaluation.mauve.min_texts %d: not scored, and the report "
+                    "shows it as such", status, common["mauve_min_texts"])
+        summary = {"mauve": None, "mauve_mean": None, "mauve_2se": None, "mauve_by_seed": None, "mauve_variance": None,
+                   "num_buckets": None, **common}
+        curves = [pa.schema({"run": pa.int64(), "kmeans_seed": pa.int64(), "point": pa.int64(), "x": pa.float64(),
+                             "y": pa.float64()}).empty_table()]  # the scored curves' columns, no rows
+        features = pa.nulls(frame.height, pa.list_(pa.float32()))  # read by no one: its contrasts are not tested
+    else:
+        by_seed = np.asarray(by_seed, dtype=np.float64)
+        if not np.isfinite(by_seed).all():
+            raise StageError("evaluation: MAUVE is not finite for these samples; no metric is written")
+        summary = {**summarise("mauve", by_seed.mean(axis=1)), "mauve_by_seed": by_seed.tolist(),
+                   "mauve_variance": variance_split(by_seed), "num_buckets": buckets.pop() if len(buckets) == 1 else sorted(buckets),
+                   **common}
+        features = pa.FixedSizeListArray.from_arrays(pa.array(q_all.astype(np.float32).ravel()), q_all.shape[1])
 
     diversity = text_stats(*continuation_tokens(samples), run_index, len(runs))
-    summary = {**summarise("mauve", by_seed.mean(axis=1)), "mauve_by_seed": by_seed.tolist(),
-               "mauve_variance": variance_split(by_seed), "kmeans_seeds": seeds,
-               "num_buckets": buckets.pop() if len(buckets) == 1 else sorted(buckets),
-               "mauve_texts": min(texts), "mauve_min_texts": settings["mauve"].get("min_texts", MIN_TEXTS),
-               "mauve_status": mauve_status(min(texts), settings["mauve"])}
-    if summary["mauve_status"]:
-        log.warning("MAUVE: %s per side in a run, under evaluation.mauve.min_texts %d; the report shows it as such",
-                    summary["mauve_status"], summary["mauve_min_texts"])
     for name in ROUGE_TYPES:
         summary |= summarise(name, rouge_per_run[name])
     for name in TEXT_FIELDS:
@@ -319,8 +332,7 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
                            "run": frame["run"].cast(pl.Int64).to_numpy(), **rouge}).sort_by([("prompt_id", "ascending"),
                                                                                               ("run", "ascending")])
     features = pa.table({"prompt_id": frame["prompt_id"].cast(pl.Int64).to_numpy(), "run": frame["run"].cast(pl.Int64).to_numpy(),
-                         "features": pa.FixedSizeListArray.from_arrays(pa.array(q_all.astype(np.float32).ravel()),
-                                                                        q_all.shape[1])})
+                         "features": features})
     return summary, pa.concat_tables(curves), per_prompt, features.sort_by([("prompt_id", "ascending"), ("run", "ascending")])
 
 
@@ -357,11 +369,11 @@ def main() -> None:
         human = np.load(args.human_features)
         summary, curves, per_prompt, features = evaluate(pq.read_table(args.samples), pq.read_table(args.prompts), human, settings,
                                                settings["seed"])
-        log.info("MAUVE %.3f +- %s%s (clustering share of its variance %s), ROUGE-1 %.3f, distinct-4 %.3f over %d runs",
-                 summary["mauve_mean"], summary["mauve_2se"],
-                 f" ({summary['mauve_status']}: not reported)" if summary["mauve_status"] else "",
-                 summary["mauve_variance"]["clustering_share"],
-                 summary["rouge1_mean"], summary["distinct_4_mean"], summary["runs"])
+        mauve = (f"MAUVE {summary['mauve_status']}: not scored" if summary["mauve_status"] else
+                 f"MAUVE {summary['mauve_mean']:.3f} +- {summary['mauve_2se']} (clustering share of its variance "
+                 f"{summary['mauve_variance']['clustering_share']})")
+        log.info("%s, ROUGE-1 %.3f, distinct-4 %.3f over %d runs", mauve, summary["rouge1_mean"], summary["distinct_4_mean"],
+                 summary["runs"])
         write_parquet(curves, args.curves)
         write_parquet(per_prompt, args.per_prompt)
         write_parquet(features, args.features)

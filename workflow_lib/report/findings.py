@@ -123,8 +123,8 @@ def mauve_tv_findings(frame: pl.DataFrame) -> list[str]:
     few conditions for the rank correlation to reach the level, no detectable correlation, or an order the means'
     standard errors can reverse. Only "disagree" warns against MAUVE."""
     lines = []
-    truth = frame.filter(pl.col("tv_mean").is_not_null() & pl.col("mauve_mean").is_not_null())
-    tv = resolved(truth)  # MAUVE with too few texts is no ranking (report.resolution)
+    truth = frame.filter(pl.col("tv_mean").is_not_null())
+    tv = resolved(truth)  # scored MAUVE only: one with too few texts is no ranking (report.resolution)
     for eval_set in sorted(set(truth["eval_set"].to_list())):
         rows = tv.filter(pl.col("eval_set") == eval_set)
         if rows.height < 2:

@@ -38,7 +38,10 @@ def refusal_sentence(frame: pl.DataFrame) -> str | None:
     floor = out["mauve_min_texts"].drop_nulls() if "mauve_min_texts" in out.columns else pl.Series([], dtype=pl.Int64)
     counts = (f"{texts.min()}" + (f"-{texts.max()}" if texts.max() != texts.min() else "")) if texts.len() else "too few"
     under = f", under the floor evaluation.mauve.min_texts = {floor.max()}" if floor.len() else ""
-    measured = frame.filter(pl.col("mauve_mean").is_not_null()).height if "mauve_mean" in frame.columns else out.height
+    # the evaluated cells: scored, or refused (a refused cell has no score: workflow_lib.evaluate.metrics)
+    flagged = (pl.col(STATUS).is_not_null() & (pl.col(STATUS) != "")) if STATUS in frame.columns else pl.lit(False)
+    measured = (frame.filter(pl.col("mauve_mean").is_not_null() | flagged).height if "mauve_mean" in frame.columns
+                else out.height)
     which = ("MAUVE is not resolvable in this study" if out.height >= measured
              else f"MAUVE is not resolvable in {out.height} of {measured} evaluated cells")
     return (f"{which}: its runs have {counts} texts per side{under} (with so few, k-means quantises the score into "
