@@ -148,6 +148,13 @@ def mauve_score(p_features: np.ndarray, q_features: np.ndarray, settings: dict, 
     return float(mauve_result(p_features, q_features, settings, seed).mauve)
 
 
+def curve_schema():
+    """The columns of the divergence curves' table (an unscored cell writes it with no rows)."""
+    import pyarrow as pa
+
+    return pa.schema({"run": pa.int64(), "kmeans_seed": pa.int64(), "point": pa.int64(), "x": pa.float64(), "y": pa.float64()})
+
+
 def mauve_over_seeds(p_features: np.ndarray, q_features: np.ndarray, settings: dict, seeds: list[int], run: int):
     """One run's MAUVE for each clustering seed: (scores, divergence curves as a table, num_buckets)."""
     import pyarrow as pa
@@ -159,7 +166,8 @@ def mauve_over_seeds(p_features: np.ndarray, q_features: np.ndarray, settings: d
         curve = np.asarray(result.divergence_curve, dtype=np.float64)  # [points, 2]: the extremes and the mixtures
         curves.append(pa.table({"run": np.full(len(curve), run, dtype=np.int64),
                                 "kmeans_seed": np.full(len(curve), seed, dtype=np.int64),
-                                "point": np.arange(len(curve), dtype=np.int64), "x": curve[:, 0], "y": curve[:, 1]}))
+                                "point": np.arange(len(curve), dtype=np.int64), "x": curve[:, 0], "y": curve[:, 1]},
+                               schema=curve_schema()))
     return scores, pa.concat_tables(curves), int(result.num_buckets)
 
 
@@ -273,8 +281,9 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
     frame = frame.with_columns(pl.Series("model_text", model_text))
     runs, run_index = np.unique(samples.column("run").to_numpy(), return_inverse=True)  # run_index: per sample row
     run_of_row = frame["run"].to_numpy()
-    texts = [int((run_of_row == r).sum()) for r in runs]  # per run: MAUVE's smaller side (one human text per sample)
-    status = mauve_status(min(texts), settings["mauve"])
+    # the fewest texts in a run: MAUVE's smaller side (one human text per sample)
+    texts = int(np.bincount(np.searchsorted(runs, run_of_row), minlength=len(runs)).min())
+    status = mauve_status(texts, settings["mauve"])
     q_all = None
     if status is None:  # an unresolvable cell is not scored, so the featuriser is not even loaded (module docstring)
         q_all = featurize(frame["model_text"].to_list(), settings["featuriser"], settings["max_text_length"],
@@ -301,15 +310,14 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
         buckets.add(num_buckets)
         log.info("run %s: MAUVE %s over %d clustering seeds", r, " ".join(f"{s:.3f}" for s in scores), len(seeds))
         by_seed.append(scores)
-    common = {"kmeans_seeds": seeds, "mauve_texts": min(texts),
+    common = {"kmeans_seeds": seeds, "mauve_texts": texts,
               "mauve_min_texts": settings["mauve"].get("min_texts", MIN_TEXTS), "mauve_status": status}
     if status:
         log.warning("MAUVE: %s per side in a run, under evaluation.mauve.min_texts %d: not scored, and the report "
                     "shows it as such", status, common["mauve_min_texts"])
         summary = {"mauve": None, "mauve_mean": None, "mauve_2se": None, "mauve_by_seed": None, "mauve_variance": None,
                    "num_buckets": None, **common}
-        curves = [pa.schema({"run": pa.int64(), "kmeans_seed": pa.int64(), "point": pa.int64(), "x": pa.float64(),
-                             "y": pa.float64()}).empty_table()]  # the scored curves' columns, no rows
+        curves = [curve_schema().empty_table()]
         features = pa.nulls(frame.height, pa.list_(pa.float32()))  # read by no one: its contrasts are not tested
     else:
         by_seed = np.asarray(by_seed, dtype=np.float64)

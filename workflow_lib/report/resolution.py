@@ -13,11 +13,14 @@ import polars as pl
 STATUS = "mauve_status"
 
 
+def _flagged(frame: pl.DataFrame) -> pl.Expr:
+    """True on the rows whose MAUVE is flagged as not resolvable."""
+    return (pl.col(STATUS).is_not_null() & (pl.col(STATUS) != "")) if STATUS in frame.columns else pl.lit(False)
+
+
 def refused(frame: pl.DataFrame) -> pl.DataFrame:
     """The rows whose MAUVE is flagged as not resolvable."""
-    if STATUS not in frame.columns:
-        return frame.clear()
-    return frame.filter(pl.col(STATUS).is_not_null() & (pl.col(STATUS) != ""))
+    return frame.filter(_flagged(frame))
 
 
 def resolved(frame: pl.DataFrame) -> pl.DataFrame:
@@ -39,8 +42,7 @@ def refusal_sentence(frame: pl.DataFrame) -> str | None:
     counts = (f"{texts.min()}" + (f"-{texts.max()}" if texts.max() != texts.min() else "")) if texts.len() else "too few"
     under = f", under the floor evaluation.mauve.min_texts = {floor.max()}" if floor.len() else ""
     # the evaluated cells: scored, or refused (a refused cell has no score: workflow_lib.evaluate.metrics)
-    flagged = (pl.col(STATUS).is_not_null() & (pl.col(STATUS) != "")) if STATUS in frame.columns else pl.lit(False)
-    measured = (frame.filter(pl.col("mauve_mean").is_not_null() | flagged).height if "mauve_mean" in frame.columns
+    measured = (frame.filter(pl.col("mauve_mean").is_not_null() | _flagged(frame)).height if "mauve_mean" in frame.columns
                 else out.height)
     which = ("MAUVE is not resolvable in this study" if out.height >= measured
              else f"MAUVE is not resolvable in {out.height} of {measured} evaluated cells")
