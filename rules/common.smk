@@ -12,7 +12,9 @@ os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.envi
 if workflow.basedir not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")])))
 
-from workflow_lib.config import NO_TRAIN_DATASET, ConfigError, dataset_splits, embedding_model, local_files, validate_config
+from snakemake.utils import update_config
+
+from workflow_lib.config import NO_TRAIN_DATASET, ConfigError, dataset_splits, embedding_model, local_files, typed_overrides, validate_config
 from workflow_lib.data.downloads import archive_path, fetched, split_paths, unpacked_dir
 from workflow_lib.pretrained import GGUF_DOWNLOAD, PRETRAINED_DIR, gguf_file, gguf_models, gguf_settings
 from workflow_lib.data.downloads import members as archive_members
@@ -34,16 +36,19 @@ from workflow_lib.grid import (
     synonym_targets,
     trained_objectives,
 )
-# A rule's `code` input, workflow_code("workflow_lib.<stage>.<module>"): the files that `python -m <module>` runs (with its packages' __init__.py) (the
-# module and what it imports, found by a static scan), so editing one reruns the rule's jobs and what follows.
-from workflow_lib.module_deps import module_files as workflow_code
+# A rule's `code` param, code_digest("workflow_lib.<stage>.<module>"): the sha256 of the files `python -m <module>`
+# runs (found by a static import scan), compared by value: an edit reruns the rule's jobs, a clone, move or touch does not.
+from workflow_lib.module_deps import code_digest
 from workflow_lib.report.contrasts import designed_mauve
 from workflow_lib.evaluate.metrics import mauve_never_resolves
 from workflow_lib.report.joint_mauve import features_sidecar
+from workflow_lib.report.tables import report_view
 from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, runtime_minutes as predicted_minutes
 from workflow_lib.train.tracking import ENV as TRACKING_ENV
 from workflow_lib.perturb.strategies import wildcard_pattern as strategy_wildcards
 
+# Nested `--config` values arrive as strings (`--config 'sampling={runs: 5}'`): typed before validation.
+update_config(config, typed_overrides(workflow.config_settings.config))
 try:
     validate_config(config, workdir=Path.cwd())
 except ConfigError as error:

@@ -20,10 +20,10 @@ rule fetch:
 rule unpack:
     input:
         archive=lambda w: archive_path(w.dataset, DATASETS[w.dataset]),
-        code=workflow_code("workflow_lib.data.fetch"),
     output:
         directory("results/downloads/{dataset}/unpacked"),
     params:
+        code=code_digest("workflow_lib.data.fetch"),
         members=lambda w: as_json(archive_members(DATASETS[w.dataset])),
     log:
         "results/logs/downloads/{dataset}/unpack.log",
@@ -36,11 +36,11 @@ rule unpack:
 rule download:
     input:
         data=download_inputs,
-        code=workflow_code("workflow_lib.data.prepare"),
     output:
         parquet="results/data/{dataset}/{split}.parquet",
         meta="results/data/{dataset}/{split}.json",
     params:
+        code=code_digest("workflow_lib.data.prepare"),
         spec=lambda w: as_json(DATASETS[w.dataset]),
     log:
         "results/logs/data/download/{dataset}/{split}.log",
@@ -57,10 +57,10 @@ rule download:
 rule tokenizer:
     input:
         unpack(tokenizer_inputs),
-        code=workflow_code("workflow_lib.data.tokenization"),
     output:
         directory("results/tokenizers/{tokenizer}"),
     params:
+        code=code_digest("workflow_lib.data.tokenization"),
         spec=lambda w: as_json(TOKENIZERS[w.tokenizer]),
         train_data=lambda w, input: f"--train-data {input.train}" if "train" in input.keys() else "",
     log:
@@ -77,10 +77,10 @@ rule tokenize:
     input:
         tokenizer="results/tokenizers/{tokenizer}",
         data="results/data/{dataset}/{split}.parquet",
-        code=workflow_code("workflow_lib.data.tokenization"),
     output:
         "results/tokens/{tokenizer}/{dataset}/{split}.parquet",
     params:
+        code=code_digest("workflow_lib.data.tokenization"),
         block_size=config["tokenize"]["block_size"],
     log:
         "results/logs/tokens/{tokenizer}/{dataset}/{split}.log",
@@ -95,11 +95,11 @@ rule tokenize:
 rule prompts:
     input:
         unpack(prompts_inputs),
-        code=workflow_code("workflow_lib.data.prepare"),
     output:
         parquet="results/prompts/{eval_set}.parquet",
         meta="results/prompts/{eval_set}.json",
     params:
+        code=code_digest("workflow_lib.data.prepare"),
         settings=lambda w: as_json(prompt_settings(w)),
     log:
         "results/logs/prompts/{eval_set}.log",
@@ -133,10 +133,10 @@ rule fetch_gguf:
 rule dequantise:
     input:
         unpack(gguf_inputs),
-        code=workflow_code("workflow_lib.data.gguf"),
     output:
         directory(PRETRAINED_DIR.format(model="{gguf_model}")),
     params:
+        code=code_digest("workflow_lib.data.gguf"),
         source=lambda w: as_json(gguf_settings(w.gguf_model, MODELS[w.gguf_model]["gguf"])),
         file=lambda w, input: f"--gguf {input.gguf}" if "gguf" in input.keys() else "",
     log:

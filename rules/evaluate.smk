@@ -1,10 +1,10 @@
 rule features:
     input:
         prompts="results/prompts/{eval_set}.parquet",
-        code=workflow_code("workflow_lib.evaluate.metrics"),
     output:
         FEATURES_OUTPUT,
     params:
+        code=code_digest("workflow_lib.evaluate.metrics"),
         settings=lambda w: as_json(evaluation_settings()),
     log:
         "results/logs/features/{featuriser}/{eval_set}.log",
@@ -25,13 +25,13 @@ rule evaluate:
         samples=f"results/samples/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.parquet",
         prompts="results/prompts/{eval_set}.parquet",
         human=lambda w: f"results/features/{featuriser_id()}/{w.eval_set}.npy",
-        code=workflow_code("workflow_lib.evaluate.metrics"),
     output:
         json=METRICS_OUTPUT,
         per_prompt=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.prompts.parquet",
         curves=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.curves.parquet",
         features=features_sidecar(METRICS_OUTPUT),  # the path report.joint_mauve reads back
     params:
+        code=code_digest("workflow_lib.evaluate.metrics"),
         settings=lambda w: as_json(evaluation_settings()),
     log:
         f"results/logs/evaluate/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.log",
@@ -52,10 +52,10 @@ rule evaluate:
 rule perplexity:
     input:
         unpack(perplexity_inputs),
-        code=workflow_code("workflow_lib.evaluate.perplexity"),
     output:
         directory(PERPLEXITY_OUTPUT),
     params:
+        code=code_digest("workflow_lib.evaluate.perplexity"),
         model=model_options,
         prompts=lambda w: " ".join(f"{es}=results/prompts/{es}.parquet" for es in perplexity_eval_sets(w)),
         settings=lambda w: as_json(perplexity_settings(w)),
@@ -76,10 +76,10 @@ rule perplexity:
 rule extrapolation:
     input:
         unpack(sample_inputs),
-        code=workflow_code("workflow_lib.evaluate.extrapolation"),
     output:
         EXTRAPOLATION_OUTPUT,
     params:
+        code=code_digest("workflow_lib.evaluate.extrapolation"),
         model=model_options,
         perturbation=lambda w: as_json(test_perturbation(w)),
         decoder=lambda w: as_json(decoder_settings(w)),

@@ -1,9 +1,9 @@
 rule lab_sets:
     input:
-        code=workflow_code("workflow_lib.lab.laws"),
     output:
         "results/lab/sets/{dataset}.parquet",
     params:
+        code=code_digest("workflow_lib.lab.laws"),
         builtin=lambda w: as_json(DATASETS[w.dataset]["builtin"]),
         settings=lambda w: as_json(lab_settings("prefixes", "length", "deltas", "last", "tries")),
     log:
@@ -20,10 +20,10 @@ rule lab_laws:
     input:
         unpack(model_input),
         sets="results/lab/sets/{dataset}.parquet",
-        code=workflow_code("workflow_lib.lab.laws"),
     output:
         f"results/lab/laws/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.npz",
     params:
+        code=code_digest("workflow_lib.lab.laws"),
         model=model_options,
         builtin=lambda w: as_json(DATASETS[w.dataset]["builtin"]),
         settings=lambda w: as_json(lab_settings("last", "draws", "perturbations")),
@@ -42,7 +42,6 @@ rule lab_laws:
 rule lab:
     input:
         unpack(lambda w: lab_inputs(config, w.experiment)),
-        code=workflow_code("workflow_lib.lab.report"),
     output:
         csv="results/lab/{experiment}/uncertainty.csv",
         premise="results/lab/{experiment}/premise.csv",
@@ -52,6 +51,7 @@ rule lab:
                    labels={"experiment": "{experiment}", "output": "figure"}),
         pdf="results/lab/{experiment}/figure.pdf",
     params:
+        code=code_digest("workflow_lib.lab.report"),
         builtin=lambda w: as_json(DATASETS[EXPERIMENTS[w.experiment]["train_dataset"]]["builtin"]),
         settings=lambda w: as_json(lab_settings("last", "length", "draws", "premise_draws", "perturbations")),
         stem=lambda w, output: output.png.removesuffix(".png"),

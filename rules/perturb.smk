@@ -1,10 +1,10 @@
 rule synonyms:
     input:
         unpack(synonym_inputs),
-        code=workflow_code("workflow_lib.perturb.synonyms"),
     output:
         "results/synonyms/{tokenizer}/{dataset}/{synonyms}.parquet",
     params:
+        code=code_digest("workflow_lib.perturb.synonyms"),
         settings=lambda w: as_json(synonym_settings(w)),
         tokens=lambda w, input: f"--tokens {input.tokens}" if "tokens" in input.keys() else "",
     log:
@@ -20,11 +20,11 @@ rule synonyms:
 rule perturb:
     input:
         unpack(perturb_inputs),
-        code=workflow_code("workflow_lib.perturb.training_data"),
     output:
         parquet="results/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.parquet",
         meta="results/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.json",
     params:
+        code=code_digest("workflow_lib.perturb.training_data"),
         condition=lambda w: as_json(perturb_condition(w)),
         synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
         key=lambda w, output: output.parquet,

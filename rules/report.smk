@@ -2,10 +2,10 @@ rule collect_metrics:
     input:
         metrics=metric_targets(config) + extrapolation_targets(config),
         perplexity=list(PERPLEXITY_JOBS),
-        code=workflow_code("workflow_lib.report.build"),
     output:
         "results/report/metrics.csv",
     params:
+        code=code_digest("workflow_lib.report.build"),
         # The JSON files inside the perplexity folders (one per model and eval set).
         perplexity=perplexity_targets(config),
     log:
@@ -19,10 +19,10 @@ rule collect_metrics:
 rule mauve_contrast:
     input:
         unpack(mauve_contrast_inputs),
-        code=workflow_code("workflow_lib.report.joint_mauve"),
     output:
         MAUVE_CONTRAST_OUTPUT,
     params:
+        code=code_digest("workflow_lib.report.joint_mauve"),
         settings=lambda w: as_json(evaluation_settings()),
         resamples=lambda w: MAUVE_CONTRASTS[w.pair]["resamples"],
         identity=lambda w: MAUVE_CONTRASTS[w.pair]["identity"],
@@ -44,10 +44,10 @@ rule contrasts:
         sidecars=[m.replace(".json", ".prompts.parquet") for m in metric_targets(config)],
         perplexity=list(PERPLEXITY_JOBS),
         mauve=mauve_contrast_targets(),
-        code=workflow_code("workflow_lib.report.contrasts"),
     output:
         "results/report/contrasts.csv",
     params:
+        code=code_digest("workflow_lib.report.contrasts"),
         intensity=config["report"]["intensity"],
         perplexity=perplexity_targets(config),
     log:
@@ -66,7 +66,6 @@ rule tables:
         data=data_records(),
         lab=[t for t in lab_targets(config) if t.endswith(".md")],
         models=model_targets(config),
-        code=workflow_code("workflow_lib.report.build"),
     output:
         summary=report("results/summary.md", caption="../report/summary.rst", category="Summary"),
         tables=[
@@ -76,7 +75,8 @@ rule tables:
             for ext in ("md", "csv", "tex")
         ],
     params:
-        config=lambda w: as_json(config),
+        code=code_digest("workflow_lib.report.build"),
+        config=lambda w: as_json(report_view(config)),
         settings=lambda w: as_json(report_settings()),
     log:
         "results/logs/report/tables.log",
@@ -89,12 +89,12 @@ rule tables:
 rule figure:
     input:
         metrics="results/report/metrics.csv",
-        code=workflow_code("workflow_lib.report.build"),
     output:
         png=report("results/report/figures/{figure}.png", caption="../report/figure.rst", category="Figures",
                    labels={"figure": "{figure}"}),
         pdf="results/report/figures/{figure}.pdf",
     params:
+        code=code_digest("workflow_lib.report.build"),
         intensity=config["report"]["intensity"],
     log:
         "results/logs/report/figure_{figure}.log",
@@ -108,12 +108,13 @@ rule examples:
     input:
         prompts=f"results/prompts/{example_inputs(config)[0]}.parquet",
         samples=example_inputs(config)[1],
-        code=workflow_code("workflow_lib.report.build"),
     output:
         report("results/report/tables/examples.md", caption="../report/table.rst", category="Tables", subcategory="examples",
                labels={"table": "examples", "format": "md"}),
         "results/report/tables/examples.csv",
         "results/report/tables/examples.tex",
+    params:
+        code=code_digest("workflow_lib.report.build"),
     log:
         "results/logs/report/examples.log",
     conda:
@@ -125,11 +126,12 @@ rule examples:
 rule training_curves:
     input:
         models=training_curve_inputs,
-        code=workflow_code("workflow_lib.report.build"),
     output:
         png=report("results/report/figures/training/{model}/{dataset}.png", caption="../report/training.rst",
                    category="Training curves", labels={"model": "{model}", "dataset": "{dataset}"}),
         pdf="results/report/figures/training/{model}/{dataset}.pdf",
+    params:
+        code=code_digest("workflow_lib.report.build"),
     log:
         "results/logs/report/training_{model}_{dataset}.log",
     conda:

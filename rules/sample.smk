@@ -1,10 +1,10 @@
 rule sample:
     input:
         unpack(sample_inputs),
-        code=workflow_code("workflow_lib.sample.sampler"),
     output:
         SAMPLES_OUTPUT,
     params:
+        code=code_digest("workflow_lib.sample.sampler"),
         model=model_options,
         perturbation=lambda w: as_json(test_perturbation(w)),
         decoder=lambda w: as_json(decoder_settings(w)),

@@ -1,9 +1,9 @@
 rule simulation_fit:
     input:
-        code=workflow_code("workflow_lib.simulation.study"),
     output:
         "results/simulation/V{vocab}.parquet",
     params:
+        code=code_digest("workflow_lib.simulation.study"),
         settings=lambda w: as_json(simulation_settings()),
     log:
         "results/logs/simulation/V{vocab}.log",
@@ -23,7 +23,6 @@ rule simulation_fit:
 rule simulation_summary:
     input:
         fits=simulation_fits(),
-        code=workflow_code("workflow_lib.simulation.study"),
     output:
         csv="results/simulation/summary.csv",
         markdown=report("results/simulation/summary.md", caption="../report/simulation.rst", category="Simulation",
@@ -32,6 +31,7 @@ rule simulation_summary:
                    labels={"output": "figure"}),
         pdf="results/simulation/figure.pdf",
     params:
+        code=code_digest("workflow_lib.simulation.study"),
         stem=lambda w, output: output.png.removesuffix(".png"),
     log:
         "results/logs/simulation/summary.log",

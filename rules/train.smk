@@ -1,10 +1,10 @@
 rule train:
     input:
         unpack(train_inputs),
-        code=workflow_code("workflow_lib.train.trainer"),
     output:
         directory(MODEL_OUTPUT),
     params:
+        code=code_digest("workflow_lib.train.trainer"),
         launch=launcher,
         model=lambda w: as_json(MODELS[w.model]),
         objective=lambda w: as_json(config["objectives"][w.objective]),

@@ -11,7 +11,7 @@ Imports only the standard library, yaml and jsonschema: every cluster job re-par
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import yaml
 
@@ -403,6 +403,26 @@ def embedding_model(config: dict, tokenizer: str, key: str = "synonyms.embedding
             return name
     raise ConfigError(f"config key {key}: 'embedding' synonyms need a pretrained (source: hf) model with tokenizer "
                       f"{tokenizer!r}; set synonyms.embedding_model or use 'distributional'")
+
+
+def typed_overrides(overrides: Mapping) -> dict:
+    """`snakemake --config` overrides with every string below the top level read as YAML ('5' -> 5, 'true' ->
+    True, '[a, b]' -> a list). Snakemake types a top-level value (`seed=7`) but reads a nested one with YAML's base
+    loader, which leaves every leaf a string: `--config 'sampling={runs: 5}'` would give runs '5' and fail the
+    schema. A string YAML cannot read stays as it was; a wrong type still fails the schema, naming its key."""
+    def typed(value: Any, nested: bool) -> Any:
+        if isinstance(value, Mapping):
+            return {key: typed(item, True) for key, item in value.items()}
+        if isinstance(value, list):
+            return [typed(item, True) for item in value]
+        if nested and isinstance(value, str):
+            try:
+                return yaml.safe_load(value)
+            except yaml.YAMLError:
+                return value
+        return value
+
+    return {key: typed(value, False) for key, value in overrides.items()}
 
 
 def validate_config(config: dict, workdir: Path | None = None) -> dict:

@@ -1,16 +1,21 @@
-"""Which workflow_lib source files a rule runs, found by a static import scan.
+"""Which workflow_lib source files a rule runs, found by a static import scan, and their content's digest.
 
 Snakemake reruns a job when its shell command changes, not when a module that the command runs changes. So
-every rule that runs `python -m workflow_lib.<stage>.<module>` lists, as inputs, that module's file and the files of
-every workflow_lib module it imports, directly or through others, at the top or inside a function (heavy
-imports live inside functions): editing one of them makes the job's outputs older than an input, and the job
-and what follows it rerun. Nothing is imported or executed: the source is parsed with `ast`, once per module
-and process, which takes a few milliseconds at Snakefile parse time. Standard library only.
+every rule that runs `python -m workflow_lib.<stage>.<module>` has a `code` param, `code_digest(module)`: the
+sha256 of the content of that module's file and of every workflow_lib module it imports, directly or through
+others, at the top or inside a function (heavy imports live inside functions), each named by its path inside the
+package. Snakemake compares params by value, so editing one of those files reruns the job (and what reads its
+outputs), while a fresh clone, a moved checkout, a `git checkout` that leaves them alone or a `touch` (new paths,
+new mtimes, same bytes) reruns nothing. (Listed as `input:` files instead, they were compared by absolute path
+and mtime: a clone of the repository next to copied results reran every job.) Nothing is imported or executed:
+the source is parsed with `ast`, once per module and process, which takes a few milliseconds at Snakefile parse
+time. Standard library only.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -95,6 +100,17 @@ def module_closure(module: str) -> tuple[str, ...]:
 def module_files(module: str) -> list[str]:
     """The source files a `python -m <module>` job runs from this package, as absolute paths."""
     return [str(module_path(m)) for m in module_closure(module)]
+
+
+def code_digest(module: str) -> str:
+    """'sha256:<hex>' of the files `python -m <module>` runs from this package: each file's path inside the
+    package and its bytes, in sorted order. The same in every checkout, whatever its path or mtimes."""
+    digest = hashlib.sha256()
+    for name in module_closure(module):
+        path = module_path(name)
+        digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return "sha256:" + digest.hexdigest()
 
 
 def third_party_imports(module: str) -> set[str]:

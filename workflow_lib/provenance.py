@@ -19,6 +19,9 @@ from pathlib import Path
 PACKAGES = {"torch": "torch", "transformers": "transformers", "mauve-text": "mauve-text", "rouge-score": "rouge-score",
             "workflow": "perturbed-lm"}  # field -> distribution name
 CODE_ROOT = Path(__file__).resolve().parent
+# What runs a study, relative to the checkout: an uncommitted change here makes results "dirty"; untracked files
+# (data folders, results) and edits elsewhere (README, docs, configs, whose values reach jobs as params) do not.
+WORKFLOW_PATHS = ("Snakefile", "rules", "workflow_lib", "envs", "profiles", "report", "pyproject.toml")
 
 
 def _git(*args: str) -> str | None:
@@ -32,11 +35,13 @@ def _git(*args: str) -> str | None:
 @functools.lru_cache(maxsize=1)
 def git_state() -> tuple[str | None, bool | None]:
     """(commit, dirty) of the checkout that holds workflow_lib; (None, None) outside a git checkout, or when
-    workflow_lib is an installed copy that merely sits inside some other repository (a conda env in a project)."""
+    workflow_lib is an installed copy that merely sits inside some other repository (a conda env in a project).
+    Dirty: a tracked file under WORKFLOW_PATHS differs from the commit."""
     found = (_git("rev-parse", "--show-toplevel", "HEAD") or "").splitlines()
     if len(found) != 2 or Path(found[0]).resolve() != CODE_ROOT.parent:
         return None, None
-    status = _git("status", "--porcelain")
+    status = _git("status", "--porcelain", "--untracked-files=no", "--",
+                  *(f":(top){path}" for path in WORKFLOW_PATHS))
     return found[1].strip(), None if status is None else bool(status.strip())
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from support.study import REPO, snakemake, tiny_config, write_config
 
-from workflow_lib.config import ConfigError, validate_config
+from workflow_lib.config import ConfigError, typed_overrides, validate_config
 
 
 def check(config: dict, tmp_path: Path | None = None) -> dict:
@@ -373,3 +373,31 @@ def test_the_zero_shot_placeholder_is_not_a_dataset_name(tmp_path):
     config["datasets"]["none"] = config["datasets"].pop("held-out")
     config["eval_sets"]["held-out"]["dataset"] = "none"
     assert "config key datasets.none: the name is reserved" in error_of(config, tmp_path)
+
+
+def test_nested_command_line_overrides_are_typed_and_a_wrong_type_still_names_its_key():
+    """`--config 'sampling={runs: 5}'`: snakemake leaves the nested 5 a string; typed, it validates, and a value of
+    the wrong type still fails naming the key."""
+    overrides = {"seed": 7, "name": "study", "sampling": {"runs": "5", "new_tokens": "8"},
+                 "training": {"report_to": ["tensorboard"], "tracking_dir": "runs: [x"}, "flag": {"on": "true"}}
+    typed = typed_overrides(overrides)
+    assert typed == {"seed": 7, "name": "study", "sampling": {"runs": 5, "new_tokens": 8},
+                     "training": {"report_to": ["tensorboard"], "tracking_dir": "runs: [x"}, "flag": {"on": True}}
+    config = tiny_config()
+    config["sampling"] = {**config.get("sampling", {}), **typed["sampling"]}
+    assert validate_config(copy.deepcopy(config))["sampling"]["runs"] == 5
+    config["sampling"] |= typed_overrides({"sampling": {"runs": "five"}})["sampling"]
+    message = error_of(config)
+    assert "sampling.runs" in message and "'five'" in message
+
+
+def test_a_nested_key_set_on_the_command_line_reaches_the_study(workdir):
+    """The documented way (README, "Configuring a study"): snakemake --config 'sampling={runs: 3}'."""
+    write_config(workdir, tiny_config())
+    result = snakemake(workdir, "-n", "--printshellcmds", "--config", "sampling={runs: 3}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    sampling = [line for line in result.stdout.splitlines() if "-m workflow_lib.sample.sampler" in line]
+    assert sampling and all('"runs": 3,' in line for line in sampling)
+    wrong = snakemake(workdir, "-n", "--config", "sampling={runs: three}")
+    said = wrong.stdout + wrong.stderr
+    assert wrong.returncode != 0 and "config key sampling.runs: 'three' has the wrong type" in said, said[-2000:]

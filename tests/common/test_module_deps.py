@@ -1,4 +1,4 @@
-"""The import scan behind every rule's `code` input, on subpackages, relative imports and `__init__` files."""
+"""The import scan behind every rule's `code` param, on subpackages, relative imports and `__init__` files."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from workflow_lib import module_deps
-from workflow_lib.module_deps import module_closure, module_files, module_path
+from workflow_lib.module_deps import code_digest, module_closure, module_files, module_path
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,3 +77,32 @@ def test_the_real_stages_list_their_own_files_and_not_other_stages():
     assert not any(m.startswith(("workflow_lib.evaluate", "workflow_lib.train", "workflow_lib.report")) for m in sample)
     files = module_files("workflow_lib.sample.sampler")
     assert str(REPO / "workflow_lib/sample/__init__.py") in files and str(REPO / "workflow_lib/__init__.py") in files
+
+
+def test_the_code_digest_follows_content_not_paths_or_mtimes(fake_package, tmp_path):
+    """An edit of a file the module runs changes the digest; an unrelated module's edit, a touch or the same files
+    at another path (a clone, a moved checkout) do not."""
+    files = {"__init__.py": "", "stage/__init__.py": "", "stage/job.py": "from workflow_lib.stage import helper\n",
+             "stage/helper.py": "x = 1\n", "other.py": "y = 2\n"}
+    root = fake_package(files)
+    before = code_digest("workflow_lib.stage.job")
+    assert before.startswith("sha256:") and len(before) == len("sha256:") + 64
+    (root / "other.py").write_text("y = 3\n")
+    import os
+
+    os.utime(root / "stage/helper.py", (1, 1))
+    module_deps.module_closure.cache_clear()
+    assert code_digest("workflow_lib.stage.job") == before
+    (root / "stage/helper.py").write_text("x = 2\n")
+    assert code_digest("workflow_lib.stage.job") != before
+    (root / "stage/helper.py").write_text("x = 1\n")
+    assert code_digest("workflow_lib.stage.job") == before
+    clone = tmp_path / "elsewhere" / "workflow_lib"
+    import shutil
+
+    shutil.copytree(root, clone, copy_function=shutil.copy)  # new path, new mtimes
+    module_deps.PACKAGE_DIR = clone  # restored by the fixture's monkeypatch
+    module_deps.direct_imports.cache_clear()
+    module_deps.module_closure.cache_clear()
+    assert code_digest("workflow_lib.stage.job") == before
+

@@ -335,3 +335,46 @@ def test_non_finite_mauve_stops_the_evaluation(texts, monkeypatch):
         mauve=float("nan"), num_buckets=2, divergence_curve=np.zeros((27, 2))))
     with pytest.raises(StageError, match="MAUVE is not finite"):
         evaluate(samples, prompts, np.ones((20, 4), dtype=np.float32), settings_for(FAST_MAUVE | {"min_texts": 20}), seed=1)
+
+
+def test_results_are_dirty_only_when_a_tracked_file_of_the_workflow_changed(tmp_path, monkeypatch):
+    """Untracked data folders and edits outside the workflow's code (README) leave results clean; an uncommitted
+    edit of a tracked workflow_lib or rules file makes them dirty."""
+    import subprocess
+
+    from workflow_lib import provenance as prov
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    (tmp_path / "workflow_lib").mkdir()
+    (tmp_path / "rules").mkdir()
+    for name in ("workflow_lib/stage.py", "rules/stage.smk", "README.md"):
+        (tmp_path / name).write_text("one\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    monkeypatch.setattr(prov, "CODE_ROOT", tmp_path / "workflow_lib")
+
+    def dirty():
+        prov.git_state.cache_clear()
+        commit, flag = prov.git_state()
+        assert re.fullmatch(r"[0-9a-f]{40}", commit)
+        return flag
+
+    try:
+        assert dirty() is False
+        (tmp_path / "data").mkdir()
+        (tmp_path / "data/own.txt").write_text("untracked\n")
+        (tmp_path / "workflow_lib/new_untracked.py").write_text("x = 1\n")
+        (tmp_path / "README.md").write_text("edited\n")
+        assert dirty() is False
+        (tmp_path / "rules/stage.smk").write_text("edited\n")
+        assert dirty() is True
+        git("checkout", "--", "rules/stage.smk")
+        assert dirty() is False
+        (tmp_path / "workflow_lib/stage.py").write_text("edited\n")
+        assert dirty() is True
+    finally:
+        prov.git_state.cache_clear()

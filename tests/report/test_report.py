@@ -11,7 +11,7 @@ from workflow_lib.report.collect import collect, read_metrics
 from workflow_lib.report.contrasts import COLUMNS
 from workflow_lib.report.figures import FIGURES
 from workflow_lib.report.summary import summary
-from workflow_lib.report.tables import paper_comparison, tables
+from workflow_lib.report.tables import paper_comparison, report_view, tables
 
 BASE = "results/metrics/tiny/syn/{obj}/{syn}/augment-m1/{st}-{ti}/seed1/{es}/{decoder}/{tsyn}/{tst}-{tti}-exact.json"
 
@@ -127,6 +127,14 @@ def test_paper_numbers_side_by_side_when_the_config_matches(study):
     text = paper_comparison(frame, config, 0.025)
     assert "| gpt2-model | mle | no | 0.800 ± 0.020 (paper 0.74) |" in text
     assert "| gpt2-model | mle | insertion 0.025 | 0.900 ± 0.030 (paper 0.89) |" in text
+    # The tables job reads only report_view(config): the same comparison from it, though the rest of the config
+    # (which an edit may change without rerunning the report) is gone.
+    full = {**config, "training": {"report_to": ["tensorboard"]}, "datasets": {**config["datasets"], "unused": {"path": "x"}},
+            "models": {"gpt2-model": {**config["models"]["gpt2-model"], "training": {"batch_size": 4}}}}
+    view = report_view(full)
+    assert paper_comparison(frame, view, 0.025) == text
+    assert view == {"models": {"gpt2-model": {"source": "hf", "name": "gpt2"}}, "eval_sets": {"wikitext2-test": {"dataset": "wt2"}},
+                    "datasets": {"wt2": {"path": "Salesforce/wikitext", "name": "wikitext-2-raw-v1"}}}
 
 
 def test_summary_lists_every_splits_source_checksums_and_steps(study, tmp_path):

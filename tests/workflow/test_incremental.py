@@ -1,20 +1,23 @@
-"""Incremental reruns: after a change, snakemake plans exactly the jobs the change affects.
+"""Incremental reruns: after a change, snakemake plans exactly the jobs the change affects, and after what users
+do that changes nothing (a clone, a move, a checkout, a touch, a comment in the config) it plans no job at all.
 
 One small study (two objectives, a sweep over the training intensity, one eval set) runs once, from a copy of
 the workflow's code, so a test may edit a workflow_lib module without touching the checkout. Each test then
-changes one thing and reads the dry run. Jobs that aggregate the whole grid (the report, `all`) may always
-rerun; every other planned job must be one the change concerns.
+changes one thing and reads the dry run. Where a change concerns some jobs, jobs that aggregate the whole grid
+(the report, `all`) may rerun too; every other planned job must be one the change concerns.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from support.plans import planned_jobs
 from support.study import REPO, SNAKEMAKE, copy_workflow, tiny_config, write_config
 
@@ -55,12 +58,17 @@ def study(tmp_path_factory):
     return workflow, workdir
 
 
+def full_plan(workflow: Path, workdir: Path, *args: str) -> list:
+    """Every job of the dry run, the report's included."""
+    result = snakemake_in(workflow, workdir, "-n", *args)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return planned_jobs(result.stdout + result.stderr)
+
+
 def plan_after(study, config: dict) -> list:
     workflow, workdir = study
     write_config(workdir, config)
-    result = snakemake_in(workflow, workdir, "-n")
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    return [job for job in planned_jobs(result.stdout + result.stderr) if not job.aggregates]
+    return [job for job in full_plan(workflow, workdir) if not job.aggregates]
 
 
 def plan_with_edited(study, module: Path) -> list:
@@ -95,10 +103,10 @@ def test_changing_an_objectives_hyperparameter_reruns_only_its_trainings_and_wha
 
 def test_changing_an_evaluation_setting_reruns_no_training(study):
     config = study_config()
-    config["sampling"]["runs"] = 3
-    rules = {job.rule for job in plan_after(study, config)}
-    assert {"sample", "evaluate"} <= rules
-    assert not rules & ({"train"} | UPSTREAM_RULES), rules
+    config["sampling"]["runs"] = 3  # read by the sampling jobs only; the evaluations read their samples
+    jobs = plan_after(study, config)
+    assert sorted(job.rule for job in jobs).count("sample") == len(list((study[1] / "results/samples").rglob("*.parquet")))
+    assert {job.rule for job in jobs} == {"sample", "evaluate"}, [(job.rule, job.reason) for job in jobs]
 
 
 def test_editing_a_workflow_lib_module_reruns_the_jobs_whose_rules_run_it(study):
@@ -108,10 +116,14 @@ def test_editing_a_workflow_lib_module_reruns_the_jobs_whose_rules_run_it(study)
     by_rule = {rule: [job for job in jobs if job.rule == rule] for rule in {job.rule for job in jobs}}
     assert sorted(by_rule) == ["evaluate", "extrapolation", "perplexity", "sample"]  # evaluate: it reads the new samples
     for job in by_rule["sample"] + by_rule["extrapolation"] + by_rule["perplexity"]:
-        assert job.reason == f"Updated input files: {module}", job.reason
+        assert job.reason.startswith(CODE_CHANGED), job.reason
     assert all("results/samples/" in job.reason for job in by_rule["evaluate"])
     assert len(by_rule["sample"]) == len(list((study[1] / "results/samples").rglob("*.parquet")))
     assert not plan_after(study, study_config())  # restored: nothing to do
+
+
+# Snakemake's reason for a job whose params changed, here its `code` param (rules/common.smk, code_digest).
+CODE_CHANGED = "Params have changed since last execution"
 
 
 @pytest.mark.parametrize(("module", "runs_it", "planned"), [
@@ -122,12 +134,12 @@ def test_editing_a_workflow_lib_module_reruns_the_jobs_whose_rules_run_it(study)
     ("workflow_lib/train/__init__.py", {"train"}, {"train", "sample", "evaluate", "extrapolation", "perplexity"}),
 ])
 def test_editing_a_stage_module_reruns_only_the_jobs_that_import_it(study, module, runs_it, planned):
-    """Only the edited file's rules and what reads their outputs rerun; the jobs whose reason names the file are
-    those of rules that run it."""
+    """Only the edited file's rules and what reads their outputs rerun; the jobs whose reason is their code param
+    are those of rules that run it."""
     path = study[0] / module
     jobs = plan_with_edited(study, path)
     assert {job.rule for job in jobs} == planned, [(job.rule, job.reason) for job in jobs]
-    named = {job.rule for job in jobs if str(path) in job.reason}
+    named = {job.rule for job in jobs if job.reason.startswith(CODE_CHANGED)}
     assert named == runs_it, [(job.rule, job.reason) for job in jobs]
     assert all("results/" in job.reason for job in jobs if job.rule not in runs_it), [(j.rule, j.reason) for j in jobs]
     assert not plan_after(study, study_config())  # restored: nothing to do
@@ -139,7 +151,8 @@ CODE_EXEMPT = {"fetch", "fetch_gguf"}
 
 
 def test_every_rule_declares_the_workflow_lib_code_it_runs():
-    """A rule that runs `python -m workflow_lib.X` (or `accelerate launch -m`) has `code=workflow_code("workflow_lib.X")`."""
+    """A rule that runs `python -m workflow_lib.X` (or `accelerate launch -m`) has `code=code_digest("workflow_lib.X")`
+    among its params, and no rule lists code as an input (compared by path and mtime, a clone would rerun it)."""
     for smk in sorted((REPO / "rules").glob("*.smk")):
         for block in re.split(r"^(?=rule \w+:)", smk.read_text(), flags=re.MULTILINE)[1:]:
             name = re.match(r"rule (\w+):", block)[1]
@@ -147,8 +160,10 @@ def test_every_rule_declares_the_workflow_lib_code_it_runs():
                 assert "code=" not in block, f"rule {name} is exempt: remove its code input or the exemption"
                 continue
             runs = set(re.findall(r"-m (workflow_lib[\w.]+)", block))
-            declared = set(re.findall(r'code=workflow_code\("(workflow_lib[\w.]+)"\)', block))
+            params = block.split("\n    params:\n", 1)[1] if "\n    params:\n" in block else ""
+            declared = set(re.findall(r'^        code=code_digest\("(workflow_lib[\w.]+)"\),$', params, flags=re.MULTILINE))
             assert runs == declared, f"{smk.name}: rule {name} runs {runs or 'nothing'} but declares {declared or 'nothing'}"
+            assert "workflow_code" not in block and "module_files" not in block
 
 
 def test_module_scan_follows_imports_inside_functions():
@@ -181,3 +196,110 @@ def test_download_and_tokenisation_come_from_the_output_cache(tmp_path):
     assert (logs / "tokenizers/bpe.log").stat().st_size > 0  # not marked for the cache: it ran
     assert pq.read_table(tmp_path / "second" / target).equals(pq.read_table(tmp_path / "first" / target))
     assert len(list((tmp_path / "cache").iterdir())) == 3  # the train split's download (2 files) and its tokens
+
+
+# ---- what users do that changes nothing: each plans no job at all, the report's included ----------------------
+
+
+def assert_nothing_planned(jobs: list) -> None:
+    from collections import Counter
+
+    assert not jobs, (f"{len(jobs)} jobs planned ({dict(Counter(job.rule for job in jobs))}); first reason: "
+                      f"{jobs[0].reason[:300]}")
+
+
+def adopted_copy(study, root: Path, clone: bool) -> tuple[Path, Path]:
+    """The finished study's working directory (results/ and .snakemake/) copied as `cp -a` would, mtimes kept,
+    under `root`; with `clone`, the workflow's code too, as `git clone` leaves it: another path, every mtime new."""
+    workflow, workdir = study
+    shutil.copytree(workdir, root / "work", symlinks=True)  # copy2: mtimes kept
+    write_config(root / "work", study_config())  # the study as it ran (another test may have left an edit)
+    if clone:
+        shutil.copytree(workflow, root / "workflow", copy_function=shutil.copy, ignore=shutil.ignore_patterns("__pycache__"))
+        workflow = root / "workflow"
+    return workflow, root / "work"
+
+
+def test_results_copied_into_a_fresh_clone_plan_nothing(study, tmp_path):
+    """A colleague clones the repository and copies a finished study's results and .snakemake/ into it (`cp -a`):
+    every code file has a new path and a new mtime, not a new byte. (With code as mtime-compared inputs: every job.)"""
+    assert_nothing_planned(full_plan(*adopted_copy(study, tmp_path, clone=True)))
+
+
+def test_a_moved_study_plans_nothing(study, tmp_path):
+    """Results moved from scratch to project storage: the same study, run with --directory at its new place."""
+    workflow, workdir = adopted_copy(study, tmp_path, clone=False)
+    moved = tmp_path / "project" / "storage"
+    moved.parent.mkdir()
+    workdir.rename(moved)
+    assert_nothing_planned(full_plan(workflow, moved))
+
+
+def test_touching_every_file_plans_nothing(study, tmp_path):
+    """Every file of the code touched, one after the other, after the results; then every file of the code and the
+    study set to one time (`find . -exec touch -d <time> {} +`): no content changed, nothing reruns. (Touched one by
+    one at different times, an input newer than its outputs is compared by its recorded checksum, which Snakemake
+    keeps only for files up to --max-checksum-file-size and never for a directory such as a model folder: those
+    rerun by time. README, "Incremental reruns".)"""
+    workflow, workdir = adopted_copy(study, tmp_path, clone=True)
+    for path in sorted(workflow.rglob("*")):
+        if path.is_file():
+            path.touch()
+    assert_nothing_planned(full_plan(workflow, workdir))
+    moment = 2_000_000_000  # 2033: later than every output
+    for root in (workflow, workdir):
+        for path in root.rglob("*"):
+            if path.is_file() and ".snakemake" not in path.relative_to(root).parts[:1]:
+                os.utime(path, (moment, moment))
+    assert_nothing_planned(full_plan(workflow, workdir))
+
+
+def test_a_git_checkout_that_changes_no_code_and_back_plans_nothing(study, tmp_path):
+    """The workflow's code as a git repository; a commit that changes only documentation; checking out the commit
+    before it and back rewrites that file, no module."""
+    workflow, workdir = adopted_copy(study, tmp_path, clone=True)
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=workflow, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "the study's code")
+    (workflow / "NOTES.md").write_text("A note that changes no code.\n")
+    (workflow / "rules/common.smk").write_text((workflow / "rules/common.smk").read_text() + "\n# a comment\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "documentation and a comment")
+    git("checkout", "-q", "HEAD~1")
+    assert_nothing_planned(full_plan(workflow, workdir))
+    git("checkout", "-q", "-")
+    assert_nothing_planned(full_plan(workflow, workdir))
+
+
+def test_an_unrelated_config_edit_plans_nothing(study):
+    """A comment, another key order and a tracker's folder (training.tracking_dir reaches jobs through the
+    environment, never as a param) change no job's settings: not even the report reruns."""
+    workflow, workdir = study
+    config = study_config()
+    config["training"] = {**config.get("training", {}), "tracking_dir": "elsewhere/tracking"}
+    reordered = dict(reversed(list(config.items())))
+    (workdir / "config.yaml").write_text("# a comment a user adds\n" + yaml.safe_dump(reordered, sort_keys=False))
+    try:
+        assert_nothing_planned(full_plan(workflow, workdir))
+    finally:
+        write_config(workdir, study_config())
+
+
+def test_a_report_key_reruns_only_the_report(study):
+    """report.intensity (the headline perturbation the tables, figures and contrasts pick) reruns those jobs and no
+    training, sampling or evaluation."""
+    config = study_config()
+    config["report"] = {**config.get("report", {}), "intensity": 0.1}
+    workflow, workdir = study
+    write_config(workdir, config)
+    try:
+        jobs = full_plan(workflow, workdir)
+    finally:
+        write_config(workdir, study_config())
+    assert {"contrasts", "tables"} <= {job.rule for job in jobs}
+    assert all(job.aggregates for job in jobs), [(j.rule, j.outputs) for j in jobs]

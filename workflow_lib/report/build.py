@@ -33,7 +33,7 @@ def main() -> None:
     co.add_argument("inputs", nargs="*")
     tb = sub.add_parser("tables")
     tb.add_argument("--metrics", required=True)
-    tb.add_argument("--config", required=True, help="JSON: the validated config")
+    tb.add_argument("--config", required=True, help="JSON: the part of the validated config the summary reads (workflow_lib.report.tables.report_view)")
     tb.add_argument("--settings", required=True, help="JSON: headline intensity, eval set order, figures")
     tb.add_argument("--out-dir", required=True)
     tb.add_argument("--summary", required=True)
