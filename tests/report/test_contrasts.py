@@ -74,6 +74,21 @@ def test_paired_t_interval_excludes_zero_for_conditions_built_to_differ():
     assert est.high - est.low < 0.05
 
 
+def test_a_non_finite_run_stops_the_paired_t_saying_why():
+    """A wrong result must not look like a result: NaN or inf in one run raises, with the reason."""
+    for bad in (np.nan, np.inf):  # a wrong result must not look like a result: the job stops, saying why
+        with pytest.raises(ValueError, match=r"^paired t: a non-finite per-run value; no estimate is made$"):
+            paired_t(np.array([0.5, bad, 0.4]), np.array([0.4, 0.4, 0.4]))
+
+
+def test_a_perplexity_that_overflows_stops_the_test_saying_why():
+    """Finite per-prompt NLL whose perplexity overflows (exp(1000)): no difference of infinities is reported."""
+    tokens = np.full(12, 10.0)
+    with np.errstate(over="ignore", invalid="ignore"), pytest.raises(
+            ValueError, match=r"^permutation test: a non-finite perplexity difference \(inf\); no estimate is made$"):
+        permutation_perplexity_difference(1000 * tokens, tokens, 3 * tokens, tokens, Permutations(12, 200, "x"))
+
+
 def test_a_condition_against_itself_is_no_difference():
     x = np.array([0.71, 0.74, 0.69, 0.80])
     assert tuple(paired_t(x, x.copy())) == (0.0, 0.0, 0.0, 1.0, 4, None)

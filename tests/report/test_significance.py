@@ -71,7 +71,7 @@ def test_no_p_is_finer_than_the_swaps_resolve_and_too_few_prompts_are_not_testab
     assert (few.p, few.untested, few.difference) == (None, "5 prompts", pytest.approx(0.8))
     assert few.low is not None  # the interval stays: it describes, it marks nothing
     assert permutation_mean_difference(np.full(6, 0.9), np.full(6, 0.1), Permutations(6, 2000, "x")).p == pytest.approx(2 / 64)
-    with pytest.raises(ValueError, match="non-finite"):
+    with pytest.raises(ValueError, match=r"^permutation test: a non-finite per-prompt value; no estimate is made$"):
         permutation_mean_difference(np.array([np.nan, 0.1]), np.zeros(2), Permutations(2, 2000, "x"))
 
 
