@@ -1,8 +1,9 @@
 """What every `python -m workflow_lib.<stage>` entry point shares: logging and a clean failure.
 
 Rules redirect stderr to their `log:` file, and snakemake (with --show-failed-logs) shows that file when a job
-fails. The traceback is logged for whoever debugs, but the last line is always the plain message that
-names the config key or file, so a user never has to read a traceback to know what to fix.
+fails. A user's error (StageError: bad data, a missing file, no network; FileNotFoundError) is one line that names
+the config key or file. Anything else (a ValueError from a check that refuses a non-finite result, or a bug) keeps
+its traceback in the log for whoever debugs, and its last line is still the plain message.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ def run(main: Callable[[], None]) -> None:
     setup_logging()
     try:
         main()
-    except (StageError, ValueError, FileNotFoundError) as error:
-        log.debug("traceback", exc_info=True)
+    except (StageError, FileNotFoundError) as error:
+        log.error("%s", error)
+        sys.exit(1)
+    except Exception as error:  # noqa: BLE001 - every failure ends the job with its message as the last line
+        log.error("%s, with this traceback:", type(error).__name__, exc_info=True)
         log.error("%s", error)
         sys.exit(1)
 
