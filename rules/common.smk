@@ -52,7 +52,8 @@ update_config(config, typed_overrides(workflow.config_settings.config))
 try:
     validate_config(config, workdir=Path.cwd())
 except ConfigError as error:
-    raise WorkflowError(f"Invalid configuration: {error}") from None
+    print(f"Invalid configuration: {error}", file=sys.stderr)
+    sys.exit(1)
 
 
 DATASETS = config["datasets"]
@@ -96,7 +97,7 @@ wildcard_constraints:
 
 def predicted_runtime(output):
     """A GPU rule's `runtime` (minutes): workflow_lib.cost's predicted time of the job writing `output` (the rule's
-    output pattern) on cost.device (cost.cpu without a GPU), times cost.safety and the attempt (README, "What a
+    output pattern) on cost.device (cost.cpu without a GPU), times cost.safety and the attempt (docs/cluster.md, "What a
     study costs"). SLURM's --time, through the profile; ignored by local runs."""
     return lambda wildcards, attempt: predicted_minutes(config, output.format(**dict(wildcards.items())), attempt)
 

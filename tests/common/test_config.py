@@ -111,6 +111,9 @@ def test_snakemake_stops_before_any_job_with_one_clear_message(workdir):
     result = snakemake(workdir)
     assert result.returncode != 0
     assert "Invalid configuration: config key experiments.main.models[0]: unknown model 'huge'; allowed: tiny" in result.stderr
+    # The one line, not a traceback header ("WorkflowError in file .../rules/common.smk, line 46:") that reads as a crash.
+    said = [line for line in (result.stdout + result.stderr).splitlines() if line and not line.startswith("Using workflow specific profile")]
+    assert said == ["Invalid configuration: config key experiments.main.models[0]: unknown model 'huge'; allowed: tiny"], said
     assert not (workdir / "results").exists()
 
 
@@ -392,7 +395,7 @@ def test_nested_command_line_overrides_are_typed_and_a_wrong_type_still_names_it
 
 
 def test_a_nested_key_set_on_the_command_line_reaches_the_study(workdir):
-    """The documented way (README, "Configuring a study"): snakemake --config 'sampling={runs: 3}'."""
+    """The documented way (docs/usage.md, "Configuring a study"): snakemake --config 'sampling={runs: 3}'."""
     write_config(workdir, tiny_config())
     result = snakemake(workdir, "-n", "--printshellcmds", "--config", "sampling={runs: 3}")
     assert result.returncode == 0, result.stderr[-2000:]

@@ -155,6 +155,29 @@ def test_predicted_vs_measured_reads_benchmark_files(tmp_path):
     assert measured_seconds(tmp_path) == {benchmark_key(sample): 12.5}
 
 
+
+def test_estimate_prints_no_empty_comparison_table(tmp_path):
+    """Before any job of the study ran there is nothing to compare: no table; benchmarks of other jobs (another
+    study in the same results folder) are said to be other jobs', not shown as an empty table."""
+    from workflow_lib.cost.estimate import report
+
+    config = config_of()
+    text, _ = report(config, DEVICES["cpu"], DEVICES["cpu"], 1, 2, tmp_path, None)
+    assert "Predicted vs measured" not in text
+    other = tmp_path / "benchmarks" / "sample" / "another-model" / "x.tsv"
+    other.parent.mkdir(parents=True)
+    other.write_text("s\th:m:s\tmax_rss\n12.5\t0:00:12\t100\n")
+    text, _ = report(config, DEVICES["cpu"], DEVICES["cpu"], 1, 2, tmp_path, None)
+    assert "none of this study's GPU jobs has a benchmark" in text and "(1 files of other jobs)" in text
+    assert "| rule | jobs | predicted s |" not in text
+    sample = next(j for j in cost_jobs.plan_jobs(config, DEVICES["cpu"], DEVICES["cpu"], None) if j.rule == "sample")
+    mine = tmp_path / "benchmarks" / f"{benchmark_key(sample)}.tsv"
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text("s\th:m:s\tmax_rss\n12.5\t0:00:12\t100\n")
+    text, _ = report(config, DEVICES["cpu"], DEVICES["cpu"], 1, 2, tmp_path, None)
+    assert "| rule | jobs | predicted s |" in text and "| sample | 1 |" in text
+
+
 def test_estimate_prints_the_paper_table_offline_in_seconds(tmp_path):
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "workflow_lib.cost.estimate", "--configfile", "configs/paper.yaml",

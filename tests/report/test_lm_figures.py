@@ -322,3 +322,41 @@ def test_figures_write_the_same_bytes_twice(tmp_path):
         lm_figures.training_curves(dirs, str(tmp_path / f"{run}-curves"))
     for name in ("extrapolation.png", "extrapolation.pdf", "curves.png", "curves.pdf"):
         assert (tmp_path / f"a-{name}").read_bytes() == (tmp_path / f"b-{name}").read_bytes(), name
+
+
+def error_bar_ends(ax) -> list[tuple[float, float]]:
+    """(low, high) of every error bar of a panel's errorbar containers."""
+    ends = []
+    for container in ax.containers:
+        if hasattr(container, "lines"):  # (data line, caps, [bar collection])
+            for collection in container.lines[2]:
+                ends += [(min(s[0][1], s[1][1]), max(s[0][1], s[1][1])) for s in collection.get_segments()]
+    return ends
+
+
+def test_intensity_bars_stay_in_mauves_range_and_rows_share_one_scale(figures):
+    """A MAUVE of 0.99 ± 0.05 has its bar cut at 1 (not drawn to 1.04), 0.02 ± 0.05 at 0; two eval sets' rows share
+    one y scale; a sweep over a decade says on its axis that it is logarithmic."""
+    rows = [{"train_intensity": x, "test_intensity": x, "mauve_mean": m, "mauve_2se": 0.05, "eval_set": es}
+            for es, values in (("webtext", (0.99, 0.9, 0.5, 0.02)), ("wikitext2", (0.6, 0.55, 0.5, 0.45)))
+            for x, m in zip((0.0, 0.025, 0.1, 0.4), values)]
+    lm_figures.intensity_figure(frame(rows), "unused")
+    (fig,) = figures
+    shown = [ax for ax in fig.axes if ax.has_data()]
+    assert len(shown) == 2
+    ends = [end for ax in shown for end in error_bar_ends(ax)]
+    assert len(ends) == 8 and min(low for low, _ in ends) == pytest.approx(0.0) and max(h for _, h in ends) == pytest.approx(1.0)
+    assert pytest.approx((0.94, 1.0)) in ends and pytest.approx((0.0, 0.07)) in ends and pytest.approx((0.55, 0.65)) in ends
+    assert shown[0].get_ylim() == shown[1].get_ylim()
+    assert all(ax.get_xscale() == "symlog" and "log scale above 0.025" in ax.get_xlabel() for ax in shown)
+
+
+def test_ablation_bars_stay_in_mauves_range(figures):
+    rows = [{"train_intensity": tr, "test_intensity": te, "mauve_mean": 0.99, "mauve_2se": 0.05, "eval_set": "test"}
+            for tr in (0.0, 0.025) for te in (0.0, 0.025)]
+    lm_figures.ablation_figure(frame(rows), "unused", 0.025)
+    (fig,) = figures
+    ax = next(ax for ax in fig.axes if ax.has_data())
+    tops = [max(s[0][1], s[1][1]) for c in ax.containers if getattr(c, "errorbar", None)
+            for s in c.errorbar.lines[2][0].get_segments()]
+    assert len(tops) == 4 and max(tops) == pytest.approx(1.0)

@@ -149,12 +149,15 @@ def report(config: dict, gpu: Device, cpu: Device, gpus: int, cores: int, result
     flags = memory_flags(jobs, gpu)
     parts += ["", "Memory: " + ("every job's static memory fits." if not flags else "")] + [f"- {f}" for f in flags]
     measured = measured_seconds(results)
-    if measured:
-        comparison = compare(jobs, measured)
+    comparison = compare(jobs, measured) if measured else []
+    if comparison:
         parts += ["", f"Predicted vs measured ({results / 'benchmarks'}), seconds per job (medians):", "",
                   markdown(comparison, {"rule": "rule", "jobs": "jobs", "predicted_s": "predicted s",
                                         "measured_s": "measured s", "median_ratio": "median predicted/measured",
                                         "min_ratio": "min", "max_ratio": "max"})]
+    elif measured:  # benchmarks of other jobs (another study in the same folder): no empty table
+        parts += ["", f"Predicted vs measured: none of this study's GPU jobs has a benchmark under "
+                      f"{results / 'benchmarks'} yet ({len(measured)} files of other jobs)."]
     return "\n".join(parts) + "\n", rows
 
 

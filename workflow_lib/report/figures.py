@@ -107,9 +107,17 @@ def _share(axes: list, x: bool = False, y: bool = False) -> None:
             ax.sharey(axes[0])
 
 
+def _bounded(y, err, bounds: tuple[float, float] = (0.0, 1.0)) -> list[np.ndarray]:
+    """[below, above] ± err bar lengths cut at the metric's range `bounds` (MAUVE and TV lie in [0, 1]: a bar
+    past 1 would show values the metric cannot take)."""
+    y, err = np.asarray(y, dtype=float), np.asarray(_err(err), dtype=float)
+    return [np.minimum(err, np.maximum(y - bounds[0], 0.0)), np.minimum(err, np.maximum(bounds[1] - y, 0.0))]
+
+
 def _draw_lines(ax, lines: list[Line], styles: dict[str, dict]) -> None:
+    """Each line with its ± 2 SE bars, cut at [0, 1]."""
     for line in lines:
-        ax.errorbar(line.x, line.y, yerr=_err(line.err), capsize=2, markersize=5, linewidth=1.3, label=line.label,
+        ax.errorbar(line.x, line.y, yerr=_bounded(line.y, line.err), capsize=2, markersize=5, linewidth=1.3, label=line.label,
                     **styles[line.label])
 
 
@@ -144,7 +152,7 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) ->
                     log.info("ablation %s %s: mean of %d conditions", es, condition, hit.height)
                 means.append(hit["mauve_mean"].mean())
                 errs.append(hit["mauve_2se"].mean())
-            ax.bar(np.arange(len(groups)) + (i - 1.5) * width, means, width, yerr=_err(errs), capsize=2,
+            ax.bar(np.arange(len(groups)) + (i - 1.5) * width, means, width, yerr=_bounded(means, errs), capsize=2,
                    error_kw={"ecolor": "black", "linewidth": 1.0}, label=condition, **bar_style(i))
         ax.set_xticks(np.arange(len(groups)), ["\n".join([g["model"], g["objective"], *_describe(g, group_keys[2:]).split(", ")]).strip()
                                                for g in groups], fontsize=8)
@@ -192,9 +200,7 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
         rows, shown = [[Panel(None, [])]], ["all eval sets"]
     fig, placed = _grid(rows)
     styles = _line_styles([panel for panels in rows for panel in panels])
-    for r in range(len(rows)):  # MAUVE compares within an eval set
-        _share([ax for row, _, _, ax in placed if row == r], y=True)
-    _share([ax for *_, ax in placed], x=True)
+    _share([ax for *_, ax in placed], x=True, y=True)  # one MAUVE scale in the figure: rows read alike
     ticks = sorted({x for panels in rows for panel in panels for line in panel.items for x in line.x})
     for r, col, panel, ax in placed:
         if not panel.items:
@@ -202,9 +208,9 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
             ax.set_title(shown[r], fontsize=9)
             continue
         _draw_lines(ax, panel.items, styles)
-        _intensity_axis(ax, ticks)
+        scale = _intensity_axis(ax, ticks)
         ax.set_title(panel.title(", ".join(map(str, panel.group))) + f"\n{shown[r]}", fontsize=9)
-        ax.set_xlabel("intensity α (training = sampling)", fontsize=8)
+        ax.set_xlabel("intensity α (training = sampling)" + scale, fontsize=8)
         if col == 0:
             ax.set_ylabel("MAUVE")
         ax.tick_params(labelsize=8)
@@ -214,18 +220,22 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
     plt.close(fig)
 
 
-def _intensity_axis(ax, values: list[float]) -> None:
+def _intensity_axis(ax, values: list[float]) -> str:
     """x ticks at the measured intensities. Linear while they are evenly spread; a sweep over a decade or
-    more gets a symlog axis (linear up to the smallest positive value, so 0 keeps its place)."""
+    more gets a symlog axis (linear up to the smallest positive value, so 0 keeps its place). Returns what the
+    axis label must add for a reader to know the scale ('' when linear)."""
     ticks = sorted(set(values))
     positive = [t for t in ticks if t > 0]
+    scale = ""
     if len(positive) > 1 and positive[-1] / positive[0] >= 8:
         ax.set_xscale("symlog", linthresh=positive[0], linscale=0.5)
+        scale = f"\nlog scale above {positive[0]:g}, linear from 0 to {positive[0]:g}"
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     if len(ticks) > 4:  # a sweep's labels crowd a panel's width: slanted, they fit
         for label in ax.get_xticklabels():
             label.set(rotation=40, ha="right", rotation_mode="anchor")
+    return scale
 
 
 def extrapolation_figure(frame: pl.DataFrame, stem: str, intensity: float | None = None) -> None:
@@ -266,9 +276,9 @@ def extrapolation_figure(frame: pl.DataFrame, stem: str, intensity: float | None
             empty_panel(ax, "no builtin eval set in this study")
             continue
         _draw_lines(ax, panel.items, styles)
-        _intensity_axis(ax, ticks)
+        scale = _intensity_axis(ax, ticks)
         ax.set_title(panel.title(", ".join(map(str, panel.group))) + f"\n{titles[r]}", fontsize=9)
-        ax.set_xlabel("sampling intensity α", fontsize=8)
+        ax.set_xlabel("sampling intensity α" + scale, fontsize=8)
         if col == 0:
             ax.set_ylabel("TV to the true next-word law", fontsize=9)
         ax.tick_params(labelsize=8)
