@@ -10,7 +10,7 @@ CONFIG ?= config.yaml
 ESTIMATE_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: venv install run report test test-fast lint dryrun bench clean rehearsal real real-ci estimate
+.PHONY: venv install run report test test-fast lint dryrun bench clean rehearsal real real-ci estimate docs
 
 # The venv is rebuilt only when the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -57,7 +57,7 @@ real-ci: $(SMOLLM2)
 	$(BIN)/python tests/support/real.py --ci --workdir results/real-ci --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # What a study will cost, before it runs: `make estimate CONFIG=configs/paper.yaml ESTIMATE_ARGS="--device h100 --gpus 4"`
-# (README "What a study costs"; --calibrate measures this machine first).
+# (docs/cluster.md, "What a study costs"; --calibrate measures this machine first).
 estimate: $(STAMP)
 	$(BIN)/python -m workflow_lib.cost.estimate --configfile $(CONFIG) $(ESTIMATE_ARGS)
 
@@ -69,6 +69,10 @@ lint: $(STAMP)
 
 test: install
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The documentation site (mkdocs.yml, pages under docs/) into site/; strict: a broken link fails it.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done

@@ -1,4 +1,4 @@
-"""The README's cookbook: every recipe's YAML is read from the README and planned (`snakemake -n`)."""
+"""The cookbook (docs/cookbook.md): every recipe's YAML is read from the page and planned (`snakemake -n`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.workflow
 
 
 def recipes() -> dict[str, dict]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs/cookbook.md").read_text()
     return {name: yaml.safe_load(body) for name, body in
             re.findall(r"<!-- recipe: ([\w-]+) -->\n```yaml\n(.*?)```", text, flags=re.DOTALL)}
 
@@ -32,13 +32,13 @@ def on_default(recipe: dict) -> dict:
     return {**config, **recipe}
 
 
-def test_the_readme_has_every_recipe():
+def test_the_cookbook_has_every_recipe():
     assert set(recipes()) == {"own-data", "zero-shot", "with-and-without", "objective"}
     assert "strategy" in python_recipes()  # run by tests/workflow/test_new_strategy.py
 
 
 def python_recipes() -> dict[str, str]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs/cookbook.md").read_text()
     return dict(re.findall(r"<!-- recipe: ([\w-]+) -->\n```python\n(.*?)```", text, flags=re.DOTALL))
 
 

@@ -240,7 +240,7 @@ def test_touching_every_file_plans_nothing(study, tmp_path):
     study set to one time (`find . -exec touch -d <time> {} +`): no content changed, nothing reruns. (Touched one by
     one at different times, an input newer than its outputs is compared by its recorded checksum, which Snakemake
     keeps only for files up to --max-checksum-file-size and never for a directory such as a model folder: those
-    rerun by time. README, "Incremental reruns".)"""
+    rerun by time. docs/usage.md, "Incremental reruns".)"""
     workflow, workdir = adopted_copy(study, tmp_path, clone=True)
     for path in sorted(workflow.rglob("*")):
         if path.is_file():

@@ -1,5 +1,5 @@
 """A new perturbation strategy is one registry line and one schema entry: a copy of the workflow gets `duplication`
-(a copy of each selected token inserted at a random gap; the line is the README cookbook's recipe) that way and runs a tiny study with it, through training
+(a copy of each selected token inserted at a random gap; the line is the cookbook's recipe) that way and runs a tiny study with it, through training
 data, training, exact and cached sampling, evaluation and the report's tables. The copy differs from the checkout
 in exactly those two files.
 """
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.workflow
 
 
 def registration() -> str:
-    """The README cookbook's strategy recipe: the line a new strategy adds to the registry."""
-    text = (REPO / "README.md").read_text()
+    """The cookbook's strategy recipe: the line a new strategy adds to the registry."""
+    text = (REPO / "docs/cookbook.md").read_text()
     return re.search(r"<!-- recipe: strategy -->\n```python\n(.*?)```", text, flags=re.DOTALL).group(1)
 
 

@@ -192,6 +192,11 @@ def test_paper_config_plans_offline_in_seconds_with_the_expected_jobs(paper_work
     assert (planned["fetch"], planned["unpack"]) == (3, 1)
     assert {"collect_metrics", "mauve_contrast", "tables", "all"} <= set(planned)
     print(f"paper config: {sum(planned.values())} jobs planned in {seconds:.1f} CPU-s: {planned}")
+    # The figures the README and docs/studies.md quote are this plan's, not an older one's.
+    total = sum(planned.values())  # snakemake's total, `all` included
+    readme = (REPO / "README.md").read_text()
+    assert f"and the simulation): {total} jobs." in readme, total
+    assert f"{total} jobs in all" in (REPO / "docs/studies.md").read_text()
 
 
 def test_paper_config_requests_gpus_and_multi_gpu_training(paper_workdir):

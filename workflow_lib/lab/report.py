@@ -1,7 +1,7 @@
 """The `lab` rule: T's exact constants, the premise-meeting model classes and the trained models' disagreement, as
 tables (CSV and the summary's Markdown), generated findings, and one figure.
 
-What each number is, with the paper's line that defines it, is in the README's "The theory lab". In short:
+What each number is, with the paper's line that defines it, is in docs/theory.md, "The theory lab". In short:
 - T's constants: alpha(T) and C_{T,delta} = eta_T(delta) exactly for the T that runs (lab.perturbation), beside the
   Proposition's values, which hold only when T perturbs every position (l = L) or the prefixes differ inside T's
   window only.
@@ -188,7 +188,7 @@ def markdown(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> str:
     md += _table(["T", "l", "family", "δ", "α", "α (Prop.)", "C", "C (Prop.)", "C on rows"],
                  [[r["perturbation"], r["last"], r["family"], r["delta"], _num(r["alpha"]), _num(r["alpha_proposition"]),
                    _num(r["C"]), _num(r["C_proposition"]), _num(r["C_rows"])] for r in consts.iter_rows(named=True)])
-    md += ["", "**Model classes that meet the premise** (pairs agree on the support; README, 'The theory lab'): "
+    md += ["", "**Model classes that meet the premise** (pairs agree on the support; docs/theory.md, 'The theory lab'): "
            "U_base(δ) and U_perturb(δ), exact sups over every prefix within δ of the support, the prefix that attains "
            "them, and each theorem's verdict from them. 'On the lab's rows' is a descriptive sample, U_base / "
            "U_perturb at the rows of each family at exactly δ, not U. Extrapolability: whether U_perturb(δ) = 0, "

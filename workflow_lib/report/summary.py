@@ -194,7 +194,7 @@ def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensit
                   "Figure: `results/simulation/figure.png` (one panel per vocabulary size, MAE against intensity).\n"]
     if data:
         parts += ["## Data\n", "Each split the study read: its recipe's steps with the rows left after each, and the "
-                  "source and sha256 of every file (README, Configuring a study).\n", data_section(data)]
+                  "source and sha256 of every file (docs/usage.md, 'Configuring a study').\n", data_section(data)]
     if figures:
         parts += ["## Figures\n", "\n".join(f"- `{f}`" for f in figures) + "\n"]
     parts.append("Tables are also in `results/report/tables/` as CSV, Markdown and LaTeX; the paired comparisons in "

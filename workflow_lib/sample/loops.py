@@ -102,7 +102,7 @@ def sample_ancestral(model, prompt_values, prompt_offsets, keys, new_tokens: int
     The batch is laid out as `sample_exact` lays it out (left padding, position ids counting real tokens) and each
     step draws with its uniforms, suppressed tokens and decoder, from the cached logits. Those differ from
     `sample_exact`'s uncached ones by float32 rounding (~1e-6), so a uniform that close to a CDF bound may draw
-    the neighbouring token: the same law, not always the same tokens (README, "Intensity 0"). The last token is
+    the neighbouring token: the same law, not always the same tokens (docs/usage.md, "Intensity 0"). The last token is
     drawn, never fed: the cache holds at most prompt + new_tokens - 1 positions (`cache_fits`). Arguments as
     `sample_exact`; `perturbation`, `table` and `special` are unused (intensity 0)."""
     decoder = decoder or {}

@@ -20,7 +20,7 @@ At intensity 0 nothing is perturbed and both modes are plain ancestral sampling,
 with a key/value cache, every decoder included, as Hugging Face `generate` does: the same uniforms, suppressed tokens
 and decoder as `sample_exact`, drawn from cached logits. A cache rounds differently from the full forward (~1e-6),
 so where a uniform lies that close to a CDF bound the token may differ from `sample_exact`'s: the same law, not
-always the same tokens (the README says why no draw is recomputed). Intensity 0 goes through `sample_exact` (which
+always the same tokens (docs/usage.md says why no draw is recomputed). Intensity 0 goes through `sample_exact` (which
 keeps the last tokens of a long prefix) or `sample_cached` (which refuses) where a batch's longest prompt plus the
 new tokens outgrows the model's context.
 
@@ -86,7 +86,7 @@ def load_model(path: str, device: str, precision: str = "fp32", revision: str | 
     """A trained model for sampling, refused if any weight is not finite (a diverged training must not be scored).
 
     `fp32` (the default) computes every next-token law in float32: the protocol's unbiased ancestral sampling.
-    `bf16` runs the model in bfloat16, a speed mode whose law differs (README, "Precision"). GPT-2's activation runs
+    `bf16` runs the model in bfloat16, a speed mode whose law differs (docs/usage.md, "Precision"). GPT-2's activation runs
     in place, the same floats twice as fast (`models.use_in_place_activations`)."""
     from transformers import AutoModelForCausalLM
 

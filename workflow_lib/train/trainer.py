@@ -205,7 +205,7 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
     # The fused kernel (HF Trainer's default optimizer too) updates every tensor in one pass: on SmolLM2 on one CPU
     # thread its step takes a quarter of the per-tensor loop's (0.16 s against 0.63 s, a sixth of a training step).
     # Only on float32 master weights: on float16 ones the loop's eps underflows to the NaN that stops the run,
-    # naming load_dtype (diverged(); README "Training"), where the fused kernel's float32 arithmetic goes on.
+    # naming load_dtype (diverged(); docs/usage.md, "Training"), where the fused kernel's float32 arithmetic goes on.
     fused = accelerator.device.type in ("cpu", "cuda") and all(p.dtype == torch.float32 for p in lm.parameters())
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": settings["weight_decay"]},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=settings["learning_rate"], fused=fused)
