@@ -32,9 +32,9 @@ def test_every_page_is_in_the_nav_and_the_site_builds_strictly(tmp_path):
     assert (tmp_path / "site/cookbook/index.html").is_file() and (tmp_path / "site/method/index.html").is_file()
 
 
-def test_a_broken_link_or_a_page_outside_the_nav_fails_the_build(tmp_path):
-    """The strict build is a check that can fail: on a copy of the docs with a broken link, then with a page left
-    out of the nav, it stops."""
+def test_a_broken_link_or_anchor_or_a_page_outside_the_nav_fails_the_build(tmp_path):
+    """The strict build is a check that can fail: on a copy of the docs with a broken link, a link to a missing
+    section, then a page left out of the nav, it stops."""
     root = tmp_path / "copy"
     root.mkdir()
     shutil.copy(REPO / "mkdocs.yml", root / "mkdocs.yml")
@@ -44,6 +44,9 @@ def test_a_broken_link_or_a_page_outside_the_nav_fails_the_build(tmp_path):
     page.write_text(original + "\nSee [the missing page](no-such-page.md).\n")
     broken = build(root, tmp_path / "a")
     assert broken.returncode != 0 and "no-such-page.md" in broken.stderr
+    page.write_text(original + "\nSee [a missing section](cluster.md#no-such-section).\n")
+    anchor = build(root, tmp_path / "c")
+    assert anchor.returncode != 0 and "no-such-section" in anchor.stderr
     page.write_text(original)
     (root / "docs/orphan.md").write_text("# Not in the nav\n")
     orphan = build(root, tmp_path / "b")
