@@ -90,6 +90,18 @@ def test_adding_an_intensity_plans_only_that_intensity(study):
     assert all("/insertion-0.2/" in job.outputs[0] for job in jobs), [job.outputs for job in jobs]
 
 
+def test_changing_a_training_key_retrains_every_model_and_touches_nothing_upstream(study):
+    """training.learning_rate is read by every training job: all of them rerun, then what reads their models;
+    no data, tokenisation or perturbation job does."""
+    config = study_config()
+    config["training"] = {**config["training"], "learning_rate": 1e-3}
+    jobs = plan_after(study, config)
+    trained = {str(p.relative_to(study[1])) for p in (study[1] / "results/models").glob("tiny/synthetic/*/*/*/*/*")}
+    assert {job.outputs[0] for job in jobs if job.rule == "train"} == trained
+    assert {job.rule for job in jobs} == {"train", "sample", "evaluate", "perplexity", "extrapolation"}, \
+        [(job.rule, job.reason) for job in jobs]
+
+
 def test_changing_an_objectives_hyperparameter_reruns_only_its_trainings_and_what_follows(study):
     config = study_config()
     config["objectives"] = {"mixce": {"loss": "mixce", "eta": 0.7}}  # predefined: 0.5
