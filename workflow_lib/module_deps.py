@@ -97,11 +97,6 @@ def module_closure(module: str) -> tuple[str, ...]:
     return tuple(sorted(seen))
 
 
-def module_files(module: str) -> list[str]:
-    """The source files a `python -m <module>` job runs from this package, as absolute paths."""
-    return [str(module_path(m)) for m in module_closure(module)]
-
-
 def code_digest(module: str) -> str:
     """'sha256:<hex>' of the files `python -m <module>` runs from this package: each file's path inside the
     package and its bytes, in sorted order. The same in every checkout, whatever its path or mtimes."""

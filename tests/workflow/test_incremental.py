@@ -21,7 +21,7 @@ import yaml
 from support.plans import planned_jobs
 from support.study import REPO, SNAKEMAKE, copy_workflow, tiny_config, write_config
 
-from workflow_lib.module_deps import module_closure, module_files
+from workflow_lib.module_deps import module_closure, module_path
 
 pytestmark = pytest.mark.workflow
 
@@ -182,7 +182,7 @@ def test_module_scan_follows_imports_inside_functions():
     closure = module_closure("workflow_lib.train.trainer")
     assert {"workflow_lib.train.objectives", "workflow_lib.models", "workflow_lib.hub", "workflow_lib"} <= set(closure)
     assert "workflow_lib.evaluate.metrics" not in closure and "workflow_lib.config" not in closure
-    assert all(Path(f).is_file() and Path(f).is_relative_to(REPO / "workflow_lib") for f in module_files("workflow_lib.train.trainer"))
+    assert all(Path(f).is_file() and Path(f).is_relative_to(REPO / "workflow_lib") for f in map(module_path, closure))
 
 
 def test_download_and_tokenisation_come_from_the_output_cache(tmp_path):
