@@ -51,8 +51,10 @@ class ConfigError(ValueError):
 
 
 def load_schema(path: Path = SCHEMA_PATH) -> dict:
+    """The schema, read with libyaml's safe loader where PyYAML has it: 8x faster than the pure-Python one, and every
+    Snakemake invocation (each dry run, each cluster job) reads it twice."""
     with open(path) as handle:
-        return yaml.safe_load(handle)
+        return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _key(path: Iterable[Any]) -> str:

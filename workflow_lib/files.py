@@ -50,6 +50,15 @@ def write_parquet(table, path: str | os.PathLike) -> None:
         pq.write_table(table, tmp, compression="zstd", write_statistics=True)
 
 
+def read_parquet(path: str | os.PathLike, columns: list[str] | None = None):
+    """One Parquet file as a pyarrow Table. Through `ParquetFile`, not `pq.read_table`: the latter builds a dataset,
+    and importing `pyarrow.dataset` costs every job about 0.3 s (BENCHMARKS.md, "Test suite time")."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as handle:
+        return handle.read(columns=columns)
+
+
 def write_json(obj, path: str | os.PathLike) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")

@@ -34,6 +34,7 @@ def main() -> int:
     parser.add_argument("--cores", default="all")
     parser.add_argument("--workdir", type=Path, default=REPO / "results/rehearsal")
     parser.add_argument("--keep-going", action="store_true", help="snakemake --keep-going")
+    parser.add_argument("--cold", action="store_true", help="every job in its own process (no workflow_lib.warm)")
     args, snakemake_args = parser.parse_known_args()  # the rest goes to snakemake (e.g. --forceall, -n)
     workdir = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -42,7 +43,7 @@ def main() -> int:
     print(f"rehearsal: stand-ins in {workdir / 'standins'} ({time.monotonic() - start:.1f} s)", flush=True)
     extra = ["--keep-going"] if args.keep_going else []
     return run_served_study("rehearsal", workdir, CONFIGS, served, PORT, ["--cores", args.cores, *extra, *snakemake_args],
-                            "tests/workflow/test_rehearsal.py", "PERTURBED_LM_REHEARSAL", start)
+                            "tests/workflow/test_rehearsal.py", "PERTURBED_LM_REHEARSAL", start, warm=not args.cold)
 
 
 if __name__ == "__main__":

@@ -66,9 +66,9 @@ def _row_tokens(workdir: Path | None, path: str) -> tuple[int, int] | None:
 @cache
 def _read_row_tokens(path: str) -> tuple[int, int]:
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+    from workflow_lib.files import read_parquet
 
-    column = pq.read_table(path, columns=["input_ids"]).column("input_ids")
+    column = read_parquet(path, columns=["input_ids"]).column("input_ids")
     return column.length(), int(pc.sum(pc.list_value_length(column)).as_py() or 0)
 
 
@@ -118,9 +118,9 @@ def _prompt_words(workdir: Path | None, path: str) -> tuple[int, float, float] |
 @cache
 def _read_prompt_words(path: str) -> tuple[int, float, float]:
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+    from workflow_lib.files import read_parquet
 
-    table = pq.read_table(path, columns=["prefix", "reference"])
+    table = read_parquet(path, columns=["prefix", "reference"])
 
     def mean_words(name: str) -> float:
         words = pc.list_value_length(pc.split_pattern_regex(pc.utf8_trim_whitespace(table.column(name)), r"\s+"))

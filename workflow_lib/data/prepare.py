@@ -199,11 +199,11 @@ def main() -> None:
         write_parquet(table, args.output)
         write_json(meta, args.meta)
     else:
-        import pyarrow.parquet as pq
+        from workflow_lib.files import read_parquet
 
         settings = parse_json_arg(args.settings, f"eval_sets.{args.eval_set}")
         source = json.loads(Path(args.source).read_text()) if args.source else None
-        frame, stats = build_prompts(args.eval_set, pq.read_table(args.input), **settings, source=source)
+        frame, stats = build_prompts(args.eval_set, read_parquet(args.input), **settings, source=source)
         log.info("%s: %d prompts; filters: %s", args.eval_set, frame.height, stats)
         write_parquet(frame, args.output)
         write_json({"eval_set": args.eval_set, "settings": settings, "prompts": frame.height, "filters": stats}, args.meta)

@@ -127,11 +127,12 @@ def _read_lines(path: str | Path) -> tuple[list[str], int]:
 
 def _read_parquet_text(path: str | Path, column: str = "text") -> tuple[list[str], int]:
     import pyarrow.parquet as pq
+    from workflow_lib.files import read_parquet
 
     names = pq.read_schema(path).names
     if column not in names:
         raise ValueError(f"{path}: no column {column!r} (columns: {names})")
-    values = pq.read_table(path, columns=[column]).column(column).to_pylist()
+    values = read_parquet(path, columns=[column]).column(column).to_pylist()
     # Arrow strings are valid UTF-8 already; a null cell is an empty row, not a missing one, so row indices
     # stay aligned with the file.
     return ["" if value is None else str(value) for value in values], 0

@@ -123,9 +123,9 @@ def main() -> None:
     if args.command == "tokenizer":
         spec = parse_json_arg(args.spec, f"tokenizers.{args.key}")
         if spec["source"] == "train":
-            import pyarrow.parquet as pq
+            from workflow_lib.files import read_parquet
 
-            texts = pq.read_table(args.train_data, columns=["text"]).column("text").to_pylist()
+            texts = read_parquet(args.train_data, columns=["text"]).column("text").to_pylist()
             tokenizer = train_bpe(texts, spec["vocab_size"], spec.get("min_frequency", 2))
             log.info("trained byte-level BPE on %d rows: vocabulary %d", len(texts), len(tokenizer))
         else:
@@ -133,11 +133,11 @@ def main() -> None:
         with atomic_path(args.output) as tmp:
             save_tokenizer(tokenizer, tmp)
     else:
-        import pyarrow.parquet as pq
+        from workflow_lib.files import read_parquet
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-        texts = pq.read_table(args.input, columns=["text"]).column("text").to_pylist()
+        texts = read_parquet(args.input, columns=["text"]).column("text").to_pylist()
         ids, _ = token_ids(tokenizer, texts)
         blocks = group_blocks(ids, args.block_size)
         if len(blocks) == 0:

@@ -178,7 +178,7 @@ def main() -> None:
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
 
-    import pyarrow.parquet as pq
+    from workflow_lib.files import read_parquet
 
     from workflow_lib.data.builtin_corpus import build_grammar
     from workflow_lib.perturb.synonym_table import SynonymTable
@@ -191,8 +191,8 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision)
     model = load_model(args.model, device, revision=args.revision)
-    table = SynonymTable.from_arrow(pq.read_table(args.synonyms)) if args.synonyms else None
-    references = pq.read_table(args.prompts).column("reference").to_pylist()
+    table = SynonymTable.from_arrow(read_parquet(args.synonyms)) if args.synonyms else None
+    references = read_parquet(args.prompts).column("reference").to_pylist()
     result = extrapolation_error(model, tokenizer, build_grammar(**grammar_params), references, LAW_OF_SPLIT[args.split],
                                  parse_json_arg(args.perturbation, "test perturbation"), table, settings["draws"],
                                  settings["seed"], stride=settings["stride"], decoder=parse_json_arg(args.decoder, "decoder"))

@@ -363,11 +363,11 @@ def main() -> None:
                     help="Parquet: every sample's MAUVE features, for MAUVE contrasts on a shared quantisation")
     args = parser.parse_args()
 
-    import pyarrow.parquet as pq
+    from workflow_lib.files import read_parquet
 
     settings = parse_json_arg(args.settings, "evaluation")
     if args.command == "features":
-        references = pq.read_table(args.prompts).column("reference").to_pylist()
+        references = read_parquet(args.prompts).column("reference").to_pylist()
         features = featurize(references, settings["featuriser"], settings["max_text_length"], settings["feature_batch_size"])
         log.info("featurised %d human references with %s: %s", len(references), settings["featuriser"], features.shape)
         with atomic_path(args.output) as tmp:
@@ -375,7 +375,7 @@ def main() -> None:
                 np.save(handle, features)
     else:
         human = np.load(args.human_features)
-        summary, curves, per_prompt, features = evaluate(pq.read_table(args.samples), pq.read_table(args.prompts), human, settings,
+        summary, curves, per_prompt, features = evaluate(read_parquet(args.samples), read_parquet(args.prompts), human, settings,
                                                settings["seed"])
         mauve = (f"MAUVE {summary['mauve_status']}: not scored" if summary["mauve_status"] else
                  f"MAUVE {summary['mauve_mean']:.3f} +- {summary['mauve_2se']} (clustering share of its variance "

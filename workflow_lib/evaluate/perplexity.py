@@ -82,11 +82,11 @@ def eval_set_prompts(pairs: list[str]) -> dict[str, str]:
 def score_eval_set(model, tokenizer, prompts_path: str, settings: dict, label: str):
     """(per-prompt table, summary) of one eval set; a non-finite NLL or nothing to score stops the job."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
+    from workflow_lib.files import read_parquet
 
     from workflow_lib.sample.loops import context_length
 
-    prompts = pq.read_table(prompts_path, columns=["prompt_id", "reference"])
+    prompts = read_parquet(prompts_path, columns=["prompt_id", "reference"])
     rows = reference_ids(tokenizer, prompts.column("reference").to_pylist(), context_length(model))
     pad_id = next((i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id) if i is not None), 0)  # masked anyway
     nll, tokens = sequence_nll(model, rows, settings.get("batch_size", 16), pad_id)

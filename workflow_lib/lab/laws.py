@@ -128,7 +128,7 @@ def main() -> None:
     lw.add_argument("--output", required=True)
     args = parser.parse_args()
 
-    import pyarrow.parquet as pq
+    from workflow_lib.files import read_parquet
 
     from workflow_lib.files import atomic_path, write_parquet
     from workflow_lib.lab import prefix_sets
@@ -143,7 +143,7 @@ def main() -> None:
     from workflow_lib.sample.sampler import load_model
 
     settings = parse_json_arg(args.settings, "lab")
-    sets = pq.read_table(args.sets, columns=["ids", "family", "delta", "base"])
+    sets = read_parquet(args.sets, columns=["ids", "family", "delta", "base"])
     ids = np.stack(sets.column("ids").to_numpy(zero_copy_only=False))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision)

@@ -158,9 +158,9 @@ def main() -> None:
     if args.source == "uniform":
         table = SynonymTable.uniform(vocab_size, special)
     elif args.source == "distributional":
-        import pyarrow.parquet as pq
+        from workflow_lib.files import read_parquet
 
-        ids = pq.read_table(args.tokens, columns=["input_ids"]).column("input_ids").combine_chunks()
+        ids = read_parquet(args.tokens, columns=["input_ids"]).column("input_ids").combine_chunks()
         blocks = ids.values.to_numpy().reshape(len(ids), -1)
         table = distributional_synonyms(blocks, vocab_size, settings["k"], special, settings["min_count"])
     elif args.source == "embedding":

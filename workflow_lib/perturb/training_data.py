@@ -97,15 +97,15 @@ def main() -> None:
     parser.add_argument("--meta", required=True)
     args = parser.parse_args()
 
-    import pyarrow.parquet as pq
+    from workflow_lib.files import read_parquet
     from transformers import AutoTokenizer
 
     cond = parse_json_arg(args.condition, "perturbation condition")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    ids = pq.read_table(args.tokens, columns=["input_ids"]).column("input_ids").combine_chunks()
+    ids = read_parquet(args.tokens, columns=["input_ids"]).column("input_ids").combine_chunks()
     blocks = ids.values.to_numpy().reshape(len(ids), -1)
     if args.synonyms:
-        table = SynonymTable.from_arrow(pq.read_table(args.synonyms))
+        table = SynonymTable.from_arrow(read_parquet(args.synonyms))
     else:
         table = SynonymTable.from_rows(len(tokenizer), [], [], [])
     out = perturb_blocks(blocks, cond["mode"], cond["strategy"], cond["intensity"], table, cond["copies"], cond["seed"],

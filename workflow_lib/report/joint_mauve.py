@@ -226,7 +226,7 @@ def main() -> None:
     import argparse
     import json
 
-    import pyarrow.parquet as pq
+    from workflow_lib.files import read_parquet
 
     from workflow_lib.cli import StageError, parse_json_arg
     from workflow_lib.evaluate.metrics import KMEANS_SEEDS, mauve_buckets
@@ -249,8 +249,8 @@ def main() -> None:
         result |= {"status": "; ".join(f"{side}: {s}" for side, s in status.items() if s)}
         log.warning("no MAUVE contrast: %s", result["status"])
     else:
-        human, a, b, runs = aligned(np.load(args.human), pq.read_table(args.prompts, columns=["prompt_id"]).column(0).to_numpy(),
-                                    pq.read_table(features_sidecar(args.a)), pq.read_table(features_sidecar(args.b)))
+        human, a, b, runs = aligned(np.load(args.human), read_parquet(args.prompts, columns=["prompt_id"]).column(0).to_numpy(),
+                                    read_parquet(features_sidecar(args.a)), read_parquet(features_sidecar(args.b)))
         buckets = mauve_buckets(a.shape[1], a.shape[1], settings["mauve"])
         try:
             seeds = [settings["seed"] + k for k in range(settings["mauve"].get("kmeans_seeds", KMEANS_SEEDS))]

@@ -15,7 +15,6 @@ from workflow_lib.report.contrasts import (
     FAMILIES,
     METRICS,
     RESAMPLES,
-    ROUGE,
 )
 from workflow_lib.report.statistics import ALPHA, MIN_RUNS, RESAMPLES_PER_COMPARISON, STOP_AFTER
 

@@ -263,9 +263,9 @@ def rehearsal_stand_ins(config: dict) -> str:
 
 def examples(prompts_path: str, sample_paths: list[str], stem: str, prompt_index: int = 0) -> None:
     """One prompt, its human continuation, and run 0 of every method's continuation of it."""
-    import pyarrow.parquet as pq
+    from workflow_lib.files import read_parquet
 
-    prompts = pq.read_table(prompts_path).to_pylist()
+    prompts = read_parquet(prompts_path).to_pylist()
     prompt = prompts[min(prompt_index, len(prompts) - 1)]
     rows = [{"method": "human", "continuation": prompt["reference"][len(prompt["prefix"]):].strip()}]
     conditions = {path: parse_path(str(path).replace("results/samples/", "results/metrics/").replace(".parquet", ".json"))
@@ -273,7 +273,7 @@ def examples(prompts_path: str, sample_paths: list[str], stem: str, prompt_index
     several_decoders = len({c["decoder"] for c in conditions.values()}) > 1
     for path in sorted(sample_paths):
         fields = conditions[path]
-        samples = pq.read_table(path).to_pylist()
+        samples = read_parquet(path).to_pylist()
         text = next((s["text"] for s in samples if s["prompt_id"] == prompt["prompt_id"] and s["run"] == 0), "")
         objective = UNTRAINED_LABEL if fields["objective"] == UNTRAINED else fields["objective"]
         label = (f"{fields['model']} {objective} train {fields['train_strategy']} {fields['train_intensity']}, "

@@ -120,7 +120,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import pyarrow as pa
-    import pyarrow.parquet as pq
+    from workflow_lib.files import read_parquet
     from transformers import AutoTokenizer
 
     from workflow_lib.files import write_parquet
@@ -131,8 +131,8 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision)
     model = load_model(args.model, device, settings["precision"], args.revision)
-    prompts = pq.read_table(args.prompts)
-    table = SynonymTable.from_arrow(pq.read_table(args.synonyms)) if args.synonyms else None
+    prompts = read_parquet(args.prompts)
+    table = SynonymTable.from_arrow(read_parquet(args.synonyms)) if args.synonyms else None
     out = generate(model, tokenizer, prompts.column("prefix").to_pylist(), prompts.column("prompt_id").to_numpy(),
                    settings["runs"], settings["new_tokens"], perturbation, table, settings["seed"], settings["mode"],
                    settings["batch_size"], decoder, progress=True)

@@ -35,9 +35,9 @@ class TrainingRows(torch.utils.data.Dataset):
     """Rows of a perturbed Parquet (or plain token blocks): input ids and, in prefix mode, explicit targets."""
 
     def __init__(self, path: str, max_length: int):
-        import pyarrow.parquet as pq
+        from workflow_lib.files import read_parquet
 
-        table = pq.read_table(path)
+        table = read_parquet(path)
         self.inputs = Ragged.from_arrow(table.column("input_ids"))
         self.prefix_mode = "target_positions" in table.column_names
         if self.prefix_mode:
