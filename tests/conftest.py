@@ -11,6 +11,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
+import support.study  # noqa: E402,F401 - first, to keep the environment as the session started (SESSION_ENV)
+
 
 @pytest.fixture(scope="module")
 def one_thread():

@@ -311,10 +311,9 @@ def test_conditions_of_no_file_is_an_empty_typed_frame():
 
 
 def test_a_joint_mauve_result_keeps_why_it_was_not_tested(tmp_path, monkeypatch):
-    from workflow_lib.report.contrasts import JOINT, _per_prompt, compare
+    from workflow_lib.report.contrasts import JOINT, compare
 
     monkeypatch.chdir(tmp_path)  # no sidecars here: the MAUVE row alone
-    _per_prompt.cache_clear()
     pair = {"family": "perturbation", "model": "tiny", "dataset": "syn", "objective": "mle", "eval_set": "test",
             "decoder": "unbiased", "seed": 1, "a": "insertion 0.5", "b": "no perturbation", "kind": "metrics",
             "path_a": "joint_a.json", "path_b": "joint_b.json"}
@@ -361,6 +360,21 @@ def test_no_mauve_contrast_is_designed_on_an_eval_set_whose_cap_is_under_the_flo
     assert designed_mauve(study, 0.025, resamples=10, unresolvable=eval_sets) == {}
 
 
+def test_each_call_reads_the_files_afresh(study):
+    """The same relative paths read twice in one process, the files rewritten in between (another study in the same
+    folder): the second call's contrasts are the new files' (no module-level cache keeps the first one's)."""
+    first = contrasts(study, 0.025)
+    for path in study:  # every arm sampled with perturbation: its MAUVE lowered by 0.2
+        if "/metrics/" in path and path.endswith("insertion-0.025-exact.json"):
+            data = json.loads(Path(path).read_text())
+            Path(path).write_text(json.dumps({**data, "mauve": [m - 0.2 for m in data["mauve"]]}))
+    second = contrasts(study, 0.025)
+    mauve = (pl.col("family") == "perturbation") & (pl.col("metric") == "mauve")
+    assert first.filter(mauve).height == second.filter(mauve).height > 0
+    np.testing.assert_allclose(second.filter(mauve)["difference"].to_numpy(),
+                               first.filter(mauve)["difference"].to_numpy() - 0.2, atol=1e-9)
+
+
 def test_the_command_line_writes_the_studys_contrasts(study, tmp_path, monkeypatch):
     from workflow_lib.report import contrasts as module
 
@@ -395,14 +409,11 @@ def test_what_a_difference_favours():
 
 
 def test_mauve_by_run_reads_the_run_ids_or_numbers_the_runs(tmp_path):
-    from workflow_lib.report.contrasts import _mauve_by_run, _metrics
+    from workflow_lib.report.contrasts import _mauve_by_run
 
-    numbered, named = tmp_path / "numbered.json", tmp_path / "named.json"
-    numbered.write_text(json.dumps({"mauve": [0.5, 0.6]}))
-    named.write_text(json.dumps({"mauve": [0.5, 0.6], "run_ids": [3, 7]}))
-    _metrics.cache_clear()
-    assert _mauve_by_run(str(numbered)) == {0: 0.5, 1: 0.6}
-    assert _mauve_by_run(str(named)) == {3: 0.5, 7: 0.6}
+    assert _mauve_by_run({"mauve": [0.5, 0.6]}) == {0: 0.5, 1: 0.6}
+    assert _mauve_by_run({"mauve": [0.5, 0.6], "run_ids": [3, 7]}) == {3: 0.5, 7: 0.6}
+    assert _mauve_by_run({"mauve": None, "mauve_status": "too few texts (8)"}) == {}
 
 
 def test_an_arm_without_its_baseline_and_another_intensity_make_no_pair():
@@ -439,7 +450,7 @@ def _sidecar(path: Path, prompts: list[int]) -> None:
 
 
 def test_compare_needs_both_sidecars_and_a_shared_prompt(tmp_path, monkeypatch):
-    from workflow_lib.report.contrasts import _metrics, _per_prompt, compare
+    from workflow_lib.report.contrasts import compare
 
     monkeypatch.chdir(tmp_path)
     pair = {"family": "perturbation", "model": "tiny", "dataset": "syn", "objective": "mle", "eval_set": "test",
@@ -448,9 +459,7 @@ def test_compare_needs_both_sidecars_and_a_shared_prompt(tmp_path, monkeypatch):
     for name in ("a.json", "b.json"):
         Path(name).write_text(json.dumps({"mauve": [0.5, 0.6, 0.7], "run_ids": [0, 1, 2]}))
 
-    def rows():
-        _metrics.cache_clear()
-        _per_prompt.cache_clear()
+    def rows():  # each call reads the files afresh
         return [(r["metric"], r["n"], r["not_testable"]) for r in compare(pair)]
 
     _sidecar(Path("a.json"), [0, 1])

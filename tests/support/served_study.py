@@ -12,14 +12,11 @@ import errno
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from support.httpserver import serve
-from support.study import REPO
-
-from workflow_lib.warm import environment
+from support.study import REPO, job_environment, warm_server
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
@@ -29,34 +26,13 @@ def snakemake_command(workdir: Path, configs: list[Path], *args: str) -> list[st
             "--configfile", *map(str, configs), *args]
 
 
-@contextlib.contextmanager
-def warm_server(env: dict, log: Path):
-    """A `workflow_lib.warm` server for the study's jobs: yields the environment that sends them to it."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="warm-") as folder, open(log, "w") as handle:
-        path = Path(folder) / "jobs.sock"
-        server = subprocess.Popen([sys.executable, "-m", "workflow_lib.warm", "--socket", str(path)],
-                                  env=environment(env), stderr=handle, cwd=REPO)
-        try:
-            deadline = time.monotonic() + 300
-            while not path.exists() and server.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.2)
-            # Without a server, every job runs cold: slower, never different.
-            yield {**env, "PERTURBED_LM_WARM": str(path)} if path.exists() else env
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
-
-
 def run_served_study(name: str, workdir: Path, configs: list[Path], files: dict[str, bytes], port: int,
                      snakemake_args: list[str], checks: str, results_env: str, start: float, warm: bool = False) -> int:
     """Serve `files` on 127.0.0.1:`port` while snakemake runs the study in `workdir`, write its report, then run the
     post-run checks (`checks`, a test module run with marker `name` and `results_env` naming the workdir). With
     `warm`, the study's single-thread `python -m workflow_lib...` jobs run in a `workflow_lib.warm` server (its log:
     <workdir>/results/logs/warm.log). The exit status of the first step that fails, else the checks'."""
-    # PYTHONPATH as the Snakefile sets it for jobs, so that a warm server's environment is theirs.
-    paths = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
-    env = {**os.environ, **OFFLINE, "PYTHONPATH": os.pathsep.join(paths if str(REPO) in paths else [str(REPO), *paths])}
+    env = job_environment({**os.environ, **OFFLINE})
     with contextlib.ExitStack() as stack:
         study_env = stack.enter_context(warm_server(env, workdir / "results/logs/warm.log")) if warm else env
         try:

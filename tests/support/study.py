@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
+# The environment the test session started with (tests/conftest.py imports this module first), before the libraries
+# the tests import set variables of their own (torch, faiss: KMP_*, TORCHINDUCTOR_CACHE_DIR) and before pytest names
+# the running test (PYTEST_CURRENT_TEST): what a study's snakemake gets, as a user's would.
+SESSION_ENV = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
 
 
 def tiny_builtin(**docs) -> dict:
@@ -98,10 +107,60 @@ def write_config(workdir: Path, config: dict) -> Path:
     return path
 
 
+def job_environment(env: dict) -> dict:
+    """`env` with PYTHONPATH as the Snakefile sets it for the jobs (this checkout first), so that a warm server
+    started with it has the jobs' environment."""
+    paths = [path for path in env.get("PYTHONPATH", "").split(os.pathsep) if path]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths if str(REPO) in paths else [str(REPO), *paths])}
+
+
+@contextlib.contextmanager
+def warm_server(env: dict, log: Path):
+    """A `workflow_lib.warm` server for a study's jobs: yields the environment that sends them to it (`env` itself
+    if it did not start: every job then runs cold, slower, never different)."""
+    from workflow_lib.warm import ENV, environment
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="warm-") as folder, open(log, "w") as handle:
+        path = Path(folder) / "jobs.sock"
+        server = subprocess.Popen([sys.executable, "-m", "workflow_lib.warm", "--socket", str(path)],
+                                  env=environment(env), stderr=handle, cwd=REPO)
+        try:
+            deadline = time.monotonic() + 300
+            while not path.exists() and server.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            yield {**env, ENV: str(path)} if path.exists() else env
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+
+
+_WARM: dict[str, str] = {}  # the test session's warm server: {the variable: its socket}, once started
+
+
+def _warm_variable() -> dict[str, str]:
+    """Started at the first workflow test, stopped when the session ends. PERTURBED_LM_TEST_COLD=1: none."""
+    if os.environ.get("PERTURBED_LM_TEST_COLD") == "1":
+        return {}
+    if not _WARM:
+        from workflow_lib.warm import ENV
+
+        stack = contextlib.ExitStack()
+        log = Path(tempfile.mkdtemp(prefix="warm-log-")) / "warm.log"
+        started = stack.enter_context(warm_server(job_environment(SESSION_ENV), log))
+        atexit.register(stack.close)
+        _WARM.update({ENV: started[ENV]} if ENV in started else {"": ""})
+    return {k: v for k, v in _WARM.items() if k}
+
+
 def snakemake(workdir: Path, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run the real workflow on `workdir/config.yaml`, with workdir as the working directory."""
+    """Run the real workflow on `workdir/config.yaml`, with workdir as the working directory. Its jobs of one
+    thread run in the session's warm server (`workflow_lib.warm`: the same outputs, without importing torch and
+    transformers each time); a job whose environment differs from the server's (a test's own `env`) runs cold.
+    Without `env`, snakemake gets the session's starting environment."""
     cmd = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    env = {**job_environment(dict(env if env is not None else SESSION_ENV)), **_warm_variable()}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir, env=env)
 
 

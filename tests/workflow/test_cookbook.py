@@ -1,9 +1,12 @@
-"""The cookbook (docs/cookbook.md): every recipe's YAML is read from the page and planned (`snakemake -n`)."""
+"""The cookbook (docs/cookbook.md): each recipe is a file under configs/examples/, shown whole on the page, and its
+command is run as the page writes it (from the repository, the study folder `studies/<name>` made temporary)."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -11,29 +14,32 @@ from support.study import REPO, SNAKEMAKE, planned_rules
 
 pytestmark = pytest.mark.workflow
 
-
-def recipes() -> dict[str, dict]:
-    text = (REPO / "docs/cookbook.md").read_text()
-    return {name: yaml.safe_load(body) for name, body in
-            re.findall(r"<!-- recipe: ([\w-]+) -->\n```yaml\n(.*?)```", text, flags=re.DOTALL)}
+RECIPE = re.compile(r"<!-- recipe: (configs/examples/[\w-]+\.yaml) -->\n```yaml\n(.*?)```\n\n```bash\n(.*?)\n```",
+                    flags=re.DOTALL)
 
 
-def plan(workdir, config: dict, *args: str) -> subprocess.CompletedProcess:
-    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    return subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--configfile",
-                           str(workdir / "config.yaml"), "-n", *args], capture_output=True, text=True, cwd=workdir,
-                          check=False, timeout=300)
+def recipes() -> dict[str, tuple[str, str]]:
+    """{name: (the file's text as the page shows it, the command)}."""
+    page = (REPO / "docs/cookbook.md").read_text()
+    return {Path(path).stem: (body, command) for path, body, command in RECIPE.findall(page)}
 
 
-def on_default(recipe: dict) -> dict:
-    """The default study with the recipe's sections in place of its own (its experiments replaced)."""
-    config = yaml.safe_load((REPO / "config.yaml").read_text())
-    config.pop("lab", None)
-    return {**config, **recipe}
+def run_recipe(name: str, studies: Path, run: list[str] | None = None) -> subprocess.CompletedProcess:
+    """The page's command for `name`, from the repository, with `studies/` under `studies`; with `run`, those
+    arguments in place of `-n`, as the page says to run the study."""
+    argv = shlex.split(recipes()[name][1])
+    assert argv[0] == "snakemake" and argv[1:3] == ["--directory", f"studies/{name}"] and argv[-1] == "-n", argv
+    argv = [str(SNAKEMAKE), "--directory", str(studies / name), *argv[3:-1], *(run if run is not None else ["-n"])]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False, timeout=900)
 
 
-def test_the_cookbook_has_every_recipe():
-    assert set(recipes()) == {"own-data", "zero-shot", "with-and-without", "objective"}
+def test_every_recipe_is_a_file_the_page_shows_whole():
+    found = recipes()
+    assert set(found) == {"own-data", "zero-shot", "with-and-without", "objective"}
+    assert {p.stem for p in (REPO / "configs/examples").glob("*.yaml")} == set(found)
+    for name, (body, command) in found.items():
+        assert body == (REPO / f"configs/examples/{name}.yaml").read_text(), name
+        assert command.endswith(f"configs/examples/{name}.yaml -n"), command
     assert "strategy" in python_recipes()  # run by tests/workflow/test_new_strategy.py
 
 
@@ -43,56 +49,63 @@ def python_recipes() -> dict[str, str]:
 
 
 def test_own_data_recipe_plans(tmp_path):
-    (tmp_path / "data").mkdir()
+    data = tmp_path / "own-data/data"
+    data.mkdir(parents=True)
     for name in ("train.txt", "valid.txt"):
-        (tmp_path / "data" / name).write_text("one document\nanother document\n")
-    (tmp_path / "data/test.jsonl").write_text('{"text": "a test document"}\n')
-    done = plan(tmp_path, recipes()["own-data"])
+        (data / name).write_text("one document\nanother document\n")
+    (data / "test.jsonl").write_text('{"text": "a test document"}\n')
+    done = run_recipe("own-data", tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert {"download", "train", "sample", "evaluate"} <= planned_rules(done.stdout)
+    assert not (tmp_path / "own-data/results").exists()
 
 
 def test_zero_shot_recipe_runs_without_a_train_dataset(tmp_path):
-    """Planned as written (a dataset with a test split only, no train_dataset), then run for real on a GPT-2-shaped
-    local checkpoint: no training, both decoders sampled and evaluated, the paths say `none` for the dataset."""
+    """Planned as the page writes it (a dataset with a test split only, no train_dataset), then run for real on a
+    GPT-2-shaped local checkpoint, smaller (`--config`): no training, both decoders sampled and evaluated, the
+    paths say `none` for the dataset."""
     from support.families import make_checkpoint
 
     texts = [" ".join(f"the cat {j % 5} sat on mat {(i + j) % 7} and then it went home ." for j in range(12))
              for i in range(40)]  # 132 words each: enough for a prompt and its reference
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data/test.txt").write_text("\n".join(texts) + "\n")
-    make_checkpoint(tmp_path / "checkpoints", "gpt2", texts).rename(tmp_path / "checkpoints/my-gpt2")
-    recipe = recipes()["zero-shot"]
+    study = tmp_path / "zero-shot"
+    (study / "data").mkdir(parents=True)
+    (study / "data/test.txt").write_text("\n".join(texts) + "\n")
+    make_checkpoint(study / "checkpoints", "gpt2", texts).rename(study / "checkpoints/my-gpt2")
+    recipe = yaml.safe_load(recipes()["zero-shot"][0])
     assert "train_dataset" not in recipe["experiments"]["zero-shot"] and list(recipe["datasets"]["mine"]["files"]) == ["test"]
-    done = plan(tmp_path, recipe)
+    done = run_recipe("zero-shot", tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     rules = planned_rules(done.stdout)
     assert "train" not in rules and {"sample", "evaluate"} <= rules
     assert done.stdout.count("rule sample:") == 2  # unbiased and nucleus
-    small = {"prompts": {"max_prompts": 8}, "sampling": {"runs": 1, "new_tokens": 8},
-             "evaluation": {"max_text_length": 64, "mauve": {"kmeans_num_redo": 1, "kmeans_max_iter": 20}}}
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**recipe, **small}, sort_keys=False))
-    ran = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
-                          str(tmp_path / "config.yaml"), "--cores", "2"], capture_output=True, text=True, cwd=tmp_path,
-                         check=False, timeout=900)
+    ran = run_recipe("zero-shot", tmp_path, ["--cores", "2", "--config", "prompts={max_prompts: 8}",
+                                             "sampling={runs: 1, new_tokens: 8}",
+                                             "evaluation={max_text_length: 64, mauve: {kmeans_num_redo: 1, kmeans_max_iter: 20}}"])
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
-    metrics = sorted(p.relative_to(tmp_path / "results/metrics").as_posix()
-                     for p in (tmp_path / "results/metrics").rglob("*.json"))
+    metrics = sorted(p.relative_to(study / "results/metrics").as_posix() for p in (study / "results/metrics").rglob("*.json"))
     assert [m.split("/")[:3] for m in metrics] == [["local", "none", "untrained"]] * 2, metrics
     assert {m.split("/")[-3] for m in metrics} == {"unbiased", "nucleus"}
-    assert not (tmp_path / "results/models").exists()
+    assert not (study / "results/models").exists()
 
 
 def test_with_and_without_recipe_plans_both_conditions(tmp_path):
-    done = plan(tmp_path, on_default(recipes()["with-and-without"]))
+    done = run_recipe("with-and-without", tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("rule train:") == 2 and done.stdout.count("rule sample:") == 2
+    assert "/insertion-0.025/" in done.stdout and "/none-0/" in done.stdout
 
 
-def test_objective_recipe_plans_the_new_objective(tmp_path):
-    done = plan(tmp_path, on_default(recipes()["objective"]))
+def test_objective_overlay_adds_its_objective_to_the_default_study(tmp_path):
+    """Given after config.yaml, as the page's command gives it: the default study's jobs and the new objective's."""
+    done = run_recipe("objective", tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "objective=power-1.5" in done.stdout.replace(" ", "") or "/power-1.5/" in done.stdout
+    trained = set(re.findall(r"results/models/tiny/synthetic/([\w.-]+)/", done.stdout))
+    assert {"mle", "brier", "mixce", "tvd", "emo", "power-1.5"} <= trained, trained
+    alone = subprocess.run([str(SNAKEMAKE), "--directory", str(tmp_path / "alone"), "--configfile",
+                            "configs/examples/objective.yaml", "-n"], capture_output=True, text=True, cwd=REPO,
+                           check=False, timeout=300)
+    assert alone.returncode != 0 and "'datasets' is a required property" in alone.stdout + alone.stderr
 
 
 def test_studies_side_by_side_write_their_own_results(tmp_path):

@@ -174,7 +174,7 @@ def test_finished_real_study_holds():
     from support.browser import chromium, check_report
 
     if chromium():
-        problems += check_report(workdir / "report.html", REPORT_CATEGORIES)
+        problems += check_report(workdir / "report.html", REPORT_CATEGORIES, screenshot=workdir / "report.png")
     elif os.environ.get("PERTURBED_LM_REQUIRE_BROWSER"):
         problems.append("no chromium to open the report in")
     assert problems == []

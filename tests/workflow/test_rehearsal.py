@@ -259,4 +259,6 @@ def test_finished_rehearsals_report_opens_in_a_browser():
         if os.environ.get("PERTURBED_LM_REQUIRE_BROWSER") == "1":
             pytest.fail("no chromium on PATH, and PERTURBED_LM_REQUIRE_BROWSER=1")
         pytest.skip("no chromium on PATH (Debian: apt-get install chromium)")
-    assert check_report(Path(folder) / "report.html", CATEGORIES) == []
+    # The screenshot of its first page stays with the results (in CI: results/rehearsal/report.png).
+    assert check_report(Path(folder) / "report.html", CATEGORIES, screenshot=Path(folder) / "report.png") == []
+    assert (Path(folder) / "report.png").stat().st_size > 10_000

@@ -251,7 +251,11 @@ def check_in_browser(workdir, html):
         pytest.skip("no chromium on PATH (Debian: apt-get install chromium); CI installs it")
     from support.browser import CATEGORIES
 
-    assert check_report(html, (*CATEGORIES, "Theory lab")) == []
+    assert check_report(html, (*CATEGORIES, "Theory lab"), screenshot=workdir / "report.png") == []
+    from PIL import Image
+
+    with Image.open(workdir / "report.png") as shot:  # the report's first page, as a reader sees it
+        assert shot.size[0] >= 640 and shot.size[1] >= 400 and sum(1 for n in shot.convert("L").histogram() if n) > 10
     copy = workdir / "workflow-copy"
     copy.mkdir()
     shutil.copy(REPO / "Snakefile", copy / "Snakefile")

@@ -32,7 +32,6 @@ the trained ones, marked, and are never compared as an objective.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import logging
 from collections import Counter, defaultdict
@@ -178,21 +177,32 @@ def _sidecar(path: str) -> Path:
     return Path(path).with_name(Path(path).name.removesuffix(".json") + ".prompts.parquet")
 
 
-@functools.lru_cache(maxsize=None)
-def _metrics(path: str) -> dict:
-    return json.loads(Path(path).read_text())
+class StudyFiles:
+    """A study's metrics files and their per-prompt sidecars, each read once for as long as this object lives (one
+    `contrasts` call: a pair's side is in several comparisons). Not a module-level cache: another call, or another
+    study with the same relative paths, reads its own files afresh."""
 
+    def __init__(self) -> None:
+        self._metrics: dict[str, dict] = {}
+        self._per_prompt: dict[str, pl.DataFrame | None] = {}
 
-@functools.lru_cache(maxsize=None)
-def _per_prompt(path: str) -> pl.DataFrame | None:
-    """A metrics file's ROUGE per (prompt_id, run) or a perplexity file's NLL and tokens per prompt_id; None
-    (and a warning) when the sidecar is missing."""
-    sidecar = _sidecar(path)
-    if not sidecar.exists():
-        log.warning("%s: no per-prompt sidecar %s; its prompt-paired comparisons are left out", path, sidecar.name)
-        return None
-    table = pl.read_parquet(sidecar)
-    return table.sort([c for c in ("prompt_id", "run") if c in table.columns])
+    def metrics(self, path: str) -> dict:
+        if path not in self._metrics:
+            self._metrics[path] = json.loads(Path(path).read_text())
+        return self._metrics[path]
+
+    def per_prompt(self, path: str) -> pl.DataFrame | None:
+        """A metrics file's ROUGE per (prompt_id, run) or a perplexity file's NLL and tokens per prompt_id; None
+        (and a warning) when the sidecar is missing."""
+        if path not in self._per_prompt:
+            sidecar = _sidecar(path)
+            if not sidecar.exists():
+                log.warning("%s: no per-prompt sidecar %s; its prompt-paired comparisons are left out", path, sidecar.name)
+                self._per_prompt[path] = None
+            else:
+                table = pl.read_parquet(sidecar)
+                self._per_prompt[path] = table.sort([c for c in ("prompt_id", "run") if c in table.columns])
+        return self._per_prompt[path]
 
 
 def _shared_prompts(a: pl.DataFrame, b: pl.DataFrame, pair: dict) -> pl.DataFrame:
@@ -212,10 +222,9 @@ def _shared_prompts(a: pl.DataFrame, b: pl.DataFrame, pair: dict) -> pl.DataFram
                                              for c in columns}})
 
 
-def _mauve_by_run(path: str) -> dict[int, float]:
+def _mauve_by_run(data: dict) -> dict[int, float]:
     """A metrics file's MAUVE per run id; empty when its MAUVE is flagged "too few texts (n)", which takes no
     part in any comparison (workflow_lib.evaluate.metrics.mauve_status)."""
-    data = _metrics(path)
     if data.get("mauve_status"):
         return {}
     scores = data.get("mauve") or []
@@ -234,11 +243,14 @@ def _joint_estimate(result: dict) -> Estimate | None:
     return Estimate(*(result[k] for k in ("difference", "low", "high", "p", "n")), result.get("untested"))
 
 
-def compare(pair: dict, resamples: int = RESAMPLES, joint: dict | None = None) -> list[dict]:
+def compare(pair: dict, resamples: int = RESAMPLES, joint: dict | None = None,
+            files: StudyFiles | None = None) -> list[dict]:
     """One row per metric of a comparison: the estimate and how it was had (p_holm etc. come later).
     `resamples`: this comparison's permutation B (its table's, from `resamples_for`). `joint`: the MAUVE contrast on
     a shared quantisation (report.joint_mauve's result), which the workflow always computes; without it (a study
-    read by hand), MAUVE falls back to the paired t over runs of the separately clustered scores."""
+    read by hand), MAUVE falls back to the paired t over runs of the separately clustered scores. `files`: the
+    study's files as read so far (a fresh reader when None)."""
+    files = files or StudyFiles()
     identity = pair_identity(pair)
     rows = []
     permutations = None
@@ -254,11 +266,11 @@ def compare(pair: dict, resamples: int = RESAMPLES, joint: dict | None = None) -
         if (estimate := _joint_estimate(joint)) is not None:
             row("mauve", estimate, JOINT, joint["resamples"])
     elif pair["kind"] == "metrics":
-        a_runs, b_runs = _mauve_by_run(pair["path_a"]), _mauve_by_run(pair["path_b"])
+        a_runs, b_runs = _mauve_by_run(files.metrics(pair["path_a"])), _mauve_by_run(files.metrics(pair["path_b"]))
         common = sorted(set(a_runs) & set(b_runs))
         if common:
             row("mauve", paired_t([a_runs[r] for r in common], [b_runs[r] for r in common]), PAIRED_T)
-    a, b = _per_prompt(pair["path_a"]), _per_prompt(pair["path_b"])
+    a, b = files.per_prompt(pair["path_a"]), files.per_prompt(pair["path_b"])
     if a is None or b is None:
         return rows
     both = _shared_prompts(a, b, pair)
@@ -312,10 +324,7 @@ def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES, ma
     a family and kind (metrics: the ROUGE tables; perplexity) is one row of each of that kind's tables, so m is
     their count (an upper bound when a sidecar is missing, which only makes B larger). `mauve`: the results of
     report.joint_mauve's jobs, named by pair id; a metrics pair without one falls back to the paired t."""
-    # Each file is read once per call, and afresh: an earlier call's cache may hold another study's file by the
-    # same relative path.
-    _metrics.cache_clear()
-    _per_prompt.cache_clear()
+    files = StudyFiles()
     designed = pairs(conditions(paths), intensity)
     table_size = defaultdict(int)
     for pair in designed:
@@ -327,7 +336,7 @@ def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES, ma
     joint = {Path(p).stem: json.loads(Path(p).read_text()) for p in mauve}
     rows = [r for pair in designed
             for r in compare(pair, resamples_for(table_size[(pair["family"], pair["kind"])], resamples),
-                             joint.get(pair_id(pair)) if pair["kind"] == "metrics" else None)]
+                             joint.get(pair_id(pair)) if pair["kind"] == "metrics" else None, files)]
     by_table = defaultdict(list)
     for r in rows:
         by_table[(r["family"], r["metric"])].append(r)

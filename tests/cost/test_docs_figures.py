@@ -1,0 +1,63 @@
+"""The cost figures docs/cluster.md quotes are what `make estimate` prints today: the page's table is the command's
+table, and each figure of its text is one the command's output gives (a change of the cost model that moves them
+fails here until the page follows)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PAGE = REPO / "docs/cluster.md"
+
+
+def estimate(tmp_path: Path, *overlays: str) -> str:
+    """`make estimate CONFIG=configs/paper.yaml ESTIMATE_ARGS="--device a100-80gb --gpus 8"`, with overlays."""
+    files = []
+    for i, overlay in enumerate(overlays):
+        files.append(tmp_path / f"overlay{i}.yaml")
+        files[-1].write_text(overlay)
+    done = subprocess.run([sys.executable, "-m", "workflow_lib.cost.estimate", "--configfile",
+                           str(REPO / "configs/paper.yaml"), *map(str, files), "--device", "a100-80gb", "--gpus", "8"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def printed(tmp_path_factory) -> str:
+    return estimate(tmp_path_factory.mktemp("estimate"))
+
+
+def total(output: str) -> float:
+    return float(re.search(r"GPU total: ([\d.]+) GPU-hours", output).group(1))
+
+
+def test_the_pages_table_is_the_commands(printed):
+    rows = [line for line in printed.splitlines() if line.startswith("|")]
+    assert len(rows) == 7  # the header, its rule and the five GPU rules
+    page = PAGE.read_text()
+    for row in rows:
+        assert row in page, f"docs/cluster.md lacks the row the command prints: {row}"
+
+
+def test_the_pages_figures_are_the_commands(printed, tmp_path):
+    page = " ".join(PAGE.read_text().split())
+    gpu_hours = total(printed)
+    assert f"{gpu_hours:,.1f} GPU-hours in all" in page
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in printed.splitlines()
+            if line.startswith("| ") and not line.startswith(("| rule", "| ---"))]
+    wall = sum(float(row[5].replace(",", "")) for row in rows)
+    assert f"about {wall:.0f} hours of wall time on 8 GPUs" in page
+    sample_share = next(float(row[6].rstrip("%")) for row in rows if row[0] == "sample")
+    assert round(sample_share / 100, 1) == 0.9 and "Sampling is nine tenths of the study" in page
+    hours, job = re.search(r"Longest job: ([\d.]+) h \(sample (\S+)\)", printed).groups()
+    assert f"predicted at {hours} hours: sampling GPT-Neo-1.3B on WritingPrompts with Brier at insertion 0.025" in page
+    assert all(part in job for part in ("gpt-neo-1.3b", "/brier/", "/writingprompts/", "insertion-0.025-exact"))
+    assert "Every job's static memory" in page and "every job's static memory fits" in printed.lower()
+    bf16 = total(estimate(tmp_path, "sampling: {precision: bf16}\n"))
+    assert f"predicts {bf16:,.1f} GPU-hours for the whole study instead of {gpu_hours:,.1f}" in page
