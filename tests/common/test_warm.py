@@ -23,19 +23,13 @@ TEXTS = [f"the {a} {v} the {b} near the river" for a in ("cat", "dog", "fox") fo
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """(socket, log, environment of the server): a server with torch and transformers preloaded, as the rehearsal's."""
-    folder = tmp_path_factory.mktemp("warm")
-    path, log = folder / "jobs.sock", folder / "server.log"
+    from support.study import warm_server
+
+    log = tmp_path_factory.mktemp("warm") / "server.log"
     env = environment(dict(os.environ))
-    with open(log, "w") as handle:
-        process = subprocess.Popen([sys.executable, "-m", "workflow_lib.warm", "--socket", str(path)], env=env,
-                                   stderr=handle)
-    deadline = time.monotonic() + 120
-    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert path.exists(), log.read_text()
-    yield path, log, env
-    process.terminate()
-    process.wait(timeout=30)
+    with warm_server(env, log) as jobs:
+        assert ENV in jobs, log.read_text()
+        yield Path(jobs[ENV]), log, env
 
 
 def job(server, *args: str, cwd: Path, warm: bool = True, **env: str) -> subprocess.CompletedProcess:

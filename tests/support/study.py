@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -135,22 +136,23 @@ def warm_server(env: dict, log: Path):
             server.wait(timeout=60)
 
 
-_WARM: dict[str, str] = {}  # the test session's warm server: {the variable: its socket}, once started
-
-
 def _warm_variable() -> dict[str, str]:
-    """Started at the first workflow test, stopped when the session ends. PERTURBED_LM_TEST_COLD=1: none."""
+    """The session's warm server, as the variable that sends jobs to it: started at the first workflow test, stopped
+    when the session ends. PERTURBED_LM_TEST_COLD=1: none."""
     if os.environ.get("PERTURBED_LM_TEST_COLD") == "1":
         return {}
-    if not _WARM:
-        from workflow_lib.warm import ENV
+    return _session_server()
 
-        stack = contextlib.ExitStack()
-        log = Path(tempfile.mkdtemp(prefix="warm-log-")) / "warm.log"
-        started = stack.enter_context(warm_server(job_environment(SESSION_ENV), log))
-        atexit.register(stack.close)
-        _WARM.update({ENV: started[ENV]} if ENV in started else {"": ""})
-    return {k: v for k, v in _WARM.items() if k}
+
+@functools.cache
+def _session_server() -> dict[str, str]:
+    from workflow_lib.warm import ENV
+
+    stack = contextlib.ExitStack()
+    atexit.register(stack.close)
+    log = Path(tempfile.mkdtemp(prefix="warm-log-")) / "warm.log"
+    started = stack.enter_context(warm_server(job_environment(SESSION_ENV), log))
+    return {ENV: started[ENV]} if ENV in started else {}
 
 
 def snakemake(workdir: Path, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
