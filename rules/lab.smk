@@ -1,5 +1,4 @@
 rule lab_sets:
-    input:
     output:
         "results/lab/sets/{dataset}.parquet",
     params:

@@ -1,5 +1,4 @@
 rule simulation_fit:
-    input:
     output:
         "results/simulation/V{vocab}.parquet",
     params:
