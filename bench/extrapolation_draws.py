@@ -40,7 +40,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 MODEL = "models/tiny/synthetic/{}/{}/augment-m1/{}/seed42"
-NONE, PERTURB, PERTURB_04 = ("none", "none-0"), ("distributional", "insertion-0.025"), ("distributional", "insertion-0.4")
+NONE, PERTURB, PERTURB_04 = (
+    ("none", "none-0"),
+    ("distributional", "insertion-0.025"),
+    ("distributional", "insertion-0.4"),
+)
 # (label, model, eval set, test insertion intensity): sampling-perturbed conditions of the default study
 CONDITIONS = [
     ("mle NoPerturb model, TestPerturb", MODEL.format("mle", *NONE), "synthetic-test", 0.025),
@@ -77,21 +81,39 @@ def measure(results: Path, model_dir: str, eval_set: str, intensity: float, max_
     table = SynonymTable.from_arrow(pq.read_table(results / "synonyms/synthetic-bpe/synthetic/distributional.parquet"))
     references = pq.read_table(results / f"prompts/{eval_set}.parquet").column("reference").to_pylist()
     began = time.perf_counter()
-    truth, draws, _ = coarsened_laws(model, tokenizer, grammar, references, LAW[eval_set],
-                                     {"strategy": "insertion", "intensity": intensity}, table, max_draws, seed, blocks=max_draws)
+    truth, draws, _ = coarsened_laws(
+        model,
+        tokenizer,
+        grammar,
+        references,
+        LAW[eval_set],
+        {"strategy": "insertion", "intensity": intensity},
+        table,
+        max_draws,
+        seed,
+        blocks=max_draws,
+    )
     seconds = time.perf_counter() - began
     rows = []
     reference = float(total_variation(draws.mean(0), truth).mean())
-    for d in (2 ** k for k in range(int(np.log2(max_draws)) + 1)):
+    for d in (2**k for k in range(int(np.log2(max_draws)) + 1)):
         runs = draws.reshape(max_draws // d, d, *draws.shape[1:])
         tv_runs = total_variation(runs.mean(1), truth).mean(1)
-        row = {"draws": d, "tv_first": float(tv_runs[0]), "tv_expected": float(tv_runs.mean()),
-               "bias_vs_max": float(tv_runs.mean()) - reference,
-               "mc_sd": float(tv_runs.std(ddof=1)) if len(tv_runs) > 1 else None}
+        row = {
+            "draws": d,
+            "tv_first": float(tv_runs[0]),
+            "tv_expected": float(tv_runs.mean()),
+            "bias_vs_max": float(tv_runs.mean()) - reference,
+            "mc_sd": float(tv_runs.std(ddof=1)) if len(tv_runs) > 1 else None,
+        }
         if d > 1:
             _, halves, lower = bias_statistics(runs, truth)
-            row |= {"split_half": float(halves[0]), "split_half_expected": float(halves.mean()),
-                    "cross_fit": float(lower[0]), "cross_fit_expected": float(lower.mean())}
+            row |= {
+                "split_half": float(halves[0]),
+                "split_half_expected": float(halves.mean()),
+                "cross_fit": float(lower[0]),
+                "cross_fit_expected": float(lower.mean()),
+            }
         rows.append(row)
     return {"prefixes": int(truth.shape[0]), "seconds_per_draw": seconds / max_draws, "rows": rows}
 
@@ -106,7 +128,9 @@ def main() -> None:
     from workflow_lib.data.builtin_corpus import build_grammar
 
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    params = {k: v for k, v in config["datasets"]["synthetic"]["builtin"].items() if k not in ("docs", "sentences_per_doc")}
+    params = {
+        k: v for k, v in config["datasets"]["synthetic"]["builtin"].items() if k not in ("docs", "sentences_per_doc")
+    }
     grammar = build_grammar(**params)
     out = {}
     for label, model_dir, eval_set, intensity in CONDITIONS:
@@ -116,9 +140,11 @@ def main() -> None:
         print("draws  tv_first  tv_expected  bias_vs_max  mc_sd    split_half  (expected)  cross_fit  (expected)")
         for r in result["rows"]:
             nan = float("nan")
-            print(f"{r['draws']:5d}  {r['tv_first']:.5f}  {r['tv_expected']:.5f}      {r['bias_vs_max']:.5f}"
-                  f"      {r['mc_sd'] or nan:.5f}  {r.get('split_half', nan):.5f}     {r.get('split_half_expected', nan):.5f}"
-                  f"     {r.get('cross_fit', nan):.5f}    {r.get('cross_fit_expected', nan):.5f}")
+            print(
+                f"{r['draws']:5d}  {r['tv_first']:.5f}  {r['tv_expected']:.5f}      {r['bias_vs_max']:.5f}"
+                f"      {r['mc_sd'] or nan:.5f}  {r.get('split_half', nan):.5f}     {r.get('split_half_expected', nan):.5f}"
+                f"     {r.get('cross_fit', nan):.5f}    {r.get('cross_fit_expected', nan):.5f}"
+            )
     print("extrapolation_draws: " + json.dumps(out))
 
 

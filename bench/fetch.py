@@ -79,8 +79,9 @@ def server_process(files: dict[str, bytes], range_support: bool, conn) -> None:
 class ChildServer:
     def __init__(self, files: dict[str, bytes], range_support: bool = True) -> None:
         self.conn, child = multiprocessing.Pipe()
-        self.process = multiprocessing.get_context("fork").Process(target=server_process,
-                                                                   args=(files, range_support, child))
+        self.process = multiprocessing.get_context("fork").Process(
+            target=server_process, args=(files, range_support, child)
+        )
         self.process.start()
         self.port = self.conn.recv()
 
@@ -112,7 +113,7 @@ def plain_get(url: str, path: Path | None = None) -> int:
 def text_like(n_bytes: int) -> bytes:
     """Hex lines: compresses about 2x under gzip, like text, and is quick to make."""
     raw = os.urandom(n_bytes // 2).hex().encode()
-    return b"\n".join(raw[i:i + 99] for i in range(0, len(raw), 99))[:n_bytes]
+    return b"\n".join(raw[i : i + 99] for i in range(0, len(raw), 99))[:n_bytes]
 
 
 def make_archive(path: Path) -> list[str]:
@@ -145,30 +146,52 @@ def main() -> None:
             plain_get(server.url("random.bin"))  # warm the server and the page cache of the code paths
             received, t_plain = median_timed(REPEAT, None, plain_get, server.url("random.bin"))
             assert received == SIZE
-            _, t_plain_file = median_timed(REPEAT, tmp / "plain.bin", plain_get, server.url("random.bin"),
-                                            tmp / "plain.bin")
+            _, t_plain_file = median_timed(
+                REPEAT, tmp / "plain.bin", plain_get, server.url("random.bin"), tmp / "plain.bin"
+            )
             (tmp / "plain.bin").unlink()
-            record, t_fetch = median_timed(REPEAT, tmp / "random.bin", fetch, server.url("random.bin"),
-                                           tmp / "random.bin", sha256=None, what="bench", timeout=60)
+            record, t_fetch = median_timed(
+                REPEAT,
+                tmp / "random.bin",
+                fetch,
+                server.url("random.bin"),
+                tmp / "random.bin",
+                sha256=None,
+                what="bench",
+                timeout=60,
+            )
             digest, t_sha = timed(sha256_file, tmp / "random.bin")
             assert record["bytes"] == SIZE and digest == record["sha256"]
             before = len(server.requests())
-            head, t_head = timed(fetch, server.url("corpus.jsonl"), tmp / "head.jsonl", sha256=None,
-                                 head_bytes=HEAD, what="bench")
+            head, t_head = timed(
+                fetch, server.url("corpus.jsonl"), tmp / "head.jsonl", sha256=None, head_bytes=HEAD, what="bench"
+            )
             head_sent = sum(r["sent"] for r in server.requests()[before:])
             # What one fetch job costs whatever the size: the rule's command on a 1 KB file, against starting
             # the same interpreter to do nothing.
-            cli = [sys.executable, "-m", "workflow_lib.data.fetch", "download", "--what", "bench", "--url",
-                   server.url("small.txt"), "--output", str(tmp / "small.txt")]
-            _, t_cli = median_timed(REPEAT, tmp / "small.txt", subprocess.run, cli, check=True, cwd=REPO,
-                                    capture_output=True)
+            cli = [
+                sys.executable,
+                "-m",
+                "workflow_lib.data.fetch",
+                "download",
+                "--what",
+                "bench",
+                "--url",
+                server.url("small.txt"),
+                "--output",
+                str(tmp / "small.txt"),
+            ]
+            _, t_cli = median_timed(
+                REPEAT, tmp / "small.txt", subprocess.run, cli, check=True, cwd=REPO, capture_output=True
+            )
             _, t_python = median_timed(REPEAT, None, subprocess.run, [sys.executable, "-c", "pass"], check=True)
         finally:
             server.close()
         plain_server = ChildServer({"corpus.jsonl": text_body}, range_support=False)
         try:
-            _, t_head_norange = timed(fetch, plain_server.url("corpus.jsonl"), tmp / "head2.jsonl", sha256=None,
-                                      head_bytes=HEAD, what="bench")
+            _, t_head_norange = timed(
+                fetch, plain_server.url("corpus.jsonl"), tmp / "head2.jsonl", sha256=None, head_bytes=HEAD, what="bench"
+            )
             head_sent_norange = sum(r["sent"] for r in plain_server.requests())
         finally:
             plain_server.close()
@@ -178,34 +201,50 @@ def main() -> None:
         archive_bytes = (tmp / "archive.tar.gz").stat().st_size
         _, t_unpack = timed(unpack, tmp / "archive.tar.gz", wanted, tmp / "unpacked", what="bench")
         (tmp / "tar").mkdir()
-        _, t_tar = timed(subprocess.run, ["tar", "-xzf", str(tmp / "archive.tar.gz"), "-C", str(tmp / "tar"),
-                                          *wanted], check=True)
+        _, t_tar = timed(
+            subprocess.run, ["tar", "-xzf", str(tmp / "archive.tar.gz"), "-C", str(tmp / "tar"), *wanted], check=True
+        )
         _, t_archive_sha = timed(sha256_file, tmp / "archive.tar.gz")
 
-    result.update({
-        "fetch_seconds": round(t_fetch, 3),
-        "fetch_MB_per_s": round(SIZE / MB / t_fetch),
-        "plain_seconds": round(t_plain, 3),
-        "plain_MB_per_s": round(SIZE / MB / t_plain),
-        "fetch_over_plain": round(t_fetch / t_plain, 2),
-        "plain_to_file_seconds": round(t_plain_file, 3),
-        "fetch_over_plain_to_file": round(t_fetch / t_plain_file, 2),
-        "sha256_seconds": round(t_sha, 3),
-        "sha256_MB_per_s": round(SIZE / MB / t_sha),
-        "head_seconds": round(t_head, 3),
-        "head_file_bytes": head["bytes"],
-        "head_server_sent": head_sent,
-        "head_no_range_seconds": round(t_head_norange, 3),
-        "head_no_range_server_sent": head_sent_norange,
-        "archive_bytes": archive_bytes,
-        "unpack_seconds": round(t_unpack, 3),
-        "unpack_archive_sha256_seconds": round(t_archive_sha, 3),
-        "tar_xzf_seconds": round(t_tar, 3),
-        "job_command_1kB_seconds": round(t_cli, 3),
-        "python_start_seconds": round(t_python, 3),
-    })
-    print(json.dumps({k: result[k] for k in ("fetch_MB_per_s", "plain_MB_per_s", "fetch_over_plain",
-                                              "unpack_seconds", "tar_xzf_seconds", "job_command_1kB_seconds")}))
+    result.update(
+        {
+            "fetch_seconds": round(t_fetch, 3),
+            "fetch_MB_per_s": round(SIZE / MB / t_fetch),
+            "plain_seconds": round(t_plain, 3),
+            "plain_MB_per_s": round(SIZE / MB / t_plain),
+            "fetch_over_plain": round(t_fetch / t_plain, 2),
+            "plain_to_file_seconds": round(t_plain_file, 3),
+            "fetch_over_plain_to_file": round(t_fetch / t_plain_file, 2),
+            "sha256_seconds": round(t_sha, 3),
+            "sha256_MB_per_s": round(SIZE / MB / t_sha),
+            "head_seconds": round(t_head, 3),
+            "head_file_bytes": head["bytes"],
+            "head_server_sent": head_sent,
+            "head_no_range_seconds": round(t_head_norange, 3),
+            "head_no_range_server_sent": head_sent_norange,
+            "archive_bytes": archive_bytes,
+            "unpack_seconds": round(t_unpack, 3),
+            "unpack_archive_sha256_seconds": round(t_archive_sha, 3),
+            "tar_xzf_seconds": round(t_tar, 3),
+            "job_command_1kB_seconds": round(t_cli, 3),
+            "python_start_seconds": round(t_python, 3),
+        }
+    )
+    print(
+        json.dumps(
+            {
+                k: result[k]
+                for k in (
+                    "fetch_MB_per_s",
+                    "plain_MB_per_s",
+                    "fetch_over_plain",
+                    "unpack_seconds",
+                    "tar_xzf_seconds",
+                    "job_command_1kB_seconds",
+                )
+            }
+        )
+    )
     print("fetch: " + json.dumps(result))
 
 

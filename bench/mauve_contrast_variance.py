@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workflow_lib.evaluate.metrics import featurize, mauve_buckets, mauve_score  # noqa: E402
 from workflow_lib.report.contrasts import conditions, pairs  # noqa: E402
-from workflow_lib.report.joint_mauve import joint_contrast, mauve_from_counts, quantise, _counts  # noqa: E402
+from workflow_lib.report.joint_mauve import _counts, joint_contrast, mauve_from_counts, quantise  # noqa: E402
 from workflow_lib.report.statistics import paired_t  # noqa: E402
 
 
@@ -35,10 +35,15 @@ def sample_features(results: Path, metrics_path: str, settings: dict) -> tuple[n
     samples = Path(metrics_path.replace("/metrics/", "/samples/").removesuffix(".json") + ".parquet")
     eval_set = Path(metrics_path).relative_to(results / "metrics").parts[7]
     prompts = pl.read_parquet(results / "prompts" / f"{eval_set}.parquet")
-    frame = pl.read_parquet(samples).join(prompts.select("prompt_id", "prefix"), on="prompt_id").sort(["run", "prompt_id"])
+    frame = (
+        pl.read_parquet(samples).join(prompts.select("prompt_id", "prefix"), on="prompt_id").sort(["run", "prompt_id"])
+    )
     texts = (frame["prefix"] + frame["text"]).to_list()
-    return frame["prompt_id"].to_numpy(), frame["run"].to_numpy(), featurize(texts, settings["featuriser"],
-                                                                             settings["max_text_length"], 32)
+    return (
+        frame["prompt_id"].to_numpy(),
+        frame["run"].to_numpy(),
+        featurize(texts, settings["featuriser"], settings["max_text_length"], 32),
+    )
 
 
 def main() -> None:
@@ -53,8 +58,10 @@ def main() -> None:
     designed = [p for p in pairs(conditions(paths), args.intensity) if p["kind"] == "metrics"][: args.pairs]
     settings = json.loads(Path(paths[0]).read_text())["settings"]
     mauve = settings["mauve"]
-    print(f"| pair | n | runs | buckets | SD over {args.seeds} seeds, separate | SD, joint | ratio | paired-t p (separate) | "
-          "permutation p (joint) |")
+    print(
+        f"| pair | n | runs | buckets | SD over {args.seeds} seeds, separate | SD, joint | ratio | paired-t p (separate) | "
+        "permutation p (joint) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     ratios = []
     for pair in designed:
@@ -75,19 +82,32 @@ def main() -> None:
             sa = [mauve_score(human, a[r], mauve, seed) for r in range(len(runs))]
             sb = [mauve_score(human, b[r], mauve, seed) for r in range(len(runs))]
             separate.append((np.mean(sa) - np.mean(sb), sa, sb))
-            h, la, lb = quantise([human, a.reshape(len(runs) * n, -1), b.reshape(len(runs) * n, -1)], buckets, mauve, seed)
+            h, la, lb = quantise(
+                [human, a.reshape(len(runs) * n, -1), b.reshape(len(runs) * n, -1)], buckets, mauve, seed
+            )
             hc = _counts(h, buckets)
-            ja = mauve_from_counts(hc, _counts(la.reshape(len(runs), n), buckets), mauve["discretization"], mauve["scaling"])
-            jb = mauve_from_counts(hc, _counts(lb.reshape(len(runs), n), buckets), mauve["discretization"], mauve["scaling"])
+            ja = mauve_from_counts(
+                hc, _counts(la.reshape(len(runs), n), buckets), mauve["discretization"], mauve["scaling"]
+            )
+            jb = mauve_from_counts(
+                hc, _counts(lb.reshape(len(runs), n), buckets), mauve["discretization"], mauve["scaling"]
+            )
             joint.append(float((ja - jb).mean()))
         sd_separate, sd_joint = np.std([s[0] for s in separate], ddof=1), np.std(joint, ddof=1)
         t = paired_t(separate[0][1], separate[0][2])
-        perm = joint_contrast(human, a, b, mauve, [0], 2000, "bench|" + pair["path_a"] + pair["path_b"], buckets).estimate
+        perm = joint_contrast(
+            human, a, b, mauve, [0], 2000, "bench|" + pair["path_a"] + pair["path_b"], buckets
+        ).estimate
         ratios.append(sd_separate / sd_joint)
         label = f"{pair['family']}, {pair['objective']}: {pair['a']} vs {pair['b']} ({eval_set})"
-        print(f"| {label} | {n} | {len(runs)} | {buckets} | {sd_separate:.4f} | {sd_joint:.4f} | {sd_separate / sd_joint:.1f} | "
-              f"{'—' if t.p is None else f'{t.p:.3f}'} | {perm.p:.4f} |  ({time.perf_counter() - start:.0f} s)", flush=True)
-    print(f"\nmedian ratio of the clustering SD, separate / joint: {np.median(ratios):.1f} over {len(ratios)} contrasts")
+        print(
+            f"| {label} | {n} | {len(runs)} | {buckets} | {sd_separate:.4f} | {sd_joint:.4f} | {sd_separate / sd_joint:.1f} | "
+            f"{'—' if t.p is None else f'{t.p:.3f}'} | {perm.p:.4f} |  ({time.perf_counter() - start:.0f} s)",
+            flush=True,
+        )
+    print(
+        f"\nmedian ratio of the clustering SD, separate / joint: {np.median(ratios):.1f} over {len(ratios)} contrasts"
+    )
 
 
 if __name__ == "__main__":

@@ -41,17 +41,30 @@ SIZES = (10, 20, 30, 50, 75, 100, 200, 400)
 REPS = 20
 MIXES = {"mix10": 0.10, "mix25": 0.25}
 WORDS, WIKI_POOL = 60, 2000
-SETTINGS = {"num_buckets": "auto", "max_buckets": 500, "kmeans_num_redo": 5, "kmeans_max_iter": 500,
-            "discretization": 25, "scaling": 5}
+SETTINGS = {
+    "num_buckets": "auto",
+    "max_buckets": 500,
+    "kmeans_num_redo": 5,
+    "kmeans_max_iter": 500,
+    "discretization": 25,
+    "scaling": 5,
+}
 
 
 def paragraphs() -> tuple[list[str], list[str]]:
     """(WikiText paragraphs, licence paragraphs), each cut to its first WORDS words, in file order."""
-    wiki = [line.strip() for name in ("wiki.valid.raw", "wiki.test.raw")
-            for line in (DATA / "wikitext-2-raw" / name).read_text(encoding="utf-8").splitlines()
-            if len(line.split()) >= 40 and not line.strip().startswith("=")]
-    licence = [" ".join(p.split()) for path in sorted((DATA / "licences").glob("*.txt"))
-               for p in path.read_text(encoding="utf-8", errors="replace").split("\n\n") if len(p.split()) >= 40]
+    wiki = [
+        line.strip()
+        for name in ("wiki.valid.raw", "wiki.test.raw")
+        for line in (DATA / "wikitext-2-raw" / name).read_text(encoding="utf-8").splitlines()
+        if len(line.split()) >= 40 and not line.strip().startswith("=")
+    ]
+    licence = [
+        " ".join(p.split())
+        for path in sorted((DATA / "licences").glob("*.txt"))
+        for p in path.read_text(encoding="utf-8", errors="replace").split("\n\n")
+        if len(p.split()) >= 40
+    ]
     cut = lambda t: " ".join(t.split()[:WORDS])  # noqa: E731
     return [cut(t) for t in wiki[:WIKI_POOL]], [cut(t) for t in licence]
 
@@ -71,8 +84,11 @@ def main() -> None:
     wiki, licence = paragraphs()
     start = time.perf_counter()
     wiki_f, lic_f = featurize(wiki, "minilm", 128), featurize(licence, "minilm", 128)
-    log = {"wiki_paragraphs": len(wiki), "licence_paragraphs": len(licence),
-           "featurise_seconds": round(time.perf_counter() - start, 1)}
+    log = {
+        "wiki_paragraphs": len(wiki),
+        "licence_paragraphs": len(licence),
+        "featurise_seconds": round(time.perf_counter() - start, 1),
+    }
     print(log, flush=True)
     rows = []
     for n in SIZES:
@@ -88,12 +104,15 @@ def main() -> None:
                 other = wiki_f[rest[(k + 1) * n : (k + 1) * n + n - m]]
                 q = np.concatenate([other, lic_f[rng.choice(len(lic_f), m, replace=False)]])
                 scores[name].append(float(mauve_result(p, q, SETTINGS, rep).mauve))
-        row = {"n": n, "buckets": mauve_buckets(n, n, SETTINGS),
-               "distinct": len({round(s, 6) for v in scores.values() for s in v}),
-               **{f"{k}_mean": round(float(np.mean(v)), 3) for k, v in scores.items()},
-               **{f"{k}_sd": round(float(np.std(v, ddof=1)), 3) for k, v in scores.items()},
-               **{f"same_above_{k}": round(ranked_above(scores["same"], scores[k]), 2) for k in MIXES},
-               "seconds": round(time.perf_counter() - start, 1)}
+        row = {
+            "n": n,
+            "buckets": mauve_buckets(n, n, SETTINGS),
+            "distinct": len({round(s, 6) for v in scores.values() for s in v}),
+            **{f"{k}_mean": round(float(np.mean(v)), 3) for k, v in scores.items()},
+            **{f"{k}_sd": round(float(np.std(v, ddof=1)), 3) for k, v in scores.items()},
+            **{f"same_above_{k}": round(ranked_above(scores["same"], scores[k]), 2) for k in MIXES},
+            "seconds": round(time.perf_counter() - start, 1),
+        }
         rows.append(row)
         print(row, flush=True)
     print("mauve_floor: " + json.dumps({**log, "reps": REPS, "rows": rows}))

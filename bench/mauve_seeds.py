@@ -57,15 +57,24 @@ def main() -> None:
     t_pca = time.perf_counter() - start
 
     result = {
-        "n_p": N, "n_q": N, "dim": DIM, "shift": SHIFT, "num_buckets": mauve_buckets(N, N, SETTINGS),
-        "seconds_k1": round(t_one, 2), "seconds_k5": round(t_five, 2), "ratio_k5_k1": round(t_five / t_one, 2),
+        "n_p": N,
+        "n_q": N,
+        "dim": DIM,
+        "shift": SHIFT,
+        "num_buckets": mauve_buckets(N, N, SETTINGS),
+        "seconds_k1": round(t_one, 2),
+        "seconds_k5": round(t_five, 2),
+        "ratio_k5_k1": round(t_five / t_one, 2),
         "pca_fit_seconds": round(t_pca, 2),
-        "mauve_k1": round(one[0], 4), "mauve_by_seed_k5": [round(s, 4) for s in five],
+        "mauve_k1": round(one[0], 4),
+        "mauve_by_seed_k5": [round(s, 4) for s in five],
         "mauve_mean_k5": round(float(np.mean(five)), 4),
         "mauve_std_k5": round(float(np.std(five, ddof=1)), 4),  # sample std over the 5 clustering seeds
     }
-    print(f"K=1 {t_one:.2f} s, K=5 {t_five:.2f} s ({t_five / t_one:.2f}x); MAUVE {np.mean(five):.4f} +- "
-          f"{np.std(five, ddof=1):.4f} (std over 5 seeds)")
+    print(
+        f"K=1 {t_one:.2f} s, K=5 {t_five:.2f} s ({t_five / t_one:.2f}x); MAUVE {np.mean(five):.4f} +- "
+        f"{np.std(five, ddof=1):.4f} (std over 5 seeds)"
+    )
     print("mauve_seeds: " + json.dumps(result))
 
 

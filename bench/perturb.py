@@ -87,8 +87,12 @@ def main() -> None:
         lo, hi = np_offsets[t], np_offsets[t + 1]
         candidates[int(t)] = (cands[lo:hi].tolist(), np.diff(np.concatenate([[0.0], keys[lo:hi] - t])).tolist())
 
-    result = {"source": source, "tokens": int(values.size), "intensity": INTENSITY,
-              "synonym_table_seconds": round(table_seconds, 2)}
+    result = {
+        "source": source,
+        "tokens": int(values.size),
+        "intensity": INTENSITY,
+        "synonym_table_seconds": round(table_seconds, 2),
+    }
     rates, speedups = {}, {}
     for strategy in STRATEGIES:
         rng = np.random.default_rng(0)
@@ -97,16 +101,21 @@ def main() -> None:
         t_torch = best_of(lambda: perturb(t_values, t_offsets, strategy, INTENSITY, torch_table, gen, special))
         t_loop = best_of(lambda: perturb_loop(seqs, strategy, INTENSITY, candidates, random.Random(0), set(special)), 1)
         loop_rate = slice_blocks.size / t_loop
-        rates[strategy] = {"numpy_tokens_per_s": round(values.size / t_np), "torch_cpu_tokens_per_s": round(values.size / t_torch),
-                           "loop_tokens_per_s": round(loop_rate)}
+        rates[strategy] = {
+            "numpy_tokens_per_s": round(values.size / t_np),
+            "torch_cpu_tokens_per_s": round(values.size / t_torch),
+            "loop_tokens_per_s": round(loop_rate),
+        }
         speedups[strategy] = round(values.size / t_np / loop_rate, 1)
     result["tokens_per_s"] = rates
     result["speedup_vs_loop"] = speedups
     result["targets"] = {"tokens_per_s": 5_000_000, "speedup_vs_loop": 50}
     for strategy in STRATEGIES:
-        print(f"{strategy:12s} numpy {rates[strategy]['numpy_tokens_per_s'] / 1e6:6.1f}M tok/s  "
-              f"torch-cpu {rates[strategy]['torch_cpu_tokens_per_s'] / 1e6:6.1f}M tok/s  "
-              f"loop {rates[strategy]['loop_tokens_per_s'] / 1e6:6.2f}M tok/s  speedup {speedups[strategy]}x")
+        print(
+            f"{strategy:12s} numpy {rates[strategy]['numpy_tokens_per_s'] / 1e6:6.1f}M tok/s  "
+            f"torch-cpu {rates[strategy]['torch_cpu_tokens_per_s'] / 1e6:6.1f}M tok/s  "
+            f"loop {rates[strategy]['loop_tokens_per_s'] / 1e6:6.2f}M tok/s  speedup {speedups[strategy]}x"
+        )
     print("perturb: " + json.dumps(result))
 
 

@@ -59,20 +59,52 @@ def train_tiny(root: Path, texts: list[str], steps: int) -> Path:
     blocks = group_blocks(token_ids(tokenizer, texts)[0], 128)[: steps * 16]  # augment: D plus one copy
     empty = SynonymTable.from_rows(len(tokenizer), [], [], [])
     write_parquet(perturb_blocks(blocks, "augment", "insertion", 0.0, empty, 1, 0, "k"), root / "train.parquet")
-    settings = {"learning_rate": 2e-3, "lr_scheduler": "linear", "warmup_steps": 20, "weight_decay": 0.0, "batch_size": 32,
-                "gradient_accumulation_steps": 1, "epochs": 1, "max_length": 144, "max_grad_norm": 1.0,
-                "mixed_precision": "no", "gradient_checkpointing": False, "checkpoint_every": 10**9, "eval_every": 10**9,
-                "log_every": 50, "select_best": False, "select_by": "nll", "validation": False, "gpus": 0, "seed": 0}
-    args = ap.Namespace(train=str(root / "train.parquet"), validation=None, tokenizer=str(root / "tok"), model_key="tiny",
-                        resume_dir=str(root / "resume"), output=str(root / "trained"))
-    train(args, settings, {"source": "scratch", "architecture": {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 256}},
-          {"loss": "mle"})
+    settings = {
+        "learning_rate": 2e-3,
+        "lr_scheduler": "linear",
+        "warmup_steps": 20,
+        "weight_decay": 0.0,
+        "batch_size": 32,
+        "gradient_accumulation_steps": 1,
+        "epochs": 1,
+        "max_length": 144,
+        "max_grad_norm": 1.0,
+        "mixed_precision": "no",
+        "gradient_checkpointing": False,
+        "checkpoint_every": 10**9,
+        "eval_every": 10**9,
+        "log_every": 50,
+        "select_best": False,
+        "select_by": "nll",
+        "validation": False,
+        "gpus": 0,
+        "seed": 0,
+    }
+    args = ap.Namespace(
+        train=str(root / "train.parquet"),
+        validation=None,
+        tokenizer=str(root / "tok"),
+        model_key="tiny",
+        resume_dir=str(root / "resume"),
+        output=str(root / "trained"),
+    )
+    train(
+        args,
+        settings,
+        {"source": "scratch", "architecture": {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 256}},
+        {"loss": "mle"},
+    )
     return root / "trained"
 
 
 def summary(tv: np.ndarray) -> dict:
-    return {"positions": int(tv.size), "mean": float(tv.mean()), "median": float(np.median(tv)),
-            "p99": float(np.quantile(tv, 0.99)), "max": float(tv.max())}
+    return {
+        "positions": int(tv.size),
+        "mean": float(tv.mean()),
+        "median": float(np.median(tv)),
+        "p99": float(np.quantile(tv, 0.99)),
+        "max": float(tv.max()),
+    }
 
 
 def main() -> None:
@@ -89,18 +121,24 @@ def main() -> None:
     torch.set_num_threads(2)
     grammar = build_grammar(seed=1234)
     train_texts = grammar.generate("train", n_docs=1500, sentences_per_doc=20, seed=1234)
-    held_out = [" ".join(t.split()[:40]) for t in grammar.generate("test", n_docs=opts.texts, sentences_per_doc=4, seed=1234)]
+    held_out = [
+        " ".join(t.split()[:40]) for t in grammar.generate("test", n_docs=opts.texts, sentences_per_doc=4, seed=1234)
+    ]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         results["tiny-gpt2-trained"] = summary(law_tv(train_tiny(root, train_texts, opts.steps), held_out))
         for family in FAMILIES:
-            results[f"{family}-random"] = summary(law_tv(make_checkpoint(root / "hub", family, train_texts[:400]), held_out))
+            results[f"{family}-random"] = summary(
+                law_tv(make_checkpoint(root / "hub", family, train_texts[:400]), held_out)
+            )
         for name in opts.model:
             results[name] = summary(law_tv(name, held_out))
     for name, r in results.items():
-        print(f"{name:>20}: TV mean {r['mean']:.4f}, median {r['median']:.4f}, p99 {r['p99']:.4f}, max {r['max']:.4f} "
-              f"over {r['positions']} positions")
+        print(
+            f"{name:>20}: TV mean {r['mean']:.4f}, median {r['median']:.4f}, p99 {r['p99']:.4f}, max {r['max']:.4f} "
+            f"over {r['positions']} positions"
+        )
     print("precision: " + json.dumps(results))
 
 

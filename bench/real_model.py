@@ -70,8 +70,14 @@ def our_rate(model: Path, rows: Path, settings: dict, work: Path) -> float:
     from workflow_lib.train.trainer import train
 
     shutil.rmtree(work, ignore_errors=True)
-    args = argparse.Namespace(train=str(rows), validation=None, tokenizer=str(model), model_key="smollm2",
-                              resume_dir=str(work / "resume"), output=str(work / "model"))
+    args = argparse.Namespace(
+        train=str(rows),
+        validation=None,
+        tokenizer=str(model),
+        model_key="smollm2",
+        resume_dir=str(work / "resume"),
+        output=str(work / "model"),
+    )
     train(args, settings, {"source": "hf", "name": str(model)}, {"loss": "mle"})
     with open(work / "model" / "train_log.csv") as handle:
         rates = [float(r["tokens_per_s"]) for r in csv.DictReader(handle) if r["tokens_per_s"]]
@@ -93,10 +99,21 @@ def hf_rate(model: Path, rows: Path, settings: dict, steps: int, work: Path) -> 
         def on_step_end(self, *_, **__):
             times.append(time.perf_counter())
 
-    args = TrainingArguments(output_dir=str(work), per_device_train_batch_size=settings["batch_size"], max_steps=steps,
-                             learning_rate=settings["learning_rate"], lr_scheduler_type="constant", logging_steps=10_000,
-                             save_strategy="no", report_to=[], seed=0, dataloader_num_workers=0, use_cpu=True,
-                             disable_tqdm=True, max_grad_norm=settings["max_grad_norm"])
+    args = TrainingArguments(
+        output_dir=str(work),
+        per_device_train_batch_size=settings["batch_size"],
+        max_steps=steps,
+        learning_rate=settings["learning_rate"],
+        lr_scheduler_type="constant",
+        logging_steps=10_000,
+        save_strategy="no",
+        report_to=[],
+        seed=0,
+        dataloader_num_workers=0,
+        use_cpu=True,
+        disable_tqdm=True,
+        max_grad_norm=settings["max_grad_norm"],
+    )
     Trainer(model=net, args=args, train_dataset=dataset, callbacks=[Clock()]).train()
     steps_timed = np.diff(times[1:])  # the first step holds the warm-up
     return settings["batch_size"] * (len(ids[0]) - 1) / float(np.median(steps_timed))
@@ -114,17 +131,40 @@ def sampling_rates(model: Path, prompts: list[str], batch: int, new_tokens: int,
     tokenizer = AutoTokenizer.from_pretrained(model)
     rows = (prompts * (batch // len(prompts) + 1))[:batch]
     rates = {}
-    for name, intensity, mode in (("intensity 0", 0.0, "exact"), ("cached", 0.025, "cached"), ("exact", 0.025, "exact")):
+    for name, intensity, mode in (
+        ("intensity 0", 0.0, "exact"),
+        ("cached", 0.025, "cached"),
+        ("exact", 0.025, "exact"),
+    ):
         start = time.perf_counter()
-        generate(net, tokenizer, rows, np.arange(batch), 1, new_tokens, {"strategy": "insertion", "intensity": intensity},
-                 table, seed=1, mode=mode, batch_size=batch)
+        generate(
+            net,
+            tokenizer,
+            rows,
+            np.arange(batch),
+            1,
+            new_tokens,
+            {"strategy": "insertion", "intensity": intensity},
+            table,
+            seed=1,
+            mode=mode,
+            batch_size=batch,
+        )
         rates[name] = batch * new_tokens / (time.perf_counter() - start)
     tokenizer.padding_side = "left"
     encoded = tokenizer(rows, return_tensors="pt", padding=True)
     with torch.no_grad():
         start = time.perf_counter()
-        net.generate(**encoded, do_sample=True, top_k=0, top_p=1.0, temperature=1.0, max_new_tokens=new_tokens,
-                     min_new_tokens=new_tokens, pad_token_id=tokenizer.pad_token_id)
+        net.generate(
+            **encoded,
+            do_sample=True,
+            top_k=0,
+            top_p=1.0,
+            temperature=1.0,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+        )
         rates["hf generate"] = batch * new_tokens / (time.perf_counter() - start)
     return rates
 
@@ -139,8 +179,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--model", type=Path)
     parser.add_argument("--parts", default="train,sample", help="train, sample or both (comma-separated)")
-    parser.add_argument("--text", type=Path, default=Path(os.environ.get("PERTURBED_LM_SHARED", REPO.parent / "shared/data"))
-                        / "wikitext-2-raw/wiki.valid.raw")
+    parser.add_argument(
+        "--text",
+        type=Path,
+        default=Path(os.environ.get("PERTURBED_LM_SHARED", REPO.parent / "shared/data"))
+        / "wikitext-2-raw/wiki.valid.raw",
+    )
     opts = parser.parse_args()
     torch.set_num_threads(opts.threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -155,15 +199,33 @@ def main() -> None:
             dequantise("smollm2", smollm2_gguf(), model)
         batch, block = 8, 64
         rows = blocks_file(model, opts.text, root / "blocks.parquet", block, rows=40)
-        settings = {"learning_rate": 5e-5, "lr_scheduler": "constant", "warmup_steps": 0, "weight_decay": 0.0,
-                    "batch_size": batch, "gradient_accumulation_steps": 1, "epochs": 1, "max_length": block,
-                    "max_grad_norm": 1.0, "mixed_precision": "no", "gradient_checkpointing": False,
-                    "checkpoint_every": 10**9, "eval_every": 10**9, "log_every": 2, "select_best": False,
-                    "validation": False, "gpus": 0, "seed": 0, "select_by": "nll"}
+        settings = {
+            "learning_rate": 5e-5,
+            "lr_scheduler": "constant",
+            "warmup_steps": 0,
+            "weight_decay": 0.0,
+            "batch_size": batch,
+            "gradient_accumulation_steps": 1,
+            "epochs": 1,
+            "max_length": block,
+            "max_grad_norm": 1.0,
+            "mixed_precision": "no",
+            "gradient_checkpointing": False,
+            "checkpoint_every": 10**9,
+            "eval_every": 10**9,
+            "log_every": 2,
+            "select_best": False,
+            "validation": False,
+            "gpus": 0,
+            "seed": 0,
+            "select_by": "nll",
+        }
         import pyarrow.parquet as pq
 
         pq.write_table(pq.read_table(rows).slice(0, opts.steps * batch), rows)
-        params = sum(p.numel() for p in __import__("transformers").AutoModelForCausalLM.from_pretrained(model).parameters())
+        params = sum(
+            p.numel() for p in __import__("transformers").AutoModelForCausalLM.from_pretrained(model).parameters()
+        )
         parts = set(opts.parts.split(","))
         result: dict = {"threads": opts.threads, "parameters": params}
         if "train" in parts:
@@ -172,10 +234,15 @@ def main() -> None:
                 peak = max(peak, matmul_peak())
                 ours = max(ours, our_rate(model, rows, settings, root / "ours"))
                 hf = max(hf, hf_rate(model, rows, settings, opts.steps, root / "hf"))
-            result.update({"matmul_peak_gflops": round(peak / 1e9, 1),
-                           "train_tokens_per_s": {"ours": round(ours, 1), "hf_trainer": round(hf, 1)},
-                           "vs_hf_trainer": round(ours / hf, 3), "mfu_ours": round(6 * params * ours / peak, 3),
-                           "mfu_hf_trainer": round(6 * params * hf / peak, 3)})
+            result.update(
+                {
+                    "matmul_peak_gflops": round(peak / 1e9, 1),
+                    "train_tokens_per_s": {"ours": round(ours, 1), "hf_trainer": round(hf, 1)},
+                    "vs_hf_trainer": round(ours / hf, 3),
+                    "mfu_ours": round(6 * params * ours / peak, 3),
+                    "mfu_hf_trainer": round(6 * params * hf / peak, 3),
+                }
+            )
         if "sample" in parts:
             from transformers import AutoTokenizer
 
@@ -185,7 +252,9 @@ def main() -> None:
             blocks = np.array(pq.read_table(rows).column("input_ids").to_pylist())
             tokenizer = AutoTokenizer.from_pretrained(model)
             table = distributional_synonyms(blocks, len(tokenizer), special_ids=tokenizer.all_special_ids, min_count=1)
-            prompts = [" ".join(line.split()[:20]) for line in read_wikitext_raw(opts.text) if len(line.split()) > 40][:64]
+            prompts = [" ".join(line.split()[:20]) for line in read_wikitext_raw(opts.text) if len(line.split()) > 40][
+                :64
+            ]
             sampling = {}
             for batch_size in (16, 64):
                 best: dict = {}
@@ -193,9 +262,15 @@ def main() -> None:
                     for k, v in sampling_rates(model, prompts, batch_size, opts.new_tokens, table).items():
                         best[k] = max(best.get(k, 0.0), v)
                 sampling[batch_size] = best
-            result.update({"sampling_tokens_per_s": {b: {k: round(v, 1) for k, v in r.items()} for b, r in sampling.items()},
-                           "sampling_vs_generate": {b: {k: round(v / r["hf generate"], 3) for k, v in r.items()
-                                                        if k != "hf generate"} for b, r in sampling.items()}})
+            result.update(
+                {
+                    "sampling_tokens_per_s": {b: {k: round(v, 1) for k, v in r.items()} for b, r in sampling.items()},
+                    "sampling_vs_generate": {
+                        b: {k: round(v / r["hf generate"], 3) for k, v in r.items() if k != "hf generate"}
+                        for b, r in sampling.items()
+                    },
+                }
+            )
     print("real_model: " + json.dumps(result))
 
 

@@ -62,20 +62,51 @@ def main() -> None:
         (tmp / "web.jsonl").write_text("".join(json.dumps({"text": r}) + "\n" for r in rows))
         os.chdir(tmp)
         cases = {
-            "raw (wikitext)": ({"source": "local", "format": "wikitext", "files": {"test": "wiki.raw"},
-                                "cleaning": "wikitext", "recipe": "raw", "max_rows": None, "top_up": None}, "test"),
-            "mixce (wikitext103, top-up)": ({"source": "local", "format": "wikitext",
-                                             "files": {"test": "wiki.raw", "train": "wiki.raw"}, "cleaning": "wikitext103",
-                                             "recipe": "mixce", "max_rows": 20000, "top_up": "train"}, "test"),
-            "mixce (webtext, top-up)": ({"source": "local", "format": "jsonl",
-                                         "files": {"test": "web.jsonl", "train": "web.jsonl"}, "cleaning": "webtext",
-                                         "recipe": "mixce", "max_rows": 20000, "top_up": "train"}, "test"),
+            "raw (wikitext)": (
+                {
+                    "source": "local",
+                    "format": "wikitext",
+                    "files": {"test": "wiki.raw"},
+                    "cleaning": "wikitext",
+                    "recipe": "raw",
+                    "max_rows": None,
+                    "top_up": None,
+                },
+                "test",
+            ),
+            "mixce (wikitext103, top-up)": (
+                {
+                    "source": "local",
+                    "format": "wikitext",
+                    "files": {"test": "wiki.raw", "train": "wiki.raw"},
+                    "cleaning": "wikitext103",
+                    "recipe": "mixce",
+                    "max_rows": 20000,
+                    "top_up": "train",
+                },
+                "test",
+            ),
+            "mixce (webtext, top-up)": (
+                {
+                    "source": "local",
+                    "format": "jsonl",
+                    "files": {"test": "web.jsonl", "train": "web.jsonl"},
+                    "cleaning": "webtext",
+                    "recipe": "mixce",
+                    "max_rows": 20000,
+                    "top_up": "train",
+                },
+                "test",
+            ),
         }
         for name, (spec, split) in cases.items():
             seconds, meta = timed_build(spec, split)
             steps = ", ".join(f"{s['step']}: {s['rows']}" for s in meta["steps"])
-            results[name] = {"seconds": round(seconds, 2), "rows_written": meta["rows_written"],
-                             "top_up": (meta["top_up"] or {}).get("rows", 0)}
+            results[name] = {
+                "seconds": round(seconds, 2),
+                "rows_written": meta["rows_written"],
+                "top_up": (meta["top_up"] or {}).get("rows", 0),
+            }
             print(f"{name:30s} {seconds:7.2f} s   {steps}")
     print(f"{len(rows)} rows, {words} words ({source}), one core")
     print("recipes: " + json.dumps(results))

@@ -73,13 +73,14 @@ def naive_fit_seconds(V: int, settings: dict, fits: int = 2) -> float:
     start = time.process_time()
     for _ in range(fits):
         d, h = settings["embedding_dim"], settings["hidden_dim"]
-        model = nn.Sequential(nn.Embedding(V, d), nn.Linear(d, h), nn.ReLU(), nn.Dropout(settings["dropout"]),
-                              nn.Linear(h, V))
+        model = nn.Sequential(
+            nn.Embedding(V, d), nn.Linear(d, h), nn.ReLU(), nn.Dropout(settings["dropout"]), nn.Linear(h, V)
+        )
         optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"], weight_decay=settings["weight_decay"])
         for _ in range(settings["epochs"]):
             order = torch.randperm(pairs, generator=gen)
             for first in range(0, pairs, settings["batch_size"]):
-                batch = order[first:first + settings["batch_size"]]
+                batch = order[first : first + settings["batch_size"]]
                 loss = nn.functional.cross_entropy(model(cond[batch]), target[batch])
                 optimizer.zero_grad()
                 loss.backward()
@@ -97,8 +98,11 @@ def product_floor_seconds(vocab_sizes: list[int], settings: dict, fits_per_vocab
     for V in vocab_sizes:
         B = 8
         hid, W2, grad = torch.randn(B, pairs, h), torch.randn(B, h, V), torch.randn(B, pairs, V)
-        products = (lambda: torch.bmm(hid, W2), lambda: torch.bmm(hid.transpose(1, 2), grad),
-                    lambda: torch.bmm(grad, W2.transpose(1, 2)))
+        products = (
+            lambda: torch.bmm(hid, W2),
+            lambda: torch.bmm(hid.transpose(1, 2), grad),
+            lambda: torch.bmm(grad, W2.transpose(1, 2)),
+        )
         seconds = 0.0
         for product in products:
             product()
@@ -108,8 +112,11 @@ def product_floor_seconds(vocab_sizes: list[int], settings: dict, fits_per_vocab
             seconds += (time.perf_counter() - start) / (n * B)
         rates[str(V)] = round(3 * pairs * h * V / seconds / 1e9, 1)
         total += seconds * steps * fits_per_vocab
-    return {"cpu_seconds": round(total, 1), "seconds_on_cores": round(total / CORES, 1),
-            "gmac_per_second_per_core": rates}
+    return {
+        "cpu_seconds": round(total, 1),
+        "seconds_on_cores": round(total / CORES, 1),
+        "gmac_per_second_per_core": rates,
+    }
 
 
 def makespan(seconds: list[float], cores: int) -> float:
@@ -149,14 +156,22 @@ def main() -> None:
         fits_timed += n
         per_fit[V] = cpu / n
         difference = max(difference, max_difference(batched[V][0], rows))
-        print(f"|V|={V:4d}  batched {batched[V][2]:7.1f} CPU s for {fits_per_vocab} fits "
-              f"({batched[V][2] / fits_per_vocab:.3f}s per fit)   one by one {per_fit[V]:.3f} CPU s per fit", flush=True)
+        print(
+            f"|V|={V:4d}  batched {batched[V][2]:7.1f} CPU s for {fits_per_vocab} fits "
+            f"({batched[V][2] / fits_per_vocab:.3f}s per fit)   one by one {per_fit[V]:.3f} CPU s per fit",
+            flush=True,
+        )
     batched_cpu = {V: batched[V][2] for V in vocab_sizes}
     sequential_cpu = sum(per_fit[V] * fits_per_vocab for V in vocab_sizes)
     idle = makespan(list(batched_cpu.values()), CORES)
     result = {
-        "grid": {"vocab_sizes": vocab_sizes, "intensities": settings["intensities"], "replications": args.replications,
-                 "synonyms": settings["synonyms"], "fits": fits_per_vocab * len(vocab_sizes)},
+        "grid": {
+            "vocab_sizes": vocab_sizes,
+            "intensities": settings["intensities"],
+            "replications": args.replications,
+            "synonyms": settings["synonyms"],
+            "fits": fits_per_vocab * len(vocab_sizes),
+        },
         "cores": CORES,
         "layout": "one single-threaded process per core, one |V| job at a time (as snakemake --cores 2)",
         # CPU seconds do not depend on what else runs on the machine; the wall time below does.
@@ -172,7 +187,8 @@ def main() -> None:
         "speedup_vs_sequential": round(sequential_cpu / sum(batched_cpu.values()), 2),
         "naive_autograd_cpu_seconds_per_fit": {str(V): round(naive[V][2], 3) for V in vocab_sizes},
         "speedup_vs_naive_autograd_sequential": round(
-            sum(naive[V][2] * fits_per_vocab for V in vocab_sizes) / sum(batched_cpu.values()), 2),
+            sum(naive[V][2] * fits_per_vocab for V in vocab_sizes) / sum(batched_cpu.values()), 2
+        ),
         "matrix_products_alone": floor,
         "max_abs_mae_difference_batched_vs_sequential": float(f"{difference:.2e}"),
         "targets": {"full_grid_seconds": 300, "speedup_vs_sequential": 10},

@@ -67,8 +67,12 @@ def redirected(argv: list[str], folder: Path) -> tuple[list[str], list[Path]]:
 
 def run_once(env: dict, argv: list[str], code: Path, workdir: Path, log: Path) -> tuple[float, float]:
     """(wall, CPU) seconds of one job run with `code` first on PYTHONPATH."""
-    environment = {**os.environ, **env, "PYTHONPATH": str(code),
-                   "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    environment = {
+        **os.environ,
+        **env,
+        "PYTHONPATH": str(code),
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
     log.parent.mkdir(parents=True, exist_ok=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -122,19 +126,27 @@ def main() -> None:
             for label in labels if r % 2 == 0 else labels[::-1]:
                 folder = scratch / label / f"job{index}"
                 job_argv, outputs[label] = redirected(argv, folder)
-                times[label].append(run_once(env, job_argv, Path(codes[label]).resolve(), opts.workdir,
-                                             folder / "stderr.log"))
+                times[label].append(
+                    run_once(env, job_argv, Path(codes[label]).resolve(), opts.workdir, folder / "stderr.log")
+                )
         same = all(comparable(a) == comparable(b) for a, b in zip(outputs[labels[0]], outputs[labels[1]], strict=True))
         best = {label: (min(w for w, _ in t), min(c for _, c in t)) for label, t in times.items()}
-        row = {"job": index, "name": name, "identical": same,
-               **{f"{label}_wall_s": round(best[label][0], 2) for label in labels},
-               **{f"{label}_cpu_s": round(best[label][1], 2) for label in labels},
-               "wall_ratio": round(best[labels[1]][0] / best[labels[0]][0], 3),
-               "cpu_ratio": round(best[labels[1]][1] / best[labels[0]][1], 3)}
+        row = {
+            "job": index,
+            "name": name,
+            "identical": same,
+            **{f"{label}_wall_s": round(best[label][0], 2) for label in labels},
+            **{f"{label}_cpu_s": round(best[label][1], 2) for label in labels},
+            "wall_ratio": round(best[labels[1]][0] / best[labels[0]][0], 3),
+            "cpu_ratio": round(best[labels[1]][1] / best[labels[0]][1], 3),
+        }
         report.append(row)
-        print(f"job {index:2d} {name:20s} " + " ".join(f"{label} {best[label][0]:6.1f} s wall {best[label][1]:6.1f} s CPU"
-                                                       for label in labels)
-              + f"  {labels[1]}/{labels[0]} wall {row['wall_ratio']:.3f}  identical outputs: {same}", flush=True)
+        print(
+            f"job {index:2d} {name:20s} "
+            + " ".join(f"{label} {best[label][0]:6.1f} s wall {best[label][1]:6.1f} s CPU" for label in labels)
+            + f"  {labels[1]}/{labels[0]} wall {row['wall_ratio']:.3f}  identical outputs: {same}",
+            flush=True,
+        )
     print("study_jobs: " + json.dumps(report))
 
 

@@ -44,8 +44,10 @@ def make_data(root: Path, vocab: int, block: int):
     blocks = group_blocks(ids, block)
     table = distributional_synonyms(blocks, len(tokenizer), special_ids=tokenizer.all_special_ids, min_count=2)
     for mode in ("augment", "prefix"):
-        write_parquet(perturb_blocks(blocks, mode, "replacement", 0.025, table, 1, 0, mode, tokenizer.all_special_ids),
-                      root / f"{mode}.parquet")
+        write_parquet(
+            perturb_blocks(blocks, mode, "replacement", 0.025, table, 1, 0, mode, tokenizer.all_special_ids),
+            root / f"{mode}.parquet",
+        )
     return tokenizer
 
 
@@ -53,8 +55,14 @@ def our_rate(root: Path, mode: str, settings: dict, arch: dict) -> float:
     from workflow_lib.train.trainer import train
 
     out = root / f"ours-{mode}"
-    args = argparse.Namespace(train=str(root / f"{mode}.parquet"), validation=None, tokenizer=str(root / "tok"),
-                              model_key="bench", resume_dir=str(out / "resume"), output=str(out / "model"))
+    args = argparse.Namespace(
+        train=str(root / f"{mode}.parquet"),
+        validation=None,
+        tokenizer=str(root / "tok"),
+        model_key="bench",
+        resume_dir=str(out / "resume"),
+        output=str(out / "model"),
+    )
     import shutil
 
     shutil.rmtree(out, ignore_errors=True)
@@ -75,12 +83,39 @@ def launched_rate(root: Path, processes: int, threads: int, settings: dict, arch
     shutil.rmtree(out, ignore_errors=True)
     settings = {**settings, "batch_size": settings["batch_size"] // processes, "gpus": processes, "log_every": 5}
     multi = ["--multi_gpu"] if processes > 1 else []
-    cmd = [str(Path(sys.executable).parent / "accelerate"), "launch", *multi, "--num_processes", str(processes),
-           "--num_machines", "1", "--mixed_precision", settings["mixed_precision"], "--dynamo_backend", "no",
-           "--main_process_port", "0", "-m", "workflow_lib.train.trainer", "--train", str(root / "augment.parquet"),
-           "--tokenizer", str(root / "tok"), "--model-key", "bench", "--model",
-           json.dumps({"source": "scratch", "architecture": arch}), "--objective", json.dumps({"loss": "mle"}),
-           "--settings", json.dumps(settings), "--resume-dir", str(out / "resume"), "--output", str(out / "model")]
+    cmd = [
+        str(Path(sys.executable).parent / "accelerate"),
+        "launch",
+        *multi,
+        "--num_processes",
+        str(processes),
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        settings["mixed_precision"],
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        "0",
+        "-m",
+        "workflow_lib.train.trainer",
+        "--train",
+        str(root / "augment.parquet"),
+        "--tokenizer",
+        str(root / "tok"),
+        "--model-key",
+        "bench",
+        "--model",
+        json.dumps({"source": "scratch", "architecture": arch}),
+        "--objective",
+        json.dumps({"loss": "mle"}),
+        "--settings",
+        json.dumps(settings),
+        "--resume-dir",
+        str(out / "resume"),
+        "--output",
+        str(out / "model"),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
     subprocess.run(cmd, check=True, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(out / "model" / "train_log.csv") as handle:
@@ -106,10 +141,21 @@ def hf_rate(root: Path, tokenizer, settings: dict, arch: dict, steps: int, devic
                 torch.cuda.synchronize()
             times.append(time.perf_counter())
 
-    args = TrainingArguments(output_dir=str(root / "hf"), per_device_train_batch_size=settings["batch_size"], max_steps=steps,
-                             learning_rate=settings["learning_rate"], lr_scheduler_type="constant", logging_steps=10_000,
-                             save_strategy="no", report_to=[], seed=settings["seed"], dataloader_num_workers=0,
-                             use_cpu=device == "cpu", bf16=settings["mixed_precision"] == "bf16", disable_tqdm=True)
+    args = TrainingArguments(
+        output_dir=str(root / "hf"),
+        per_device_train_batch_size=settings["batch_size"],
+        max_steps=steps,
+        learning_rate=settings["learning_rate"],
+        lr_scheduler_type="constant",
+        logging_steps=10_000,
+        save_strategy="no",
+        report_to=[],
+        seed=settings["seed"],
+        dataloader_num_workers=0,
+        use_cpu=device == "cpu",
+        bf16=settings["mixed_precision"] == "bf16",
+        disable_tqdm=True,
+    )
     Trainer(model=model, args=args, train_dataset=dataset, callbacks=[Clock()]).train()
     width = len(rows[0])
     warm = max(5, steps // 8)
@@ -136,11 +182,27 @@ def main() -> None:
 
         n_rows = pq.read_metadata(root / "augment.parquet").num_rows
         epochs_rows = opts.steps * batch
-        settings = {"learning_rate": 1e-3, "lr_scheduler": "constant", "warmup_steps": 0, "weight_decay": 0.0,
-                    "batch_size": batch, "gradient_accumulation_steps": 1, "epochs": 1, "max_length": block + 16,
-                    "max_grad_norm": 1.0, "mixed_precision": precision, "gradient_checkpointing": False,
-                    "checkpoint_every": 10**9, "eval_every": 10**9, "log_every": 10, "select_best": False,
-                    "validation": False, "gpus": 0, "seed": 0, "select_by": "nll"}
+        settings = {
+            "learning_rate": 1e-3,
+            "lr_scheduler": "constant",
+            "warmup_steps": 0,
+            "weight_decay": 0.0,
+            "batch_size": batch,
+            "gradient_accumulation_steps": 1,
+            "epochs": 1,
+            "max_length": block + 16,
+            "max_grad_norm": 1.0,
+            "mixed_precision": precision,
+            "gradient_checkpointing": False,
+            "checkpoint_every": 10**9,
+            "eval_every": 10**9,
+            "log_every": 10,
+            "select_best": False,
+            "validation": False,
+            "gpus": 0,
+            "seed": 0,
+            "select_by": "nll",
+        }
         if n_rows > epochs_rows:  # train on a slice of about `steps` batches
             for mode in ("augment", "prefix"):
                 table = pq.read_table(root / f"{mode}.parquet").slice(0, epochs_rows)
@@ -156,16 +218,26 @@ def main() -> None:
                 for key in launched:
                     processes, threads = map(int, key.split("x"))
                     launched[key] = max(launched[key], launched_rate(root, processes, threads, settings, arch))
-    result = {"device": opts.device, "model": opts.model, "precision": precision, "batch": [batch, block],
-              "tokens_per_s": {"augment": round(augment), "prefix": round(prefix), "hf_trainer": round(hf)},
-              "prefix_overhead": round(augment / prefix, 3), "vs_hf_trainer": round(augment / hf, 3),
-              "targets": {"prefix_overhead": "<= 1.05", "vs_hf_trainer": ">= 1.0"}}
+    result = {
+        "device": opts.device,
+        "model": opts.model,
+        "precision": precision,
+        "batch": [batch, block],
+        "tokens_per_s": {"augment": round(augment), "prefix": round(prefix), "hf_trainer": round(hf)},
+        "prefix_overhead": round(augment / prefix, 3),
+        "vs_hf_trainer": round(augment / hf, 3),
+        "targets": {"prefix_overhead": "<= 1.05", "vs_hf_trainer": ">= 1.0"},
+    }
     if opts.device == "cpu":
-        result["data_parallel_cpu"] = {"tokens_per_s": {k: round(v) for k, v in launched.items()},
-                                       "two_processes_vs_one_process_two_threads": round(launched["2x1"] / launched["1x2"], 3),
-                                       "two_processes_vs_one_process_one_thread": round(launched["2x1"] / launched["1x1"], 3)}
-        print("accelerate launch, global batch {}: 1 process x 1 thread {:,.0f} tok/s, 1 x 2 threads {:,.0f}, "
-              "2 processes (gloo) x 1 thread {:,.0f}".format(batch, launched["1x1"], launched["1x2"], launched["2x1"]))
+        result["data_parallel_cpu"] = {
+            "tokens_per_s": {k: round(v) for k, v in launched.items()},
+            "two_processes_vs_one_process_two_threads": round(launched["2x1"] / launched["1x2"], 3),
+            "two_processes_vs_one_process_one_thread": round(launched["2x1"] / launched["1x1"], 3),
+        }
+        print(
+            "accelerate launch, global batch {}: 1 process x 1 thread {:,.0f} tok/s, 1 x 2 threads {:,.0f}, "
+            "2 processes (gloo) x 1 thread {:,.0f}".format(batch, launched["1x1"], launched["1x2"], launched["2x1"])
+        )
     print(f"ours augment {augment:,.0f} tok/s, prefix {prefix:,.0f} tok/s, HF Trainer {hf:,.0f} tok/s")
     print("train: " + json.dumps(result))
 

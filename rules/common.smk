@@ -14,7 +14,15 @@ if workflow.basedir not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 
 from snakemake.utils import update_config
 
-from workflow_lib.config import NO_TRAIN_DATASET, ConfigError, dataset_splits, embedding_model, local_files, typed_overrides, validate_config
+from workflow_lib.config import (
+    NO_TRAIN_DATASET,
+    ConfigError,
+    dataset_splits,
+    embedding_model,
+    local_files,
+    typed_overrides,
+    validate_config,
+)
 from workflow_lib.data.downloads import archive_path, fetched, split_paths, unpacked_dir
 from workflow_lib.pretrained import GGUF_DOWNLOAD, PRETRAINED_DIR, gguf_file, gguf_models, gguf_settings
 from workflow_lib.data.downloads import members as archive_members
@@ -36,6 +44,7 @@ from workflow_lib.grid import (
     synonym_targets,
     trained_objectives,
 )
+
 # A rule's `code` param, code_digest("workflow_lib.<stage>.<module>"): the sha256 of the files `python -m <module>`
 # runs (found by a static import scan), compared by value: an edit reruns the rule's jobs, a clone, move or touch does not.
 from workflow_lib.module_deps import code_digest
@@ -267,8 +276,9 @@ def training_processes(wildcards):
 # The trackers (training.report_to, tracking_dir) reach the training jobs through the environment, not params:
 # turning one on must not retrain a finished model (workflow_lib/train/tracking.py).
 TRACKING_KEYS = ("report_to", "tracking_dir")
-os.environ[TRACKING_ENV] = json.dumps({"report_to": config["training"]["report_to"],
-                                       "dir": config["training"]["tracking_dir"]})
+os.environ[TRACKING_ENV] = json.dumps(
+    {"report_to": config["training"]["report_to"], "dir": config["training"]["tracking_dir"]}
+)
 
 
 def training_settings(wildcards):
@@ -290,8 +300,10 @@ def launcher(wildcards):
     if processes == 1:
         return "python"
     precision = "no" if settings["mixed_precision"] == "auto" else settings["mixed_precision"]
-    return (f"accelerate launch --multi_gpu --num_processes {processes} --num_machines 1 --mixed_precision {precision} "
-            "--dynamo_backend no --main_process_port 0")
+    return (
+        f"accelerate launch --multi_gpu --num_processes {processes} --num_machines 1 --mixed_precision {precision} "
+        "--dynamo_backend no --main_process_port 0"
+    )
 
 
 MODEL_DIR = f"results/models/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"
@@ -302,7 +314,9 @@ SAMPLES_OUTPUT = f"results/samples/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CO
 METRICS_OUTPUT = f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json"
 PERPLEXITY_OUTPUT = f"results/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"
 FEATURES_OUTPUT = "results/features/{featuriser}/{eval_set}.npy"
-EXTRAPOLATION_OUTPUT = f"results/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json"
+EXTRAPOLATION_OUTPUT = (
+    f"results/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json"
+)
 
 
 def featuriser_id():
@@ -352,17 +366,24 @@ PERPLEXITY_JOBS = perplexity_jobs(config)
 def perplexity_eval_sets(wildcards) -> list[str]:
     """The eval sets one perplexity job scores: every one its model is evaluated on."""
     condition = TRAIN_CONDITION.format(**wildcards)
-    return PERPLEXITY_JOBS[f"results/perplexity/{wildcards.model}/{wildcards.dataset}/{wildcards.objective}/{condition}"]
+    return PERPLEXITY_JOBS[
+        f"results/perplexity/{wildcards.model}/{wildcards.dataset}/{wildcards.objective}/{condition}"
+    ]
 
 
 def perplexity_inputs(wildcards):
-    return {**model_input(wildcards),
-            "prompts": [f"results/prompts/{es}.parquet" for es in perplexity_eval_sets(wildcards)]}
+    return {
+        **model_input(wildcards),
+        "prompts": [f"results/prompts/{es}.parquet" for es in perplexity_eval_sets(wildcards)],
+    }
 
 
 def perplexity_settings(wildcards=None):
-    return {"batch_size": config["sampling"]["batch_size"], "precision": config["sampling"]["precision"],
-            "seed": config["seed"]}
+    return {
+        "batch_size": config["sampling"]["batch_size"],
+        "precision": config["sampling"]["precision"],
+        "seed": config["seed"],
+    }
 
 
 def test_perturbation(wildcards):
@@ -372,8 +393,11 @@ def test_perturbation(wildcards):
 
 def extrapolation_params(wildcards):
     es = EVAL_SETS[wildcards.eval_set]
-    return {"builtin": DATASETS[es["dataset"]]["builtin"], "split": es["split"],
-            "settings": {**config["evaluation"]["extrapolation"], "seed": config["seed"]}}
+    return {
+        "builtin": DATASETS[es["dataset"]]["builtin"],
+        "split": es["split"],
+        "settings": {**config["evaluation"]["extrapolation"], "seed": config["seed"]},
+    }
 
 
 def lab_settings(*keys):
@@ -404,14 +428,22 @@ def mauve_contrast_targets():
 
 def mauve_contrast_inputs(wildcards):
     pair = MAUVE_CONTRASTS[wildcards.pair]
-    return {"a": pair["path_a"], "b": pair["path_b"], "features_a": features_sidecar(pair["path_a"]),
-            "features_b": features_sidecar(pair["path_b"]), "prompts": f"results/prompts/{pair['eval_set']}.parquet",
-            "human": f"results/features/{featuriser_id()}/{pair['eval_set']}.npy"}
+    return {
+        "a": pair["path_a"],
+        "b": pair["path_b"],
+        "features_a": features_sidecar(pair["path_a"]),
+        "features_b": features_sidecar(pair["path_b"]),
+        "prompts": f"results/prompts/{pair['eval_set']}.parquet",
+        "human": f"results/features/{featuriser_id()}/{pair['eval_set']}.npy",
+    }
 
 
 def report_settings():
-    return {"intensity": config["report"]["intensity"], "eval_order": list(EVAL_SETS),
-            "figures": [f"results/report/figures/{f}.png" for f in report_figures(config)]}
+    return {
+        "intensity": config["report"]["intensity"],
+        "eval_order": list(EVAL_SETS),
+        "figures": [f"results/report/figures/{f}.png" for f in report_figures(config)],
+    }
 
 
 # ---- targets ---------------------------------------------------------------------------------------------
@@ -467,9 +499,19 @@ def simulation_summary_input():
 
 
 def all_targets():
-    return (token_targets() + prompt_targets() + synonym_targets(config) + perturbed_targets(config)
-            + model_targets(config) + metric_targets(config) + extrapolation_targets(config)
-            + list(PERPLEXITY_JOBS) + report_targets() + simulation_targets() + lab_targets(config))
+    return (
+        token_targets()
+        + prompt_targets()
+        + synonym_targets(config)
+        + perturbed_targets(config)
+        + model_targets(config)
+        + metric_targets(config)
+        + extrapolation_targets(config)
+        + list(PERPLEXITY_JOBS)
+        + report_targets()
+        + simulation_targets()
+        + lab_targets(config)
+    )
 
 
 def training_curve_targets():

@@ -3,9 +3,6 @@
 rule fetch:
     output:
         "results/downloads/{dataset}/{file}",
-    params:
-        url=lambda w: fetch_entry(w)["url"],
-        options=fetch_options,
     log:
         "results/logs/downloads/{dataset}/{file}.log",
     # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE): a second study fetches nothing. The
@@ -13,6 +10,9 @@ rule fetch:
     cache: "omit-software"
     conda:
         "../envs/data.yaml"
+    params:
+        url=lambda w: fetch_entry(w)["url"],
+        options=fetch_options,
     shell:
         "python -m workflow_lib.data.fetch download --what datasets.{wildcards.dataset} --url {params.url:q} {params.options} --output {output} 2> {log}"
 
@@ -22,13 +22,13 @@ rule unpack:
         archive=lambda w: archive_path(w.dataset, DATASETS[w.dataset]),
     output:
         directory("results/downloads/{dataset}/unpacked"),
-    params:
-        code=code_digest("workflow_lib.data.fetch"),
-        members=lambda w: as_json(archive_members(DATASETS[w.dataset])),
     log:
         "results/logs/downloads/{dataset}/unpack.log",
     conda:
         "../envs/data.yaml"
+    params:
+        code=code_digest("workflow_lib.data.fetch"),
+        members=lambda w: as_json(archive_members(DATASETS[w.dataset])),
     shell:
         "python -m workflow_lib.data.fetch unpack --what datasets.{wildcards.dataset}.archive --archive {input.archive} --members {params.members:q} --output {output} 2> {log}"
 
@@ -39,17 +39,17 @@ rule download:
     output:
         parquet="results/data/{dataset}/{split}.parquet",
         meta="results/data/{dataset}/{split}.json",
-    params:
-        code=code_digest("workflow_lib.data.prepare"),
-        spec=lambda w: as_json(DATASETS[w.dataset]),
     log:
         "results/logs/data/download/{dataset}/{split}.log",
-    resources:
-        mem_mb=4000,
     # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE); snakemake allows no benchmark here.
     cache: "omit-software"
     conda:
         "../envs/data.yaml"
+    resources:
+        mem_mb=4000,
+    params:
+        code=code_digest("workflow_lib.data.prepare"),
+        spec=lambda w: as_json(DATASETS[w.dataset]),
     shell:
         "python -m workflow_lib.data.prepare download --dataset {wildcards.dataset} --spec {params.spec:q} --split {wildcards.split} --output {output.parquet} --meta {output.meta} 2> {log}"
 
@@ -59,16 +59,16 @@ rule tokenizer:
         unpack(tokenizer_inputs),
     output:
         directory("results/tokenizers/{tokenizer}"),
-    params:
-        code=code_digest("workflow_lib.data.tokenization"),
-        spec=lambda w: as_json(TOKENIZERS[w.tokenizer]),
-        train_data=lambda w, input: f"--train-data {input.train}" if "train" in input.keys() else "",
     log:
         "results/logs/tokenizers/{tokenizer}.log",
     benchmark:
         "results/benchmarks/tokenizers/{tokenizer}.tsv"
     conda:
         "../envs/data.yaml"
+    params:
+        code=code_digest("workflow_lib.data.tokenization"),
+        spec=lambda w: as_json(TOKENIZERS[w.tokenizer]),
+        train_data=lambda w, input: f"--train-data {input.train}" if "train" in input.keys() else "",
     shell:
         "python -m workflow_lib.data.tokenization tokenizer --key {wildcards.tokenizer} --spec {params.spec:q} {params.train_data} --output {output} 2> {log}"
 
@@ -79,15 +79,15 @@ rule tokenize:
         data="results/data/{dataset}/{split}.parquet",
     output:
         "results/tokens/{tokenizer}/{dataset}/{split}.parquet",
-    params:
-        code=code_digest("workflow_lib.data.tokenization"),
-        block_size=config["tokenize"]["block_size"],
     log:
         "results/logs/tokens/{tokenizer}/{dataset}/{split}.log",
     # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE); snakemake allows no benchmark here.
     cache: "omit-software"
     conda:
         "../envs/data.yaml"
+    params:
+        code=code_digest("workflow_lib.data.tokenization"),
+        block_size=config["tokenize"]["block_size"],
     shell:
         "python -m workflow_lib.data.tokenization tokenize --tokenizer {input.tokenizer} --input {input.data} --output {output} --block-size {params.block_size} 2> {log}"
 
@@ -98,15 +98,15 @@ rule prompts:
     output:
         parquet="results/prompts/{eval_set}.parquet",
         meta="results/prompts/{eval_set}.json",
-    params:
-        code=code_digest("workflow_lib.data.prepare"),
-        settings=lambda w: as_json(prompt_settings(w)),
     log:
         "results/logs/prompts/{eval_set}.log",
     benchmark:
         "results/benchmarks/prompts/{eval_set}.tsv"
     conda:
         "../envs/data.yaml"
+    params:
+        code=code_digest("workflow_lib.data.prepare"),
+        settings=lambda w: as_json(prompt_settings(w)),
     shell:
         "python -m workflow_lib.data.prepare prompts --eval-set {wildcards.eval_set} --input {input.data} --source {input.source} --settings {params.settings:q} --output {output.parquet} --meta {output.meta} 2> {log}"
 
@@ -116,14 +116,16 @@ rule prompts:
 rule fetch_gguf:
     output:
         GGUF_DOWNLOAD.format(model="{gguf_model}"),
-    params:
-        url=lambda w: MODELS[w.gguf_model]["gguf"]["url"],
-        sha256=lambda w: f"--sha256 {MODELS[w.gguf_model]['gguf']['sha256']}" if MODELS[w.gguf_model]["gguf"].get("sha256") else "",
     log:
         "results/logs/downloads/gguf/{gguf_model}.log",
     cache: "omit-software"
     conda:
         "../envs/data.yaml"
+    params:
+        url=lambda w: MODELS[w.gguf_model]["gguf"]["url"],
+        sha256=lambda w: (
+            f"--sha256 {MODELS[w.gguf_model]['gguf']['sha256']}" if MODELS[w.gguf_model]["gguf"].get("sha256") else ""
+        ),
     shell:
         "python -m workflow_lib.data.fetch download --what models.{wildcards.gguf_model}.gguf --url {params.url:q} {params.sha256} --output {output} 2> {log}"
 
@@ -135,17 +137,17 @@ rule dequantise:
         unpack(gguf_inputs),
     output:
         directory(PRETRAINED_DIR.format(model="{gguf_model}")),
-    params:
-        code=code_digest("workflow_lib.data.gguf"),
-        source=lambda w: as_json(gguf_settings(w.gguf_model, MODELS[w.gguf_model]["gguf"])),
-        file=lambda w, input: f"--gguf {input.gguf}" if "gguf" in input.keys() else "",
     log:
         "results/logs/pretrained/{gguf_model}.log",
     benchmark:
         "results/benchmarks/pretrained/{gguf_model}.tsv"
-    resources:
-        mem_mb=8000,
     conda:
         "../envs/train.yaml"
+    resources:
+        mem_mb=8000,
+    params:
+        code=code_digest("workflow_lib.data.gguf"),
+        source=lambda w: as_json(gguf_settings(w.gguf_model, MODELS[w.gguf_model]["gguf"])),
+        file=lambda w, input: f"--gguf {input.gguf}" if "gguf" in input.keys() else "",
     shell:
         "python -m workflow_lib.data.gguf --key {wildcards.gguf_model} --source {params.source:q} {params.file} --output {output} 2> {log}"

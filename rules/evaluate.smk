@@ -3,19 +3,19 @@ rule features:
         prompts="results/prompts/{eval_set}.parquet",
     output:
         FEATURES_OUTPUT,
-    params:
-        code=code_digest("workflow_lib.evaluate.metrics"),
-        settings=lambda w: as_json(evaluation_settings()),
     log:
         "results/logs/features/{featuriser}/{eval_set}.log",
     benchmark:
         "results/benchmarks/features/{featuriser}/{eval_set}.tsv"
+    conda:
+        "../envs/evaluate.yaml"
     resources:
         gpu=config["evaluation"]["gpus"],
         runtime=predicted_runtime(FEATURES_OUTPUT),
         mem_mb=predicted_mem(FEATURES_OUTPUT),
-    conda:
-        "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.evaluate.metrics"),
+        settings=lambda w: as_json(evaluation_settings()),
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics features --prompts {input.prompts} --settings {params.settings:q} --output {output} 2> {log}"
 
@@ -30,19 +30,19 @@ rule evaluate:
         per_prompt=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.prompts.parquet",
         curves=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.curves.parquet",
         features=features_sidecar(METRICS_OUTPUT),  # the path report.joint_mauve reads back
-    params:
-        code=code_digest("workflow_lib.evaluate.metrics"),
-        settings=lambda w: as_json(evaluation_settings()),
     log:
         f"results/logs/evaluate/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.log",
     benchmark:
         f"results/benchmarks/evaluate/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.tsv"
+    conda:
+        "../envs/evaluate.yaml"
     resources:
         gpu=config["evaluation"]["gpus"],
         runtime=predicted_runtime(METRICS_OUTPUT),
         mem_mb=predicted_mem(METRICS_OUTPUT),
-    conda:
-        "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.evaluate.metrics"),
+        settings=lambda w: as_json(evaluation_settings()),
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics evaluate --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} --curves {output.curves} --features {output.features} 2> {log}"
 
@@ -54,21 +54,21 @@ rule perplexity:
         unpack(perplexity_inputs),
     output:
         directory(PERPLEXITY_OUTPUT),
+    log:
+        f"results/logs/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.log",
+    benchmark:
+        f"results/benchmarks/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.tsv"
+    conda:
+        "../envs/train.yaml"
+    resources:
+        gpu=config["evaluation"]["gpus"],
+        runtime=predicted_runtime(PERPLEXITY_OUTPUT),
+        mem_mb=predicted_mem(PERPLEXITY_OUTPUT),
     params:
         code=code_digest("workflow_lib.evaluate.perplexity"),
         model=model_options,
         prompts=lambda w: " ".join(f"{es}=results/prompts/{es}.parquet" for es in perplexity_eval_sets(w)),
         settings=lambda w: as_json(perplexity_settings(w)),
-    log:
-        f"results/logs/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.log",
-    benchmark:
-        f"results/benchmarks/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.tsv"
-    resources:
-        gpu=config["evaluation"]["gpus"],
-        runtime=predicted_runtime(PERPLEXITY_OUTPUT),
-        mem_mb=predicted_mem(PERPLEXITY_OUTPUT),
-    conda:
-        "../envs/train.yaml"
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.perplexity {params.model} --prompts {params.prompts} --settings {params.settings:q} --output-dir {output} 2> {log}"
 
@@ -78,6 +78,16 @@ rule extrapolation:
         unpack(sample_inputs),
     output:
         EXTRAPOLATION_OUTPUT,
+    log:
+        f"results/logs/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.log",
+    benchmark:
+        f"results/benchmarks/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.tsv"
+    conda:
+        "../envs/evaluate.yaml"
+    resources:
+        gpu=config["evaluation"]["gpus"],
+        runtime=predicted_runtime(EXTRAPOLATION_OUTPUT),
+        mem_mb=predicted_mem(EXTRAPOLATION_OUTPUT),
     params:
         code=code_digest("workflow_lib.evaluate.extrapolation"),
         model=model_options,
@@ -87,15 +97,5 @@ rule extrapolation:
         split=lambda w: extrapolation_params(w)["split"],
         settings=lambda w: as_json(extrapolation_params(w)["settings"]),
         synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
-    log:
-        f"results/logs/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.log",
-    benchmark:
-        f"results/benchmarks/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.tsv"
-    resources:
-        gpu=config["evaluation"]["gpus"],
-        runtime=predicted_runtime(EXTRAPOLATION_OUTPUT),
-        mem_mb=predicted_mem(EXTRAPOLATION_OUTPUT),
-    conda:
-        "../envs/evaluate.yaml"
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.extrapolation {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --builtin {params.builtin:q} --split {params.split} --settings {params.settings:q} --output {output} 2> {log}"

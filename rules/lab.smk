@@ -1,16 +1,16 @@
 rule lab_sets:
     output:
         "results/lab/sets/{dataset}.parquet",
-    params:
-        code=code_digest("workflow_lib.lab.laws"),
-        builtin=lambda w: as_json(DATASETS[w.dataset]["builtin"]),
-        settings=lambda w: as_json(lab_settings("prefixes", "length", "deltas", "last", "tries")),
     log:
         "results/logs/lab/sets/{dataset}.log",
     benchmark:
         "results/benchmarks/lab/sets/{dataset}.tsv"
     conda:
         "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.lab.laws"),
+        builtin=lambda w: as_json(DATASETS[w.dataset]["builtin"]),
+        settings=lambda w: as_json(lab_settings("prefixes", "length", "deltas", "last", "tries")),
     shell:
         "python -m workflow_lib.lab.laws sets --builtin {params.builtin:q} --settings {params.settings:q} --output {output} 2> {log}"
 
@@ -21,19 +21,19 @@ rule lab_laws:
         sets="results/lab/sets/{dataset}.parquet",
     output:
         f"results/lab/laws/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.npz",
+    log:
+        f"results/logs/lab/laws/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.log",
+    benchmark:
+        f"results/benchmarks/lab/laws/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.tsv"
+    conda:
+        "../envs/evaluate.yaml"
+    resources:
+        gpu=config["evaluation"]["gpus"],
     params:
         code=code_digest("workflow_lib.lab.laws"),
         model=model_options,
         builtin=lambda w: as_json(DATASETS[w.dataset]["builtin"]),
         settings=lambda w: as_json(lab_settings("last", "draws", "perturbations")),
-    log:
-        f"results/logs/lab/laws/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.log",
-    benchmark:
-        f"results/benchmarks/lab/laws/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.tsv"
-    resources:
-        gpu=config["evaluation"]["gpus"],
-    conda:
-        "../envs/evaluate.yaml"
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.lab.laws laws {params.model} --sets {input.sets} --builtin {params.builtin:q} --settings {params.settings:q} --output {output} 2> {log}"
 
@@ -44,16 +44,19 @@ rule lab:
     output:
         csv="results/lab/{experiment}/uncertainty.csv",
         premise="results/lab/{experiment}/premise.csv",
-        markdown=report("results/lab/{experiment}/uncertainty.md", caption="../report/lab.rst", category="Theory lab",
-                        labels={"experiment": "{experiment}", "output": "table"}),
-        png=report("results/lab/{experiment}/figure.png", caption="../report/lab.rst", category="Theory lab",
-                   labels={"experiment": "{experiment}", "output": "figure"}),
+        markdown=report(
+            "results/lab/{experiment}/uncertainty.md",
+            caption="../report/lab.rst",
+            category="Theory lab",
+            labels={"experiment": "{experiment}", "output": "table"},
+        ),
+        png=report(
+            "results/lab/{experiment}/figure.png",
+            caption="../report/lab.rst",
+            category="Theory lab",
+            labels={"experiment": "{experiment}", "output": "figure"},
+        ),
         pdf="results/lab/{experiment}/figure.pdf",
-    params:
-        code=code_digest("workflow_lib.lab.report"),
-        builtin=lambda w: as_json(DATASETS[EXPERIMENTS[w.experiment]["train_dataset"]]["builtin"]),
-        settings=lambda w: as_json(lab_settings("last", "length", "draws", "premise_draws", "perturbations")),
-        stem=lambda w, output: output.png.removesuffix(".png"),
     log:
         "results/logs/lab/{experiment}.log",
     benchmark:
@@ -62,5 +65,10 @@ rule lab:
         experiment=_names(config["lab"]["experiments"]),
     conda:
         "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.lab.report"),
+        builtin=lambda w: as_json(DATASETS[EXPERIMENTS[w.experiment]["train_dataset"]]["builtin"]),
+        settings=lambda w: as_json(lab_settings("last", "length", "draws", "premise_draws", "perturbations")),
+        stem=lambda w, output: output.png.removesuffix(".png"),
     shell:
         "python -m workflow_lib.lab.report --prefixes {input.prefixes} --laws {input.laws} --builtin {params.builtin:q} --settings {params.settings:q} --csv {output.csv} --premise {output.premise} --markdown {output.markdown} --figure {params.stem} 2> {log}"

@@ -3,16 +3,16 @@ rule synonyms:
         unpack(synonym_inputs),
     output:
         "results/synonyms/{tokenizer}/{dataset}/{synonyms}.parquet",
-    params:
-        code=code_digest("workflow_lib.perturb.synonyms"),
-        settings=lambda w: as_json(synonym_settings(w)),
-        tokens=lambda w, input: f"--tokens {input.tokens}" if "tokens" in input.keys() else "",
     log:
         "results/logs/synonyms/{tokenizer}/{dataset}/{synonyms}.log",
     benchmark:
         "results/benchmarks/synonyms/{tokenizer}/{dataset}/{synonyms}.tsv"
     conda:
         "../envs/data.yaml"
+    params:
+        code=code_digest("workflow_lib.perturb.synonyms"),
+        settings=lambda w: as_json(synonym_settings(w)),
+        tokens=lambda w, input: f"--tokens {input.tokens}" if "tokens" in input.keys() else "",
     shell:
         "python -m workflow_lib.perturb.synonyms --source {wildcards.synonyms} --tokenizer {input.tokenizer} {params.tokens} --settings {params.settings:q} --output {output} 2> {log}"
 
@@ -23,16 +23,16 @@ rule perturb:
     output:
         parquet="results/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.parquet",
         meta="results/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.json",
-    params:
-        code=code_digest("workflow_lib.perturb.training_data"),
-        condition=lambda w: as_json(perturb_condition(w)),
-        synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
-        key=lambda w, output: output.parquet,
     log:
         "results/logs/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.log",
     benchmark:
         "results/benchmarks/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.tsv"
     conda:
         "../envs/data.yaml"
+    params:
+        code=code_digest("workflow_lib.perturb.training_data"),
+        condition=lambda w: as_json(perturb_condition(w)),
+        synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
+        key=lambda w, output: output.parquet,
     shell:
         "python -m workflow_lib.perturb.training_data --tokens {input.tokens} --tokenizer {input.tokenizer} {params.synonyms} --condition {params.condition:q} --key {params.key} --output {output.parquet} --meta {output.meta} 2> {log}"

@@ -4,14 +4,14 @@ rule collect_metrics:
         perplexity=list(PERPLEXITY_JOBS),
     output:
         "results/report/metrics.csv",
-    params:
-        code=code_digest("workflow_lib.report.build"),
-        # The JSON files inside the perplexity folders (one per model and eval set).
-        perplexity=perplexity_targets(config),
     log:
         "results/logs/report/collect.log",
     conda:
         "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.report.build"),
+        # The JSON files inside the perplexity folders (one per model and eval set).
+        perplexity=perplexity_targets(config),
     shell:
         "python -m workflow_lib.report.build collect --output {output} {input.metrics} {params.perplexity} 2> {log}"
 
@@ -21,17 +21,17 @@ rule mauve_contrast:
         unpack(mauve_contrast_inputs),
     output:
         MAUVE_CONTRAST_OUTPUT,
-    params:
-        code=code_digest("workflow_lib.report.joint_mauve"),
-        settings=lambda w: as_json(evaluation_settings()),
-        resamples=lambda w: MAUVE_CONTRASTS[w.pair]["resamples"],
-        identity=lambda w: MAUVE_CONTRASTS[w.pair]["identity"],
     log:
         "results/logs/report/mauve/{pair}.log",
     benchmark:
         "results/benchmarks/report/mauve/{pair}.tsv"
     conda:
         "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.report.joint_mauve"),
+        settings=lambda w: as_json(evaluation_settings()),
+        resamples=lambda w: MAUVE_CONTRASTS[w.pair]["resamples"],
+        identity=lambda w: MAUVE_CONTRASTS[w.pair]["identity"],
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.report.joint_mauve --a {input.a} --b {input.b} --human {input.human} --prompts {input.prompts} --settings {params.settings:q} --resamples {params.resamples} --identity {params.identity:q} --output {output} 2> {log}"
 
@@ -46,14 +46,14 @@ rule contrasts:
         mauve=mauve_contrast_targets(),
     output:
         "results/report/contrasts.csv",
-    params:
-        code=code_digest("workflow_lib.report.contrasts"),
-        intensity=config["report"]["intensity"],
-        perplexity=perplexity_targets(config),
     log:
         "results/logs/report/contrasts.log",
     conda:
         "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.report.contrasts"),
+        intensity=config["report"]["intensity"],
+        perplexity=perplexity_targets(config),
     shell:
         "python -m workflow_lib.report.contrasts --intensity {params.intensity} --output {output} {input.metrics} {params.perplexity} --mauve {input.mauve} 2> {log}"
 
@@ -69,19 +69,24 @@ rule tables:
     output:
         summary=report("results/summary.md", caption="../report/summary.rst", category="Summary"),
         tables=[
-            report(f"results/report/tables/{t}.{ext}", caption="../report/table.rst", category="Tables", subcategory=t,
-                   labels={"table": t, "format": ext})
+            report(
+                f"results/report/tables/{t}.{ext}",
+                caption="../report/table.rst",
+                category="Tables",
+                subcategory=t,
+                labels={"table": t, "format": ext},
+            )
             for t in REPORT_TABLES
             for ext in ("md", "csv", "tex")
         ],
-    params:
-        code=code_digest("workflow_lib.report.build"),
-        config=lambda w: as_json(report_view(config)),
-        settings=lambda w: as_json(report_settings()),
     log:
         "results/logs/report/tables.log",
     conda:
         "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.report.build"),
+        config=lambda w: as_json(report_view(config)),
+        settings=lambda w: as_json(report_settings()),
     shell:
         "python -m workflow_lib.report.build tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} --data {input.data} --contrasts {input.contrasts} --lab {input.lab} --models {input.models} 2> {log}"
 
@@ -90,16 +95,20 @@ rule figure:
     input:
         metrics="results/report/metrics.csv",
     output:
-        png=report("results/report/figures/{figure}.png", caption="../report/figure.rst", category="Figures",
-                   labels={"figure": "{figure}"}),
+        png=report(
+            "results/report/figures/{figure}.png",
+            caption="../report/figure.rst",
+            category="Figures",
+            labels={"figure": "{figure}"},
+        ),
         pdf="results/report/figures/{figure}.pdf",
-    params:
-        code=code_digest("workflow_lib.report.build"),
-        intensity=config["report"]["intensity"],
     log:
         "results/logs/report/figure_{figure}.log",
     conda:
         "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.report.build"),
+        intensity=config["report"]["intensity"],
     shell:
         "python -m workflow_lib.report.build figure --metrics {input.metrics} --name {wildcards.figure} --intensity {params.intensity} --stem results/report/figures/{wildcards.figure} 2> {log}"
 
@@ -109,16 +118,21 @@ rule examples:
         prompts=f"results/prompts/{example_inputs(config)[0]}.parquet",
         samples=example_inputs(config)[1],
     output:
-        report("results/report/tables/examples.md", caption="../report/table.rst", category="Tables", subcategory="examples",
-               labels={"table": "examples", "format": "md"}),
+        report(
+            "results/report/tables/examples.md",
+            caption="../report/table.rst",
+            category="Tables",
+            subcategory="examples",
+            labels={"table": "examples", "format": "md"},
+        ),
         "results/report/tables/examples.csv",
         "results/report/tables/examples.tex",
-    params:
-        code=code_digest("workflow_lib.report.build"),
     log:
         "results/logs/report/examples.log",
     conda:
         "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.report.build"),
     shell:
         "python -m workflow_lib.report.build examples --prompts {input.prompts} --stem results/report/tables/examples {input.samples} 2> {log}"
 
@@ -127,14 +141,18 @@ rule training_curves:
     input:
         models=training_curve_inputs,
     output:
-        png=report("results/report/figures/training/{model}/{dataset}.png", caption="../report/training.rst",
-                   category="Training curves", labels={"model": "{model}", "dataset": "{dataset}"}),
+        png=report(
+            "results/report/figures/training/{model}/{dataset}.png",
+            caption="../report/training.rst",
+            category="Training curves",
+            labels={"model": "{model}", "dataset": "{dataset}"},
+        ),
         pdf="results/report/figures/training/{model}/{dataset}.pdf",
-    params:
-        code=code_digest("workflow_lib.report.build"),
     log:
         "results/logs/report/training_{model}_{dataset}.log",
     conda:
         "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.report.build"),
     shell:
         "python -m workflow_lib.report.build curves --stem results/report/figures/training/{wildcards.model}/{wildcards.dataset} {input.models} 2> {log}"

@@ -3,6 +3,16 @@ rule sample:
         unpack(sample_inputs),
     output:
         SAMPLES_OUTPUT,
+    log:
+        f"results/logs/sample/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.log",
+    benchmark:
+        f"results/benchmarks/sample/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.tsv"
+    conda:
+        "../envs/train.yaml"
+    resources:
+        gpu=config["sampling"]["gpus"],
+        runtime=predicted_runtime(SAMPLES_OUTPUT),
+        mem_mb=predicted_mem(SAMPLES_OUTPUT),
     params:
         code=code_digest("workflow_lib.sample.sampler"),
         model=model_options,
@@ -10,15 +20,5 @@ rule sample:
         decoder=lambda w: as_json(decoder_settings(w)),
         settings=lambda w: as_json(sampling_settings(w)),
         synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
-    log:
-        f"results/logs/sample/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.log",
-    benchmark:
-        f"results/benchmarks/sample/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.tsv"
-    resources:
-        gpu=config["sampling"]["gpus"],
-        runtime=predicted_runtime(SAMPLES_OUTPUT),
-        mem_mb=predicted_mem(SAMPLES_OUTPUT),
-    conda:
-        "../envs/train.yaml"
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.sample.sampler {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --settings {params.settings:q} --output {output} 2> {log}"

@@ -1,20 +1,20 @@
 rule simulation_fit:
     output:
         "results/simulation/V{vocab}.parquet",
-    params:
-        code=code_digest("workflow_lib.simulation.study"),
-        settings=lambda w: as_json(simulation_settings()),
     log:
         "results/logs/simulation/V{vocab}.log",
     benchmark:
         "results/benchmarks/simulation/V{vocab}.tsv"
     wildcard_constraints:
         vocab=r"[0-9]+",
+    conda:
+        "../envs/simulation.yaml"
     threads: 1
     resources:
         mem_mb=4000,
-    conda:
-        "../envs/simulation.yaml"
+    params:
+        code=code_digest("workflow_lib.simulation.study"),
+        settings=lambda w: as_json(simulation_settings()),
     shell:
         "python -m workflow_lib.simulation.study fit --vocab-size {wildcards.vocab} --settings {params.settings:q} --threads {threads} --output {output} 2> {log}"
 
@@ -24,19 +24,27 @@ rule simulation_summary:
         fits=simulation_fits(),
     output:
         csv="results/simulation/summary.csv",
-        markdown=report("results/simulation/summary.md", caption="../report/simulation.rst", category="Simulation",
-                        labels={"output": "summary table"}),
-        png=report("results/simulation/figure.png", caption="../report/simulation.rst", category="Simulation",
-                   labels={"output": "figure"}),
+        markdown=report(
+            "results/simulation/summary.md",
+            caption="../report/simulation.rst",
+            category="Simulation",
+            labels={"output": "summary table"},
+        ),
+        png=report(
+            "results/simulation/figure.png",
+            caption="../report/simulation.rst",
+            category="Simulation",
+            labels={"output": "figure"},
+        ),
         pdf="results/simulation/figure.pdf",
-    params:
-        code=code_digest("workflow_lib.simulation.study"),
-        stem=lambda w, output: output.png.removesuffix(".png"),
     log:
         "results/logs/simulation/summary.log",
     benchmark:
         "results/benchmarks/simulation/summary.tsv"
     conda:
         "../envs/simulation.yaml"
+    params:
+        code=code_digest("workflow_lib.simulation.study"),
+        stem=lambda w, output: output.png.removesuffix(".png"),
     shell:
         "python -m workflow_lib.simulation.study summarize --inputs {input.fits} --csv {output.csv} --markdown {output.markdown} --figure {params.stem} 2> {log}"

@@ -3,6 +3,18 @@ rule train:
         unpack(train_inputs),
     output:
         directory(MODEL_OUTPUT),
+    log:
+        f"results/logs/train/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.log",
+    benchmark:
+        f"results/benchmarks/train/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.tsv"
+    conda:
+        "../envs/train.yaml"
+    # One core per process; each process runs one thread (OMP_NUM_THREADS=1): processes, not threads, scale it.
+    threads: training_processes
+    resources:
+        gpu=lambda w: training_settings(w)["gpus"],
+        runtime=predicted_runtime(MODEL_OUTPUT),
+        mem_mb=predicted_mem(MODEL_OUTPUT),
     params:
         code=code_digest("workflow_lib.train.trainer"),
         launch=launcher,
@@ -12,17 +24,5 @@ rule train:
         validation=lambda w, input: f"--validation {input.validation}" if "validation" in input.keys() else "",
         # Not an output: snakemake must not delete it when the job fails, so a rerun resumes from it.
         resume=lambda w, output: output[0].replace("results/models/", "results/checkpoints/", 1),
-    log:
-        f"results/logs/train/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.log",
-    benchmark:
-        f"results/benchmarks/train/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.tsv"
-    resources:
-        gpu=lambda w: training_settings(w)["gpus"],
-        runtime=predicted_runtime(MODEL_OUTPUT),
-        mem_mb=predicted_mem(MODEL_OUTPUT),
-    # One core per process; each process runs one thread (OMP_NUM_THREADS=1): processes, not threads, scale it.
-    threads: training_processes
-    conda:
-        "../envs/train.yaml"
     shell:
         "OMP_NUM_THREADS=1 {params.launch} -m workflow_lib.train.trainer --train {input.train} {params.validation} --tokenizer {input.tokenizer} --model-key {wildcards.model} --model {params.model:q} --objective {params.objective:q} --settings {params.settings:q} --resume-dir {params.resume} --output {output} 2> {log}"

@@ -98,9 +98,11 @@ def check_schema(config: dict, schema: dict | None = None) -> None:
 
     moved = sorted(set(config.get("sampling") or {}) & {"top_k", "top_p", "temperature"})
     if moved:
-        raise ConfigError(f"config key sampling.{moved[0]}: decoding settings are now named decoders, an axis of each "
-                          "experiment: define e.g. `decoders: {top-p-0.9: {top_p: 0.9}}` and list it in "
-                          "`experiments.<name>.decoders` (default [unbiased])")
+        raise ConfigError(
+            f"config key sampling.{moved[0]}: decoding settings are now named decoders, an axis of each "
+            "experiment: define e.g. `decoders: {top-p-0.9: {top_p: 0.9}}` and list it in "
+            "`experiments.<name>.decoders` (default [unbiased])"
+        )
 
     schema = schema or load_schema()
     validator = jsonschema.Draft202012Validator(schema)
@@ -139,28 +141,39 @@ def check_url_dataset(name: str, ds: dict) -> None:
     for split, files in ds["files"].items():
         entries = _as_list(files)
         if ds["format"] == "writingprompts" and len(entries) != 2:
-            raise ConfigError(f"{key}.files.{split}: format 'writingprompts' takes 2 files ([wp_source, wp_target]), "
-                              f"got {len(entries)}")
+            raise ConfigError(
+                f"{key}.files.{split}: format 'writingprompts' takes 2 files ([wp_source, wp_target]), "
+                f"got {len(entries)}"
+            )
         for entry in entries:
             if ds.get("archive"):
                 if not isinstance(entry, str):
-                    raise ConfigError(f"{key}.files.{split}: with `archive`, files are the archive's member paths "
-                                      f"(e.g. writingPrompts/test.wp_source), not {entry!r}")
+                    raise ConfigError(
+                        f"{key}.files.{split}: with `archive`, files are the archive's member paths "
+                        f"(e.g. writingPrompts/test.wp_source), not {entry!r}"
+                    )
                 parts = Path(entry).parts
                 if Path(entry).is_absolute() or ".." in parts or not parts:
-                    raise ConfigError(f"{key}.files.{split}: archive member {entry!r} must be a relative path "
-                                      "without '..'")
+                    raise ConfigError(
+                        f"{key}.files.{split}: archive member {entry!r} must be a relative path without '..'"
+                    )
                 continue
             if not isinstance(entry, dict):
-                raise ConfigError(f"{key}.files.{split}: source: url takes {{url: ..., sha256: ...}} entries (or an "
-                                  f"`archive` whose members `files` names), not {entry!r}")
+                raise ConfigError(
+                    f"{key}.files.{split}: source: url takes {{url: ..., sha256: ...}} entries (or an "
+                    f"`archive` whose members `files` names), not {entry!r}"
+                )
             if entry.get("head_bytes") and ds["format"] not in LINE_FORMATS:
-                raise ConfigError(f"{key}.files.{split}.head_bytes: a head is cut to whole lines, which needs a "
-                                  f"line-based format ({', '.join(LINE_FORMATS)}), not {ds['format']!r}")
+                raise ConfigError(
+                    f"{key}.files.{split}.head_bytes: a head is cut to whole lines, which needs a "
+                    f"line-based format ({', '.join(LINE_FORMATS)}), not {ds['format']!r}"
+                )
             local = file_name(entry)
             if local in names and names[local] != entry:
-                raise ConfigError(f"{key}.files.{split}: {entry['url']} and {names[local]['url']} would both be "
-                                  f"saved as {local!r}; one dataset's URLs need distinct file names")
+                raise ConfigError(
+                    f"{key}.files.{split}: {entry['url']} and {names[local]['url']} would both be "
+                    f"saved as {local!r}; one dataset's URLs need distinct file names"
+                )
             names[local] = entry
 
 
@@ -171,12 +184,15 @@ def check_recipe(name: str, ds: dict) -> None:
         if ds.get("recipe", "raw") != "mixce":
             raise ConfigError(f"{key}.top_up: topping up is part of recipe 'mixce', not {ds.get('recipe', 'raw')!r}")
         if ds["top_up"] not in splits:
-            raise ConfigError(f"{key}.top_up: dataset {name!r} has no split {ds['top_up']!r}; allowed: "
-                              f"{', '.join(splits)}")
+            raise ConfigError(
+                f"{key}.top_up: dataset {name!r} has no split {ds['top_up']!r}; allowed: {', '.join(splits)}"
+            )
     if ds.get("recipe") == "mixce":
         if ds.get("cleaning", "none") not in MIXCE_CLEANINGS:
-            raise ConfigError(f"{key}.recipe: 'mixce' filters MixCE's cleaned text, so cleaning must be one of "
-                              f"{', '.join(map(repr, MIXCE_CLEANINGS))}, not {ds.get('cleaning', 'none')!r}")
+            raise ConfigError(
+                f"{key}.recipe: 'mixce' filters MixCE's cleaned text, so cleaning must be one of "
+                f"{', '.join(map(repr, MIXCE_CLEANINGS))}, not {ds.get('cleaning', 'none')!r}"
+            )
         if ds.get("max_rows") is None:
             ds["max_rows"] = MIXCE_ROWS
 
@@ -194,8 +210,10 @@ def check_architecture(name: str, model: dict, schema: dict) -> None:
     arch = model.get("architecture") or {}
     if model["source"] != "scratch":
         if arch:
-            raise ConfigError(f"{key}: a pretrained (source: {model['source']}) model has its checkpoint's architecture; "
-                              "remove `architecture`, or use source: scratch")
+            raise ConfigError(
+                f"{key}: a pretrained (source: {model['source']}) model has its checkpoint's architecture; "
+                "remove `architecture`, or use source: scratch"
+            )
         return
     properties = schema["$defs"]["model"]["properties"]["architecture"]["properties"]
     integer_keys = [k for k, spec in properties.items() if "integer" in spec.get("type", [])]
@@ -203,19 +221,24 @@ def check_architecture(name: str, model: dict, schema: dict) -> None:
         if k in integer_keys and isinstance(value, float):
             raise ConfigError(f"{key}.{k}: GPT2Config takes an integer here, not {value!r}; write {int(value)}")
         if k in GPT2_FLOAT_KEYS and not isinstance(value, float):
-            raise ConfigError(f"{key}.{k}: GPT2Config takes a float here, not the integer {value!r}; write {float(value)}")
+            raise ConfigError(
+                f"{key}.{k}: GPT2Config takes a float here, not the integer {value!r}; write {float(value)}"
+            )
     size = {k: arch.get(k, default) for k, default in GPT2_DEFAULTS.items()}
     said = {k: f"{k} = {v}" + ("" if k in arch else " (unset: GPT2Config's default)") for k, v in size.items()}
     if size["n_embd"] % size["n_head"]:
-        raise ConfigError(f"{key}: {said['n_embd']} is not divisible by {said['n_head']} "
-                          "(each head gets n_embd / n_head dimensions)")
+        raise ConfigError(
+            f"{key}: {said['n_embd']} is not divisible by {said['n_head']} (each head gets n_embd / n_head dimensions)"
+        )
 
 
 def check_featuriser(featuriser: str, workdir: Path) -> None:
     if featuriser not in FEATURISERS and not (workdir / featuriser / "config.json").is_file():
-        raise ConfigError(f"config key evaluation.featuriser: {featuriser!r} is not a local model folder (a folder "
-                          f"with a config.json; relative paths are read from {workdir.resolve()}); allowed: "
-                          f"{', '.join(map(repr, FEATURISERS))} or such a folder")
+        raise ConfigError(
+            f"config key evaluation.featuriser: {featuriser!r} is not a local model folder (a folder "
+            f"with a config.json; relative paths are read from {workdir.resolve()}); allowed: "
+            f"{', '.join(map(repr, FEATURISERS))} or such a folder"
+        )
 
 
 def looks_like_path(name: str) -> bool:
@@ -232,8 +255,10 @@ def check_local_names(config: dict, workdir: Path) -> None:
             if entry["source"] == "hf" and path and looks_like_path(path):
                 folder = workdir / Path(path).expanduser()  # an absolute path replaces workdir
                 if not folder.is_dir():
-                    raise ConfigError(f"config key {section}.{name}.name: {path!r} is a path, and no such folder exists "
-                                      f"(relative paths are read from {workdir.resolve()})")
+                    raise ConfigError(
+                        f"config key {section}.{name}.name: {path!r} is a path, and no such folder exists "
+                        f"(relative paths are read from {workdir.resolve()})"
+                    )
 
 
 def table_intensities(config: dict) -> list[float]:
@@ -242,8 +267,12 @@ def table_intensities(config: dict) -> list[float]:
     found = set()
     for exp in config["experiments"].values():
         train, test = exp.get("train_perturbation", {}), exp.get("test_perturbation", {})
-        if "insertion" in train.get("strategies", ["insertion"]) and "insertion" in test.get("strategies", ["insertion"]):
-            found |= {float(x) for x in train.get("intensities", [0])} & {float(x) for x in test.get("intensities", [0])}
+        if "insertion" in train.get("strategies", ["insertion"]) and "insertion" in test.get(
+            "strategies", ["insertion"]
+        ):
+            found |= {float(x) for x in train.get("intensities", [0])} & {
+                float(x) for x in test.get("intensities", [0])
+            }
     return sorted(x for x in found if x > 0)
 
 
@@ -257,9 +286,11 @@ def check_report_intensity(config: dict) -> None:
     if len(candidates) == 1:
         config["report"]["intensity"] = candidates[0]
         return
-    raise ConfigError(f"config key report.intensity: {chosen:g} is not an intensity of this study, so Table 1 would have "
-                      "no perturbed rows; it has insertion at the same intensity at training and sampling at "
-                      f"{', '.join(f'{x:g}' for x in candidates)}: set report.intensity to one of them")
+    raise ConfigError(
+        f"config key report.intensity: {chosen:g} is not an intensity of this study, so Table 1 would have "
+        "no perturbed rows; it has insertion at the same intensity at training and sampling at "
+        f"{', '.join(f'{x:g}' for x in candidates)}: set report.intensity to one of them"
+    )
 
 
 def check_references(config: dict, workdir: Path | None = None) -> None:
@@ -276,8 +307,10 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
         if ds["source"] == "url":
             check_url_dataset(name, ds)
         elif any(isinstance(f, dict) for files in ds.get("files", {}).values() for f in _as_list(files)):
-            raise ConfigError(f"config key datasets.{name}.files: {{url, sha256}} entries need source: url, "
-                              f"not source: {ds['source']}")
+            raise ConfigError(
+                f"config key datasets.{name}.files: {{url, sha256}} entries need source: url, "
+                f"not source: {ds['source']}"
+            )
         if ds["source"] == "local":
             fmt = ds["format"]
             for split in ds["files"]:
@@ -297,7 +330,9 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
         if tok["source"] == "train":
             _need(tok["dataset"], datasets, f"tokenizers.{name}.dataset", "dataset")
             if "train" not in dataset_splits(datasets[tok["dataset"]]):
-                raise ConfigError(f"config key tokenizers.{name}.dataset: dataset {tok['dataset']!r} has no 'train' split to learn from")
+                raise ConfigError(
+                    f"config key tokenizers.{name}.dataset: dataset {tok['dataset']!r} has no 'train' split to learn from"
+                )
     schema = load_schema()
     training_schema = schema["properties"]["training"]
     for name, model in config["models"].items():
@@ -309,15 +344,20 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
             merged = {**config.get("training", {}), **model["training"]}
             error = best_match(jsonschema.Draft202012Validator(training_schema).iter_errors(merged))
             if error is not None:
-                raise ConfigError(_describe(error, training_schema).replace("config key ", f"config key models.{name}.training.", 1)
-                                  .replace("config: ", f"config key models.{name}.training: ", 1))
+                raise ConfigError(
+                    _describe(error, training_schema)
+                    .replace("config key ", f"config key models.{name}.training.", 1)
+                    .replace("config: ", f"config key models.{name}.training: ", 1)
+                )
         check_architecture(name, model, schema)
     check_featuriser(config.get("evaluation", {}).get("featuriser", "minilm"), workdir)
     for name, es in config.get("eval_sets", {}).items():
         _need(es["dataset"], datasets, f"eval_sets.{name}.dataset", "dataset")
         splits = dataset_splits(datasets[es["dataset"]])
         if es["split"] not in splits:
-            raise ConfigError(f"config key eval_sets.{name}.split: dataset {es['dataset']!r} has no split {es['split']!r}; allowed: {', '.join(splits)}")
+            raise ConfigError(
+                f"config key eval_sets.{name}.split: dataset {es['dataset']!r} has no split {es['split']!r}; allowed: {', '.join(splits)}"
+            )
     for name, exp in config["experiments"].items():
         for i, model in enumerate(exp["models"]):
             _need(model, config["models"], f"experiments.{name}.models[{i}]", "model")
@@ -328,9 +368,11 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
             if objective == UNTRAINED:
                 for model in exp["models"]:
                     if config["models"][model]["source"] != "hf":
-                        raise ConfigError(f"config key experiments.{name}.objectives[{i}]: 'untrained' evaluates a "
-                                          f"pretrained model as it is, but model {model!r} is source: "
-                                          f"{config['models'][model]['source']} (randomly initialised)")
+                        raise ConfigError(
+                            f"config key experiments.{name}.objectives[{i}]: 'untrained' evaluates a "
+                            f"pretrained model as it is, but model {model!r} is source: "
+                            f"{config['models'][model]['source']} (randomly initialised)"
+                        )
                 continue
             _need(objective, config["objectives"], f"experiments.{name}.objectives[{i}]", "objective")
         for i, decoder in enumerate(exp.get("decoders", [])):
@@ -338,8 +380,10 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
         for axis in ("train_perturbation", "test_perturbation"):
             sources = exp.get(axis, {}).get("synonyms", [])
             if "oracle" in sources and datasets.get(exp["train_dataset"], {}).get("source") != "builtin":
-                raise ConfigError(f"config key experiments.{name}.{axis}.synonyms: 'oracle' synonyms exist only for a "
-                                  f"builtin train_dataset, not {exp['train_dataset']!r}")
+                raise ConfigError(
+                    f"config key experiments.{name}.{axis}.synonyms: 'oracle' synonyms exist only for a "
+                    f"builtin train_dataset, not {exp['train_dataset']!r}"
+                )
             if "embedding" in sources:
                 for model in exp["models"]:
                     embedding_model(config, config["models"][model]["tokenizer"], f"experiments.{name}.{axis}.synonyms")
@@ -357,13 +401,22 @@ def check_train_dataset(name: str, exp: dict, datasets: dict) -> None:
 
     trains = trained_objectives(exp)
     test = exp.get("test_perturbation", {})
-    learns = "distributional" in test.get("synonyms", ["distributional"]) and any(float(x) > 0 for x in test.get("intensities", [0]))
-    needs = (f"objectives {', '.join(trains)} train on its train split" if trains else
-             "test_perturbation's distributional synonyms are learned from its train split" if learns else None)
+    learns = "distributional" in test.get("synonyms", ["distributional"]) and any(
+        float(x) > 0 for x in test.get("intensities", [0])
+    )
+    needs = (
+        f"objectives {', '.join(trains)} train on its train split"
+        if trains
+        else "test_perturbation's distributional synonyms are learned from its train split"
+        if learns
+        else None
+    )
     if exp["train_dataset"] == NO_TRAIN_DATASET:
         if needs:
-            raise ConfigError(f"{key}: required here ({needs}); only a zero-shot experiment (every objective "
-                              f"'{UNTRAINED}') sampling without distributional synonyms may leave it out")
+            raise ConfigError(
+                f"{key}: required here ({needs}); only a zero-shot experiment (every objective "
+                f"'{UNTRAINED}') sampling without distributional synonyms may leave it out"
+            )
         return
     _need(exp["train_dataset"], datasets, f"experiments.{name}.train_dataset", "dataset")
     if needs and "train" not in dataset_splits(datasets[exp["train_dataset"]]):
@@ -381,17 +434,25 @@ def check_lab(config: dict) -> None:
         _need(name, config["experiments"], key, "experiment")
         exp = config["experiments"][name]
         if config["datasets"][exp["train_dataset"]]["source"] != "builtin":
-            raise ConfigError(f"config key {key}: experiment {name!r} trains on {exp['train_dataset']!r}, not a builtin "
-                              "dataset; the lab needs the grammar's true law")
+            raise ConfigError(
+                f"config key {key}: experiment {name!r} trains on {exp['train_dataset']!r}, not a builtin "
+                "dataset; the lab needs the grammar's true law"
+            )
         if len(train_conditions(exp)) != 1:
-            raise ConfigError(f"config key {key}: experiment {name!r} has {len(train_conditions(exp))} training "
-                              "conditions; the lab compares models trained on the same data (one condition)")
+            raise ConfigError(
+                f"config key {key}: experiment {name!r} has {len(train_conditions(exp))} training "
+                "conditions; the lab compares models trained on the same data (one condition)"
+            )
         if len(lab_models(exp)) < 2:
-            raise ConfigError(f"config key {key}: experiment {name!r} trains {len(lab_models(exp))} model(s); the lab "
-                              "needs at least 2 (objectives x seeds x models) to measure their disagreement")
+            raise ConfigError(
+                f"config key {key}: experiment {name!r} trains {len(lab_models(exp))} model(s); the lab "
+                "needs at least 2 (objectives x seeds x models) to measure their disagreement"
+            )
     if any(d > lab["last"] for d in lab["deltas"]):
-        raise ConfigError(f"config key lab.deltas: every delta must be at most lab.last ({lab['last']}): the "
-                          "changed positions lie among the last l words, where T acts")
+        raise ConfigError(
+            f"config key lab.deltas: every delta must be at most lab.last ({lab['last']}): the "
+            "changed positions lie among the last l words, where T acts"
+        )
 
 
 def embedding_model(config: dict, tokenizer: str, key: str = "synonyms.embedding_model") -> str:
@@ -403,8 +464,10 @@ def embedding_model(config: dict, tokenizer: str, key: str = "synonyms.embedding
     for name, model in config["models"].items():
         if model["tokenizer"] == tokenizer and model["source"] == "hf":
             return name
-    raise ConfigError(f"config key {key}: 'embedding' synonyms need a pretrained (source: hf) model with tokenizer "
-                      f"{tokenizer!r}; set synonyms.embedding_model or use 'distributional'")
+    raise ConfigError(
+        f"config key {key}: 'embedding' synonyms need a pretrained (source: hf) model with tokenizer "
+        f"{tokenizer!r}; set synonyms.embedding_model or use 'distributional'"
+    )
 
 
 def typed_overrides(overrides: Mapping) -> dict:
@@ -412,6 +475,7 @@ def typed_overrides(overrides: Mapping) -> dict:
     True, '[a, b]' -> a list). Snakemake types a top-level value (`seed=7`) but reads a nested one with YAML's base
     loader, which leaves every leaf a string: `--config 'sampling={runs: 5}'` would give runs '5' and fail the
     schema. A string YAML cannot read stays as it was; a wrong type still fails the schema, naming its key."""
+
     def typed(value: Any, nested: bool) -> Any:
         if isinstance(value, Mapping):
             return {key: typed(item, True) for key, item in value.items()}
@@ -434,21 +498,28 @@ def validate_config(config: dict, workdir: Path | None = None) -> dict:
 
     validate(config, str(SCHEMA_PATH))
     if NO_TRAIN_DATASET in config["datasets"]:
-        raise ConfigError(f"config key datasets.{NO_TRAIN_DATASET}: the name is reserved (a zero-shot experiment's "
-                          "paths use it in place of a train dataset)")
+        raise ConfigError(
+            f"config key datasets.{NO_TRAIN_DATASET}: the name is reserved (a zero-shot experiment's "
+            "paths use it in place of a train dataset)"
+        )
     for exp in config["experiments"].values():
         exp.setdefault("seeds", [config["seed"]])
         exp.setdefault("train_dataset", NO_TRAIN_DATASET)
     if UNTRAINED in config.get("objectives", {}):
-        raise ConfigError(f"config key objectives.{UNTRAINED}: the name is reserved for models evaluated without training")
+        raise ConfigError(
+            f"config key objectives.{UNTRAINED}: the name is reserved for models evaluated without training"
+        )
     config["objectives"] = {**PREDEFINED_OBJECTIVES, **config.get("objectives", {})}
     neutral = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "typical_p": 1.0}
     if any(config.get("decoders", {}).get("unbiased", {}).get(k, v) != v for k, v in neutral.items()):
-        raise ConfigError("config key decoders.unbiased: the name is reserved for the model's own law (the paper's "
-                          "sampling); give a truncated or tempered decoder another name")
+        raise ConfigError(
+            "config key decoders.unbiased: the name is reserved for the model's own law (the paper's "
+            "sampling); give a truncated or tempered decoder another name"
+        )
     config["decoders"] = {name: {} for name in PREDEFINED_DECODERS} | {
         name: {k: float(v) if k in DECODER_FLOAT_KEYS else v for k, v in decoder.items()}
-        for name, decoder in config.get("decoders", {}).items()}
+        for name, decoder in config.get("decoders", {}).items()
+    }
     check_references(config, workdir)
     from workflow_lib.train.tracking import missing
 

@@ -23,10 +23,19 @@ from workflow_lib.files import atomic_path
 # Okabe & Ito (2008), "Color Universal Design": told apart under the common colour-vision deficiencies. Their
 # yellow (#F0E442) is left out: too faint for a thin line on white. Black comes first, for the reference line
 # (an unperturbed model) that a figure's first series usually is.
-OKABE_ITO = {"black": "#000000", "vermillion": "#D55E00", "blue": "#0072B2", "bluish green": "#009E73",
-             "reddish purple": "#CC79A7", "orange": "#E69F00", "sky blue": "#56B4E9", "yellow": "#F0E442"}
-PALETTE = tuple(OKABE_ITO[name] for name in ("black", "vermillion", "blue", "bluish green", "reddish purple", "orange",
-                                               "sky blue"))
+OKABE_ITO = {
+    "black": "#000000",
+    "vermillion": "#D55E00",
+    "blue": "#0072B2",
+    "bluish green": "#009E73",
+    "reddish purple": "#CC79A7",
+    "orange": "#E69F00",
+    "sky blue": "#56B4E9",
+    "yellow": "#F0E442",
+}
+PALETTE = tuple(
+    OKABE_ITO[name] for name in ("black", "vermillion", "blue", "bluish green", "reddish purple", "orange", "sky blue")
+)
 # Five dash patterns (the fifth: dash-dot-dot) and seven markers: the first five styles differ in all three cues.
 LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1.5, 1, 1.5, 1, 1.5)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
@@ -46,7 +55,9 @@ def _save(fig, path_stem: str) -> None:
 
 def line_style(i: int) -> dict:
     """The i-th line style: colour, dash pattern and marker (keyword arguments of plot and errorbar)."""
-    return dict(color=PALETTE[i % len(PALETTE)], linestyle=LINESTYLES[i % len(LINESTYLES)], marker=MARKERS[i % len(MARKERS)])
+    return dict(
+        color=PALETTE[i % len(PALETTE)], linestyle=LINESTYLES[i % len(LINESTYLES)], marker=MARKERS[i % len(MARKERS)]
+    )
 
 
 def bar_style(i: int) -> dict:
@@ -54,7 +65,7 @@ def bar_style(i: int) -> dict:
     error bars stay visible on it, and a hatch in the full colour for print."""
     color = PALETTE[i % len(PALETTE)]
     # Half-way to white: the hue stays recognisable, black on it stays readable.
-    tint = "#" + "".join(f"{(int(color[k:k + 2], 16) + 255) // 2:02x}" for k in (1, 3, 5))
+    tint = "#" + "".join(f"{(int(color[k : k + 2], 16) + 255) // 2:02x}" for k in (1, 3, 5))
     return dict(color=tint, edgecolor=color, hatch=HATCHES[i % len(HATCHES)])
 
 
@@ -74,8 +85,11 @@ def legend_below(fig, axes, title: str | None = None, order: Sequence[str] = (),
     below it (or below `under[i]`, the bottom panel of a column, for the i-th of `axes`). Entries follow `order`
     (the order the styles were assigned in), then first appearance.
     """
-    pairs = [(ax, below) for ax, below in zip(np.ravel(axes), np.ravel(under if under is not None else axes))
-             if ax.get_legend_handles_labels()[1]]
+    pairs = [
+        (ax, below)
+        for ax, below in zip(np.ravel(axes), np.ravel(under if under is not None else axes))
+        if ax.get_legend_handles_labels()[1]
+    ]
     entries: dict[str, object] = {}
     for ax, _ in pairs:
         for handle, label in zip(*ax.get_legend_handles_labels()):
@@ -101,16 +115,33 @@ def legend_below(fig, axes, title: str | None = None, order: Sequence[str] = (),
             # Anchored under the axes' tick labels and x label, an offset in inches that a later layout keeps.
             drop = (below.get_window_extent().y0 - below.get_tightbbox().y0) / fig.dpi + 0.03
             anchor = below.transAxes + ScaledTranslation(0, -drop, fig.dpi_scale_trans)
-            below.legend([handles[label] for label in labels], labels, loc="upper center", bbox_to_anchor=(0.5, 0),
-                         bbox_transform=anchor, borderaxespad=0, fontsize=7, title=title, title_fontsize=7,
-                         frameon=False)
+            below.legend(
+                [handles[label] for label in labels],
+                labels,
+                loc="upper center",
+                bbox_to_anchor=(0.5, 0),
+                bbox_transform=anchor,
+                borderaxespad=0,
+                fontsize=7,
+                title=title,
+                title_fontsize=7,
+                frameon=False,
+            )
         return
     labels = ranked(entries)
     # As many columns as the figure's width holds (an entry: ~0.6 in of handle, ~0.055 in per character).
     width = 0.6 + 0.055 * max(len(label) for label in labels)
     ncol = max(1, min(len(labels), int(fig.get_figwidth() // width)))
-    fig.legend([entries[label] for label in labels], labels, loc="outside lower center", ncol=ncol, fontsize=8,
-               title=title, title_fontsize=8, frameon=False)
+    fig.legend(
+        [entries[label] for label in labels],
+        labels,
+        loc="outside lower center",
+        ncol=ncol,
+        fontsize=8,
+        title=title,
+        title_fontsize=8,
+        frameon=False,
+    )
 
 
 def _cue(i: int) -> tuple:

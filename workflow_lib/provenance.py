@@ -16,8 +16,13 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = {"torch": "torch", "transformers": "transformers", "mauve-text": "mauve-text", "rouge-score": "rouge-score",
-            "workflow": "perturbed-lm"}  # field -> distribution name
+PACKAGES = {
+    "torch": "torch",
+    "transformers": "transformers",
+    "mauve-text": "mauve-text",
+    "rouge-score": "rouge-score",
+    "workflow": "perturbed-lm",
+}  # field -> distribution name
 CODE_ROOT = Path(__file__).resolve().parent
 # What runs a study, relative to the checkout: an uncommitted change here makes results "dirty"; untracked files
 # (data folders, results) and edits elsewhere (README, docs, configs, whose values reach jobs as params) do not.
@@ -40,8 +45,7 @@ def git_state() -> tuple[str | None, bool | None]:
     found = (_git("rev-parse", "--show-toplevel", "HEAD") or "").splitlines()
     if len(found) != 2 or Path(found[0]).resolve() != CODE_ROOT.parent:
         return None, None
-    status = _git("status", "--porcelain", "--untracked-files=no", "--",
-                  *(f":(top){path}" for path in WORKFLOW_PATHS))
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", *(f":(top){path}" for path in WORKFLOW_PATHS))
     return found[1].strip(), None if status is None else bool(status.strip())
 
 
@@ -59,5 +63,10 @@ def settings_sha256(settings: dict) -> str:
 def provenance(settings: dict, featuriser: str | None = None) -> dict:
     commit, dirty = git_state()
     versions = {"python": sys.version.split()[0]} | {field: package_version(name) for field, name in PACKAGES.items()}
-    return {"git_commit": commit, "git_dirty": dirty, "versions": versions, "featuriser": featuriser,
-            "settings_sha256": settings_sha256(settings)}
+    return {
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "versions": versions,
+        "featuriser": featuriser,
+        "settings_sha256": settings_sha256(settings),
+    }

@@ -41,8 +41,9 @@ def type_of(node: dict, defs: dict) -> str:
     if "oneOf" in node or "anyOf" in node:
         return " or ".join(type_of(option, defs) for option in node.get("oneOf", node.get("anyOf")))
     if "enum" in node and "type" not in node:
-        return ", ".join(sorted({type(v).__name__.replace("str", "string").replace("NoneType", "null")
-                                 for v in node["enum"]}))
+        return ", ".join(
+            sorted({type(v).__name__.replace("str", "string").replace("NoneType", "null") for v in node["enum"]})
+        )
     kind = node.get("type", "object" if "properties" in node else "")
     kinds = kind if isinstance(kind, list) else [kind]
     if "array" in kinds and "items" in node:
@@ -60,9 +61,18 @@ def rows(path: str, node: dict, defs: dict, out: list) -> None:
     for key, child in node.get("properties", {}).items():
         child = resolve(child, defs)
         dotted = f"{path}.{key}" if path else key
-        allowed = child.get("enum") or (child.get("items", {}) if isinstance(child.get("items"), dict) else {}).get("enum")
-        out.append((dotted, type_of(child, defs), json.dumps(child["default"]) if "default" in child else "",
-                    ", ".join(f"`{v}`" for v in allowed) if allowed else "", child.get("description", "")))
+        allowed = child.get("enum") or (child.get("items", {}) if isinstance(child.get("items"), dict) else {}).get(
+            "enum"
+        )
+        out.append(
+            (
+                dotted,
+                type_of(child, defs),
+                json.dumps(child["default"]) if "default" in child else "",
+                ", ".join(f"`{v}`" for v in allowed) if allowed else "",
+                child.get("description", ""),
+            )
+        )
         if "properties" in child:
             rows(dotted, child, defs, out)
         elif isinstance(child.get("additionalProperties"), dict):
@@ -82,13 +92,18 @@ def render(schema: dict) -> str:
         if top.get("description"):
             parts.append(cell(top["description"]) + "\n")
         required = " (required)" if key in schema.get("required", []) else ""
-        parts.append(f"\nType: {type_of(top, defs)}{required}" + (f"; default `{json.dumps(top['default'])}`"
-                                                                   if "default" in top and top["default"] != {} else "") + ".\n")
+        parts.append(
+            f"\nType: {type_of(top, defs)}{required}"
+            + (f"; default `{json.dumps(top['default'])}`" if "default" in top and top["default"] != {} else "")
+            + ".\n"
+        )
         table: list = []
         rows(key, top, defs, table)
         if table:
             parts.append("\n| key | type | default | allowed | description |\n| --- | --- | --- | --- | --- |\n")
-            parts.extend(f"| `{k}` | {cell(t)} | {cell(d)} | {cell(a)} | {cell(desc)} |\n" for k, t, d, a, desc in table)
+            parts.extend(
+                f"| `{k}` | {cell(t)} | {cell(d)} | {cell(a)} | {cell(desc)} |\n" for k, t, d, a, desc in table
+            )
     return "".join(parts)
 
 

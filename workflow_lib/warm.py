@@ -30,19 +30,48 @@ import sys
 ENV = "PERTURBED_LM_WARM"  # the server's socket path, in a job's environment
 # Snakemake gives every job these, set to its threads (snakemake/shell.py); numpy's OpenBLAS reads them at import, so a
 # server started with them at 1 (`environment`) serves the jobs of one thread, and the others run cold.
-THREADS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-           "NUMEXPR_NUM_THREADS")
+THREADS = (
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 # The variables that may differ between the server and a job: nothing the server imports reads them at import
 # (the temporary folder is looked up again in the job; polars, which reads _RJEM_MALLOC_CONF, is not preloaded).
-FREE = frozenset({ENV, "PATH", "PWD", "OLDPWD", "SHLVL", "_", "TMPDIR", "TMP", "TEMP", "TEMPDIR", "_RJEM_MALLOC_CONF",
-                  "PERTURBED_LM_TRACKING"})
+FREE = frozenset(
+    {
+        ENV,
+        "PATH",
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "_",
+        "TMPDIR",
+        "TMP",
+        "TEMP",
+        "TEMPDIR",
+        "_RJEM_MALLOC_CONF",
+        "PERTURBED_LM_TRACKING",
+    }
+)
 # Imported once by the server: torch, transformers and the rehearsal's model families, which start no thread (with
 # OMP_NUM_THREADS=1). Not pyarrow, polars or scipy: they start allocator threads, and a process with threads must
 # not fork.
-HEAVY = ("torch", "accelerate", "tokenizers", "safetensors.torch", "transformers", "transformers.modeling_utils",
-         "transformers.models.auto.tokenization_auto", "transformers.models.gpt2.modeling_gpt2",
-         "transformers.models.opt.modeling_opt", "transformers.models.gpt_neo.modeling_gpt_neo",
-         "transformers.models.llama.modeling_llama")
+HEAVY = (
+    "torch",
+    "accelerate",
+    "tokenizers",
+    "safetensors.torch",
+    "transformers",
+    "transformers.modeling_utils",
+    "transformers.models.auto.tokenization_auto",
+    "transformers.models.gpt2.modeling_gpt2",
+    "transformers.models.opt.modeling_opt",
+    "transformers.models.gpt_neo.modeling_gpt_neo",
+    "transformers.models.llama.modeling_llama",
+)
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -199,8 +228,11 @@ def serve(path: str, preload: list[str]) -> None:
             continue
         differ = refusal(server_env, job["env"])
         if differ:
-            print(f"workflow_lib.warm: {job['module']} runs cold: its environment differs in {', '.join(differ)}",
-                  file=log, flush=True)
+            print(
+                f"workflow_lib.warm: {job['module']} runs cold: its environment differs in {', '.join(differ)}",
+                file=log,
+                flush=True,
+            )
             conn.sendall(b"refused\n")
             conn.close()
             for fd in fds:
@@ -236,8 +268,12 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(prog="python -m workflow_lib.warm", description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True, help="the Unix socket to listen on (PERTURBED_LM_WARM of jobs)")
-    parser.add_argument("--preload", nargs="*", default=list(HEAVY), help="modules to import once (default: torch, "
-                        "transformers and the model families of the rehearsal)")
+    parser.add_argument(
+        "--preload",
+        nargs="*",
+        default=list(HEAVY),
+        help="modules to import once (default: torch, transformers and the model families of the rehearsal)",
+    )
     args = parser.parse_args()
     serve(args.socket, args.preload)
 

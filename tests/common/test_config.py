@@ -110,10 +110,19 @@ def test_snakemake_stops_before_any_job_with_one_clear_message(workdir):
     write_config(workdir, config)
     result = snakemake(workdir)
     assert result.returncode != 0
-    assert "Invalid configuration: config key experiments.main.models[0]: unknown model 'huge'; allowed: tiny" in result.stderr
+    assert (
+        "Invalid configuration: config key experiments.main.models[0]: unknown model 'huge'; allowed: tiny"
+        in result.stderr
+    )
     # The one line, not a traceback header ("WorkflowError in file .../rules/common.smk, line 46:") that reads as a crash.
-    said = [line for line in (result.stdout + result.stderr).splitlines() if line and not line.startswith("Using workflow specific profile")]
-    assert said == ["Invalid configuration: config key experiments.main.models[0]: unknown model 'huge'; allowed: tiny"], said
+    said = [
+        line
+        for line in (result.stdout + result.stderr).splitlines()
+        if line and not line.startswith("Using workflow specific profile")
+    ]
+    assert said == [
+        "Invalid configuration: config key experiments.main.models[0]: unknown model 'huge'; allowed: tiny"
+    ], said
     assert not (workdir / "results").exists()
 
 
@@ -153,29 +162,48 @@ def with_architecture(**changes) -> dict:
     return config
 
 
-@pytest.mark.parametrize("changes, expected", [
-    ({"n_embd": 30, "n_head": 4}, ["models.tiny.architecture: n_embd = 30 is not divisible by n_head = 4"]),
-    ({"n_head": ...}, ["n_embd = 16 is not divisible by n_head = 12 (unset: GPT2Config's default)"]),
-    ({"n_heads": 2}, ["models.tiny.architecture: unknown key(s) 'n_heads'", "allowed keys:", "n_head,"]),
-    ({"vocab_size": 300}, ["models.tiny.architecture: unknown key(s) 'vocab_size'", "come from the tokenizer"]),
-    ({"n_layer": 0}, ["models.tiny.architecture.n_layer", "minimum 1"]),
-    ({"n_inner": 0}, ["models.tiny.architecture.n_inner", "minimum 1"]),
-    ({"attn_pdrop": 1.5}, ["models.tiny.architecture.attn_pdrop", "exclusiveMaximum 1"]),
-    ({"activation_function": "gelu2"}, ["models.tiny.architecture.activation_function", "'gelu_new'"]),
-    ({"n_embd": "wide"}, ["models.tiny.architecture.n_embd", "integer"]),
-    ({"n_embd": 16.0}, ["models.tiny.architecture.n_embd: GPT2Config takes an integer", "write 16"]),
-    ({"layer_norm_epsilon": 1}, ["models.tiny.architecture.layer_norm_epsilon: GPT2Config takes a float", "write 1.0"]),
-])
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        ({"n_embd": 30, "n_head": 4}, ["models.tiny.architecture: n_embd = 30 is not divisible by n_head = 4"]),
+        ({"n_head": ...}, ["n_embd = 16 is not divisible by n_head = 12 (unset: GPT2Config's default)"]),
+        ({"n_heads": 2}, ["models.tiny.architecture: unknown key(s) 'n_heads'", "allowed keys:", "n_head,"]),
+        ({"vocab_size": 300}, ["models.tiny.architecture: unknown key(s) 'vocab_size'", "come from the tokenizer"]),
+        ({"n_layer": 0}, ["models.tiny.architecture.n_layer", "minimum 1"]),
+        ({"n_inner": 0}, ["models.tiny.architecture.n_inner", "minimum 1"]),
+        ({"attn_pdrop": 1.5}, ["models.tiny.architecture.attn_pdrop", "exclusiveMaximum 1"]),
+        ({"activation_function": "gelu2"}, ["models.tiny.architecture.activation_function", "'gelu_new'"]),
+        ({"n_embd": "wide"}, ["models.tiny.architecture.n_embd", "integer"]),
+        ({"n_embd": 16.0}, ["models.tiny.architecture.n_embd: GPT2Config takes an integer", "write 16"]),
+        (
+            {"layer_norm_epsilon": 1},
+            ["models.tiny.architecture.layer_norm_epsilon: GPT2Config takes a float", "write 1.0"],
+        ),
+    ],
+)
 def test_scratch_architecture_that_cannot_be_built_is_refused_before_any_job(changes, expected):
     message = error_of(with_architecture(**changes))
     assert all(part in message for part in expected), message
 
 
 def test_scratch_architecture_with_every_kind_of_key_is_valid():
-    config = with_architecture(n_layer=2, n_head=4, n_embd=32, n_positions=32, n_inner=None, activation_function="relu",
-                               resid_pdrop=0, embd_pdrop=0.0, attn_pdrop=0.2, layer_norm_epsilon=1.0e-5,
-                               initializer_range=0.02, scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False,
-                               reorder_and_upcast_attn=False, tie_word_embeddings=False)
+    config = with_architecture(
+        n_layer=2,
+        n_head=4,
+        n_embd=32,
+        n_positions=32,
+        n_inner=None,
+        activation_function="relu",
+        resid_pdrop=0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.2,
+        layer_norm_epsilon=1.0e-5,
+        initializer_range=0.02,
+        scale_attn_weights=True,
+        scale_attn_by_inverse_layer_idx=False,
+        reorder_and_upcast_attn=False,
+        tie_word_embeddings=False,
+    )
     assert check(config)["models"]["tiny"]["architecture"]["n_inner"] is None
 
 
@@ -201,29 +229,72 @@ def test_featuriser_is_a_known_name_or_a_local_model_folder(tmp_path):
 
 
 def url_dataset(**changes) -> dict:
-    return {"source": "url", "format": "jsonl", "cleaning": "webtext",
-            "files": {"test": {"url": "https://example.org/v1/webtext.test.jsonl", "sha256": "a" * 64}}, **changes}
+    return {
+        "source": "url",
+        "format": "jsonl",
+        "cleaning": "webtext",
+        "files": {"test": {"url": "https://example.org/v1/webtext.test.jsonl", "sha256": "a" * 64}},
+        **changes,
+    }
 
 
-@pytest.mark.parametrize("dataset, expected", [
-    (url_dataset(files={"test": {"url": "ftp://example.org/x.jsonl", "sha256": None}}), "does not match '^https?://'"),
-    (url_dataset(files={"test": {"url": "https://example.org/x.jsonl", "sha256": "abc"}}), "datasets.web.files.test"),
-    (url_dataset(files={"test": {"url": "https://example.org/x.jsonl"}}), "datasets.web.files.test"),
-    (url_dataset(files={"test": "data/webtext.test.jsonl"}),
-     "datasets.web.files.test: source: url takes {url: ..., sha256: ...} entries"),
-    (url_dataset(format="parquet", files={"test": {"url": "https://e.org/x.parquet", "sha256": None, "head_bytes": 4096}}),
-     "datasets.web.files.test.head_bytes: a head is cut to whole lines"),
-    (url_dataset(files={"test": {"url": "https://a.org/x.jsonl", "sha256": None},
-                        "train": {"url": "https://b.org/x.jsonl", "sha256": None}}), "would both be saved as 'x.jsonl'"),
-    (url_dataset(format="writingprompts", archive={"url": "https://e.org/wp.tar.gz", "sha256": None},
-                 files={"test": ["wp/test.wp_source", "../test.wp_target"]}), "must be a relative path without '..'"),
-    (url_dataset(format="writingprompts", archive={"url": "https://e.org/wp.tar.gz", "sha256": None},
-                 files={"test": ["wp/test.wp_source"]}), "format 'writingprompts' takes 2 files"),
-    (url_dataset(archive={"url": "https://e.org/wp.tar.gz", "sha256": None}),
-     "with `archive`, files are the archive's member paths"),
-    ({"source": "local", "format": "jsonl", "files": {"test": {"url": "https://e.org/x.jsonl", "sha256": None}}},
-     "{url, sha256} entries need source: url"),
-])
+@pytest.mark.parametrize(
+    "dataset, expected",
+    [
+        (
+            url_dataset(files={"test": {"url": "ftp://example.org/x.jsonl", "sha256": None}}),
+            "does not match '^https?://'",
+        ),
+        (
+            url_dataset(files={"test": {"url": "https://example.org/x.jsonl", "sha256": "abc"}}),
+            "datasets.web.files.test",
+        ),
+        (url_dataset(files={"test": {"url": "https://example.org/x.jsonl"}}), "datasets.web.files.test"),
+        (
+            url_dataset(files={"test": "data/webtext.test.jsonl"}),
+            "datasets.web.files.test: source: url takes {url: ..., sha256: ...} entries",
+        ),
+        (
+            url_dataset(
+                format="parquet", files={"test": {"url": "https://e.org/x.parquet", "sha256": None, "head_bytes": 4096}}
+            ),
+            "datasets.web.files.test.head_bytes: a head is cut to whole lines",
+        ),
+        (
+            url_dataset(
+                files={
+                    "test": {"url": "https://a.org/x.jsonl", "sha256": None},
+                    "train": {"url": "https://b.org/x.jsonl", "sha256": None},
+                }
+            ),
+            "would both be saved as 'x.jsonl'",
+        ),
+        (
+            url_dataset(
+                format="writingprompts",
+                archive={"url": "https://e.org/wp.tar.gz", "sha256": None},
+                files={"test": ["wp/test.wp_source", "../test.wp_target"]},
+            ),
+            "must be a relative path without '..'",
+        ),
+        (
+            url_dataset(
+                format="writingprompts",
+                archive={"url": "https://e.org/wp.tar.gz", "sha256": None},
+                files={"test": ["wp/test.wp_source"]},
+            ),
+            "format 'writingprompts' takes 2 files",
+        ),
+        (
+            url_dataset(archive={"url": "https://e.org/wp.tar.gz", "sha256": None}),
+            "with `archive`, files are the archive's member paths",
+        ),
+        (
+            {"source": "local", "format": "jsonl", "files": {"test": {"url": "https://e.org/x.jsonl", "sha256": None}}},
+            "{url, sha256} entries need source: url",
+        ),
+    ],
+)
 def test_url_datasets_are_checked_before_any_job(dataset, expected):
     config = tiny_config()
     config["datasets"]["web"] = dataset
@@ -235,28 +306,45 @@ def test_url_datasets_need_no_local_file_and_name_their_downloads():
 
     config = tiny_config()
     head = {"url": "https://e.org/v1/webtext.train.jsonl?x=1", "sha256": None, "head_bytes": 8192}
-    config["datasets"]["web"] = url_dataset(files={"test": {"url": "https://e.org/v1/webtext.test.jsonl", "sha256": None},
-                                                   "train": head})
-    config["datasets"]["wp"] = {"source": "url", "format": "writingprompts",
-                                "archive": {"url": "https://e.org/data/writingPrompts.tar.gz", "sha256": "b" * 64},
-                                "files": {"test": ["writingPrompts/test.wp_source", "writingPrompts/test.wp_target"]}}
+    config["datasets"]["web"] = url_dataset(
+        files={"test": {"url": "https://e.org/v1/webtext.test.jsonl", "sha256": None}, "train": head}
+    )
+    config["datasets"]["wp"] = {
+        "source": "url",
+        "format": "writingprompts",
+        "archive": {"url": "https://e.org/data/writingPrompts.tar.gz", "sha256": "b" * 64},
+        "files": {"test": ["writingPrompts/test.wp_source", "writingPrompts/test.wp_target"]},
+    }
     datasets = check(config)["datasets"]
     assert set(fetched(datasets["web"])) == {"webtext.test.jsonl", "head8192-webtext.train.jsonl"}
     assert split_paths("web", datasets["web"], "train") == ["results/downloads/web/head8192-webtext.train.jsonl"]
     assert list(fetched(datasets["wp"])) == ["writingPrompts.tar.gz"]
-    assert split_paths("wp", datasets["wp"], "test") == ["results/downloads/wp/unpacked/writingPrompts/test.wp_source",
-                                                         "results/downloads/wp/unpacked/writingPrompts/test.wp_target"]
+    assert split_paths("wp", datasets["wp"], "test") == [
+        "results/downloads/wp/unpacked/writingPrompts/test.wp_source",
+        "results/downloads/wp/unpacked/writingPrompts/test.wp_target",
+    ]
 
 
-@pytest.mark.parametrize("change, expected", [
-    (lambda c: c["sampling"].update(top_p=0.9), "config key sampling.top_p: decoding settings are now named decoders"),
-    (lambda c: c["experiments"]["main"].update(decoders=["greedy"]), "experiments.main.decoders[0]: unknown decoder 'greedy'"),
-    (lambda c: c.update(decoders={"unbiased": {"top_k": 40}}), "decoders.unbiased: the name is reserved"),
-    (lambda c: c.update(decoders={"hot": {"temperature": 0}}), "decoders.hot.temperature"),
-    (lambda c: c["experiments"]["main"].update(objectives=["untrained"]),
-     "experiments.main.objectives[0]: 'untrained' evaluates a pretrained model as it is, but model 'tiny' is source: scratch"),
-    (lambda c: c.update(objectives={"untrained": {"loss": "mle"}}), "objectives.untrained: the name is reserved"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (
+            lambda c: c["sampling"].update(top_p=0.9),
+            "config key sampling.top_p: decoding settings are now named decoders",
+        ),
+        (
+            lambda c: c["experiments"]["main"].update(decoders=["greedy"]),
+            "experiments.main.decoders[0]: unknown decoder 'greedy'",
+        ),
+        (lambda c: c.update(decoders={"unbiased": {"top_k": 40}}), "decoders.unbiased: the name is reserved"),
+        (lambda c: c.update(decoders={"hot": {"temperature": 0}}), "decoders.hot.temperature"),
+        (
+            lambda c: c["experiments"]["main"].update(objectives=["untrained"]),
+            "experiments.main.objectives[0]: 'untrained' evaluates a pretrained model as it is, but model 'tiny' is source: scratch",
+        ),
+        (lambda c: c.update(objectives={"untrained": {"loss": "mle"}}), "objectives.untrained: the name is reserved"),
+    ],
+)
 def test_decoders_and_untrained_models_are_checked_before_any_job(change, expected):
     config = tiny_config()
     change(config)
@@ -291,15 +379,19 @@ def test_an_integer_temperature_is_a_float_and_samples():
     assert tokens.tolist() == [0, 0, 2, 3]  # inverse CDF of (0.485, 0.178, 0.108, 0.229)
 
 
-@pytest.mark.parametrize("section, entry", [
-    ("models", {"source": "hf", "name": "./checkpoints/missing", "tokenizer": "bpe"}),
-    ("tokenizers", {"source": "hf", "name": "../tokenizers/missing"}),
-])
+@pytest.mark.parametrize(
+    "section, entry",
+    [
+        ("models", {"source": "hf", "name": "./checkpoints/missing", "tokenizer": "bpe"}),
+        ("tokenizers", {"source": "hf", "name": "../tokenizers/missing"}),
+    ],
+)
 def test_a_local_folder_that_does_not_exist_fails_at_plan_time_naming_the_key(tmp_path, section, entry):
     config = tiny_config()
     config[section]["local"] = entry
-    assert error_of(config, tmp_path).startswith(f"config key {section}.local.name: '{entry['name']}' is a path, and "
-                                                 "no such folder exists")
+    assert error_of(config, tmp_path).startswith(
+        f"config key {section}.local.name: '{entry['name']}' is a path, and no such folder exists"
+    )
     (tmp_path / entry["name"]).mkdir(parents=True)  # the same config with the folder there plans
     check(config, tmp_path)
     config[section]["local"]["name"] = "someone/hub-model"  # a hub id is not checked here (the hub may have it)
@@ -309,18 +401,26 @@ def test_a_local_folder_that_does_not_exist_fails_at_plan_time_naming_the_key(tm
 def perturbed_at(*intensities: float) -> dict:
     config = tiny_config()
     for i, x in enumerate(intensities):
-        config["experiments"][f"p{i}"] = {"models": ["tiny"], "train_dataset": "synthetic", "eval_sets": ["syn-test"],
-                                          "train_perturbation": {"intensities": [x]},
-                                          "test_perturbation": {"intensities": [x]}}
+        config["experiments"][f"p{i}"] = {
+            "models": ["tiny"],
+            "train_dataset": "synthetic",
+            "eval_sets": ["syn-test"],
+            "train_perturbation": {"intensities": [x]},
+            "test_perturbation": {"intensities": [x]},
+        }
     return config
 
 
 def test_report_intensity_is_derived_when_the_study_has_one_and_refused_when_it_has_others():
     assert check(perturbed_at(0.025))["report"]["intensity"] == 0.025
-    assert check(perturbed_at(0.05))["report"]["intensity"] == 0.05  # the default 0.025 is not run; 0.05 is the only one
+    assert (
+        check(perturbed_at(0.05))["report"]["intensity"] == 0.05
+    )  # the default 0.025 is not run; 0.05 is the only one
     message = error_of(perturbed_at(0.05, 0.1))
-    assert message.startswith("config key report.intensity: 0.025 is not an intensity of this study") and \
-        "at 0.05, 0.1: set report.intensity to one of them" in message
+    assert (
+        message.startswith("config key report.intensity: 0.025 is not an intensity of this study")
+        and "at 0.05, 0.1: set report.intensity to one of them" in message
+    )
     chosen = perturbed_at(0.05, 0.1)
     chosen["report"] = {"intensity": 0.1}
     assert check(chosen)["report"]["intensity"] == 0.1
@@ -354,17 +454,28 @@ def test_a_zero_shot_experiment_needs_no_train_dataset(tmp_path):
     check(config, tmp_path)
 
 
-@pytest.mark.parametrize("change, expected", [
-    (lambda e: e.update(objectives=["untrained", "mle"]),
-     "experiments.zero.train_dataset: required here (objectives mle train on its train split)"),
-    (lambda e: e.update(test_perturbation={"intensities": [0.1]}),
-     "experiments.zero.train_dataset: required here (test_perturbation's distributional synonyms are learned from its "
-     "train split)"),
-    (lambda e: e.update(train_dataset="held-out", objectives=["untrained", "mle"]),
-     "experiments.zero.train_dataset: dataset 'held-out' has no 'train' split, and objectives mle train on its train split"),
-    (lambda e: e.update(test_perturbation={"intensities": [0.1], "synonyms": ["oracle"]}),
-     "experiments.zero.test_perturbation.synonyms: 'oracle' synonyms exist only for a builtin train_dataset, not 'none'"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (
+            lambda e: e.update(objectives=["untrained", "mle"]),
+            "experiments.zero.train_dataset: required here (objectives mle train on its train split)",
+        ),
+        (
+            lambda e: e.update(test_perturbation={"intensities": [0.1]}),
+            "experiments.zero.train_dataset: required here (test_perturbation's distributional synonyms are learned from its "
+            "train split)",
+        ),
+        (
+            lambda e: e.update(train_dataset="held-out", objectives=["untrained", "mle"]),
+            "experiments.zero.train_dataset: dataset 'held-out' has no 'train' split, and objectives mle train on its train split",
+        ),
+        (
+            lambda e: e.update(test_perturbation={"intensities": [0.1], "synonyms": ["oracle"]}),
+            "experiments.zero.test_perturbation.synonyms: 'oracle' synonyms exist only for a builtin train_dataset, not 'none'",
+        ),
+    ],
+)
 def test_an_experiment_that_needs_its_train_dataset_is_refused_without_one(tmp_path, change, expected):
     config = zero_shot_config(tmp_path)
     change(config["experiments"]["zero"])
@@ -381,11 +492,21 @@ def test_the_zero_shot_placeholder_is_not_a_dataset_name(tmp_path):
 def test_nested_command_line_overrides_are_typed_and_a_wrong_type_still_names_its_key():
     """`--config 'sampling={runs: 5}'`: snakemake leaves the nested 5 a string; typed, it validates, and a value of
     the wrong type still fails naming the key."""
-    overrides = {"seed": 7, "name": "study", "sampling": {"runs": "5", "new_tokens": "8"},
-                 "training": {"report_to": ["tensorboard"], "tracking_dir": "runs: [x"}, "flag": {"on": "true"}}
+    overrides = {
+        "seed": 7,
+        "name": "study",
+        "sampling": {"runs": "5", "new_tokens": "8"},
+        "training": {"report_to": ["tensorboard"], "tracking_dir": "runs: [x"},
+        "flag": {"on": "true"},
+    }
     typed = typed_overrides(overrides)
-    assert typed == {"seed": 7, "name": "study", "sampling": {"runs": 5, "new_tokens": 8},
-                     "training": {"report_to": ["tensorboard"], "tracking_dir": "runs: [x"}, "flag": {"on": True}}
+    assert typed == {
+        "seed": 7,
+        "name": "study",
+        "sampling": {"runs": 5, "new_tokens": 8},
+        "training": {"report_to": ["tensorboard"], "tracking_dir": "runs: [x"},
+        "flag": {"on": True},
+    }
     config = tiny_config()
     config["sampling"] = {**config.get("sampling", {}), **typed["sampling"]}
     assert validate_config(copy.deepcopy(config))["sampling"]["runs"] == 5

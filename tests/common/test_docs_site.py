@@ -15,8 +15,22 @@ MKDOCS = Path(sys.executable).parent / "mkdocs"
 
 
 def build(root: Path, tmp_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(MKDOCS), "build", "--strict", "--config-file", str(root / "mkdocs.yml"), "--site-dir",
-                           str(tmp_path / "site")], capture_output=True, text=True, cwd=root, timeout=300, check=False)
+    return subprocess.run(
+        [
+            str(MKDOCS),
+            "build",
+            "--strict",
+            "--config-file",
+            str(root / "mkdocs.yml"),
+            "--site-dir",
+            str(tmp_path / "site"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_the_readme_is_short():

@@ -174,9 +174,18 @@ def test_masked_slots_inside_the_context_change_only_windowed_families(loaded, f
 
 
 def sample(model, tokenizer, prompts, mode, strategy="insertion", intensity=0.0, table=None, seed=5):
-    return sampler.generate(model, tokenizer, prompts, np.arange(len(prompts)) * 10, runs=2, new_tokens=NEW_TOKENS,
-                             perturbation={"strategy": strategy, "intensity": intensity}, table=table, seed=seed,
-                             mode=mode)
+    return sampler.generate(
+        model,
+        tokenizer,
+        prompts,
+        np.arange(len(prompts)) * 10,
+        runs=2,
+        new_tokens=NEW_TOKENS,
+        perturbation={"strategy": strategy, "intensity": intensity},
+        table=table,
+        seed=seed,
+        mode=mode,
+    )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -281,8 +290,9 @@ def test_cached_sampler_draws_from_the_law_of_what_it_fed(loaded, checkpoints, p
         for row in range(len(fed)):
             fed[row].extend(ids[row][chunk_mask[row] > 0].tolist())
         expected = torch.stack([unpadded_last_logits(model, f) for f in fed])
-        torch.testing.assert_close(suppressed_probs(drawn, tokenizer), suppressed_probs(expected, tokenizer),
-                                   atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            suppressed_probs(drawn, tokenizer), suppressed_probs(expected, tokenizer), atol=1e-6, rtol=0
+        )
 
 
 def sampled_laws(checkpoints, prompts, family, precision, monkeypatch):
@@ -303,7 +313,9 @@ def sampled_laws(checkpoints, prompts, family, precision, monkeypatch):
     for step, logits in enumerate(draws.logits):
         drawn.append(suppressed_probs(logits, tokenizer))
         prefixes = [row + out["continuation_ids"][i, :step].tolist() for i, row in enumerate(rows)]
-        expected.append(suppressed_probs(torch.stack([unpadded_last_logits(reference, p) for p in prefixes]), tokenizer))
+        expected.append(
+            suppressed_probs(torch.stack([unpadded_last_logits(reference, p) for p in prefixes]), tokenizer)
+        )
     return torch.stack(drawn), torch.stack(expected)
 
 
@@ -318,8 +330,7 @@ def test_bf16_sampling_moves_the_law(checkpoints, prompts, family, monkeypatch):
     """sampling.precision bf16 is a speed mode: its laws are not the float32 model's (TV printed with -s)."""
     drawn, expected = sampled_laws(checkpoints, prompts, family, "bf16", monkeypatch)
     tv = 0.5 * (drawn.double() - expected.double()).abs().sum(-1)
-    print(f"\n{family}: bf16 vs fp32 next-token law, TV mean {tv.mean():.2e} max {tv.max():.2e} "
-          f"over {tv.numel()} laws")
+    print(f"\n{family}: bf16 vs fp32 next-token law, TV mean {tv.mean():.2e} max {tv.max():.2e} over {tv.numel()} laws")
     assert tv.max() > 1e-4
 
 

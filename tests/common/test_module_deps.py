@@ -32,31 +32,55 @@ def fake_package(tmp_path, monkeypatch):
 
 
 def test_a_subpackage_module_runs_every_init_on_its_way(fake_package):
-    fake_package({"__init__.py": "", "files.py": "", "stage/__init__.py": "", "stage/job.py": "import os\n",
-                  "other/__init__.py": "", "other/unused.py": ""})
+    fake_package(
+        {
+            "__init__.py": "",
+            "files.py": "",
+            "stage/__init__.py": "",
+            "stage/job.py": "import os\n",
+            "other/__init__.py": "",
+            "other/unused.py": "",
+        }
+    )
     assert module_closure("workflow_lib.stage.job") == ("workflow_lib", "workflow_lib.stage", "workflow_lib.stage.job")
     assert module_path("workflow_lib.stage") == module_deps.PACKAGE_DIR / "stage/__init__.py"
 
 
 def test_relative_imports_resolve_from_the_module_and_from_a_package_init(fake_package):
-    fake_package({
-        "__init__.py": "",
-        "files.py": "",
-        "shared.py": "",
-        "stage/__init__.py": "from . import helper\n",  # in an __init__, '.' is the package itself
-        "stage/helper.py": "",
-        "stage/sibling.py": "from ..shared import thing\n",
-        "stage/job.py": "from . import sibling\nfrom .. import files\n\ndef main():\n    from ..other.deep import x\n",
-        "other/__init__.py": "",
-        "other/deep.py": "",
-    })
+    fake_package(
+        {
+            "__init__.py": "",
+            "files.py": "",
+            "shared.py": "",
+            "stage/__init__.py": "from . import helper\n",  # in an __init__, '.' is the package itself
+            "stage/helper.py": "",
+            "stage/sibling.py": "from ..shared import thing\n",
+            "stage/job.py": "from . import sibling\nfrom .. import files\n\ndef main():\n    from ..other.deep import x\n",
+            "other/__init__.py": "",
+            "other/deep.py": "",
+        }
+    )
     assert module_closure("workflow_lib.stage.job") == (
-        "workflow_lib", "workflow_lib.files", "workflow_lib.other", "workflow_lib.other.deep", "workflow_lib.shared",
-        "workflow_lib.stage", "workflow_lib.stage.helper", "workflow_lib.stage.job", "workflow_lib.stage.sibling")
+        "workflow_lib",
+        "workflow_lib.files",
+        "workflow_lib.other",
+        "workflow_lib.other.deep",
+        "workflow_lib.shared",
+        "workflow_lib.stage",
+        "workflow_lib.stage.helper",
+        "workflow_lib.stage.job",
+        "workflow_lib.stage.sibling",
+    )
 
 
 def test_a_name_imported_from_a_package_is_not_taken_for_a_module(fake_package):
-    fake_package({"__init__.py": "", "stage/__init__.py": "VALUE = 1\n", "stage/job.py": "from workflow_lib.stage import VALUE\n"})
+    fake_package(
+        {
+            "__init__.py": "",
+            "stage/__init__.py": "VALUE = 1\n",
+            "stage/job.py": "from workflow_lib.stage import VALUE\n",
+        }
+    )
     assert module_closure("workflow_lib.stage.job") == ("workflow_lib", "workflow_lib.stage", "workflow_lib.stage.job")
 
 
@@ -72,8 +96,14 @@ def test_a_missing_module_and_a_relative_import_past_the_top_are_errors(fake_pac
 
 def test_the_real_stages_list_their_own_files_and_not_other_stages():
     sample = module_closure("workflow_lib.sample.sampler")
-    assert {"workflow_lib", "workflow_lib.sample", "workflow_lib.sample.loops", "workflow_lib.sample.decoding",
-            "workflow_lib.perturb", "workflow_lib.perturb.perturber"} <= set(sample)
+    assert {
+        "workflow_lib",
+        "workflow_lib.sample",
+        "workflow_lib.sample.loops",
+        "workflow_lib.sample.decoding",
+        "workflow_lib.perturb",
+        "workflow_lib.perturb.perturber",
+    } <= set(sample)
     assert not any(m.startswith(("workflow_lib.evaluate", "workflow_lib.train", "workflow_lib.report")) for m in sample)
     files = [str(module_path(m)) for m in module_closure("workflow_lib.sample.sampler")]
     assert str(REPO / "workflow_lib/sample/__init__.py") in files and str(REPO / "workflow_lib/__init__.py") in files
@@ -82,8 +112,13 @@ def test_the_real_stages_list_their_own_files_and_not_other_stages():
 def test_the_code_digest_follows_content_not_paths_or_mtimes(fake_package, tmp_path):
     """An edit of a file the module runs changes the digest; an unrelated module's edit, a touch or the same files
     at another path (a clone, a moved checkout) do not."""
-    files = {"__init__.py": "", "stage/__init__.py": "", "stage/job.py": "from workflow_lib.stage import helper\n",
-             "stage/helper.py": "x = 1\n", "other.py": "y = 2\n"}
+    files = {
+        "__init__.py": "",
+        "stage/__init__.py": "",
+        "stage/job.py": "from workflow_lib.stage import helper\n",
+        "stage/helper.py": "x = 1\n",
+        "other.py": "y = 2\n",
+    }
     root = fake_package(files)
     before = code_digest("workflow_lib.stage.job")
     assert before.startswith("sha256:") and len(before) == len("sha256:") + 64
@@ -105,4 +140,3 @@ def test_the_code_digest_follows_content_not_paths_or_mtimes(fake_package, tmp_p
     module_deps.direct_imports.cache_clear()
     module_deps.module_closure.cache_clear()
     assert code_digest("workflow_lib.stage.job") == before
-

@@ -30,15 +30,32 @@ def test_readme_ends_with_how_to_cite_both():
     assert "CITATION.cff" in last and "LICENSE" in last and PAPER in last and "@software" in last
 
 
-SHIPPED_TEXT = ["README.md", "ARCHITECTURE.md", "BENCHMARKS.md", "docs", "rules", "workflow_lib", "configs", "bench",
-                "config.yaml", "tests"]
+SHIPPED_TEXT = [
+    "README.md",
+    "ARCHITECTURE.md",
+    "BENCHMARKS.md",
+    "docs",
+    "rules",
+    "workflow_lib",
+    "configs",
+    "bench",
+    "config.yaml",
+    "tests",
+]
 
 
 def shipped_files():
     for name in SHIPPED_TEXT:
         path = REPO / name
-        yield from ([path] if path.is_file() else
-                    (p for p in path.rglob("*") if p.suffix in {".md", ".py", ".smk", ".yaml"} and "__pycache__" not in p.parts))
+        yield from (
+            [path]
+            if path.is_file()
+            else (
+                p
+                for p in path.rglob("*")
+                if p.suffix in {".md", ".py", ".smk", ".yaml"} and "__pycache__" not in p.parts
+            )
+        )
 
 
 def method_sections() -> set[str]:
@@ -64,12 +81,18 @@ def cited_paths(text: str) -> set[str]:
     return {m.rstrip(".:,") for m in re.findall(rf"`((?:{roots})/[\w./-]*)", text)}
 
 
-@pytest.mark.parametrize("document", ["README.md", "ARCHITECTURE.md", *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md"))])
+@pytest.mark.parametrize(
+    "document",
+    ["README.md", "ARCHITECTURE.md", *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md"))],
+)
 def test_documents_cite_only_files_that_ship(document):
     missing = sorted(p for p in cited_paths((REPO / document).read_text()) if not (REPO / p).exists())
     assert missing == []
 
 
 def test_a_citation_of_a_missing_file_is_caught():
-    assert cited_paths("see `workflow_lib/no_such.py` and `rules/common.smk`") == {"workflow_lib/no_such.py", "rules/common.smk"}
+    assert cited_paths("see `workflow_lib/no_such.py` and `rules/common.smk`") == {
+        "workflow_lib/no_such.py",
+        "rules/common.smk",
+    }
     assert not (REPO / "workflow_lib/no_such.py").exists()

@@ -23,14 +23,23 @@ def test_committed_reference_is_what_the_schema_gives():
 
 def test_check_mode_fails_on_a_stale_reference(tmp_path):
     changed = copy.deepcopy(schema())
-    changed["properties"]["sampling"]["properties"]["new_key"] = {"type": "integer", "default": 3,
-                                                                  "description": "a key the docs do not have yet"}
+    changed["properties"]["sampling"]["properties"]["new_key"] = {
+        "type": "integer",
+        "default": 3,
+        "description": "a key the docs do not have yet",
+    }
     text = render(changed)
     assert "| `sampling.new_key` | integer | 3 |  | a key the docs do not have yet |" in text
     assert text != DOCS.read_text()
+
     def check(path) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "workflow_lib.schema_docs", "--check", "--output", str(path)],
-                              cwd=REPO, capture_output=True, text=True, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "workflow_lib.schema_docs", "--check", "--output", str(path)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
 
     assert check(DOCS).returncode == 0
     stale = tmp_path / "config.md"
@@ -43,7 +52,7 @@ def test_every_schema_key_is_documented_with_its_default_and_allowed_values():
     text = DOCS.read_text()
     for section in schema()["properties"]:
         assert f"## `{section}`" in text
-    assert "| `training.mixed_precision` | string | \"auto\" | `auto`, `no`, `bf16`, `fp16` |" in text
+    assert '| `training.mixed_precision` | string | "auto" | `auto`, `no`, `bf16`, `fp16` |' in text
     assert "| `models.<name>.architecture.n_layer` | integer |" in text  # a map's entries, through $ref
     assert "| `cost.safety` | number | 2 |" in text
     # no description cut short by a comma in a YAML flow mapping (the schema once had five)

@@ -17,7 +17,12 @@ import pytest
 
 from workflow_lib.warm import ENV, environment, job_module, refusal
 
-TEXTS = [f"the {a} {v} the {b} near the river" for a in ("cat", "dog", "fox") for v in ("saw", "met") for b in ("goat", "duck")]
+TEXTS = [
+    f"the {a} {v} the {b} near the river"
+    for a in ("cat", "dog", "fox")
+    for v in ("saw", "met")
+    for b in ("goat", "duck")
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +40,9 @@ def server(tmp_path_factory):
 def job(server, *args: str, cwd: Path, warm: bool = True, **env: str) -> subprocess.CompletedProcess:
     path, _, server_env = server
     environment = {**server_env, **({ENV: str(path)} if warm else {}), **env}
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=environment, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=300
+    )
 
 
 def served(server) -> list[str]:
@@ -56,11 +62,22 @@ def test_a_sample_job_writes_the_same_bytes_warm_and_cold_in_a_fraction_of_the_t
     from support.families import make_checkpoint
 
     model = make_checkpoint(tmp_path / "hub", "gpt2", TEXTS)
-    pq.write_table(pa.table({"prompt_id": pa.array([3, 5, 8], pa.int64()), "prefix": ["the cat", "the dog saw", "a"]}),
-                   tmp_path / "prompts.parquet")
+    pq.write_table(
+        pa.table({"prompt_id": pa.array([3, 5, 8], pa.int64()), "prefix": ["the cat", "the dog saw", "a"]}),
+        tmp_path / "prompts.parquet",
+    )
     settings = {"batch_size": 4, "gpus": 1, "mode": "exact", "new_tokens": 6, "precision": "fp32", "runs": 2, "seed": 7}
-    args = ["workflow_lib.sample.sampler", "--model", str(model), "--prompts", "prompts.parquet", "--perturbation",
-            json.dumps({"intensity": 0.0, "strategy": "insertion"}), "--settings", json.dumps(settings)]
+    args = [
+        "workflow_lib.sample.sampler",
+        "--model",
+        str(model),
+        "--prompts",
+        "prompts.parquet",
+        "--perturbation",
+        json.dumps({"intensity": 0.0, "strategy": "insertion"}),
+        "--settings",
+        json.dumps(settings),
+    ]
     seconds = {}
     for mode in ("cold", "warm"):
         start = time.monotonic()
@@ -74,8 +91,19 @@ def test_a_sample_job_writes_the_same_bytes_warm_and_cold_in_a_fraction_of_the_t
 
 
 def test_a_failing_job_keeps_its_status_and_its_one_line_message(server, tmp_path):
-    done = job(server, "workflow_lib.data.gguf", "--key", "smol", "--source", "{}", "--gguf", "absent.gguf",
-               "--output", "out", cwd=tmp_path)
+    done = job(
+        server,
+        "workflow_lib.data.gguf",
+        "--key",
+        "smol",
+        "--source",
+        "{}",
+        "--gguf",
+        "absent.gguf",
+        "--output",
+        "out",
+        cwd=tmp_path,
+    )
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert "models.smol.gguf" in last and "no such file" in last, done.stderr
@@ -89,8 +117,9 @@ def test_a_job_the_server_cannot_take_runs_cold(server, tmp_path):
     assert done.returncode == 0 and "--socket" in done.stdout
     other = job(server, "workflow_lib.cost.estimate", "--help", cwd=tmp_path, HF_HUB_OFFLINE="0")
     assert other.returncode == 0 and "--configfile" in other.stdout
-    assert served(server)[before:] == ["workflow_lib.warm: workflow_lib.cost.estimate runs cold: its environment "
-                                       "differs in HF_HUB_OFFLINE"]
+    assert served(server)[before:] == [
+        "workflow_lib.warm: workflow_lib.cost.estimate runs cold: its environment differs in HF_HUB_OFFLINE"
+    ]
     absent = job(server, "workflow_lib.cost.estimate", "--help", cwd=tmp_path, **{ENV: str(tmp_path / "none.sock")})
     assert absent.returncode == 0 and "--configfile" in absent.stdout and len(served(server)) == before + 1
     warm = job(server, "workflow_lib.cost.estimate", "--help", cwd=tmp_path)
@@ -102,8 +131,14 @@ def test_a_signal_to_the_jobs_process_ends_the_warm_job_with_it(server, tmp_path
     """Snakemake stops a job by signalling its process: the client passes the signal on and dies by it."""
     path, log, env = server
     code = f"from workflow_lib.warm import request; request({str(path)!r}, 'http.server', ['0', '--bind', '127.0.0.1'])"
-    client = subprocess.Popen([sys.executable, "-c", code], env={**env, ENV: str(path)}, cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**env, ENV: str(path)},
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline, started = time.monotonic() + 60, []
     while not started and time.monotonic() < deadline:
         started = [line for line in log.read_text().splitlines() if "started http.server" in line]

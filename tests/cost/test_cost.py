@@ -56,7 +56,7 @@ def test_training_flops_are_palms_six_n_plus_attention_over_every_token():
     words = data["docs"]["train"] * data["sentences_per_doc"] * 7.33
     blocks = math.floor(words / 32)
     tokens = 2 * blocks * 32  # the data and one copy (augment, m = 1), blocks of 32
-    n = 1 * (4 * 16 ** 2 + 2 * 16 * 64) + 300 * 16
+    n = 1 * (4 * 16**2 + 2 * 16 * 64) + 300 * 16
     validation = data["docs"]["validation"] * data["sentences_per_doc"] * 7.33
     evals = math.ceil(2 * blocks / 8) // 500 + 1  # eval_every 500 steps of batch 8, and the last step
     assert shape.matmul_params == n
@@ -105,7 +105,9 @@ def test_unknown_model_is_reported_not_guessed(tmp_path):
     assert {j.rule for j in unknown} == {"train", "sample", "perplexity", "extrapolation"}
     assert all(j.unknown == "model shape" for j in unknown)
     assert all(not j.unknown for j in planned if j.rule in ("evaluate", "features"))
-    assert [r["unknown"] for r in rule_table(planned, 8, 2) if r["rule"] == "sample"] == [len([j for j in unknown if j.rule == "sample"])]
+    assert [r["unknown"] for r in rule_table(planned, 8, 2) if r["rule"] == "sample"] == [
+        len([j for j in unknown if j.rule == "sample"])
+    ]
     output = slurm.planned(config)
     key = next(j.key for j in unknown if j.rule == "sample")
     assert key in output and slurm.runtime_minutes(config, key, 2) == 2 * config["cost"]["unknown_minutes"]
@@ -123,8 +125,19 @@ def test_slurm_runtime_is_the_prediction_times_safety_and_attempt():
     floor = config_of(cost={"safety": 50, "min_minutes": 10_000})
     assert slurm.runtime_minutes(floor, train.key, 1) == 10_000
     # a slower device asks for more time: half the FLOP/s and twice the fixed cost of the cpu entry
-    slow = config_of(cost={"safety": 50, "min_minutes": 1, "cpu": "slow", "devices": {
-        "slow": {"peak_fp32": DEVICES["cpu"].peak_fp32 / 2, "fixed_s": {r: 2 * s for r, s in DEVICES["cpu"].fixed_s.items()}}}})
+    slow = config_of(
+        cost={
+            "safety": 50,
+            "min_minutes": 1,
+            "cpu": "slow",
+            "devices": {
+                "slow": {
+                    "peak_fp32": DEVICES["cpu"].peak_fp32 / 2,
+                    "fixed_s": {r: 2 * s for r, s in DEVICES["cpu"].fixed_s.items()},
+                }
+            },
+        }
+    )
     assert slurm.runtime_minutes(slow, train.key, 1) > expected
     assert slurm.mem_mb(config, train.key, 2) == 2 * slurm.mem_mb(config, train.key, 1) > 0
 
@@ -155,7 +168,6 @@ def test_predicted_vs_measured_reads_benchmark_files(tmp_path):
     assert measured_seconds(tmp_path) == {benchmark_key(sample): 12.5}
 
 
-
 def test_estimate_prints_no_empty_comparison_table(tmp_path):
     """Before any job of the study ran there is nothing to compare: no table; benchmarks of other jobs (another
     study in the same results folder) are said to be other jobs', not shown as an empty table."""
@@ -180,10 +192,30 @@ def test_estimate_prints_no_empty_comparison_table(tmp_path):
 
 def test_estimate_prints_the_paper_table_offline_in_seconds(tmp_path):
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "workflow_lib.cost.estimate", "--configfile", "configs/paper.yaml",
-                           "--device", "a100-80gb", "--gpus", "8", "--cpu", "cpu", "--results", str(tmp_path / "results"),
-                           "--output", str(tmp_path / "estimate")], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workflow_lib.cost.estimate",
+            "--configfile",
+            "configs/paper.yaml",
+            "--device",
+            "a100-80gb",
+            "--gpus",
+            "8",
+            "--cpu",
+            "cpu",
+            "--results",
+            str(tmp_path / "results"),
+            "--output",
+            str(tmp_path / "estimate"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     seconds = time.monotonic() - start
     assert done.returncode == 0, done.stderr
     assert seconds < 30, seconds

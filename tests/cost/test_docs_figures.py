@@ -21,9 +21,24 @@ def estimate(tmp_path: Path, *overlays: str) -> str:
     for i, overlay in enumerate(overlays):
         files.append(tmp_path / f"overlay{i}.yaml")
         files[-1].write_text(overlay)
-    done = subprocess.run([sys.executable, "-m", "workflow_lib.cost.estimate", "--configfile",
-                           str(REPO / "configs/paper.yaml"), *map(str, files), "--device", "a100-80gb", "--gpus", "8"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workflow_lib.cost.estimate",
+            "--configfile",
+            str(REPO / "configs/paper.yaml"),
+            *map(str, files),
+            "--device",
+            "a100-80gb",
+            "--gpus",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -49,8 +64,11 @@ def test_the_pages_figures_are_the_commands(printed, tmp_path):
     page = " ".join(PAGE.read_text().split())
     gpu_hours = total(printed)
     assert f"{gpu_hours:,.1f} GPU-hours in all" in page
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in printed.splitlines()
-            if line.startswith("| ") and not line.startswith(("| rule", "| ---"))]
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in printed.splitlines()
+        if line.startswith("| ") and not line.startswith(("| rule", "| ---"))
+    ]
     wall = sum(float(row[5].replace(",", "")) for row in rows)
     assert f"about {wall:.0f} hours of wall time on 8 GPUs" in page
     sample_share = next(float(row[6].rstrip("%")) for row in rows if row[0] == "sample")

@@ -171,19 +171,34 @@ def test_encode_round_trips_and_rejects_unknown_words(grammar):
 
 def test_description_is_json_and_rebuilds_the_grammar(grammar):
     described = json.loads(json.dumps(grammar.to_dict()))
-    args = ("seed", "n_noun_classes", "n_verb_classes", "n_adj_classes", "words_per_class", "ood_fraction",
-            "p_adj", "p_adv")
+    args = (
+        "seed",
+        "n_noun_classes",
+        "n_verb_classes",
+        "n_adj_classes",
+        "words_per_class",
+        "ood_fraction",
+        "p_adj",
+        "p_adv",
+    )
     rebuilt = build_grammar(**{k: described[k] for k in args})
     assert list(rebuilt.vocabulary) == described["vocabulary"]
     assert rebuilt.in_support.tolist() == described["in_support"]
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"ood_fraction": 0}, "ood_fraction"), ({"ood_fraction": 1.0}, "ood_fraction"),
-    ({"words_per_class": 1}, "words_per_class"), ({"n_noun_classes": 0}, "n_noun_classes"),
-    ({"n_noun_classes": 1, "n_verb_classes": 1}, "ood_fraction"), ({"p_adj": 1.5}, "p_adj"),
-    ({"p_adv": -0.1}, "p_adv"), ({"seed": -1}, "seed"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"ood_fraction": 0}, "ood_fraction"),
+        ({"ood_fraction": 1.0}, "ood_fraction"),
+        ({"words_per_class": 1}, "words_per_class"),
+        ({"n_noun_classes": 0}, "n_noun_classes"),
+        ({"n_noun_classes": 1, "n_verb_classes": 1}, "ood_fraction"),
+        ({"p_adj": 1.5}, "p_adj"),
+        ({"p_adv": -0.1}, "p_adv"),
+        ({"seed": -1}, "seed"),
+    ],
+)
 def test_bad_grammar_arguments_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=name):
         build_grammar(**{"seed": 0, **kwargs})

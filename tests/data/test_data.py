@@ -19,20 +19,31 @@ WIKI = " = Title = \n \n A first line of text .\n \n = = Section = = \n Another 
 
 def filled(ds: dict) -> dict:
     """The dataset section as the rules pass it: checked, with the schema's defaults filled."""
-    config = {"datasets": {"d": ds, "syn": tiny_builtin()}, "tokenizers": {"t": {"source": "hf", "name": "x"}},
-              "models": {"m": {"source": "hf", "name": "x", "tokenizer": "t"}},
-              "eval_sets": {"s": {"dataset": "syn", "split": "test"}},
-              "experiments": {"e": {"models": ["m"], "train_dataset": "syn", "eval_sets": ["s"]}}}
+    config = {
+        "datasets": {"d": ds, "syn": tiny_builtin()},
+        "tokenizers": {"t": {"source": "hf", "name": "x"}},
+        "models": {"m": {"source": "hf", "name": "x", "tokenizer": "t"}},
+        "eval_sets": {"s": {"dataset": "syn", "split": "test"}},
+        "experiments": {"e": {"models": ["m"], "train_dataset": "syn", "eval_sets": ["s"]}},
+    }
     return validate_config(config)["datasets"]["d"]
 
 
 def test_local_wikitext_keeps_hub_row_semantics_and_records_sha256(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "wiki.train.raw").write_text(WIKI)
-    spec = filled({"source": "local", "format": "wikitext", "files": {"train": "wiki.train.raw"}, "cleaning": "wikitext"})
+    spec = filled(
+        {"source": "local", "format": "wikitext", "files": {"train": "wiki.train.raw"}, "cleaning": "wikitext"}
+    )
     table, meta = normalise("wiki", spec, "train")
-    assert table.column("text").to_pylist() == [" = Title = \n", "", " A first line of text .\n", "",
-                                                 " = = Section = = \n", " Another line .\n"]
+    assert table.column("text").to_pylist() == [
+        " = Title = \n",
+        "",
+        " A first line of text .\n",
+        "",
+        " = = Section = = \n",
+        " Another line .\n",
+    ]
     assert table.column("doc_id").to_pylist() == list(range(6))
     assert meta["provenance"]["files"][0]["sha256"] == sha256_file(tmp_path / "wiki.train.raw")
     assert meta["rows_loaded"] == meta["rows_written"] == 6
@@ -43,7 +54,9 @@ def test_max_rows_keeps_the_first_rows_after_cleaning(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rows = [json.dumps({"text": "word " * n}) for n in (10, 60, 2000, 70, 80)]
     (tmp_path / "web.jsonl").write_text("\n".join(rows) + "\n")
-    spec = filled({"source": "local", "format": "jsonl", "files": {"test": "web.jsonl"}, "cleaning": "webtext", "max_rows": 2})
+    spec = filled(
+        {"source": "local", "format": "jsonl", "files": {"test": "web.jsonl"}, "cleaning": "webtext", "max_rows": 2}
+    )
     table, meta = normalise("web", spec, "test")
     assert [len(t.split()) for t in table.column("text").to_pylist()] == [60, 70]
     assert meta["rows_loaded"] == 5 and meta["rows_written"] == 2 and meta["recipe"] == "raw"
@@ -71,7 +84,9 @@ def test_hf_source_reads_a_local_copy_through_datasets(tmp_path):
 
 
 def test_hf_source_offline_names_the_key_and_the_local_alternative():
-    spec = filled({"source": "hf", "path": "Salesforce/wikitext-does-not-exist", "name": "x", "splits": {"test": "test"}})
+    spec = filled(
+        {"source": "hf", "path": "Salesforce/wikitext-does-not-exist", "name": "x", "splits": {"test": "test"}}
+    )
     with pytest.raises(StageError) as info:
         normalise("wikitext2", spec, "test")
     message = str(info.value)
@@ -89,8 +104,16 @@ def test_builtin_source_is_deterministic():
 def test_prompts_error_names_the_eval_set():
     table = pa.table({"doc_id": [0, 1], "text": ["short", "also short"]})
     with pytest.raises(StageError, match="eval_sets.webtext"):
-        build_prompts("webtext", table, prefix_words=20, reference_words=80, min_chars=100, extra_words=10,
-                      forbidden="==", max_prompts=None)
+        build_prompts(
+            "webtext",
+            table,
+            prefix_words=20,
+            reference_words=80,
+            min_chars=100,
+            extra_words=10,
+            forbidden="==",
+            max_prompts=None,
+        )
 
 
 def test_a_split_with_fewer_rows_than_prompts_asked_names_its_files_and_format(tmp_path, monkeypatch):
@@ -108,7 +131,8 @@ def test_a_split_with_fewer_rows_than_prompts_asked_names_its_files_and_format(t
     assert str(error.value) == (
         "eval_sets.mine-test: datasets.mine split test has 1 row (docs.txt, format text: a row is one paragraph: the "
         "lines up to a blank line (for one document per line, use format: lines)), fewer than the 3 prompts the eval "
-        "set asks for (prompts.min_prompts, or its max_prompts where smaller)")
+        "set asks for (prompts.min_prompts, or its max_prompts where smaller)"
+    )
     lines = filled({"source": "local", "format": "lines", "files": {"test": "docs.txt"}})
     table, meta = normalise("mine", lines, "test")
     frame, _ = build_prompts("mine-test", table, **settings, min_prompts=3, source=meta)

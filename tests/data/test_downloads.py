@@ -52,8 +52,11 @@ def fixture_files() -> dict[str, bytes]:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    return {"/v1/webtext.test.jsonl": jsonl(test).encode(), "/v1/webtext.train.jsonl": jsonl(train).encode(),
-            "/fairseq/writingPrompts.tar.gz": buffer.getvalue()}
+    return {
+        "/v1/webtext.test.jsonl": jsonl(test).encode(),
+        "/v1/webtext.train.jsonl": jsonl(train).encode(),
+        "/fairseq/writingPrompts.tar.gz": buffer.getvalue(),
+    }
 
 
 def sha(data: bytes) -> str:
@@ -62,20 +65,37 @@ def sha(data: bytes) -> str:
 
 def study(server, files: dict[str, bytes], key: str = "webtext", **overrides) -> dict:
     head = files["/v1/webtext.train.jsonl"][:HEAD_BYTES]
-    head = head[:head.rindex(b"\n") + 1]
+    head = head[: head.rindex(b"\n") + 1]
     config = tiny_config()
     config["datasets"][key] = {
-        "source": "url", "format": "jsonl", "cleaning": "webtext", "recipe": "mixce", "max_rows": 10, "top_up": "train",
-        "files": {"test": {"url": server.url("/v1/webtext.test.jsonl"), "sha256": sha(files["/v1/webtext.test.jsonl"])},
-                  "train": {"url": server.url("/v1/webtext.train.jsonl"), "sha256": sha(head), "head_bytes": HEAD_BYTES}},
-        **overrides}
+        "source": "url",
+        "format": "jsonl",
+        "cleaning": "webtext",
+        "recipe": "mixce",
+        "max_rows": 10,
+        "top_up": "train",
+        "files": {
+            "test": {"url": server.url("/v1/webtext.test.jsonl"), "sha256": sha(files["/v1/webtext.test.jsonl"])},
+            "train": {"url": server.url("/v1/webtext.train.jsonl"), "sha256": sha(head), "head_bytes": HEAD_BYTES},
+        },
+        **overrides,
+    }
     config["datasets"]["wp"] = {
-        "source": "url", "format": "writingprompts", "cleaning": "writingprompts", "recipe": "mixce", "max_rows": 4,
-        "archive": {"url": server.url("/fairseq/writingPrompts.tar.gz"), "sha256": sha(files["/fairseq/writingPrompts.tar.gz"])},
-        "files": {"test": WP_MEMBERS}}
+        "source": "url",
+        "format": "writingprompts",
+        "cleaning": "writingprompts",
+        "recipe": "mixce",
+        "max_rows": 4,
+        "archive": {
+            "url": server.url("/fairseq/writingPrompts.tar.gz"),
+            "sha256": sha(files["/fairseq/writingPrompts.tar.gz"]),
+        },
+        "files": {"test": WP_MEMBERS},
+    }
     config["prompts"]["min_prompts"] = 4  # wp keeps max_rows 4 rows
-    config["eval_sets"].update({"web": {"dataset": key, "split": "test"},
-                                "wp": {"dataset": "wp", "split": "test", "prefix_words": 35}})
+    config["eval_sets"].update(
+        {"web": {"dataset": key, "split": "test"}, "wp": {"dataset": "wp", "split": "test", "prefix_words": 35}}
+    )
     return config
 
 
@@ -114,8 +134,11 @@ def test_downloaded_sets_are_mixces_and_a_second_study_takes_them_from_the_cache
         head = (downloads / f"webtext/head{HEAD_BYTES}-webtext.train.jsonl").read_bytes()
         assert files["/v1/webtext.train.jsonl"].startswith(head) and head.endswith(b"\n") and len(head) < HEAD_BYTES
         # Exactly the members the dataset names were unpacked (and snakemake's marker of a directory output).
-        unpacked = sorted(str(p.relative_to(downloads / "wp/unpacked")) for p in (downloads / "wp/unpacked").rglob("*")
-                          if p.is_file() and p.name != ".snakemake_timestamp")
+        unpacked = sorted(
+            str(p.relative_to(downloads / "wp/unpacked"))
+            for p in (downloads / "wp/unpacked").rglob("*")
+            if p.is_file() and p.name != ".snakemake_timestamp"
+        )
         assert unpacked == WP_MEMBERS
 
         # The WebText set is what MixCE's script makes of the same files: filtered, then topped up from train.
@@ -132,7 +155,10 @@ def test_downloaded_sets_are_mixces_and_a_second_study_takes_them_from_the_cache
         assert [s["rows"] for s in record["steps"]][-1] == 10 and record["recipe"] == "mixce"
         source = record["provenance"]["files"][0]
         assert (source["url"], source["sha256"], source["pinned_sha256"]) == (
-            server.url("/v1/webtext.test.jsonl"), sha(files["/v1/webtext.test.jsonl"]), sha(files["/v1/webtext.test.jsonl"]))
+            server.url("/v1/webtext.test.jsonl"),
+            sha(files["/v1/webtext.test.jsonl"]),
+            sha(files["/v1/webtext.test.jsonl"]),
+        )
         assert record["top_up_provenance"]["files"][0]["head_bytes"] == HEAD_BYTES
         wp = json.loads((first / "results/data/wp/test.json").read_text())
         assert wp["provenance"]["archive"]["sha256"] == sha(files["/fairseq/writingPrompts.tar.gz"])

@@ -114,8 +114,14 @@ def test_retries_run_out_and_the_part_is_kept_for_later(tmp_path, misbehaviour):
     body = random_bytes(100_000)
     with serve({"x.bin": body}, **misbehaviour) as server:
         with pytest.raises(StageError) as error:
-            fetch(server.url("x.bin"), tmp_path / "x.bin", sha256=sha(body), what="datasets.d.files.test",
-                  retries=2, **FAST)
+            fetch(
+                server.url("x.bin"),
+                tmp_path / "x.bin",
+                sha256=sha(body),
+                what="datasets.d.files.test",
+                retries=2,
+                **FAST,
+            )
     url = server.url("x.bin")
     assert str(error.value).startswith(f"datasets.d.files.test: could not download {url} after 3 attempts")
     assert len(server.requests) == 3 and not (tmp_path / "x.bin").exists()
@@ -159,7 +165,7 @@ def test_head_bytes_asks_for_a_range_and_keeps_whole_lines(tmp_path):
     with serve({"c.jsonl": body}) as server:
         record = fetch(server.url("c.jsonl"), tmp_path / "h.jsonl", sha256=None, head_bytes=n, what="k", **FAST)
     head = (tmp_path / "h.jsonl").read_bytes()
-    assert head == body[:body[:n].rindex(b"\n") + 1] and head.endswith(b"\n") and len(head) < n
+    assert head == body[: body[:n].rindex(b"\n") + 1] and head.endswith(b"\n") and len(head) < n
     assert [r["range"] for r in server.requests] == [f"bytes=0-{n - 1}"]
     assert record["bytes"] == len(head) and record["head_bytes"] == n
 
@@ -170,7 +176,7 @@ def test_head_bytes_without_range_support_stops_reading_early(tmp_path):
     with serve({"c.jsonl": body}, range_support=False) as server:
         fetch(server.url("c.jsonl"), tmp_path / "h.jsonl", sha256=None, head_bytes=n, what="k", **FAST)
         server.settle()
-    assert (tmp_path / "h.jsonl").read_bytes() == body[:body[:n].rindex(b"\n") + 1]
+    assert (tmp_path / "h.jsonl").read_bytes() == body[: body[:n].rindex(b"\n") + 1]
     (request,) = server.requests
     # What was sent beyond the head filled the loopback socket buffers (4-8 MB here) before the client hung up.
     assert request["status"] == 200 and request["sent"] < len(body) // 4
@@ -193,8 +199,14 @@ def test_head_bytes_exactly_the_file_size_is_not_trimmed(tmp_path):
 def test_head_bytes_smaller_than_a_line_is_an_error(tmp_path):
     with serve({"s.txt": b"x" * 1000 + b"\n"}) as server:
         with pytest.raises(StageError, match=r"datasets\.d\.files\.test: head_bytes=100 is smaller than one line"):
-            fetch(server.url("s.txt"), tmp_path / "s.txt", sha256=None, head_bytes=100, what="datasets.d.files.test",
-                  **FAST)
+            fetch(
+                server.url("s.txt"),
+                tmp_path / "s.txt",
+                sha256=None,
+                head_bytes=100,
+                what="datasets.d.files.test",
+                **FAST,
+            )
     assert not (tmp_path / "s.txt").exists() and not (tmp_path / "s.txt.part").exists()
 
 
@@ -251,14 +263,24 @@ def test_unpack_of_a_file_that_is_not_a_tar(tmp_path):
 
 
 def fetch_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workflow_lib.data.fetch", *args], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "workflow_lib.data.fetch", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_cli_download_failure_is_one_line_naming_the_key_and_url(tmp_path):
     with serve({"x.txt": b"hello\n"}) as server:
-        done = fetch_cli("download", "--what", "datasets.d.files.test", "--url", server.url("x.txt"),
-                         "--sha256", "f" * 64, "--output", str(tmp_path / "x.txt"))
+        done = fetch_cli(
+            "download",
+            "--what",
+            "datasets.d.files.test",
+            "--url",
+            server.url("x.txt"),
+            "--sha256",
+            "f" * 64,
+            "--output",
+            str(tmp_path / "x.txt"),
+        )
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert "datasets.d.files.test" in last and server.url("x.txt") in last and "sha256 mismatch" in last
@@ -269,12 +291,32 @@ def test_cli_download_and_unpack_write_their_outputs(tmp_path):
     make_tar(tmp_path / "src.tar.gz", MEMBERS)
     archive = (tmp_path / "src.tar.gz").read_bytes()
     with serve({"a.tar.gz": archive}) as server:
-        download = fetch_cli("download", "--what", "k", "--url", server.url("a.tar.gz"), "--sha256", sha(archive),
-                             "--output", str(tmp_path / "d" / "a.tar.gz"), "--record", str(tmp_path / "d" / "a.json"))
+        download = fetch_cli(
+            "download",
+            "--what",
+            "k",
+            "--url",
+            server.url("a.tar.gz"),
+            "--sha256",
+            sha(archive),
+            "--output",
+            str(tmp_path / "d" / "a.tar.gz"),
+            "--record",
+            str(tmp_path / "d" / "a.json"),
+        )
     assert download.returncode == 0, download.stderr
     assert json.loads((tmp_path / "d" / "a.json").read_text())["sha256"] == sha(archive)
-    extract = fetch_cli("unpack", "--what", "k", "--archive", str(tmp_path / "d" / "a.tar.gz"),
-                        "--members", '["a/test.src"]', "--output", str(tmp_path / "d" / "unpacked"))
+    extract = fetch_cli(
+        "unpack",
+        "--what",
+        "k",
+        "--archive",
+        str(tmp_path / "d" / "a.tar.gz"),
+        "--members",
+        '["a/test.src"]',
+        "--output",
+        str(tmp_path / "d" / "unpacked"),
+    )
     assert extract.returncode == 0, extract.stderr
     assert (tmp_path / "d" / "unpacked" / "a" / "test.src").read_bytes() == MEMBERS["a/test.src"]
 
@@ -292,7 +334,10 @@ def test_unpack_extracts_named_members_of_a_zip_archive_with_their_checksums(tmp
     make_zip(tmp_path / "w.zip", MEMBERS)
     record = unpack(tmp_path / "w.zip", ["a/train.src", "a/test.src"], tmp_path / "out", what="k")
     assert (tmp_path / "out" / "a" / "test.src").read_bytes() == MEMBERS["a/test.src"]
-    assert record["members"]["a/train.src"] == {"bytes": len(MEMBERS["a/train.src"]), "sha256": sha(MEMBERS["a/train.src"])}
+    assert record["members"]["a/train.src"] == {
+        "bytes": len(MEMBERS["a/train.src"]),
+        "sha256": sha(MEMBERS["a/train.src"]),
+    }
     assert sorted(p.name for p in (tmp_path / "out" / "a").iterdir()) == ["test.src", "train.src"]
 
 

@@ -21,8 +21,9 @@ def tiny(tmp_path_factory) -> Path:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workflow_lib.data.gguf", *args], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "workflow_lib.data.gguf", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_the_wheels_smollm2_header_is_read_without_loading_its_tensors():
@@ -59,7 +60,10 @@ def test_an_architecture_transformers_cannot_dequantise_is_refused_naming_the_ke
 def test_the_cli_fails_in_one_line_naming_the_key_and_writes_nothing(tmp_path, tiny):
     (tmp_path / "cut.gguf").write_bytes(tiny.read_bytes()[:-1000])
     foreign_gguf(tmp_path / "foreign.gguf")
-    for name, message in (("cut.gguf", "is truncated or damaged"), ("foreign.gguf", "architecture 'nonesuch' cannot be dequantised")):
+    for name, message in (
+        ("cut.gguf", "is truncated or damaged"),
+        ("foreign.gguf", "architecture 'nonesuch' cannot be dequantised"),
+    ):
         done = cli("--key", "smol", "--source", "{}", "--gguf", str(tmp_path / name), "--output", str(tmp_path / "out"))
         assert done.returncode == 1
         last = done.stderr.strip().splitlines()[-1]
@@ -80,8 +84,10 @@ def test_dequantised_folder_loads_as_a_checkpoint_with_the_files_logits_and_toke
     with torch.no_grad():
         assert torch.equal(folder(ids).logits, original(ids).logits)
     text = "The licence grants permission to copy, modify and distribute."
-    assert (AutoTokenizer.from_pretrained(tmp_path / "a")(text)["input_ids"]
-            == AutoTokenizer.from_pretrained(tiny.parent, gguf_file=tiny.name)(text)["input_ids"])
+    assert (
+        AutoTokenizer.from_pretrained(tmp_path / "a")(text)["input_ids"]
+        == AutoTokenizer.from_pretrained(tiny.parent, gguf_file=tiny.name)(text)["input_ids"]
+    )
     dequantise("tiny", tiny, tmp_path / "b")  # same file, same bytes
     for name in ("model.safetensors", "config.json", "tokenizer.json", "gguf.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name

@@ -28,7 +28,8 @@ def write(tmp_path, name: str, data: bytes) -> str:
 
 def test_wikitext_rows_match_hub_semantics(tmp_path):
     path = write(
-        tmp_path, "wiki.test.raw",
+        tmp_path,
+        "wiki.test.raw",
         b" \n = Valkyria Chronicles III = \n \n Senj\xc5\x8d no Valkyria 3 , he said . \n\n \t \nno newline at end",
     )
     assert read_wikitext_raw(path) == [
@@ -71,7 +72,8 @@ def test_truncated_multibyte_sequence_is_replaced(tmp_path):
 
 def test_jsonl_reads_field_in_order_and_skips_blank_lines(tmp_path):
     path = write(
-        tmp_path, "webtext.test.jsonl",
+        tmp_path,
+        "webtext.test.jsonl",
         b'{"id": 0, "text": "First doc.\\nSecond line.", "length": 5}\n'
         b"\n"
         b'{"id": 1, "text": "  keeps spaces  "}\n'
@@ -157,7 +159,8 @@ def test_writingprompts_counts_a_pair_once(tmp_path):
 
 def test_plain_text_paragraphs(tmp_path):
     path = write(
-        tmp_path, "book.txt",
+        tmp_path,
+        "book.txt",
         b"\n\nFirst paragraph, line one\r\n  line two indented\n\n \t\n\nSecond paragraph.\nEnd without newline",
     )
     assert read_plain_text(path) == [
@@ -223,6 +226,8 @@ def test_read_rows_needs_files():
 def test_lines_format_is_one_document_per_line_where_text_is_one_per_paragraph(tmp_path):
     path = tmp_path / "docs.txt"
     path.write_text("first document\nsecond document\n\nthird document\n")
-    assert read_rows("lines", [path]) == (["first document", "second document", "third document"],
-                                          {"rows": 3, "undecodable_rows": 0})
+    assert read_rows("lines", [path]) == (
+        ["first document", "second document", "third document"],
+        {"rows": 3, "undecodable_rows": 0},
+    )
     assert read_rows("text", [path])[1]["rows"] == 2  # text joins lines up to a blank line

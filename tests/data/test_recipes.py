@@ -57,8 +57,8 @@ def mixce_webtext_reference(folder, rows: int) -> dict[str, list[str]]:
     remain_test = rows - len(test)
     remain_validation = rows - len(validation)
     test += train[:remain_test]
-    validation += train[remain_test: remain_test + remain_validation]
-    train = train[remain_test + remain_validation:]
+    validation += train[remain_test : remain_test + remain_validation]
+    train = train[remain_test + remain_validation :]
     return {"train": train, "test": test, "validation": validation}
 
 
@@ -67,18 +67,31 @@ def webtext(tmp_path, monkeypatch):
     """WebText-like splits: short (< 50 words) and long (>= 1000) documents among ordinary ones, some with \\r."""
     monkeypatch.chdir(tmp_path)
     rng = random.Random(3)
-    lengths = {"test": [20, 80, 30, 1200, 90, 60, 40, 70], "valid": [75, 10, 85, 95, 12],
-               "train": [5, 65, 55, 999, 45, 100, 110, 120, 33, 130, 140, 150]}
+    lengths = {
+        "test": [20, 80, 30, 1200, 90, 60, 40, 70],
+        "valid": [75, 10, 85, 95, 12],
+        "train": [5, 65, 55, 999, 45, 100, 110, 120, 33, 130, 140, 150],
+    }
     for split, ns in lengths.items():
         write_jsonl(tmp_path / f"webtext.{split}.jsonl", [text(n, rng, cr=i in (1, 2)) for i, n in enumerate(ns)])
     return tmp_path
 
 
 def webtext_spec(**extra) -> dict:
-    return filled({"source": "local", "format": "jsonl", "cleaning": "webtext", "recipe": "mixce", "max_rows": 6,
-                   "top_up": "train", "files": {s: f"webtext.{f}.jsonl" for s, f in
-                                                (("test", "test"), ("validation", "valid"), ("train", "train"))},
-                   **extra})
+    return filled(
+        {
+            "source": "local",
+            "format": "jsonl",
+            "cleaning": "webtext",
+            "recipe": "mixce",
+            "max_rows": 6,
+            "top_up": "train",
+            "files": {
+                s: f"webtext.{f}.jsonl" for s, f in (("test", "test"), ("validation", "valid"), ("train", "train"))
+            },
+            **extra,
+        }
+    )
 
 
 def test_mixce_webtext_is_mixces_script(webtext):
@@ -102,7 +115,9 @@ def test_mixce_counts_each_step_and_the_top_up(webtext):
     assert steps["clean and 50 < words < 1000"]["rows"] == 4
     assert steps["clean and 50 < words < 1000"]["dropped_length"] == 4
     assert steps["split at carriage returns"]["rows"] == 5
-    assert meta["top_up"]["rows"] == table.num_rows - meta["top_up"]["first_doc_id"] == 6 - meta["top_up"]["first_doc_id"]
+    assert (
+        meta["top_up"]["rows"] == table.num_rows - meta["top_up"]["first_doc_id"] == 6 - meta["top_up"]["first_doc_id"]
+    )
     assert meta["top_up"]["split"] == "train" and meta["top_up"]["skipped"] == 0
     assert meta["steps"][-1] == {"step": "top-up from train", "rows": 6, "added": meta["top_up"]["rows"]}
     assert meta["top_up_provenance"]["files"][0]["path"] == "webtext.train.jsonl"
@@ -116,10 +131,19 @@ def test_mixce_cuts_after_filtering_not_before(tmp_path, monkeypatch):
     rng = random.Random(0)
     lengths = [10, 12, 14, 60, 70, 80, 90, 100]
     (tmp_path / "test.wp_source").write_text("".join(f"[ WP ] prompt {i} .\n" for i in range(len(lengths))))
-    (tmp_path / "test.wp_target").write_text("".join(" ".join(rng.choice(WORDS) for _ in range(n)) + " <newline> end .\n"
-                                                     for n in lengths))
-    spec = filled({"source": "local", "format": "writingprompts", "cleaning": "writingprompts", "recipe": "mixce",
-                   "max_rows": 3, "files": {"test": ["test.wp_source", "test.wp_target"]}})
+    (tmp_path / "test.wp_target").write_text(
+        "".join(" ".join(rng.choice(WORDS) for _ in range(n)) + " <newline> end .\n" for n in lengths)
+    )
+    spec = filled(
+        {
+            "source": "local",
+            "format": "writingprompts",
+            "cleaning": "writingprompts",
+            "recipe": "mixce",
+            "max_rows": 3,
+            "files": {"test": ["test.wp_source", "test.wp_target"]},
+        }
+    )
     table, meta = normalise("wp", spec, "test")
     assert [re.search(r"prompt (\d)", row)[1] for row in table.column("text").to_pylist()] == ["3", "4", "5"]
     assert [s["rows"] for s in meta["steps"]] == [8, 5, 3] and meta["top_up"] is None
@@ -130,8 +154,11 @@ def test_mixce_cuts_after_filtering_not_before(tmp_path, monkeypatch):
 
 def test_top_up_that_runs_short_names_the_split_and_head_bytes(webtext):
     spec = webtext_spec(max_rows=40)
-    with pytest.raises(StageError, match=r"datasets\.webtext split 'test' \(recipe 'mixce'\): the top-up of 'test' "
-                                         r"needs 35 filtered 'train' rows.*head_bytes"):
+    with pytest.raises(
+        StageError,
+        match=r"datasets\.webtext split 'test' \(recipe 'mixce'\): the top-up of 'test' "
+        r"needs 35 filtered 'train' rows.*head_bytes",
+    ):
         normalise("webtext", spec, "test")
 
 
@@ -162,25 +189,45 @@ def test_chunked_top_up_matches_filtering_everything():
     assert recipes._head_filtered(rows, "webtext", 17)[1] < len(rows)  # it did not clean everything for 17 rows
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"cleaning": "wikitext"}, r"datasets\.webtext\.recipe: 'mixce' filters MixCE's cleaned text"),
-    ({"recipe": "raw"}, r"datasets\.webtext\.top_up: topping up is part of recipe 'mixce'"),
-    ({"top_up": "extra"}, r"datasets\.webtext\.top_up: dataset 'webtext' has no split 'extra'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"cleaning": "wikitext"}, r"datasets\.webtext\.recipe: 'mixce' filters MixCE's cleaned text"),
+        ({"recipe": "raw"}, r"datasets\.webtext\.top_up: topping up is part of recipe 'mixce'"),
+        ({"top_up": "extra"}, r"datasets\.webtext\.top_up: dataset 'webtext' has no split 'extra'"),
+    ],
+)
 def test_recipe_config_errors_name_the_key(webtext, change, message):
-    spec = {"source": "local", "format": "jsonl", "cleaning": "webtext", "recipe": "mixce", "top_up": "train",
-            "files": {"test": "webtext.test.jsonl", "train": "webtext.train.jsonl"}, **change}
-    config = {"datasets": {"webtext": spec}, "tokenizers": {"t": {"source": "hf", "name": "x"}},
-              "models": {"m": {"source": "hf", "name": "x", "tokenizer": "t"}},
-              "experiments": {"e": {"models": ["m"], "train_dataset": "webtext", "eval_sets": ["s"]}},
-              "eval_sets": {"s": {"dataset": "webtext", "split": "test"}}}
+    spec = {
+        "source": "local",
+        "format": "jsonl",
+        "cleaning": "webtext",
+        "recipe": "mixce",
+        "top_up": "train",
+        "files": {"test": "webtext.test.jsonl", "train": "webtext.train.jsonl"},
+        **change,
+    }
+    config = {
+        "datasets": {"webtext": spec},
+        "tokenizers": {"t": {"source": "hf", "name": "x"}},
+        "models": {"m": {"source": "hf", "name": "x", "tokenizer": "t"}},
+        "experiments": {"e": {"models": ["m"], "train_dataset": "webtext", "eval_sets": ["s"]}},
+        "eval_sets": {"s": {"dataset": "webtext", "split": "test"}},
+    }
     with pytest.raises(ConfigError, match=message):
         validate_config(config)
 
 
 def test_mixce_defaults_to_mixces_5000_rows(webtext):
-    spec = filled({"source": "local", "format": "jsonl", "cleaning": "webtext", "recipe": "mixce",
-                   "files": {"test": "webtext.test.jsonl"}})
+    spec = filled(
+        {
+            "source": "local",
+            "format": "jsonl",
+            "cleaning": "webtext",
+            "recipe": "mixce",
+            "files": {"test": "webtext.test.jsonl"},
+        }
+    )
     assert spec["max_rows"] == 5000 and spec["top_up"] is None
 
 
@@ -203,12 +250,14 @@ def mixce_wikitext103_reference(folder, splits: dict[str, list[str]], rows: int)
             lines = f.readlines()
         after_filter = [line.strip() for line in lines if 50 < len(line.strip().split()) < 1000]
         (folder / f"{datasplit}.txt").write_text("\n".join(after_filter))
-    read = {s: [line.strip() for line in open(folder / f"{s}.txt").readlines()] for s in ("train", "test", "validation")}
+    read = {
+        s: [line.strip() for line in open(folder / f"{s}.txt").readlines()] for s in ("train", "test", "validation")
+    }
     train, test, validation = read["train"], read["test"], read["validation"]
     remain_test, remain_validation = rows - len(test), rows - len(validation)
     test += train[:remain_test]
-    validation += train[remain_test: remain_test + remain_validation]
-    train = train[remain_test + remain_validation:]
+    validation += train[remain_test : remain_test + remain_validation]
+    train = train[remain_test + remain_validation :]
     return {"train": train, "test": test, "validation": validation}
 
 
@@ -224,8 +273,9 @@ def test_mixce_wikitext103_from_the_hub_is_mixces_script(tmp_path):
         out = [" = Some Title = \n", ""]
         for _ in range(n_paragraphs):
             n = rng.choice([20, 60, 90, 140])
-            body = " ".join(rng.choice(WORDS + ["1 @,@ 000", "well @-@ known", "( a )", "\" quoted \"", "it 's"])
-                            for _ in range(n))
+            body = " ".join(
+                rng.choice(WORDS + ["1 @,@ 000", "well @-@ known", "( a )", '" quoted "', "it 's"]) for _ in range(n)
+            )
             out += [f" {body} . \n", "", " = = Section = = \n", ""]
         return out
 
@@ -235,12 +285,24 @@ def test_mixce_wikitext103_from_the_hub_is_mixces_script(tmp_path):
     for split, rows in splits.items():
         pq.write_table(pa.table({"text": rows}), data / f"{split}-00000-of-00001.parquet")
     # The dataset card's front matter maps configs to shards, as Salesforce/wikitext's README.md does.
-    (data.parent / "README.md").write_text("---\nconfigs:\n- config_name: wikitext-103-raw-v1\n  data_files:\n" + "".join(
-        f"  - split: {s}\n    path: wikitext-103-raw-v1/{s}-*\n" for s in splits) + "---\n")
+    (data.parent / "README.md").write_text(
+        "---\nconfigs:\n- config_name: wikitext-103-raw-v1\n  data_files:\n"
+        + "".join(f"  - split: {s}\n    path: wikitext-103-raw-v1/{s}-*\n" for s in splits)
+        + "---\n"
+    )
     expected = mixce_wikitext103_reference(tmp_path, splits, rows=8)
-    spec = filled({"source": "hf", "path": str(tmp_path / "wikitext-copy"), "name": "wikitext-103-raw-v1",
-                   "splits": {s: s for s in splits}, "cleaning": "wikitext103", "recipe": "mixce", "max_rows": 8,
-                   "top_up": "train"})
+    spec = filled(
+        {
+            "source": "hf",
+            "path": str(tmp_path / "wikitext-copy"),
+            "name": "wikitext-103-raw-v1",
+            "splits": {s: s for s in splits},
+            "cleaning": "wikitext103",
+            "recipe": "mixce",
+            "max_rows": 8,
+            "top_up": "train",
+        }
+    )
     for split in ("test", "validation", "train"):
         table, meta = normalise("wikitext103", spec, split)
         assert table.column("text").to_pylist() == expected[split], split

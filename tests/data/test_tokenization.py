@@ -28,7 +28,7 @@ def test_token_ids_concatenate_rows_without_eos():
     assert ids.tolist() == expected
     assert offsets.tolist()[2] == offsets.tolist()[1]  # the empty row adds no token
     assert tokenizer.eos_token_id not in ids.tolist()
-    assert tokenizer.decode(ids[offsets[0]:offsets[1]]) == TEXTS[0]
+    assert tokenizer.decode(ids[offsets[0] : offsets[1]]) == TEXTS[0]
 
 
 def test_trained_bpe_is_deterministic_and_round_trips(tmp_path):

@@ -30,13 +30,30 @@ def test_evaluate_features_keep_the_samples_order_whatever_order_a_join_may_retu
     monkeypatch.setattr(pl.DataFrame, "join", unordered_join)
     monkeypatch.setattr(metrics, "featurize", fake_featurize)
     monkeypatch.setattr(metrics, "mauve_over_seeds", fake_mauve)
-    prompts = pa.table({"prompt_id": pa.array([5, 3, 9], pa.int64()), "prefix": ["a ", "b ", "c "],
-                        "reference": ["a x y", "b y z", "c z w"]})
+    prompts = pa.table(
+        {
+            "prompt_id": pa.array([5, 3, 9], pa.int64()),
+            "prefix": ["a ", "b ", "c "],
+            "reference": ["a x y", "b y z", "c z w"],
+        }
+    )
     texts = ["one", "three words", "two w", "four", "five five", "six"]
-    samples = pa.table({"prompt_id": pa.array([9, 5, 3, 3, 9, 5], pa.int64()), "run": pa.array([0, 0, 0, 1, 1, 1], pa.int32()),
-                        "continuation_ids": pa.array([[1, 2]] * 6, pa.list_(pa.int32())), "text": texts})
-    settings = {"featuriser": "minilm", "max_text_length": 16, "feature_batch_size": 4, "rouge_include_prefix": True,
-                "mauve": {"kmeans_seeds": 1, "min_texts": 3}, "seed": 1}  # 3 texts a run: scored
+    samples = pa.table(
+        {
+            "prompt_id": pa.array([9, 5, 3, 3, 9, 5], pa.int64()),
+            "run": pa.array([0, 0, 0, 1, 1, 1], pa.int32()),
+            "continuation_ids": pa.array([[1, 2]] * 6, pa.list_(pa.int32())),
+            "text": texts,
+        }
+    )
+    settings = {
+        "featuriser": "minilm",
+        "max_text_length": 16,
+        "feature_batch_size": 4,
+        "rouge_include_prefix": True,
+        "mauve": {"kmeans_seeds": 1, "min_texts": 3},
+        "seed": 1,
+    }  # 3 texts a run: scored
     metrics.evaluate(samples, prompts, np.zeros((3, 2), np.float32), settings, 1)
     prefix = {5: "a ", 3: "b ", 9: "c "}
     model_text = [prefix[p] + t for p, t in zip(samples["prompt_id"].to_pylist(), texts)]

@@ -26,11 +26,19 @@ def zero_shot_config(folder) -> dict:
     # Its 10 prompts a run are MAUVE's floor here, so MAUVE is scored and contrasted: the one workflow test where it is
     # (the others' small studies are under the default floor of 50: flagged, not scored).
     config["evaluation"]["mauve"]["min_texts"] = config["prompts"]["max_prompts"]
-    config.setdefault("report", {})["intensity"] = 0.3  # so that sampling at 0.3 against none is a designed (ablation) MAUVE contrast
-    config["experiments"] = {"zero-shot": {
-        "models": ["released"], "train_dataset": "synthetic", "eval_sets": ["syn-test"], "objectives": ["untrained"],
-        "decoders": ["unbiased", "neutral", "top-k-3"],
-        "test_perturbation": {"intensities": [0, 0.3], "synonyms": ["uniform"]}}}
+    config.setdefault("report", {})["intensity"] = (
+        0.3  # so that sampling at 0.3 against none is a designed (ablation) MAUVE contrast
+    )
+    config["experiments"] = {
+        "zero-shot": {
+            "models": ["released"],
+            "train_dataset": "synthetic",
+            "eval_sets": ["syn-test"],
+            "objectives": ["untrained"],
+            "decoders": ["unbiased", "neutral", "top-k-3"],
+            "test_perturbation": {"intensities": [0, 0.3], "synonyms": ["uniform"]},
+        }
+    }
     return config
 
 
@@ -53,14 +61,24 @@ def test_an_untrained_checkpoint_is_evaluated_under_every_decoder_without_traini
     assert not (workdir / "results/models").exists()
     run = workdir / "results/samples/released/synthetic/untrained/none/augment-m1/none-0/seed1/syn-test"
     for condition in ("none/none-0-exact", "uniform/insertion-0.3-exact"):
-        ids = {d: np.stack(pq.read_table(run / d / f"{condition}.parquet").column("continuation_ids").to_numpy(
-            zero_copy_only=False)) for d in ("unbiased", "neutral", "top-k-3")}
+        ids = {
+            d: np.stack(
+                pq.read_table(run / d / f"{condition}.parquet")
+                .column("continuation_ids")
+                .to_numpy(zero_copy_only=False)
+            )
+            for d in ("unbiased", "neutral", "top-k-3")
+        }
         # Neutral settings are the law itself, and the perturbation draws are shared: the very same samples.
         np.testing.assert_array_equal(ids["unbiased"], ids["neutral"])
         assert not np.array_equal(ids["unbiased"], ids["top-k-3"])
 
-    metrics = json.loads((workdir / "results/metrics/released/synthetic/untrained/none/augment-m1/none-0/seed1/"
-                                      "syn-test/top-k-3/none/none-0-exact.json").read_text())
+    metrics = json.loads(
+        (
+            workdir / "results/metrics/released/synthetic/untrained/none/augment-m1/none-0/seed1/"
+            "syn-test/top-k-3/none/none-0-exact.json"
+        ).read_text()
+    )
     provenance = metrics["provenance"]
     assert len(provenance["git_commit"] or "x" * 40) == 40 and provenance["featuriser"] == "minilm"
     assert {"torch", "transformers", "mauve-text"} <= set(provenance["versions"]) and provenance["settings_sha256"]
@@ -72,8 +90,11 @@ def test_an_untrained_checkpoint_is_evaluated_under_every_decoder_without_traini
     assert len(joint) == 3 and all(j["status"] is None and 0 <= j["p"] <= 1 for j in joint), joint  # one per decoder
     for name in ("rouge2_mean", "rougeL_mean", "distinct_2_mean", "repetition_mean"):
         assert metrics[name] is not None and np.isfinite(metrics[name]), name
-    perplexity = json.loads((workdir / "results/perplexity/released/synthetic/untrained/none/augment-m1/none-0/seed1/"
-                                         "syn-test.json").read_text())
+    perplexity = json.loads(
+        (
+            workdir / "results/perplexity/released/synthetic/untrained/none/augment-m1/none-0/seed1/syn-test.json"
+        ).read_text()
+    )
     assert perplexity["perplexity"] > 1 and perplexity["tokens"] > 0
 
     table = pl.read_csv(workdir / "results/report/metrics.csv")

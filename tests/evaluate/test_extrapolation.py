@@ -48,7 +48,9 @@ def test_a_perfect_model_has_zero_error_and_a_wrong_law_does_not(world):
     grammar, tokenizer = world
     none = {"strategy": "insertion", "intensity": 0.0}
     ood_refs = references(grammar, "ood")
-    perfect = extrapolation_error(OracleModel(grammar, tokenizer, "ood"), tokenizer, grammar, ood_refs, "ood", none, None)
+    perfect = extrapolation_error(
+        OracleModel(grammar, tokenizer, "ood"), tokenizer, grammar, ood_refs, "ood", none, None
+    )
     assert perfect["tv_mean"] < 1e-6 and perfect["prefixes"] > 50 and perfect["coverage"] == pytest.approx(1.0)
     # A model that learnt only the in-support law is wrong on out-of-support prefixes.
     in_support = OracleModel(grammar, tokenizer, "in_support")
@@ -65,8 +67,17 @@ def test_perturbation_changes_the_model_law(world):
     refs = references(grammar, "test", 5)
     model = OracleModel(grammar, tokenizer, "in_support")
     table = SynonymTable.uniform(len(tokenizer), tokenizer.all_special_ids)
-    perturbed = extrapolation_error(model, tokenizer, grammar, refs, "in_support", {"strategy": "deletion", "intensity": 0.3},
-                                    table, draws=4, seed=1)
+    perturbed = extrapolation_error(
+        model,
+        tokenizer,
+        grammar,
+        refs,
+        "in_support",
+        {"strategy": "deletion", "intensity": 0.3},
+        table,
+        draws=4,
+        seed=1,
+    )
     assert perturbed["tv_mean"] > 0.01 and perturbed["draws"] == 4
 
 
@@ -107,7 +118,9 @@ def two_law_world(world, rho, n_refs=30):
     grammar, tokenizer = world
     refs = references(grammar, "test", n_refs)
     prefixes = evaluation_prefixes(refs, 20, 10)
-    truth = grammar.next_word_probs([np.asarray(ids) for ids in grammar.encode([" ".join(p) for p in prefixes])], "in_support")
+    truth = grammar.next_word_probs(
+        [np.asarray(ids) for ids in grammar.encode([" ".join(p) for p in prefixes])], "in_support"
+    )
     assert not np.isnan(truth).any()
     encoded = tokenizer([" ".join(p) for p in prefixes], add_special_tokens=True)["input_ids"]
     special = set(tokenizer.all_special_ids)
@@ -136,8 +149,17 @@ def test_the_bias_estimates_find_a_known_monte_carlo_bias(world):
     model, refs, share, m = two_law_world(world, rho)
     assert 0.2 < share.min() and share.max() < 0.8  # no prefix is almost surely changed or unchanged
     table = SynonymTable.uniform(len(tokenizer), tokenizer.all_special_ids)
-    result = extrapolation_error(model, tokenizer, grammar, refs, "in_support", {"strategy": "deletion", "intensity": rho},
-                                 table, draws=draws, seed=3)
+    result = extrapolation_error(
+        model,
+        tokenizer,
+        grammar,
+        refs,
+        "in_support",
+        {"strategy": "deletion", "intensity": rho},
+        table,
+        draws=draws,
+        seed=3,
+    )
     assert result["prefixes"] == len(share) and result["draws"] == draws
     expected_tv = (m * binomial_mad(draws, share)).mean()
     expected_excess = (m * (binomial_mad(draws // 2, share) - binomial_mad(draws, share))).mean()
@@ -158,8 +180,10 @@ def test_more_draws_leave_less_bias(world):
     model, refs, share, m = two_law_world(world, rho, n_refs=10)
     table = SynonymTable.uniform(len(tokenizer), tokenizer.all_special_ids)
     perturbation = {"strategy": "deletion", "intensity": rho}
-    few, many = (extrapolation_error(model, tokenizer, grammar, refs, "in_support", perturbation, table, draws=d, seed=3)
-                 for d in (2, 32))
+    few, many = (
+        extrapolation_error(model, tokenizer, grammar, refs, "in_support", perturbation, table, draws=d, seed=3)
+        for d in (2, 32)
+    )
     assert (m * binomial_mad(32, share)).mean() < 0.3 * (m * binomial_mad(2, share)).mean()
     assert many["tv_mean"] < 0.5 * few["tv_mean"] and many["tv_bias_estimate"] < 0.5 * few["tv_bias_estimate"]
 
@@ -181,11 +205,14 @@ def test_no_perturbation_is_exact_and_odd_draws_are_refused(world):
     grammar, tokenizer = world
     refs = references(grammar, "test", 5)
     model = OracleModel(grammar, tokenizer, "ood")
-    exact = extrapolation_error(model, tokenizer, grammar, refs, "in_support", {"strategy": "insertion", "intensity": 0.0}, None)
+    exact = extrapolation_error(
+        model, tokenizer, grammar, refs, "in_support", {"strategy": "insertion", "intensity": 0.0}, None
+    )
     assert exact["draws"] == 1 and exact["tv_bias_estimate"] == 0.0 and exact["tv_lower"] == exact["tv_mean"] > 0
     with pytest.raises(StageError, match="odd"):
-        extrapolation_error(model, tokenizer, grammar, refs, "in_support", {"strategy": "deletion", "intensity": 0.1}, None,
-                            draws=5)
+        extrapolation_error(
+            model, tokenizer, grammar, refs, "in_support", {"strategy": "deletion", "intensity": 0.1}, None, draws=5
+        )
 
 
 def test_the_first_draws_of_more_are_the_same_draws_and_the_same_seed_gives_the_same_bytes(world, tmp_path):
@@ -207,6 +234,8 @@ def test_the_first_draws_of_more_are_the_same_draws_and_the_same_seed_gives_the_
     paths = []
     for i, seed in enumerate((7, 7, 8)):
         paths.append(tmp_path / f"{i}.json")
-        write_json(extrapolation_error(model, tokenizer, grammar, refs, "in_support", perturbation, table, draws=4, seed=seed),
-                   paths[-1])
+        write_json(
+            extrapolation_error(model, tokenizer, grammar, refs, "in_support", perturbation, table, draws=4, seed=seed),
+            paths[-1],
+        )
     assert paths[0].read_bytes() == paths[1].read_bytes() != paths[2].read_bytes()

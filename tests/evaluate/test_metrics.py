@@ -29,8 +29,14 @@ from workflow_lib.evaluate.metrics import (
 from workflow_lib.provenance import provenance
 
 MAUVE = {"num_buckets": "auto", "kmeans_num_redo": 2, "kmeans_max_iter": 100, "discretization": 25, "scaling": 5}
-FAST_MAUVE = {"num_buckets": "auto", "kmeans_num_redo": 1, "kmeans_max_iter": 20, "discretization": 25, "scaling": 5,
-              "kmeans_seeds": 2}
+FAST_MAUVE = {
+    "num_buckets": "auto",
+    "kmeans_num_redo": 1,
+    "kmeans_max_iter": 20,
+    "discretization": 25,
+    "scaling": 5,
+    "kmeans_seeds": 2,
+}
 
 
 def test_mauve_is_one_for_a_set_against_itself_and_low_for_unrelated_sets():
@@ -69,7 +75,9 @@ def test_variance_split_is_the_one_way_random_effects_estimate():
     assert variance_split(np.full((3, 2), 0.5))["clustering_share"] is None
 
 
-def simulated_grids(sigma_s: float, sigma_c: float, reps: int, runs: int = 5, seeds: int = 5, seed: int = 0) -> np.ndarray:
+def simulated_grids(
+    sigma_s: float, sigma_c: float, reps: int, runs: int = 5, seeds: int = 5, seed: int = 0
+) -> np.ndarray:
     """[reps, runs, seeds] MAUVE-like scores 0.8 + s_r + c_rk with known sampling and clustering spreads."""
     rng = np.random.default_rng(seed)
     return 0.8 + rng.normal(0, sigma_s, (reps, runs, 1)) + rng.normal(0, sigma_c, (reps, runs, seeds))
@@ -131,8 +139,28 @@ def test_rouge_matches_rouge_score_bit_for_bit_on_many_pairs():
     from workflow_lib.data.builtin_corpus import build_grammar
 
     rng = np.random.default_rng(0)
-    small = ["the", "The", "cat", "CAT", "sat", "on", "mat", "a", "dog", "42", "x1", "Über", "naïve", "...", "--", "İ",
-             "é", "don't", "U.S.", "日本"]
+    small = [
+        "the",
+        "The",
+        "cat",
+        "CAT",
+        "sat",
+        "on",
+        "mat",
+        "a",
+        "dog",
+        "42",
+        "x1",
+        "Über",
+        "naïve",
+        "...",
+        "--",
+        "İ",
+        "é",
+        "don't",
+        "U.S.",
+        "日本",
+    ]
     predictions = random_texts(rng, 700, small) + random_texts(rng, 300, small[:4])
     references = random_texts(rng, 700, small) + random_texts(rng, 300, small[:4])
     grammar_text = build_grammar(seed=5).generate("test", 50, 20, 0)
@@ -171,10 +199,16 @@ def test_provenance_names_the_commit_the_versions_and_the_settings():
 @pytest.fixture(scope="module")
 def texts():
     rng = np.random.default_rng(0)
-    animals, verbs = ["cat", "dog", "bird", "horse", "fox", "cow", "goat", "duck"], ["saw", "chased", "heard", "met", "followed"]
+    animals, verbs = (
+        ["cat", "dog", "bird", "horse", "fox", "cow", "goat", "duck"],
+        ["saw", "chased", "heard", "met", "followed"],
+    )
     places = ["river", "farm", "forest", "city", "lake", "market"]
-    english = [f"the {rng.choice(animals)} {rng.choice(verbs)} the {rng.choice(animals)} near the {rng.choice(places)} "
-               f"and then went to the {rng.choice(places)} for dinner" for _ in range(60)]
+    english = [
+        f"the {rng.choice(animals)} {rng.choice(verbs)} the {rng.choice(animals)} near the {rng.choice(places)} "
+        f"and then went to the {rng.choice(places)} for dinner"
+        for _ in range(60)
+    ]
     noise = ["".join(np.random.default_rng(i).choice(list("qxzjkv0123"), 40)) for i in range(60)]
     return english, noise
 
@@ -187,15 +221,22 @@ def test_minilm_features_separate_text_from_noise(texts):
 
 
 def settings_for(mauve: dict) -> dict:
-    return {"featuriser": "minilm", "max_text_length": 64, "feature_batch_size": 16, "rouge_include_prefix": True,
-            "mauve": mauve, "seed": 3}
+    return {
+        "featuriser": "minilm",
+        "max_text_length": 64,
+        "feature_batch_size": 16,
+        "rouge_include_prefix": True,
+        "mauve": mauve,
+        "seed": 3,
+    }
 
 
 def test_evaluate_reports_per_run_scores(texts):
     english, _ = texts
     prompts = pa.table({"prompt_id": list(range(60)), "prefix": [t[:12] for t in english], "reference": english})
-    samples = pa.table({"prompt_id": list(range(60)) * 2, "run": [0] * 60 + [1] * 60,
-                        "text": [t[12:] for t in english] * 2})
+    samples = pa.table(
+        {"prompt_id": list(range(60)) * 2, "run": [0] * 60 + [1] * 60, "text": [t[12:] for t in english] * 2}
+    )
     no_seeds_key = {k: v for k, v in FAST_MAUVE.items() if k != "kmeans_seeds"}  # an old settings dict
     result, _, _, _ = evaluate(samples, prompts, featurize(english, "minilm", 64), settings_for(no_seeds_key), seed=3)
     assert result["runs"] == 2 and len(result["mauve"]) == 2 and result["prompts"] == 60
@@ -216,15 +257,25 @@ def test_a_two_bucket_mauve_is_refused_and_a_resolvable_one_kept(texts):
     english, _ = texts
 
     def run(n, featuriser="minilm"):
-        prompts = pa.table({"prompt_id": list(range(n)), "prefix": [t[:12] for t in english[:n]], "reference": english[:n]})
-        samples = pa.table({"prompt_id": list(range(n)) * 2, "run": [0] * n + [1] * n,
-                            "text": [t[12:] for t in english[:n]] * 2})
-        return evaluate(samples, prompts, featurize(english[:n], "minilm", 64),
-                        settings_for(FAST_MAUVE) | {"featuriser": featuriser}, seed=3)
+        prompts = pa.table(
+            {"prompt_id": list(range(n)), "prefix": [t[:12] for t in english[:n]], "reference": english[:n]}
+        )
+        samples = pa.table(
+            {"prompt_id": list(range(n)) * 2, "run": [0] * n + [1] * n, "text": [t[12:] for t in english[:n]] * 2}
+        )
+        return evaluate(
+            samples,
+            prompts,
+            featurize(english[:n], "minilm", 64),
+            settings_for(FAST_MAUVE) | {"featuriser": featuriser},
+            seed=3,
+        )
 
     few, curves, per_prompt, features = run(20, featuriser="no/such-featuriser")
     assert few["mauve_texts"] == 20 and few["mauve_min_texts"] == 50 and few["mauve_status"] == "too few texts (20)"
-    assert all(few[k] is None for k in ("mauve", "mauve_mean", "mauve_2se", "mauve_by_seed", "mauve_variance", "num_buckets"))
+    assert all(
+        few[k] is None for k in ("mauve", "mauve_mean", "mauve_2se", "mauve_by_seed", "mauve_variance", "num_buckets")
+    )
     assert curves.num_rows == 0 and features.num_rows == 40 and features["features"].null_count == 40
     assert few["rouge1"] == pytest.approx([1.0, 1.0]) and per_prompt.num_rows == 40  # ROUGE is computed either way
     enough = run(60)[0]
@@ -240,32 +291,61 @@ def cli_outputs(texts, tmp_path_factory):
     english, noise = texts
     n = 40
     folder = tmp_path_factory.mktemp("evaluate")
-    prompts = pa.table({"prompt_id": pa.array(range(100, 100 + n), pa.int64()), "prefix": [t[:12] for t in english[:n]],
-                        "reference": english[:n]})
+    prompts = pa.table(
+        {
+            "prompt_id": pa.array(range(100, 100 + n), pa.int64()),
+            "prefix": [t[:12] for t in english[:n]],
+            "reference": english[:n],
+        }
+    )
     loop, fresh = [1, 2, 3, 4] * 3, list(range(10, 22))
     order = [1, 0] * n  # runs interleaved: the outputs must not depend on the row order
-    samples = pa.table({
-        "prompt_id": pa.array(np.repeat(np.arange(100, 100 + n), 2), pa.int64()),
-        "run": pa.array(order, pa.int32()),
-        "continuation_ids": pa.array([fresh if r else loop for r in order], pa.list_(pa.int32())),
-        "text": [english[i // 2][12:] if r == 0 else english[i // 2][12:40] + noise[i // 2][:10]
-                 for i, r in enumerate(order)],
-    })
+    samples = pa.table(
+        {
+            "prompt_id": pa.array(np.repeat(np.arange(100, 100 + n), 2), pa.int64()),
+            "run": pa.array(order, pa.int32()),
+            "continuation_ids": pa.array([fresh if r else loop for r in order], pa.list_(pa.int32())),
+            "text": [
+                english[i // 2][12:] if r == 0 else english[i // 2][12:40] + noise[i // 2][:10]
+                for i, r in enumerate(order)
+            ],
+        }
+    )
     pq.write_table(prompts, folder / "prompts.parquet")
     pq.write_table(samples, folder / "samples.parquet")
     np.save(folder / "human.npy", featurize(english[:n], "minilm", 64))
     out = {name: folder / name for name in ("metrics.json", "curves.parquet", "per_prompt.parquet", "features.parquet")}
-    argv = ["metrics", "evaluate", "--samples", str(folder / "samples.parquet"), "--prompts", str(folder / "prompts.parquet"),
-            "--human-features", str(folder / "human.npy"), "--settings", json.dumps(settings_for(FAST_MAUVE | {"min_texts": n})),
-            "--output", str(out["metrics.json"]), "--curves", str(out["curves.parquet"]),
-            "--per-prompt", str(out["per_prompt.parquet"]), "--features", str(out["features.parquet"])]
+    argv = [
+        "metrics",
+        "evaluate",
+        "--samples",
+        str(folder / "samples.parquet"),
+        "--prompts",
+        str(folder / "prompts.parquet"),
+        "--human-features",
+        str(folder / "human.npy"),
+        "--settings",
+        json.dumps(settings_for(FAST_MAUVE | {"min_texts": n})),
+        "--output",
+        str(out["metrics.json"]),
+        "--curves",
+        str(out["curves.parquet"]),
+        "--per-prompt",
+        str(out["per_prompt.parquet"]),
+        "--features",
+        str(out["features.parquet"]),
+    ]
     saved, sys.argv = sys.argv, argv
     try:
         metrics.main()
     finally:
         sys.argv = saved
-    return (json.loads(out["metrics.json"].read_text()), pq.read_table(out["curves.parquet"]),
-            pq.read_table(out["per_prompt.parquet"]), pq.read_table(out["features.parquet"]))
+    return (
+        json.loads(out["metrics.json"].read_text()),
+        pq.read_table(out["curves.parquet"]),
+        pq.read_table(out["per_prompt.parquet"]),
+        pq.read_table(out["features.parquet"]),
+    )
 
 
 def test_evaluate_splits_mauve_variance_over_runs_and_clustering_seeds(cli_outputs):
@@ -287,15 +367,28 @@ def test_evaluate_writes_every_divergence_curve(cli_outputs):
     result, curves, _, _ = cli_outputs
     points = FAST_MAUVE["discretization"] + 2  # mauve-text adds the two extreme points
     assert curves.num_rows == 2 * 2 * points
-    assert {f.name: str(f.type) for f in curves.schema} == {"run": "int64", "kmeans_seed": "int64", "point": "int64",
-                                                            "x": "double", "y": "double"}
-    assert sorted(set(zip(curves["run"].to_pylist(), curves["kmeans_seed"].to_pylist()))) == [(0, 3), (0, 4), (1, 3), (1, 4)]
+    assert {f.name: str(f.type) for f in curves.schema} == {
+        "run": "int64",
+        "kmeans_seed": "int64",
+        "point": "int64",
+        "x": "double",
+        "y": "double",
+    }
+    assert sorted(set(zip(curves["run"].to_pylist(), curves["kmeans_seed"].to_pylist()))) == [
+        (0, 3),
+        (0, 4),
+        (1, 3),
+        (1, 4),
+    ]
 
 
 def test_evaluate_per_prompt_rouge_matches_the_run_means(cli_outputs):
     result, _, per_prompt, _ = cli_outputs
     assert per_prompt.column_names == ["prompt_id", "run", "rouge1", "rouge2", "rougeL"]
-    assert str(per_prompt.schema.field("prompt_id").type) == "int64" and str(per_prompt.schema.field("run").type) == "int64"
+    assert (
+        str(per_prompt.schema.field("prompt_id").type) == "int64"
+        and str(per_prompt.schema.field("run").type) == "int64"
+    )
     keys = list(zip(per_prompt["prompt_id"].to_pylist(), per_prompt["run"].to_pylist()))
     assert keys == sorted(keys) and len(keys) == 80
     run = per_prompt["run"].to_numpy()
@@ -320,7 +413,9 @@ def test_evaluate_writes_every_samples_features_by_prompt_and_run(cli_outputs, t
 def test_evaluate_reports_diversity_from_token_ids_and_provenance(cli_outputs):
     result, _, _, _ = cli_outputs
     assert result["repetition"] == [1.0, 0.0] and result["rep_4"] == pytest.approx([1 - 4 / 9, 0.0])
-    assert result["distinct_1"] == pytest.approx([4 / 480, 12 / 480])  # run 0: ids 1-4; run 1: ids 10-21, 40 x 12 tokens
+    assert result["distinct_1"] == pytest.approx(
+        [4 / 480, 12 / 480]
+    )  # run 0: ids 1-4; run 1: ids 10-21, 40 x 12 tokens
     for name in ("distinct_1", "distinct_2", "distinct_3", "distinct_4", "repetition", "rep_4"):
         assert len(result[name]) == 2 and f"{name}_mean" in result and f"{name}_2se" in result
     assert result["provenance"]["featuriser"] == "minilm" and len(result["provenance"]["settings_sha256"]) == 64
@@ -328,13 +423,20 @@ def test_evaluate_reports_diversity_from_token_ids_and_provenance(cli_outputs):
 
 def test_non_finite_mauve_stops_the_evaluation(texts, monkeypatch):
     english, _ = texts
-    prompts = pa.table({"prompt_id": list(range(20)), "prefix": [t[:12] for t in english[:20]], "reference": english[:20]})
+    prompts = pa.table(
+        {"prompt_id": list(range(20)), "prefix": [t[:12] for t in english[:20]], "reference": english[:20]}
+    )
     samples = pa.table({"prompt_id": list(range(20)), "run": [0] * 20, "text": [t[12:] for t in english[:20]]})
     monkeypatch.setattr(metrics, "featurize", lambda texts, *a, **k: np.ones((len(texts), 4), dtype=np.float32))
-    monkeypatch.setattr(metrics, "mauve_result", lambda *a, **k: SimpleNamespace(
-        mauve=float("nan"), num_buckets=2, divergence_curve=np.zeros((27, 2))))
+    monkeypatch.setattr(
+        metrics,
+        "mauve_result",
+        lambda *a, **k: SimpleNamespace(mauve=float("nan"), num_buckets=2, divergence_curve=np.zeros((27, 2))),
+    )
     with pytest.raises(StageError, match="MAUVE is not finite"):
-        evaluate(samples, prompts, np.ones((20, 4), dtype=np.float32), settings_for(FAST_MAUVE | {"min_texts": 20}), seed=1)
+        evaluate(
+            samples, prompts, np.ones((20, 4), dtype=np.float32), settings_for(FAST_MAUVE | {"min_texts": 20}), seed=1
+        )
 
 
 def test_results_are_dirty_only_when_a_tracked_file_of_the_workflow_changed(tmp_path, monkeypatch):
@@ -345,8 +447,9 @@ def test_results_are_dirty_only_when_a_tracked_file_of_the_workflow_changed(tmp_
     from workflow_lib import provenance as prov
 
     def git(*args):
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True, capture_output=True
+        )
 
     (tmp_path / "workflow_lib").mkdir()
     (tmp_path / "rules").mkdir()

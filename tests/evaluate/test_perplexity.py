@@ -13,8 +13,12 @@ import pytest
 from workflow_lib.cli import StageError
 from workflow_lib.evaluate import perplexity
 
-TEXTS = [f"the {a} {v} the {b} near the river and then went home" for a in ("cat", "dog", "fox", "cow")
-         for v in ("saw", "met", "heard") for b in ("goat", "duck", "bird")]
+TEXTS = [
+    f"the {a} {v} the {b} near the river and then went home"
+    for a in ("cat", "dog", "fox", "cow")
+    for v in ("saw", "met", "heard")
+    for b in ("goat", "duck", "bird")
+]
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +29,16 @@ def checkpoint(tmp_path_factory):
 
 
 def write_prompts(path, references: list[str]) -> None:
-    pq.write_table(pa.table({"prompt_id": pa.array(range(7, 7 + len(references)), pa.int32()),
-                             "prefix": [r[:10] for r in references], "reference": references}), path)
+    pq.write_table(
+        pa.table(
+            {
+                "prompt_id": pa.array(range(7, 7 + len(references)), pa.int32()),
+                "prefix": [r[:10] for r in references],
+                "reference": references,
+            }
+        ),
+        path,
+    )
 
 
 def run_cli(model, eval_sets: dict[str, list[str]], folder, settings: dict) -> dict[str, tuple[dict, pa.Table]]:
@@ -34,15 +46,28 @@ def run_cli(model, eval_sets: dict[str, list[str]], folder, settings: dict) -> d
     for name, references in eval_sets.items():
         write_prompts(folder / f"{name}-prompts.parquet", references)
     out = folder / "ppl"
-    argv = ["perplexity", "--model", str(model), "--prompts", *[f"{n}={folder / f'{n}-prompts.parquet'}" for n in eval_sets],
-            "--settings", json.dumps(settings), "--output-dir", str(out)]
+    argv = [
+        "perplexity",
+        "--model",
+        str(model),
+        "--prompts",
+        *[f"{n}={folder / f'{n}-prompts.parquet'}" for n in eval_sets],
+        "--settings",
+        json.dumps(settings),
+        "--output-dir",
+        str(out),
+    ]
     saved, sys.argv = sys.argv, argv
     try:
         perplexity.main()
     finally:
         sys.argv = saved
-    assert sorted(p.name for p in out.iterdir()) == sorted(f"{n}{ext}" for n in eval_sets for ext in (".json", ".prompts.parquet"))
-    return {n: (json.loads((out / f"{n}.json").read_text()), pq.read_table(out / f"{n}.prompts.parquet")) for n in eval_sets}
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"{n}{ext}" for n in eval_sets for ext in (".json", ".prompts.parquet")
+    )
+    return {
+        n: (json.loads((out / f"{n}.json").read_text()), pq.read_table(out / f"{n}.prompts.parquet")) for n in eval_sets
+    }
 
 
 def labels_loss(model_path, references: list[str], max_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -109,11 +134,22 @@ def test_a_failing_eval_set_leaves_no_output_and_a_bad_argument_is_named(checkpo
     write_prompts(tmp_path / "empty.parquet", ["a"])  # a single token: nothing to score
     write_prompts(tmp_path / "ok.parquet", TEXTS[:3])
     out = tmp_path / "ppl"
-    for prompts, match in (([f"ok={tmp_path / 'ok.parquet'}", f"empty={tmp_path / 'empty.parquet'}"], "no reference of two"),
-                           ([str(tmp_path / "ok.parquet")], "EVAL_SET=PROMPTS.parquet"),
-                           ([f"ok={tmp_path / 'ok.parquet'}", f"ok={tmp_path / 'ok.parquet'}"], "given twice")):
-        argv = ["perplexity", "--model", str(checkpoint), "--prompts", *prompts, "--settings", '{"seed": 1}',
-                "--output-dir", str(out)]
+    for prompts, match in (
+        ([f"ok={tmp_path / 'ok.parquet'}", f"empty={tmp_path / 'empty.parquet'}"], "no reference of two"),
+        ([str(tmp_path / "ok.parquet")], "EVAL_SET=PROMPTS.parquet"),
+        ([f"ok={tmp_path / 'ok.parquet'}", f"ok={tmp_path / 'ok.parquet'}"], "given twice"),
+    ):
+        argv = [
+            "perplexity",
+            "--model",
+            str(checkpoint),
+            "--prompts",
+            *prompts,
+            "--settings",
+            '{"seed": 1}',
+            "--output-dir",
+            str(out),
+        ]
         saved, sys.argv = sys.argv, argv
         try:
             with pytest.raises(StageError, match=match):

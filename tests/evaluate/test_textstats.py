@@ -61,7 +61,9 @@ def test_matches_a_plain_python_count():
 
 
 def test_continuation_tokens_from_ids_and_from_words():
-    ids = pa.chunked_array([pa.array([[1, 2], [3]], pa.list_(pa.int32())), pa.array([[], [4, 5, 6]], pa.list_(pa.int32()))])
+    ids = pa.chunked_array(
+        [pa.array([[1, 2], [3]], pa.list_(pa.int32())), pa.array([[], [4, 5, 6]], pa.list_(pa.int32()))]
+    )
     values, offsets = continuation_tokens(pa.table({"continuation_ids": ids, "text": ["x", "y", "z", "w"]}).slice(1))
     assert values.tolist() == [3, 4, 5, 6] and offsets.tolist() == [0, 1, 1, 4]
     values, offsets = continuation_tokens(pa.table({"text": ["the cat the", "", "cat  sat"]}))

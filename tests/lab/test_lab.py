@@ -14,8 +14,9 @@ SEED, LENGTH, LAST, DELTAS = 9, 30, 12, [0, 1, 2, 3]
 
 
 def tiny(**probs):
-    return build_grammar(seed=3, n_noun_classes=2, n_verb_classes=2, n_adj_classes=1, words_per_class=2,
-                         ood_fraction=0.25, **probs)
+    return build_grammar(
+        seed=3, n_noun_classes=2, n_verb_classes=2, n_adj_classes=1, words_per_class=2, ood_fraction=0.25, **probs
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,10 @@ def test_lexicon_adds_one_new_word_per_content_class(grammar, lex):
     assert len(set(new)) == len(new) and not set(new) & set(grammar.vocabulary)
     assert sorted(lex.word_class[w:].tolist()) == list(range(grammar.noun0, grammar.end_class))
     assert np.array_equal(lex.word_class[:w], grammar.word_class)
-    assert prefix_sets.lexicon(grammar, SEED).words == lex.words and prefix_sets.lexicon(grammar, SEED + 1).words != lex.words
+    assert (
+        prefix_sets.lexicon(grammar, SEED).words == lex.words
+        and prefix_sets.lexicon(grammar, SEED + 1).words != lex.words
+    )
 
 
 @pytest.mark.parametrize("probs", [{}, {"p_adj": 0.0, "p_adv": 1.0}, {"p_adj": 1.0, "p_adv": 0.0}])
@@ -219,7 +223,11 @@ def test_truth_extends_the_in_support_law_by_the_ood_law(grammar, lex, sets):
 def test_splitmix64_matches_the_reference_stream():
     golden = 0x9E3779B97F4A7C15
     states = np.array([0, golden, 2 * golden % (1 << 64)], dtype=np.uint64)
-    assert [int(v) for v in perturbation.splitmix64(states)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
+    assert [int(v) for v in perturbation.splitmix64(states)] == [
+        0xE220A8397B1DCDAF,
+        0x6E789E6AA1B965F4,
+        0x06C45D188009454F,
+    ]
 
 
 def test_perturbation_is_a_pure_function_of_keys_and_draw(grammar, lex, base):
@@ -227,8 +235,12 @@ def test_perturbation_is_a_pure_function_of_keys_and_draw(grammar, lex, base):
     assert len(np.unique(keys)) == len(base) and np.array_equal(keys, perturbation.keys_for(SEED, np.arange(len(base))))
     for q0 in perturbation.Q0S:
         once = perturbation.perturb_words(lex, base, q0, 0.5, LAST, keys, draw=0, weights_source=grammar)
-        assert np.array_equal(once, perturbation.perturb_words(lex, base, q0, 0.5, LAST, keys, 0, weights_source=grammar))
-        assert not np.array_equal(once, perturbation.perturb_words(lex, base, q0, 0.5, LAST, keys, 1, weights_source=grammar))
+        assert np.array_equal(
+            once, perturbation.perturb_words(lex, base, q0, 0.5, LAST, keys, 0, weights_source=grammar)
+        )
+        assert not np.array_equal(
+            once, perturbation.perturb_words(lex, base, q0, 0.5, LAST, keys, 1, weights_source=grammar)
+        )
         half = perturbation.perturb_words(lex, base[:10], q0, 0.5, LAST, keys[:10], draw=0, weights_source=grammar)
         assert np.array_equal(half, once[:10])
 
@@ -308,14 +320,24 @@ def test_uniform_draws_cover_the_seen_vocabulary_evenly(grammar, lex, base):
 
 def test_synonym_draws_stay_in_class_with_the_grammar_weights(grammar, lex, base, sets):
     rows = np.tile(sets["synonym", 3]["prefixes"], (4, 1))
-    out = perturbation.perturb_words(lex, rows, "synonym", 1.0, LAST, perturbation.keys_for(1, np.arange(len(rows))), 0, grammar)
+    out = perturbation.perturb_words(
+        lex, rows, "synonym", 1.0, LAST, perturbation.keys_for(1, np.arange(len(rows))), 0, grammar
+    )
     assert np.array_equal(out[:, :-LAST], rows[:, :-LAST])
     assert np.array_equal(lex.word_class[out], lex.word_class[rows]) and lex.seen[out].all()
     content = lex.content_class[lex.word_class[rows]]
     assert np.array_equal(out[~content], rows[~content])
     unseen_noun = np.flatnonzero(~lex.seen & (lex.word_class == grammar.noun0))[0]
-    draws = perturbation.perturb_words(lex, np.full((3000, LAST), unseen_noun), "synonym", 1.0, LAST,
-                              perturbation.keys_for(2, np.arange(3000)), 0, grammar).ravel()
+    draws = perturbation.perturb_words(
+        lex,
+        np.full((3000, LAST), unseen_noun),
+        "synonym",
+        1.0,
+        LAST,
+        perturbation.keys_for(2, np.arange(3000)),
+        0,
+        grammar,
+    ).ravel()
     members = np.flatnonzero(grammar.word_class == grammar.noun0)
     freq = np.bincount(draws, minlength=len(lex.words))[members] / draws.size
     weights = grammar.word_weight[members]
@@ -343,7 +365,7 @@ def test_exact_constants_of_the_t_that_runs():
     assert perturbation.exact_constants("uniform", 0.975, 32, 40, 0) == (1.0, 0.0)
     # l = L: the sup is the coupling's value, attained by unseen words (never drawn from Q0).
     alpha, c = perturbation.exact_constants("uniform", 0.975, 40, 40, 2)
-    assert alpha == pytest.approx(1 - 0.975 ** 40) and c == pytest.approx(1 - 0.975 ** 2)
+    assert alpha == pytest.approx(1 - 0.975**40) and c == pytest.approx(1 - 0.975**2)
     assert perturbation.exact_constants("synonym", 1.0, 40, 40, 1) == (1.0, 1.0)
     with pytest.raises(ValueError, match="q0"):
         perturbation.exact_constants("other", 1.0, 4, 4, 1)
@@ -375,13 +397,17 @@ def test_exact_constants_at_l_equal_l_are_the_sup_over_every_prefix_pair(beta):
 
 def test_uniform_replacement_tv_is_exact_and_below_the_propositions_c():
     assert [round(perturbation.uniform_replacement_tv(0.975, 93, m), 4) for m in (1, 2, 4)] == [0.025, 0.0489, 0.0934]
-    for seen_changes, unseen_changes, x, y in [(2, 0, (0, 1, 2), (1, 0, 2)), (1, 1, (0, 1, 2), (2, 4, 2)),
-                                               (0, 2, (0, 1, 2), (4, 5, 2)), (2, 1, (0, 1, 2), (1, 3, 4))]:
+    for seen_changes, unseen_changes, x, y in [
+        (2, 0, (0, 1, 2), (1, 0, 2)),
+        (1, 1, (0, 1, 2), (2, 4, 2)),
+        (0, 2, (0, 1, 2), (4, 5, 2)),
+        (2, 1, (0, 1, 2), (1, 3, 4)),
+    ]:
         exact = perturbation.exact_tv_of_T(6, 0.7, x, y, q0_words=4)
         assert perturbation.uniform_replacement_tv(0.7, 4, seen_changes, unseen_changes) == pytest.approx(exact)
     for m in range(1, 6):
         assert perturbation.uniform_replacement_tv(0.9, 50, m) < min(0.1 * m, 1.0)
-        assert perturbation.uniform_replacement_tv(0.9, 50, 0, m) == pytest.approx(1 - 0.9 ** m)
+        assert perturbation.uniform_replacement_tv(0.9, 50, 0, m) == pytest.approx(1 - 0.9**m)
 
 
 def test_row_tv_to_base_shows_where_the_propositions_condition_fails(lex, base):

@@ -11,8 +11,16 @@ from workflow_lib.data.builtin_corpus import build_grammar
 from workflow_lib.lab import prefix_sets
 from workflow_lib.lab.laws import base_rows, build_sets, model_laws
 
-SETTINGS = {"prefixes": 8, "length": 24, "deltas": [0, 1, 2], "last": 12, "tries": 16, "seed": 3,
-            "draws": 3, "perturbations": {"uniform": {"q0": "uniform", "beta": 0.8}, "synonym": {"q0": "synonym", "beta": 1.0}}}
+SETTINGS = {
+    "prefixes": 8,
+    "length": 24,
+    "deltas": [0, 1, 2],
+    "last": 12,
+    "tries": 16,
+    "seed": 3,
+    "draws": 3,
+    "perturbations": {"uniform": {"q0": "uniform", "beta": 0.8}, "synonym": {"q0": "synonym", "beta": 1.0}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +47,9 @@ def test_laws_of_a_checkpoint_are_distributions_and_the_coupling_bounds_them(tmp
     base, family_, delta = np.array(sets["base"]), np.array(sets["family"]), np.array(sets["delta"])
     rows = base_rows(family_, delta, base)
     assert (delta[rows] == 0).all() and (base[rows] == base).all() and (family_[rows] == family_).all()
-    out = model_laws(model, tokenizer, grammar, prefix_sets.lexicon(grammar, SETTINGS["seed"]), ids, base, rows, SETTINGS)
+    out = model_laws(
+        model, tokenizer, grammar, prefix_sets.lexicon(grammar, SETTINGS["seed"]), ids, base, rows, SETTINGS
+    )
     laws, differs = out["laws"], out["differs"]
     assert list(out["perturbations"]) == ["none", "synonym", "uniform"] and laws.shape[:2] == (3, len(ids))
     np.testing.assert_allclose(laws.sum(-1), 1.0, atol=1e-9)
@@ -103,20 +113,56 @@ def test_the_jobs_command_line_writes_the_sets_and_the_laws_the_functions_comput
     builtin = {"seed": 7, "words_per_class": 4, "docs": 30, "sentences_per_doc": 12}  # the job drops the last two
     folder = make_checkpoint(tmp_path, "gpt2", grammar.generate("train", n_docs=30, sentences_per_doc=12, seed=7))
     sets_file, laws_file = tmp_path / "sets.parquet", tmp_path / "laws.npz"
-    monkeypatch.setattr(sys, "argv", ["laws", "sets", "--builtin", json.dumps(builtin), "--settings",
-                                      json.dumps(SETTINGS), "--output", str(sets_file)])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "laws",
+            "sets",
+            "--builtin",
+            json.dumps(builtin),
+            "--settings",
+            json.dumps(SETTINGS),
+            "--output",
+            str(sets_file),
+        ],
+    )
     job.main()
     assert pq.read_table(sets_file).to_pydict() == sets
-    monkeypatch.setattr(sys, "argv", ["laws", "laws", "--model", str(folder), "--sets", str(sets_file), "--builtin",
-                                      json.dumps(builtin), "--settings", json.dumps(SETTINGS), "--output", str(laws_file)])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "laws",
+            "laws",
+            "--model",
+            str(folder),
+            "--sets",
+            str(sets_file),
+            "--builtin",
+            json.dumps(builtin),
+            "--settings",
+            json.dumps(SETTINGS),
+            "--output",
+            str(laws_file),
+        ],
+    )
     job.main()
     written = np.load(laws_file)
     assert str(written["label"]) == str(folder)
     model, tokenizer = load_model(str(folder), "cpu"), AutoTokenizer.from_pretrained(folder)
     ids = np.stack([np.asarray(row) for row in sets["ids"]])
     base = np.array(sets["base"])
-    expected = model_laws(model, tokenizer, grammar, prefix_sets.lexicon(grammar, SETTINGS["seed"]), ids, base,
-                          base_rows(np.array(sets["family"]), np.array(sets["delta"]), base), SETTINGS)
+    expected = model_laws(
+        model,
+        tokenizer,
+        grammar,
+        prefix_sets.lexicon(grammar, SETTINGS["seed"]),
+        ids,
+        base,
+        base_rows(np.array(sets["family"]), np.array(sets["delta"]), base),
+        SETTINGS,
+    )
     assert set(written.files) == {*expected, "label"}
     for key, value in expected.items():
         np.testing.assert_array_equal(written[key], value)

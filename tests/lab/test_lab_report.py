@@ -19,27 +19,52 @@ ROWS = [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]  # (row, delta, base)
 ONE = [1.0, 0.0, 0.0]
 # "none" laws of three models on cells (word 0, word 1, other). Pair TVs (A,B), (A,C), (B,C) per row:
 # row 0: 0, 0, 0; row 1: 0, 0.1, 0.1; row 2: 0.5, 0.3, 0.2; row 3: 0.2, 0, 0.2.
-LAWS = np.array([
-    [ONE, ONE, ONE, ONE],
-    [ONE, ONE, [0.5, 0.5, 0.0], [0.8, 0.2, 0.0]],
-    [ONE, [0.9, 0.1, 0.0], [0.7, 0.3, 0.0], ONE],
-])
-CONSTANTS = {("syn", "synonym", d): dict(alpha=1.0, alpha_proposition=0.4, C=float(d), C_proposition=0.1 * d,
-                                          C_rows=0.05 * d) for d in (0, 1)}
+LAWS = np.array(
+    [
+        [ONE, ONE, ONE, ONE],
+        [ONE, ONE, [0.5, 0.5, 0.0], [0.8, 0.2, 0.0]],
+        [ONE, [0.9, 0.1, 0.0], [0.7, 0.3, 0.0], ONE],
+    ]
+)
+CONSTANTS = {
+    ("syn", "synonym", d): dict(alpha=1.0, alpha_proposition=0.4, C=float(d), C_proposition=0.1 * d, C_rows=0.05 * d)
+    for d in (0, 1)
+}
 
 
 def prefixes(family: str = "synonym", truth=(1.0, 0.0)) -> pl.DataFrame:
-    return pl.DataFrame({"row": [r for r, _, _ in ROWS], "family": [family] * 4, "delta": [d for _, d, _ in ROWS],
-                         "base": [b for _, _, b in ROWS], "text": ["a b"] * 4, "truth": [list(truth)] * 4},
-                        schema={"row": pl.Int64, "family": pl.Utf8, "delta": pl.Int64, "base": pl.Int64,
-                                "text": pl.Utf8, "truth": pl.List(pl.Float64)})
+    return pl.DataFrame(
+        {
+            "row": [r for r, _, _ in ROWS],
+            "family": [family] * 4,
+            "delta": [d for _, d, _ in ROWS],
+            "base": [b for _, _, b in ROWS],
+            "text": ["a b"] * 4,
+            "truth": [list(truth)] * 4,
+        },
+        schema={
+            "row": pl.Int64,
+            "family": pl.Utf8,
+            "delta": pl.Int64,
+            "base": pl.Int64,
+            "text": pl.Utf8,
+            "truth": pl.List(pl.Float64),
+        },
+    )
 
 
 def models(perturbed: np.ndarray | None = None, single=(True, True)) -> list[dict]:
     """Three models with LAWS unperturbed and `perturbed` (default: LAWS again) under "syn"."""
     perturbed = LAWS if perturbed is None else perturbed
-    return [{"laws": np.stack([LAWS[m], perturbed[m]]), "perturbations": np.array(["none", "syn"]),
-             "single": np.array(single), "label": f"model {m}"} for m in range(3)]
+    return [
+        {
+            "laws": np.stack([LAWS[m], perturbed[m]]),
+            "perturbations": np.array(["none", "syn"]),
+            "single": np.array(single),
+            "label": f"model {m}",
+        }
+        for m in range(3)
+    ]
 
 
 def table(perturbed: np.ndarray | None = None, group: list[dict] | None = None) -> pl.DataFrame:
@@ -140,8 +165,14 @@ def test_laws_are_compared_on_the_words_every_model_spells_as_one_token():
 
 BUILTIN = {"seed": 7, "words_per_class": 4}
 SETS = {"prefixes": 6, "length": 16, "deltas": [0, 1, 2], "last": 12, "tries": 16, "seed": 3}
-SETTINGS = {"last": 12, "length": 16, "draws": 2, "premise_draws": 4, "seed": 3,
-            "perturbations": {"syn": {"q0": "uniform", "beta": 0.9}}}
+SETTINGS = {
+    "last": 12,
+    "length": 16,
+    "draws": 2,
+    "premise_draws": 4,
+    "seed": 3,
+    "perturbations": {"syn": {"q0": "uniform", "beta": 0.9}},
+}
 
 
 @pytest.fixture
@@ -154,16 +185,39 @@ def lab_files(tmp_path):
     paths = []
     for m in range(3):
         paths.append(tmp_path / f"m{m}.npz")
-        np.savez(paths[-1], laws=rng.dirichlet(np.ones(words + 1), size=(2, sets.num_rows)),
-                 perturbations=np.array(["none", "syn"]), single=np.ones(words, dtype=bool))
+        np.savez(
+            paths[-1],
+            laws=rng.dirichlet(np.ones(words + 1), size=(2, sets.num_rows)),
+            perturbations=np.array(["none", "syn"]),
+            single=np.ones(words, dtype=bool),
+        )
     return tmp_path, [str(p) for p in paths]
 
 
 def run_cli(monkeypatch, folder, laws, settings=SETTINGS):
-    monkeypatch.setattr(sys, "argv", ["lab", "--prefixes", str(folder / "prefixes.parquet"), "--laws", *laws,
-                                      "--builtin", json.dumps(BUILTIN), "--settings", json.dumps(settings),
-                                      "--csv", str(folder / "out/u.csv"), "--premise", str(folder / "out/p.csv"),
-                                      "--markdown", str(folder / "out/u.md"), "--figure", str(folder / "out/fig")])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "lab",
+            "--prefixes",
+            str(folder / "prefixes.parquet"),
+            "--laws",
+            *laws,
+            "--builtin",
+            json.dumps(BUILTIN),
+            "--settings",
+            json.dumps(settings),
+            "--csv",
+            str(folder / "out/u.csv"),
+            "--premise",
+            str(folder / "out/p.csv"),
+            "--markdown",
+            str(folder / "out/u.md"),
+            "--figure",
+            str(folder / "out/fig"),
+        ],
+    )
     report.main()
 
 
@@ -173,12 +227,27 @@ def test_cli_writes_both_tables_the_markdown_and_the_figure(lab_files, monkeypat
     trained = pl.read_csv(folder / "out/u.csv")
     assert trained.columns == bounds.COLUMNS and trained.height == 2 * 2 * 3  # families x T's x deltas
     premise = pl.read_csv(folder / "out/p.csv")
-    assert {"class", "U_base", "U_perturb", "U_base_rows", "U_perturb_rows", "worst_prefix", "robustness",
-            "sp_perturb", "extrapolability", "contraction", "contraction_proposition"} <= set(premise.columns)
+    assert {
+        "class",
+        "U_base",
+        "U_perturb",
+        "U_base_rows",
+        "U_perturb_rows",
+        "worst_prefix",
+        "robustness",
+        "sp_perturb",
+        "extrapolability",
+        "contraction",
+        "contraction_proposition",
+    } <= set(premise.columns)
     assert set(premise["perturbation"]) == {"syn", "syn, l = L", "syn, l = L, beta = 0.9844"}
     text = (folder / "out/u.md").read_text()
-    for heading in ("**T's constants**", "**Model classes that meet the premise**", "**Global uncertainties",
-                    "**Trained models, descriptive**"):
+    for heading in (
+        "**T's constants**",
+        "**Model classes that meet the premise**",
+        "**Global uncertainties",
+        "**Trained models, descriptive**",
+    ):
         assert heading in text
     assert "not U of any class" in text and "estimates U from below" not in text
     assert "no admissible pair" not in text and "Ĉ: the largest share" in text
@@ -231,8 +300,9 @@ def test_cli_refuses_non_finite_truth_and_incomplete_settings(lab_files, monkeyp
         run_cli(monkeypatch, folder, laws, {k: v for k, v in SETTINGS.items() if k != "premise_draws"})
     frame = pl.read_parquet(folder / "prefixes.parquet")
     nan = [float("nan")] * len(frame["truth"][0])
-    frame.with_columns(truth=pl.when(pl.col("row") == 5).then(pl.lit(nan)).otherwise(pl.col("truth"))) \
-        .write_parquet(folder / "prefixes.parquet")
+    frame.with_columns(truth=pl.when(pl.col("row") == 5).then(pl.lit(nan)).otherwise(pl.col("truth"))).write_parquet(
+        folder / "prefixes.parquet"
+    )
     with pytest.raises(StageError, match=r"prefixes\.parquet: truth has non-finite values .* rows \[5\]"):
         run_cli(monkeypatch, folder, laws)
 
@@ -259,6 +329,7 @@ def test_figure_is_deterministic_with_at_most_five_lines_a_panel(lab_files, monk
 
 
 # The report's wording, helper by helper (mutation testing found each untested): what a reader sees of the verdicts.
+
 
 def test_cells_rows_and_tables_render_as_markdown():
     assert report._num(0.12345) == "0.123" and report._num(0.12345, 1) == "0.1" and report._num(2) == "2.000"
@@ -287,38 +358,62 @@ def test_extrapolability_names_its_premise_only_where_it_holds():
 
 
 def _sups(rows):
-    names = ["class", "perturbation", "delta", "family", "admissible", "alpha", "U_base_inf", "U_perturb_inf",
-             "U_base_rows", "U_perturb_rows"]
+    names = [
+        "class",
+        "perturbation",
+        "delta",
+        "family",
+        "admissible",
+        "alpha",
+        "U_base_inf",
+        "U_perturb_inf",
+        "U_base_rows",
+        "U_perturb_rows",
+    ]
     return pl.DataFrame([dict(zip(names, r)) for r in rows], orient="row")
 
 
 def test_the_row_sample_and_the_sups_frame_pick_their_own_class_t_and_delta():
-    premise = _sups([("unseen", "uniform", 1, "syn", True, 1.0, 1.0, 0.9, 0.10, 0.20),
-                     ("unseen", "uniform", 1, "fun", True, 1.0, 1.0, 0.9, 0.30, 0.40),
-                     ("unseen", "uniform", 2, "syn", True, 1.0, 1.0, 0.9, 0.50, 0.60),
-                     ("unseen", "synonym", 1, "syn", True, 1.0, 1.0, 0.9, 0.70, 0.80),
-                     ("off", "uniform", 1, "syn", True, 1.0, 1.0, 0.9, 0.91, 0.92)])
+    premise = _sups(
+        [
+            ("unseen", "uniform", 1, "syn", True, 1.0, 1.0, 0.9, 0.10, 0.20),
+            ("unseen", "uniform", 1, "fun", True, 1.0, 1.0, 0.9, 0.30, 0.40),
+            ("unseen", "uniform", 2, "syn", True, 1.0, 1.0, 0.9, 0.50, 0.60),
+            ("unseen", "synonym", 1, "syn", True, 1.0, 1.0, 0.9, 0.70, 0.80),
+            ("off", "uniform", 1, "syn", True, 1.0, 1.0, 0.9, 0.91, 0.92),
+        ]
+    )
     assert report._rows_sample(premise, "unseen", "uniform", 1) == "fun 0.300 / 0.400; syn 0.100 / 0.200"
     assert report._rows_sample(premise, "unseen", "uniform", 2) == "syn 0.500 / 0.600"
     sups = report.sups_frame(premise)
     assert sups.select("class", "perturbation", "delta", "family").rows() == [
-        ("unseen", "uniform", 1, "syn"), ("unseen", "uniform", 2, "syn"), ("unseen", "synonym", 1, "syn"),
-        ("off", "uniform", 1, "syn")]  # the first row of each, in the table's order
+        ("unseen", "uniform", 1, "syn"),
+        ("unseen", "uniform", 2, "syn"),
+        ("unseen", "synonym", 1, "syn"),
+        ("off", "uniform", 1, "syn"),
+    ]  # the first row of each, in the table's order
 
 
 def test_the_contraction_finding_lists_only_admissible_gains_where_the_bound_is_vacuous():
-    premise = _sups([("unseen", "uniform", 1, "syn", True, 0.637, 1.0, 0.7, 0, 0),    # a gain at alpha >= 1/2
-                     ("unseen", "uniform", 2, "syn", True, 0.637, 1.0, 0.7, 0, 0),    # the same class and T: once
-                     ("half", "uniform", 1, "syn", True, 0.5, 1.0, 0.6, 0, 0),        # alpha = 1/2: still vacuous
-                     ("unseen", "narrow", 1, "syn", True, 0.3, 1.0, 0.2, 0, 0),      # alpha < 1/2: the bound shows it
-                     ("off", "uniform", 1, "syn", False, 1.0, 1.0, 0.0, 0, 0),       # not admissible
-                     ("edge", "uniform", 1, "syn", True, 1.0, 1.0, 1.0 - 5e-4, 0, 0),  # exactly round-off: no gain
-                     ("same", "uniform", 1, "syn", True, 1.0, 1.0, 0.9996, 0, 0)])   # within round-off: no gain
+    premise = _sups(
+        [
+            ("unseen", "uniform", 1, "syn", True, 0.637, 1.0, 0.7, 0, 0),  # a gain at alpha >= 1/2
+            ("unseen", "uniform", 2, "syn", True, 0.637, 1.0, 0.7, 0, 0),  # the same class and T: once
+            ("half", "uniform", 1, "syn", True, 0.5, 1.0, 0.6, 0, 0),  # alpha = 1/2: still vacuous
+            ("unseen", "narrow", 1, "syn", True, 0.3, 1.0, 0.2, 0, 0),  # alpha < 1/2: the bound shows it
+            ("off", "uniform", 1, "syn", False, 1.0, 1.0, 0.0, 0, 0),  # not admissible
+            ("edge", "uniform", 1, "syn", True, 1.0, 1.0, 1.0 - 5e-4, 0, 0),  # exactly round-off: no gain
+            ("same", "uniform", 1, "syn", True, 1.0, 1.0, 0.9996, 0, 0),
+        ]
+    )  # within round-off: no gain
     text = report._contraction_findings(premise, 40)
     assert "beta > 0.9828" in text and "asks beta > 0.9875" in text and "with l = L = 40" in text
-    assert text.endswith("not necessary: class `unseen`, T = uniform: U_perturb^inf = 0.700 < U_base^inf = 1.000 at "
-                         "alpha = 0.637; class `half`, T = uniform: U_perturb^inf = 0.600 < U_base^inf = 1.000 at "
-                         "alpha = 0.500.")
+    assert text.endswith(
+        "not necessary: class `unseen`, T = uniform: U_perturb^inf = 0.700 < U_base^inf = 1.000 at "
+        "alpha = 0.637; class `half`, T = uniform: U_perturb^inf = 0.600 < U_base^inf = 1.000 at "
+        "alpha = 0.500."
+    )
     none = report._contraction_findings(premise.filter(pl.col("perturbation") == "narrow"), 40)
-    assert none.endswith("The bound is sufficient for a gain, not necessary: no admissible class here gains where the "
-                         "bound is vacuous.")
+    assert none.endswith(
+        "The bound is sufficient for a gain, not necessary: no admissible class here gains where the bound is vacuous."
+    )

@@ -7,8 +7,16 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from support.study import (LAB, dry_run_of_tiny_study_with, lab_settings, planned_rules, snakemake, tiny_config,
-                           tiny_study_config, write_config)
+from support.study import (
+    LAB,
+    dry_run_of_tiny_study_with,
+    lab_settings,
+    planned_rules,
+    snakemake,
+    tiny_config,
+    tiny_study_config,
+    write_config,
+)
 
 pytestmark = pytest.mark.workflow
 
@@ -16,8 +24,14 @@ pytestmark = pytest.mark.workflow
 def lab_config() -> dict:
     """A study that is only the lab's group (its settings are also the shared tiny study's lab)."""
     config = tiny_config()
-    config["experiments"] = {"group": {"models": ["tiny"], "train_dataset": "synthetic", "eval_sets": ["syn-test"],
-                                       "objectives": ["mle", "brier"]}}
+    config["experiments"] = {
+        "group": {
+            "models": ["tiny"],
+            "train_dataset": "synthetic",
+            "eval_sets": ["syn-test"],
+            "objectives": ["mle", "brier"],
+        }
+    }
     config["lab"] = lab_settings()
     return config
 
@@ -73,12 +87,18 @@ def test_the_lab_runs_reruns_only_what_its_settings_change_and_reaches_the_summa
     assert (workdir / f"{LAB}/uncertainty.md").read_text().strip() in summary
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda c: c["experiments"]["group"].update(objectives=["mle"]), "needs at least 2"),
-    (lambda c: c["lab"].update(deltas=[0, 9]), "lab.deltas"),
-    (lambda c: c["lab"].update(experiments=["nope"]), "lab.experiments[0]"),
-    (lambda c: c["experiments"]["group"].update(train_perturbation={"intensities": [0, 0.1]}), "training conditions"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c: c["experiments"]["group"].update(objectives=["mle"]), "needs at least 2"),
+        (lambda c: c["lab"].update(deltas=[0, 9]), "lab.deltas"),
+        (lambda c: c["lab"].update(experiments=["nope"]), "lab.experiments[0]"),
+        (
+            lambda c: c["experiments"]["group"].update(train_perturbation={"intensities": [0, 0.1]}),
+            "training conditions",
+        ),
+    ],
+)
 def test_a_lab_without_a_group_is_refused_naming_the_key(workdir, change, message):
     config = lab_config()
     change(config)

@@ -14,8 +14,14 @@ from workflow_lib.lab.laws import build_sets, grammar_of
 
 BUILTIN = {"seed": 7, "words_per_class": 4}
 SETS = {"prefixes": 12, "length": 16, "deltas": [0, 1, 2], "last": 12, "tries": 16, "seed": 3}
-TINY = {"seed": 3, "n_noun_classes": 2, "n_verb_classes": 2, "n_adj_classes": 1, "words_per_class": 2,
-        "ood_fraction": 0.25}
+TINY = {
+    "seed": 3,
+    "n_noun_classes": 2,
+    "n_verb_classes": 2,
+    "n_adj_classes": 1,
+    "words_per_class": 2,
+    "ood_fraction": 0.25,
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +40,23 @@ def tiny():
     return grammar, lex, every, prefix_sets.support_distance(grammar, lex, every)
 
 
-def draw_frequency(grammar, lex, cls: str, prefixes: np.ndarray, q0: str, beta: float, last: int,
-                   draws: int) -> np.ndarray:
+def draw_frequency(
+    grammar, lex, cls: str, prefixes: np.ndarray, q0: str, beta: float, last: int, draws: int
+) -> np.ndarray:
     """Per prefix, the share of keyed draws of the real perturber whose X~ lies outside the class's A."""
     keys = perturbation.keys_for(11, np.arange(len(prefixes)))
-    return np.mean([premise.outside_a(grammar, lex, cls, perturbation.perturb_words(
-        lex, prefixes, q0, beta, last, keys, d, weights_source=grammar)) for d in range(draws)], axis=0)
+    return np.mean(
+        [
+            premise.outside_a(
+                grammar,
+                lex,
+                cls,
+                perturbation.perturb_words(lex, prefixes, q0, beta, last, keys, d, weights_source=grammar),
+            )
+            for d in range(draws)
+        ],
+        axis=0,
+    )
 
 
 def test_members_differ_and_their_largest_tv_is_hand_checkable():
@@ -73,7 +90,7 @@ def test_an_unseen_word_before_the_window_is_always_kept(lab, q0):
     exact = premise.unseen_share(lex, rows, q0, 0.9, 12)
     assert exact == pytest.approx([1.0, 0.1, 1.0])
     assert draw_frequency(grammar, lex, "unseen", rows, q0, 0.9, 12, draws=400) == pytest.approx(exact, abs=0.05)
-    assert premise.unseen_share(lex, rows, q0, 0.9, 16) == pytest.approx([0.1, 0.1, 1 - 0.9 ** 2])  # l = L
+    assert premise.unseen_share(lex, rows, q0, 0.9, 16) == pytest.approx([0.1, 0.1, 1 - 0.9**2])  # l = L
 
 
 def test_off_support_share_is_the_frequency_of_draws_that_leave_the_support(tiny):
@@ -115,17 +132,28 @@ def test_admissibility_follows_whether_t_keeps_the_support_in_a(lab):
     assert draw_frequency(grammar, lex, "off-support", ids, "synonym", 0.7, 12, draws=8).max() == 0
 
 
-@pytest.mark.parametrize(("cls", "q0", "beta", "last"), [
-    ("unseen", "uniform", 0.7, 2), ("unseen", "uniform", 0.7, 3), ("unseen", "synonym", 0.7, 2),
-    ("unseen", "synonym", 1.0, 3), ("off-support", "synonym", 0.7, 2), ("off-support", "synonym", 1.0, 3),
-    ("off-support", "uniform", 0.0, 3)])
+@pytest.mark.parametrize(
+    ("cls", "q0", "beta", "last"),
+    [
+        ("unseen", "uniform", 0.7, 2),
+        ("unseen", "uniform", 0.7, 3),
+        ("unseen", "synonym", 0.7, 2),
+        ("unseen", "synonym", 1.0, 3),
+        ("off-support", "synonym", 0.7, 2),
+        ("off-support", "synonym", 1.0, 3),
+        ("off-support", "uniform", 0.0, 3),
+    ],
+)
 def test_the_sups_are_the_brute_force_sups_over_every_prefix(tiny, cls, q0, beta, last):
     """U(delta) / spread over all 23^3 prefixes of the tiny lexicon, against `class_sups`' worst prefix."""
     grammar, lex, every, distance = tiny
     support = every[distance == 0][0]
     sups = premise.class_sups(grammar, lex, cls, q0, beta, last, support, [0, 1, 2, 3])
     assert sups["admissible"]
-    base, share = premise.outside_a(grammar, lex, cls, every), premise.leave_share(grammar, lex, cls, every, q0, beta, last)
+    base, share = (
+        premise.outside_a(grammar, lex, cls, every),
+        premise.leave_share(grammar, lex, cls, every, q0, beta, last),
+    )
     assert share[distance == 0].max() == 0  # admissible: no support prefix leaves A
     for delta in range(4):
         within = distance <= delta

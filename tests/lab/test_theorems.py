@@ -33,14 +33,26 @@ def table(lab):
 
 
 def pick(table: pl.DataFrame, cls: str, name: str, delta: int, family: str = "synonym") -> dict:
-    (hit,) = table.filter((pl.col("class") == cls) & (pl.col("perturbation") == name) & (pl.col("family") == family)
-                          & (pl.col("delta") == delta)).iter_rows(named=True)
+    (hit,) = table.filter(
+        (pl.col("class") == cls)
+        & (pl.col("perturbation") == name)
+        & (pl.col("family") == family)
+        & (pl.col("delta") == delta)
+    ).iter_rows(named=True)
     return hit
 
 
-@pytest.mark.parametrize(("value", "bound", "cap", "expected"), [
-    (0.3, 0.2, 1.0, "violated"), (0.1, 2.0, 1.0, "vacuous"), (0.1, 0.2, 1.0, "holds"), (0.0, 0.0, np.inf, "holds"),
-    (0.01, 0.0, np.inf, "violated"), (1.0, 1.0, 1.0, "vacuous")])
+@pytest.mark.parametrize(
+    ("value", "bound", "cap", "expected"),
+    [
+        (0.3, 0.2, 1.0, "violated"),
+        (0.1, 2.0, 1.0, "vacuous"),
+        (0.1, 0.2, 1.0, "holds"),
+        (0.0, 0.0, np.inf, "holds"),
+        (0.01, 0.0, np.inf, "violated"),
+        (1.0, 1.0, 1.0, "vacuous"),
+    ],
+)
 def test_verdicts(value, bound, cap, expected):
     assert theorems.verdict(value, bound, cap) == expected
 
@@ -57,7 +69,9 @@ def test_the_sups_not_the_rows_decide_and_the_rows_stay_as_a_sample(table):
     """Class `unseen` under uniform replacement of the last 12 of 16 words: the rows' unseen synonyms all lie
     inside the window, but an unseen word at position 0 is never replaced, so U_perturb(1) is the members' TV."""
     hit = pick(table, "unseen", "uniform", 1)
-    assert hit["U_perturb"] == pytest.approx(hit["member_tv"]) and hit["U_perturb_rows"] == pytest.approx(0.1 * hit["member_tv"])
+    assert hit["U_perturb"] == pytest.approx(hit["member_tv"]) and hit["U_perturb_rows"] == pytest.approx(
+        0.1 * hit["member_tv"]
+    )
     assert hit["worst_prefix"] == "an unseen word at position 0, before T's window"
     composition = pick(table, "unseen", "uniform", 1, family="composition")
     assert composition["U_base_rows"] == 0 and composition["U_base"] == pytest.approx(hit["member_tv"])
@@ -71,8 +85,8 @@ def test_robustness_with_the_propositions_c_is_violated_by_an_unseen_word_before
     assert hit["C_proposition"] == pytest.approx(0.1) and hit["U_perturb"] > 2 * hit["C_proposition"]
     assert hit["robustness_proposition"] == "violated" and hit["robustness"] == "vacuous"
     at_l = pick(table, "unseen", "uniform, l = L", 2)  # l = L: the Proposition's C is an upper bound, and holds
-    assert at_l["U_perturb"] == pytest.approx(at_l["member_tv"] * (1 - 0.9 ** 2))
-    assert at_l["C"] == pytest.approx(1 - 0.9 ** 2) and at_l["U_perturb"] > 0.4 * 2 * at_l["C"]
+    assert at_l["U_perturb"] == pytest.approx(at_l["member_tv"] * (1 - 0.9**2))
+    assert at_l["C"] == pytest.approx(1 - 0.9**2) and at_l["U_perturb"] > 0.4 * 2 * at_l["C"]
     assert at_l["robustness"] == "holds" and at_l["robustness_proposition"] == "holds"
 
 
@@ -93,7 +107,7 @@ def test_extrapolability_is_not_applicable_where_sp_perturb_fails_and_holds_wher
 
 def test_contraction_holds_where_the_exact_alpha_is_below_one_half(table):
     hit = pick(table, "unseen", "uniform, l = L, beta = 0.9844", 1)
-    assert hit["alpha"] == pytest.approx(1 - 0.984375 ** 16) and hit["alpha"] < 0.5
+    assert hit["alpha"] == pytest.approx(1 - 0.984375**16) and hit["alpha"] < 0.5
     assert hit["U_perturb_inf"] == pytest.approx(hit["alpha"] * hit["member_tv"])
     assert hit["contraction"] == "holds"
     assert pick(table, "unseen", "uniform", 1)["contraction"] == "vacuous"  # alpha = 1
@@ -116,19 +130,26 @@ def test_a_class_whose_distinct_members_disagree_on_the_support_once_perturbed_h
     assert hit["extrapolability"] == "not applicable (SP_perturb fails; U_perturb = 0)"
     assert "no admissible pair" not in table.to_pandas().to_string()
     kept = pick(table, "off-support", "synonym", 1, family="composition")  # class replacement keeps compositions
-    assert kept["admissible"] and kept["U_perturb_rows"] == pytest.approx(kept["U_base_rows"]) == pytest.approx(kept["U_perturb"])
+    assert kept["admissible"] and kept["U_perturb_rows"] == pytest.approx(kept["U_base_rows"]) == pytest.approx(
+        kept["U_perturb"]
+    )
 
 
 def test_the_constants_are_the_t_that_runs(table):
     hit = pick(table, "unseen", "uniform", 2)
     assert (hit["alpha"], hit["C"]) == perturbation.exact_constants("uniform", 0.9, 12, 16, 2)
-    assert (hit["alpha_proposition"], hit["C_proposition"]) == pytest.approx(perturbation.proposition_constants(0.9, 12, 2))
+    assert (hit["alpha_proposition"], hit["C_proposition"]) == pytest.approx(
+        perturbation.proposition_constants(0.9, 12, 2)
+    )
 
 
 def test_a_row_above_its_sup_is_a_bug_and_stops(table):
-    doctored = table.with_columns(pl.when((pl.col("delta") == 1) & (pl.col("class") == "unseen"))
-                                  .then(pl.col("U_perturb") + 0.01).otherwise(pl.col("U_perturb_rows"))
-                                  .alias("U_perturb_rows"))
+    doctored = table.with_columns(
+        pl.when((pl.col("delta") == 1) & (pl.col("class") == "unseen"))
+        .then(pl.col("U_perturb") + 0.01)
+        .otherwise(pl.col("U_perturb_rows"))
+        .alias("U_perturb_rows")
+    )
     with pytest.raises(ValueError, match="exceeds the sup over every prefix"):
         theorems.check_rows_within_sups(doctored)
     theorems.check_rows_within_sups(table)

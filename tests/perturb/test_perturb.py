@@ -34,7 +34,7 @@ def batch(n_seq=400, length=30, seed=0, bos_eos=True):
 
 
 def split(values, offsets):
-    return [values[offsets[i]:offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]
+    return [values[offsets[i] : offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]
 
 
 def eligible_mask(values, strategy):
@@ -69,7 +69,9 @@ def test_insertion_keeps_originals_in_order_and_specials_at_the_ends():
     values, offsets = batch()
     out = perturb(values, offsets, "insertion", 0.3, table(), np.random.default_rng(3), SPECIAL)
     assert out.selected.sum() > 0
-    for orig, new, origin in zip(split(values, offsets), split(out.values, out.offsets), split(out.origin, out.offsets)):
+    for orig, new, origin in zip(
+        split(values, offsets), split(out.values, out.offsets), split(out.origin, out.offsets)
+    ):
         assert [t for t, o in zip(new, origin) if o >= 0] == orig
         assert new[0] == 0 and new[-1] == 0 and 0 not in new[1:-1]
     assert len(out.values) == len(values) + int(out.selected.sum())
@@ -132,10 +134,10 @@ def test_prefix_targets_score_each_original_once_from_its_perturbed_prefix(strat
     positions, targets, target_offsets = prefix_targets(values, offsets, out)
     seqs = split(values, offsets)
     for s, orig in enumerate(seqs):
-        new = out.values[out.offsets[s]:out.offsets[s + 1]]
-        slots = out.slot[offsets[s]:offsets[s + 1]] - out.offsets[s]
-        pos = positions[target_offsets[s]:target_offsets[s + 1]]
-        tgt = targets[target_offsets[s]:target_offsets[s + 1]]
+        new = out.values[out.offsets[s] : out.offsets[s + 1]]
+        slots = out.slot[offsets[s] : offsets[s + 1]] - out.offsets[s]
+        pos = positions[target_offsets[s] : target_offsets[s + 1]]
+        tgt = targets[target_offsets[s] : target_offsets[s + 1]]
         scored = [t for t in range(1, len(orig)) if slots[t] >= 1]
         assert tgt.tolist() == [orig[t] for t in scored]  # each original token (with a prefix) once, in order
         assert pos.tolist() == [slots[t] - 1 for t in scored]
@@ -159,7 +161,10 @@ def test_deletion_targets_keep_deleted_tokens():
     values, offsets = batch(100, 20, bos_eos=False)
     out = perturb(values, offsets, "deletion", 0.3, table(), np.random.default_rng(10))
     _, targets, _ = prefix_targets(values, offsets, out)
-    local = np.arange(len(values)) - offsets[sequence_ids(offsets, __import__("workflow_lib.perturb.perturber", fromlist=["x"]).backend(values))]
+    local = (
+        np.arange(len(values))
+        - offsets[sequence_ids(offsets, __import__("workflow_lib.perturb.perturber", fromlist=["x"]).backend(values))]
+    )
     deleted_targets = out.selected & (local >= 1)
     assert len(targets) >= int(deleted_targets.sum()) > 0
 
@@ -181,8 +186,15 @@ def test_numpy_torch_and_loop_agree_in_distribution(strategy):
     values, offsets = batch(1500, 12)
     seqs = split(values, offsets)
     np_out = perturb(values, offsets, strategy, 0.2, table(), np.random.default_rng(11), SPECIAL)
-    t_out = perturb(torch.from_numpy(values), torch.from_numpy(offsets), strategy, 0.2, table().to("cpu"),
-                    torch.Generator().manual_seed(11), SPECIAL)
+    t_out = perturb(
+        torch.from_numpy(values),
+        torch.from_numpy(offsets),
+        strategy,
+        0.2,
+        table().to("cpu"),
+        torch.Generator().manual_seed(11),
+        SPECIAL,
+    )
     loop = perturb_loop(seqs, strategy, 0.2, CANDIDATES, random.Random(11), set(SPECIAL))
     np_h = _histograms(values, strategy, split(np_out.values, np_out.offsets))
     t_h = _histograms(values, strategy, split(t_out.values.numpy(), t_out.offsets.numpy()))
@@ -199,7 +211,12 @@ def _inserted_positions(new, orig):
     """Positions of inserted tokens, by aligning with the original (originals stay in order)."""
     out, j = [], 0
     for i, t in enumerate(new):
-        if j < len(orig) and t == orig[j] and len(new) - i > len(orig) - j - 1 and _can_align(new[i + 1:], orig[j + 1:]):
+        if (
+            j < len(orig)
+            and t == orig[j]
+            and len(new) - i > len(orig) - j - 1
+            and _can_align(new[i + 1 :], orig[j + 1 :])
+        ):
             j += 1
         else:
             out.append(i)
@@ -240,7 +257,9 @@ def test_proposition_token_replacement_tv_bound():
     outcomes = list(itertools.product(range(vocab), repeat=length))
 
     def exact_law(x):
-        return np.array([np.prod([(1 - beta) * (y_i == x_i) + beta / vocab for y_i, x_i in zip(y, x)]) for y in outcomes])
+        return np.array(
+            [np.prod([(1 - beta) * (y_i == x_i) + beta / vocab for y_i, x_i in zip(y, x)]) for y in outcomes]
+        )
 
     x = np.array([0, 1, 2])
     draws = perturb(np.tile(x, 20000), np.arange(0, 60001, 3), "replacement", beta, q0, np.random.default_rng(12))

@@ -29,7 +29,9 @@ def test_augment_is_the_data_plus_m_perturbed_copies(strategy):
         if r["copy"] > 0:
             orig = b[r["block_id"]].tolist()
             n_sel = len(r["source_positions"])
-            expected = {"insertion": len(orig) + n_sel, "replacement": len(orig), "deletion": len(orig) - n_sel}[strategy]
+            expected = {"insertion": len(orig) + n_sel, "replacement": len(orig), "deletion": len(orig) - n_sel}[
+                strategy
+            ]
             assert len(r["input_ids"]) == expected
             if strategy == "replacement":
                 assert sorted(r["perturbed_positions"]) == sorted(r["source_positions"])
@@ -56,12 +58,14 @@ def test_prefix_mode_scores_original_tokens_only(strategy):
         assert len(r["target_positions"]) == len(r["target_ids"])
         if strategy != "deletion":
             assert r["target_ids"] == orig[1:]
-            assert set(p + 1 for p in r["target_positions"]).isdisjoint(r["perturbed_positions"] if strategy == "insertion" else [])
+            assert set(p + 1 for p in r["target_positions"]).isdisjoint(
+                r["perturbed_positions"] if strategy == "insertion" else []
+            )
         else:
             # deleted tokens stay targets; only tokens whose whole prefix was deleted are skipped (a prefix of
             # the block), so the targets are a suffix of the block's tokens after the first
             leading = next((i for i in range(len(orig)) if i not in set(r["source_positions"])), len(orig))
-            assert r["target_ids"] == orig[max(1, leading + 1):]
+            assert r["target_ids"] == orig[max(1, leading + 1) :]
         assert all(0 <= p < len(r["input_ids"]) for p in r["target_positions"])
 
 
@@ -76,8 +80,15 @@ def test_same_key_same_bytes_other_key_other_draws(tmp_path):
 
 
 def test_conditions_share_one_baseline():
-    exp = {"train_perturbation": {"strategies": ["insertion", "deletion"], "intensities": [0, 0.025],
-                                  "synonyms": ["distributional"], "modes": ["augment"], "copies": 1}}
+    exp = {
+        "train_perturbation": {
+            "strategies": ["insertion", "deletion"],
+            "intensities": [0, 0.025],
+            "synonyms": ["distributional"],
+            "modes": ["augment"],
+            "copies": 1,
+        }
+    }
     conds = train_conditions(exp)
     assert len(conds) == 3
     assert TrainCondition("none", "augment", 1, "none", "0") in conds

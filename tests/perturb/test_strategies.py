@@ -36,7 +36,7 @@ def batch(n_seq=300, length=20, seed=0):
 
 
 def split(values, offsets):
-    return [values[offsets[i]:offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]
+    return [values[offsets[i] : offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]
 
 
 @pytest.fixture
@@ -67,21 +67,26 @@ def test_the_papers_strategies_derive_what_the_other_stages_need():
     assert [s.length_factor(0.2) for s in (insertion, replacement, deletion)] == [1.2, 1.0, 0.8]
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"name": "Swap", "keep": "token", "insert": "token"}, "lower-case letters only"),
-    ({"name": "none", "keep": "synonym"}, "not 'none'"),
-    ({"name": "shift-1", "keep": "synonym"}, "lower-case letters only"),
-    ({"name": "move", "keep": None, "insert": "token"}, "moves it"),
-    ({"name": "same", "keep": "token"}, "changes nothing"),
-    ({"name": "odd", "keep": "antonym"}, "keep must be one of"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"name": "Swap", "keep": "token", "insert": "token"}, "lower-case letters only"),
+        ({"name": "none", "keep": "synonym"}, "not 'none'"),
+        ({"name": "shift-1", "keep": "synonym"}, "lower-case letters only"),
+        ({"name": "move", "keep": None, "insert": "token"}, "moves it"),
+        ({"name": "same", "keep": "token"}, "changes nothing"),
+        ({"name": "odd", "keep": "antonym"}, "keep must be one of"),
+    ],
+)
 def test_a_strategy_the_perturber_cannot_run_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Strategy(**kwargs)
 
 
 def test_unknown_and_twice_registered_names_are_refused(registered):
-    with pytest.raises(ValueError, match="unknown perturbation strategy 'swap'; allowed: insertion, replacement, deletion"):
+    with pytest.raises(
+        ValueError, match="unknown perturbation strategy 'swap'; allowed: insertion, replacement, deletion"
+    ):
         perturb(*batch(2), "swap", 0.1, table(), np.random.default_rng(0))
     with pytest.raises(ValueError, match="registered twice"):
         registered(Strategy("insertion", keep="synonym"))
@@ -136,10 +141,12 @@ def test_cached_sampling_feeds_what_the_strategy_writes(registered, name):
     token, synonym = torch.tensor([5, 6, 7]), torch.tensor([15, 16, 17])
     selected = torch.tensor([True, False, True])
     chunk, mask = fed_chunk(get(name), token, selected, synonym, pad_id=0, perturbing=True)
-    expected = {"insertion": ([[5, 15], [6, 0], [7, 17]], [[1, 1], [1, 0], [1, 1]]),
-                "replacement": ([[15], [6], [17]], [[1], [1], [1]]),
-                "deletion": ([[0], [6], [0]], [[0], [1], [0]]),
-                "duplication": ([[5, 5], [6, 0], [7, 7]], [[1, 1], [1, 0], [1, 1]])}[name]
+    expected = {
+        "insertion": ([[5, 15], [6, 0], [7, 17]], [[1, 1], [1, 0], [1, 1]]),
+        "replacement": ([[15], [6], [17]], [[1], [1], [1]]),
+        "deletion": ([[0], [6], [0]], [[0], [1], [0]]),
+        "duplication": ([[5, 5], [6, 0], [7, 7]], [[1, 1], [1, 0], [1, 1]]),
+    }[name]
     assert (chunk.tolist(), mask.tolist()) == expected
 
 
@@ -150,8 +157,18 @@ def test_cached_sampling_runs_a_registered_strategy(registered):
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_layer=1, n_head=1, n_embd=16, n_positions=64)).eval()
     prompts, offsets, keys = torch.randint(1, V, (30,)), torch.tensor([0, 10, 30]), torch.tensor([11, 12])
-    run = lambda alpha: sample_cached(model, prompts, offsets, keys, 10, {"strategy": "duplication", "intensity": alpha},
-                                      table().to("cpu"), SPECIAL, 0, [])
+    run = lambda alpha: sample_cached(
+        model,
+        prompts,
+        offsets,
+        keys,
+        10,
+        {"strategy": "duplication", "intensity": alpha},
+        table().to("cpu"),
+        SPECIAL,
+        0,
+        [],
+    )
     a, b = run(0.5), run(0.5)
     assert a.shape == (2, 10) and torch.equal(a, b)
     assert not torch.equal(run(1.0), run(0.0))  # every drawn token fed twice: the model sees another prefix

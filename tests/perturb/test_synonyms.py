@@ -22,7 +22,9 @@ def test_distributional_finds_tokens_that_share_contexts():
     # Tokens 1/2 fill one slot, 3/4 another, with distinct neighbours: "5 {1|2} 6 {3|4} 7".
     rng = np.random.default_rng(0)
     n = 4000
-    blocks = np.stack([np.full(n, 5), rng.choice([1, 2], n), np.full(n, 6), rng.choice([3, 4], n), np.full(n, 7)], axis=1)
+    blocks = np.stack(
+        [np.full(n, 5), rng.choice([1, 2], n), np.full(n, 6), rng.choice([3, 4], n), np.full(n, 7)], axis=1
+    )
     table = distributional_synonyms(blocks, vocab_size=9, k=3, special_ids=[0], min_count=5)
     cands, weights = row(table, 1)
     assert cands[0] == 2 and weights[0] == weights.max()

@@ -15,7 +15,13 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from workflow_lib.report.contrasts import ALPHA, RESAMPLES
-from workflow_lib.report.statistics import Permutations, bootstrap_indices, holm, permutation_mean_differences, resamples_for
+from workflow_lib.report.statistics import (
+    Permutations,
+    bootstrap_indices,
+    holm,
+    permutation_mean_differences,
+    resamples_for,
+)
 
 SHAPES = ("normal", "rouge", "sparse")
 
@@ -79,7 +85,9 @@ def bootstrap_p(d: np.ndarray, identity: str) -> list[float | None]:
     for start in range(0, count, rows):
         indices = bootstrap_indices(n, min(rows, count - start), identity, start)
         cells = (np.arange(len(indices))[:, None] * n + indices).ravel()
-        weights = np.bincount(cells, minlength=indices.size).reshape(indices.shape) / n  # resample r's count of prompt i, / n
+        weights = (
+            np.bincount(cells, minlength=indices.size).reshape(indices.shape) / n
+        )  # resample r's count of prompt i, / n
         replicates.append(weights @ d.T)
     replicates = np.concatenate(replicates)  # [B, rows]
     far = np.minimum((replicates <= 0).sum(axis=0), (replicates >= 0).sum(axis=0))
@@ -99,8 +107,15 @@ class Calibration(NamedTuple):
         return level + 3 * np.sqrt(level * (1 - level) / self.studies)
 
 
-def calibrate(p_values: Callable[[np.ndarray, str], list[float | None]], shape: str, size: Size, studies: int,
-              seed: int = 0, effect: float | None = None, table: int | None = None) -> Calibration:
+def calibrate(
+    p_values: Callable[[np.ndarray, str], list[float | None]],
+    shape: str,
+    size: Size,
+    studies: int,
+    seed: int = 0,
+    effect: float | None = None,
+    table: int | None = None,
+) -> Calibration:
     """Simulate `studies` studies of one Holm table (`table` rows, default the size's largest), mark by Holm's
     adjusted p < ALPHA (statistics.holm), and count. `effect`: the first row's differences are shifted by this many
     standard deviations of a null difference (its power is reported; the family-wise error counts the other rows)."""
@@ -140,8 +155,9 @@ def joint_features(rng: np.random.Generator, size: Size, tilt: float = 0.0, d: i
     return draw((n,), 0.0), draw((runs, n), 0.0), draw((runs, n), tilt)
 
 
-def calibrate_joint(size: Size, studies: int, seed: int = 0, effect: float | None = None, seeds: int = 5,
-                    settings: dict | None = None) -> Calibration:
+def calibrate_joint(
+    size: Size, studies: int, seed: int = 0, effect: float | None = None, seeds: int = 5, settings: dict | None = None
+) -> Calibration:
     """`studies` simulated MAUVE tables of `size.table` rows, each row a joint MAUVE contrast (report.joint_mauve.
     joint_contrast: the evaluation's clustering, `seeds` seeds, the table's B) of two conditions drawn from one law,
     marked by Holm's adjusted p < ALPHA. `effect`: the first row's B is tilted by this much (power is reported)."""
@@ -158,8 +174,11 @@ def calibrate_joint(size: Size, studies: int, seed: int = 0, effect: float | Non
         for row in range(size.table):
             human, a, b = joint_features(rng, size, tilt=effect if (effect is not None and row == 0) else 0.0)
             clustering = [int(rng.integers(1 << 30)) + k for k in range(seeds)]
-            p.append(joint_contrast(human, a, b, settings, clustering, count, f"joint|{seed}|{study}|{row}",
-                                    buckets, interval=False).estimate.p)
+            p.append(
+                joint_contrast(
+                    human, a, b, settings, clustering, count, f"joint|{seed}|{study}|{row}", buckets, interval=False
+                ).estimate.p
+            )
         marked = [q is not None and q < ALPHA for q in holm(p)]
         found += marked[0] if effect is not None else 0
         false += any(marked[1:] if effect is not None else marked)
@@ -170,20 +189,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="tests/report/null_studies.py")
     parser.add_argument("--size", choices=["default", "paper"], default="default")
     parser.add_argument("--studies", type=int, default=2000, help="null studies per (shape, method)")
-    parser.add_argument("--methods", nargs="+", choices=["permutation", "bootstrap"], default=["permutation", "bootstrap"])
+    parser.add_argument(
+        "--methods", nargs="+", choices=["permutation", "bootstrap"], default=["permutation", "bootstrap"]
+    )
     parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
     parser.add_argument("--effect", type=float, help="plant an effect of this many standard deviations in one row")
     parser.add_argument("--prompts", type=int, help="prompts per comparison instead of the size's")
     parser.add_argument("--seed", type=int, default=1, help="the simulation's seed (another seed, other studies)")
-    parser.add_argument("--joint", action="store_true",
-                        help="the joint MAUVE contrasts' tables at the default study's size instead (--effect: a tilt)")
+    parser.add_argument(
+        "--joint",
+        action="store_true",
+        help="the joint MAUVE contrasts' tables at the default study's size instead (--effect: a tilt)",
+    )
     args = parser.parse_args()
     if args.joint:
         result = calibrate_joint(JOINT_DEFAULT, args.studies, seed=args.seed, effect=args.effect)
         power = "" if result.power is None else f", power {result.power:.4f}"
-        print(f"{JOINT_DEFAULT.name} ({JOINT_DEFAULT.prompts} prompts, {JOINT_DEFAULT.runs} runs, {JOINT_DEFAULT.table}-row "
-              f"table): family-wise error {result.family_wise_error:.4f} over {args.studies} studies (bound "
-              f"{result.bound():.4f}){power}", flush=True)
+        print(
+            f"{JOINT_DEFAULT.name} ({JOINT_DEFAULT.prompts} prompts, {JOINT_DEFAULT.runs} runs, {JOINT_DEFAULT.table}-row "
+            f"table): family-wise error {result.family_wise_error:.4f} over {args.studies} studies (bound "
+            f"{result.bound():.4f}){power}",
+            flush=True,
+        )
         return
     size = {"default": DEFAULT, "paper": PAPER}[args.size]
     size = size._replace(prompts=args.prompts) if args.prompts else size
@@ -192,9 +219,11 @@ def main() -> None:
         for name in args.methods:
             result = calibrate(methods[name], shape, size, args.studies, seed=args.seed, effect=args.effect)
             power = "" if result.power is None else f", power {result.power:.4f}"
-            print(f"{size.name} ({size.prompts} prompts, {size.table}-row table), {shape}, {name}: family-wise error "
-                  f"{result.family_wise_error:.4f} over {args.studies} studies (bound {result.bound():.4f}){power}",
-                  flush=True)
+            print(
+                f"{size.name} ({size.prompts} prompts, {size.table}-row table), {shape}, {name}: family-wise error "
+                f"{result.family_wise_error:.4f} over {args.studies} studies (bound {result.bound():.4f}){power}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

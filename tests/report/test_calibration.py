@@ -65,6 +65,8 @@ def test_the_perplexity_test_holds_its_level():
         tokens = rng.integers(20, 120, n).astype(np.float64)
         rate = rng.gamma(9.0, 1 / 3.0, n)  # a prompt's own difficulty, shared by both conditions
         nll_a, nll_b = (tokens * (rate + rng.normal(0, 0.3, n)) for _ in range(2))
-        p[study] = permutation_perplexity_difference(nll_a, tokens, nll_b, tokens, Permutations(n, 3200, f"ppl{study}")).p
+        p[study] = permutation_perplexity_difference(
+            nll_a, tokens, nll_b, tokens, Permutations(n, 3200, f"ppl{study}")
+        ).p
     for level in (ALPHA, ALPHA / 16):
         assert (p <= level).mean() <= level + 3 * np.sqrt(level * (1 - level) / studies)

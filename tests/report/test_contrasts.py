@@ -42,12 +42,21 @@ def write_metrics(root: Path, obj, ti, tti, mauve, rouge, es="test", decoder="un
     stem = root / _condition("metrics", obj, ti, tti, es, decoder)
     stem.parent.mkdir(parents=True, exist_ok=True)
     json_path = Path(f"{stem}.json")  # not with_suffix: "insertion-0.025-exact" has a dot of its own
-    json_path.write_text(json.dumps({"mauve": list(mauve), "run_ids": list(range(len(mauve))),
-                                                     "runs": len(mauve), "prompts": rouge.shape[0]}))
+    json_path.write_text(
+        json.dumps(
+            {"mauve": list(mauve), "run_ids": list(range(len(mauve))), "runs": len(mauve), "prompts": rouge.shape[0]}
+        )
+    )
     prompts, runs = np.meshgrid(np.arange(rouge.shape[0]), np.arange(rouge.shape[1]), indexing="ij")
-    pl.DataFrame({"prompt_id": prompts.ravel().astype(np.int64), "run": runs.ravel().astype(np.int64),
-                  "rouge1": rouge.ravel(), "rouge2": 0.5 * rouge.ravel(), "rougeL": 0.8 * rouge.ravel()}).write_parquet(
-        f"{stem}.prompts.parquet")
+    pl.DataFrame(
+        {
+            "prompt_id": prompts.ravel().astype(np.int64),
+            "run": runs.ravel().astype(np.int64),
+            "rouge1": rouge.ravel(),
+            "rouge2": 0.5 * rouge.ravel(),
+            "rougeL": 0.8 * rouge.ravel(),
+        }
+    ).write_parquet(f"{stem}.prompts.parquet")
     return str(json_path.relative_to(root))
 
 
@@ -56,8 +65,9 @@ def write_perplexity(root: Path, obj, ti, nll, tokens, es="test") -> str:
     stem.parent.mkdir(parents=True, exist_ok=True)
     json_path = Path(f"{stem}.json")
     json_path.write_text(json.dumps({"perplexity": float(np.exp(nll.sum() / tokens.sum()))}))
-    pl.DataFrame({"prompt_id": np.arange(len(nll), dtype=np.int64), "nll": nll, "tokens": tokens.astype(np.int64)}).write_parquet(
-        f"{stem}.prompts.parquet")
+    pl.DataFrame(
+        {"prompt_id": np.arange(len(nll), dtype=np.int64), "nll": nll, "tokens": tokens.astype(np.int64)}
+    ).write_parquet(f"{stem}.prompts.parquet")
     return str(json_path.relative_to(root))
 
 
@@ -84,8 +94,12 @@ def test_a_non_finite_run_stops_the_paired_t_saying_why():
 def test_a_perplexity_that_overflows_stops_the_test_saying_why():
     """Finite per-prompt NLL whose perplexity overflows (exp(1000)): no difference of infinities is reported."""
     tokens = np.full(12, 10.0)
-    with np.errstate(over="ignore", invalid="ignore"), pytest.raises(
-            ValueError, match=r"^permutation test: a non-finite perplexity difference \(inf\); no estimate is made$"):
+    with (
+        np.errstate(over="ignore", invalid="ignore"),
+        pytest.raises(
+            ValueError, match=r"^permutation test: a non-finite perplexity difference \(inf\); no estimate is made$"
+        ),
+    ):
         permutation_perplexity_difference(1000 * tokens, tokens, 3 * tokens, tokens, Permutations(12, 200, "x"))
 
 
@@ -123,7 +137,9 @@ def test_t_intervals_cover_the_true_difference():
         rate_a, rate_b = rate + rng.normal(0, 0.3, n), rate + 0.1 + rng.normal(0, 0.3, n)
         # the truth of a ratio of sums: exp(sum nll / sum tokens) under the expected rates
         truth = np.exp((tokens * rate).sum() / tokens.sum()) - np.exp((tokens * (rate + 0.1)).sum() / tokens.sum())
-        ppl = permutation_perplexity_difference(rate_a * tokens, tokens, rate_b * tokens, tokens, Permutations(n, 200, f"rep{study}"))
+        ppl = permutation_perplexity_difference(
+            rate_a * tokens, tokens, rate_b * tokens, tokens, Permutations(n, 200, f"rep{study}")
+        )
         covered_ppl += ppl.low <= truth <= ppl.high
     assert covered_mean >= 0.92 * studies and covered_ppl >= 0.92 * studies
 
@@ -137,8 +153,13 @@ def test_the_permutation_p_is_scipys_exact_p_and_the_swaps_repeat():
     for n in (6, 9, 11):
         a, b = rng.normal(0.3, 0.1, n), rng.normal(0.25, 0.1, n)
         ours = permutation_mean_difference(a, b, Permutations(n, 4000, "x"))
-        theirs = stats.permutation_test((a, b), lambda x, y, axis: np.mean(x - y, axis=axis), permutation_type="samples",
-                                        n_resamples=np.inf, vectorized=True)
+        theirs = stats.permutation_test(
+            (a, b),
+            lambda x, y, axis: np.mean(x - y, axis=axis),
+            permutation_type="samples",
+            n_resamples=np.inf,
+            vectorized=True,
+        )
         assert ours.p == pytest.approx(theirs.pvalue, rel=1e-12)
         tokens_a, tokens_b = rng.integers(20, 60, n).astype(float), rng.integers(20, 60, n).astype(float)
         nll_a, nll_b = tokens_a * rng.normal(3.0, 0.2, n), tokens_b * rng.normal(3.1, 0.2, n)
@@ -149,13 +170,20 @@ def test_the_permutation_p_is_scipys_exact_p_and_the_swaps_repeat():
         # scipy's "samples" permutations swap one pair of samples; a prompt's (NLL, tokens) move together, so the
         # 2^n swaps are enumerated here by hand
         ours = permutation_perplexity_difference(nll_a, tokens_a, nll_b, tokens_b, Permutations(n, 4000, "x"))
-        swaps = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1).astype(bool)
-        null = ppl_difference(np.where(swaps, nll_b, nll_a), np.where(swaps, tokens_b, tokens_a),
-                              np.where(swaps, nll_a, nll_b), np.where(swaps, tokens_a, tokens_b), axis=1)
+        swaps = ((np.arange(2**n)[:, None] >> np.arange(n)) & 1).astype(bool)
+        null = ppl_difference(
+            np.where(swaps, nll_b, nll_a),
+            np.where(swaps, tokens_b, tokens_a),
+            np.where(swaps, nll_a, nll_b),
+            np.where(swaps, tokens_a, tokens_b),
+            axis=1,
+        )
         observed = ppl_difference(nll_a, tokens_a, nll_b, tokens_b, axis=0)
         assert ours.p == pytest.approx(np.mean(np.abs(null) >= abs(observed) * (1 - 1e-9)), rel=1e-12)
     a, b = rng.normal(0.3, 0.1, 50), rng.normal(0.25, 0.1, 50)
-    assert permutation_mean_difference(a, b, Permutations(50, 2000, "same")) == permutation_mean_difference(a, b, Permutations(50, 2000, "same"))
+    assert permutation_mean_difference(a, b, Permutations(50, 2000, "same")) == permutation_mean_difference(
+        a, b, Permutations(50, 2000, "same")
+    )
 
 
 def test_holm_against_a_hand_computation():
@@ -183,14 +211,20 @@ def study(tmp_path, monkeypatch):
         for (ti, tti), g in gain.items():
             if obj == "emo" and ti != tti:
                 continue
-            for decoder in (("unbiased", "top-p-0.9") if obj == "mle" else ("unbiased",)):
+            for decoder in ("unbiased", "top-p-0.9") if obj == "mle" else ("unbiased",):
                 mauve = runs_shared + shift + g + rng.normal(0, 0.005, 5)
                 rouge = rouge_shared + shift + g / 4 + rng.normal(0, 0.01, rouge_shared.shape)
                 paths.append(write_metrics(tmp_path, obj, ti, tti, mauve, rouge, decoder=decoder))
     paths.append(write_metrics(tmp_path, "untrained", "0", "0", runs_shared - 0.3, rouge_shared - 0.1))
     paths.append(write_metrics(tmp_path, "untrained", "0", "0.025", runs_shared - 0.25, rouge_shared - 0.1))
     tokens = rng.integers(20, 60, 60).astype(np.float64)
-    for obj, ti, rate in (("mle", "0", 3.2), ("mle", "0.025", 3.0), ("emo", "0", 3.25), ("emo", "0.025", 3.05), ("untrained", "0", 4.0)):
+    for obj, ti, rate in (
+        ("mle", "0", 3.2),
+        ("mle", "0.025", 3.0),
+        ("emo", "0", 3.25),
+        ("emo", "0.025", 3.05),
+        ("untrained", "0", 4.0),
+    ):
         paths.append(write_perplexity(tmp_path, obj, ti, (rate + rng.normal(0, 0.2, 60)) * tokens, tokens))
     return paths
 
@@ -199,10 +233,18 @@ def test_the_studys_pairs_and_what_they_favour(study):
     frame = contrasts(study, 0.025)
     perturbation = frame.filter((pl.col("family") == "perturbation") & (pl.col("metric") == "mauve"))
     # mle on two decoders and emo on one; untrained never (it has no perturbed training)
-    assert perturbation.select("objective", "decoder").rows() == [("emo", "unbiased"), ("mle", "top-p-0.9"), ("mle", "unbiased")]
+    assert perturbation.select("objective", "decoder").rows() == [
+        ("emo", "unbiased"),
+        ("mle", "top-p-0.9"),
+        ("mle", "unbiased"),
+    ]
     assert set(perturbation["a"]) == {"insertion 0.025"} and set(perturbation["b"]) == {"no perturbation"}
     assert perturbation["significant"].all() and set(perturbation["favours"]) == {"perturbation"}
-    assert (perturbation["low"] > 0).all() and perturbation["method"][0] == "paired t over runs" and perturbation["n"][0] == 5
+    assert (
+        (perturbation["low"] > 0).all()
+        and perturbation["method"][0] == "paired t over runs"
+        and perturbation["n"][0] == 5
+    )
     rouge = frame.filter((pl.col("family") == "perturbation") & (pl.col("metric") == "rouge1"))
     assert rouge.height == 3 and (rouge["difference"] - 0.02).abs().max() < 0.01 and rouge["n"][0] == 60
     assert rouge["method"][0] == "paired permutation test over prompts" and rouge["resamples"][0] == 2000
@@ -212,12 +254,16 @@ def test_the_studys_pairs_and_what_they_favour(study):
 
     ablation = frame.filter((pl.col("family") == "ablation") & (pl.col("metric") == "mauve"))
     arms = {(r["objective"], r["decoder"], r["a"]): r for r in ablation.to_dicts()}
-    assert set(arms) == {("mle", d, a) for d in ("unbiased", "top-p-0.9") for a in ("TrainPerturb", "TestPerturb", "Both")} | {
-        ("emo", "unbiased", "Both"), ("untrained", "unbiased", "TestPerturb")}
+    assert set(arms) == {
+        ("mle", d, a) for d in ("unbiased", "top-p-0.9") for a in ("TrainPerturb", "TestPerturb", "Both")
+    } | {("emo", "unbiased", "Both"), ("untrained", "unbiased", "TestPerturb")}
     assert arms[("mle", "unbiased", "TestPerturb")]["favours"] == "no perturbation"
 
     objective = frame.filter(pl.col("family") == "objective")
-    assert set(objective["objective"]) == {"emo"} and set(objective["b"]) == {"mle, no perturbation", "mle, insertion 0.025"}
+    assert set(objective["objective"]) == {"emo"} and set(objective["b"]) == {
+        "mle, no perturbation",
+        "mle, insertion 0.025",
+    }
     mauve = objective.filter(pl.col("metric") == "mauve")
     assert mauve.height == 2 and set(mauve["favours"]) == {"emo"}
 
@@ -232,12 +278,19 @@ def test_holm_runs_within_each_family_and_metric(study):
 def test_sentences_and_section(study):
     frame = contrasts(study, 0.025)
     sentences = study_sentences(frame)
-    assert sentences[0] == "3 of 3 perturbation contrasts (MAUVE) favour perturbation; 3 of them are significant after Holm correction."
+    assert (
+        sentences[0]
+        == "3 of 3 perturbation contrasts (MAUVE) favour perturbation; 3 of them are significant after Holm correction."
+    )
     # sampling-time perturbation alone hurts the trained mle (two decoders) and helps the untrained model, by the
     # same 0.05 in every run; the untrained one with no spread at all: no p, no mark, and counted as not testable
-    assert ("1 of 3 TestPerturb-vs-NoPerturb contrasts (MAUVE) favour perturbation; 0 of them are significant after Holm "
-            "correction; not testable: 1 of the 3 (no spread).") in sentences
-    assert "2 of 2 emo-vs-MLE contrasts (MAUVE) favour emo; 0 of them are significant after Holm correction." in sentences
+    assert (
+        "1 of 3 TestPerturb-vs-NoPerturb contrasts (MAUVE) favour perturbation; 0 of them are significant after Holm "
+        "correction; not testable: 1 of the 3 (no spread)."
+    ) in sentences
+    assert (
+        "2 of 2 emo-vs-MLE contrasts (MAUVE) favour emo; 0 of them are significant after Holm correction." in sentences
+    )
     section = paired_section(frame)
     assert "### With vs without perturbation: MAUVE (paired t over runs)" in section and "✱" in section
     assert "untrained (zero-shot)" in section and "| decoder |" in section
@@ -248,22 +301,41 @@ def test_the_csv_is_byte_identical_on_a_rerun(study, tmp_path):
     for hash_seed in ("1", "2"):
         out = tmp_path / f"contrasts{hash_seed}.csv"
         env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(REPO)}
-        subprocess.run([sys.executable, "-m", "workflow_lib.report.contrasts", "--intensity", "0.025", "--output", str(out), *study],
-                       check=True, env=env, cwd=tmp_path, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "workflow_lib.report.contrasts",
+                "--intensity",
+                "0.025",
+                "--output",
+                str(out),
+                *study,
+            ],
+            check=True,
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+        )
         outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1]
     header = outputs[0].decode().splitlines()[0]
-    assert header == ("family,metric,model,dataset,objective,eval_set,decoder,seed,a,b,difference,low,high,p,p_holm,"
-                      "significant,favours,n,resamples,method,not_testable")
+    assert header == (
+        "family,metric,model,dataset,objective,eval_set,decoder,seed,a,b,difference,low,high,p,p_holm,"
+        "significant,favours,n,resamples,method,not_testable"
+    )
 
 
 # ---- labels, designed MAUVE jobs, the command line ------------------------------------------------------------
 
-METRICS_PATH = "results/metrics/tiny/syn/{obj}/{syn}/{mode}-m{c}/{st}-{ti}/seed1/test/unbiased/{tsyn}/{tst}-{tti}-{tm}.json"
+METRICS_PATH = (
+    "results/metrics/tiny/syn/{obj}/{syn}/{mode}-m{c}/{st}-{ti}/seed1/test/unbiased/{tsyn}/{tst}-{tti}-{tm}.json"
+)
 
 
-def _metrics_path(obj="mle", syn="none", mode="augment", c=1, st="none", ti="0", tsyn="none", tst="none", tti="0",
-                  tm="exact"):
+def _metrics_path(
+    obj="mle", syn="none", mode="augment", c=1, st="none", ti="0", tsyn="none", tst="none", tti="0", tm="exact"
+):
     return METRICS_PATH.format(obj=obj, syn=syn, mode=mode, c=c, st=st, ti=ti, tsyn=tsyn, tst=tst, tti=tti, tm=tm)
 
 
@@ -276,29 +348,45 @@ def _labels(paths, intensity=0.5):
 def test_labels_name_the_fields_that_vary_among_the_arms_they_concern():
     both = dict(st="insertion", ti="0.5", tsyn="distributional", tst="insertion", tti="0.5")
     # the training synonyms vary among the perturbed models (the unperturbed one's "none" does not count)
-    assert _labels([_metrics_path(), _metrics_path(syn="distributional", **both), _metrics_path(syn="oracle", **both)]) == [
+    assert _labels(
+        [_metrics_path(), _metrics_path(syn="distributional", **both), _metrics_path(syn="oracle", **both)]
+    ) == [
         ("perturbation", "insertion 0.5 (train distributional)", "no perturbation"),
         ("perturbation", "insertion 0.5 (train oracle)", "no perturbation"),
         ("ablation", "Both (train distributional)", "NoPerturb"),
-        ("ablation", "Both (train oracle)", "NoPerturb")]
+        ("ablation", "Both (train oracle)", "NoPerturb"),
+    ]
     # one model at intensity 0.5 with one set of synonyms: nothing varies, no label part
     assert _labels([_metrics_path(), _metrics_path(syn="distributional", **both)])[0] == (
-        "perturbation", "insertion 0.5", "no perturbation")
+        "perturbation",
+        "insertion 0.5",
+        "no perturbation",
+    )
     # the copies vary: every arm, perturbed or not, names its mode and copies
     b = dict(both, syn="distributional")
     assert _labels([_metrics_path(), _metrics_path(c=2), _metrics_path(**b), _metrics_path(c=2, **b)])[:2] == [
         ("perturbation", "insertion 0.5 (augment-m1)", "no perturbation (augment-m1)"),
-        ("perturbation", "insertion 0.5 (augment-m2)", "no perturbation (augment-m2)")]
+        ("perturbation", "insertion 0.5 (augment-m2)", "no perturbation (augment-m2)"),
+    ]
     # the training mode varies
-    assert _labels([_metrics_path(), _metrics_path(mode="replace"), _metrics_path(**b), _metrics_path(mode="replace", **b)])[:2] == [
+    assert _labels(
+        [_metrics_path(), _metrics_path(mode="replace"), _metrics_path(**b), _metrics_path(mode="replace", **b)]
+    )[:2] == [
         ("perturbation", "insertion 0.5 (augment-m1)", "no perturbation (augment-m1)"),
-        ("perturbation", "insertion 0.5 (replace-m1)", "no perturbation (replace-m1)")]
+        ("perturbation", "insertion 0.5 (replace-m1)", "no perturbation (replace-m1)"),
+    ]
     # the sampling synonyms and mode vary among the perturbed samplings
     sampled = dict(tst="insertion", tti="0.5")
-    assert _labels([_metrics_path(), _metrics_path(tsyn="distributional", **sampled),
-                    _metrics_path(tsyn="oracle", tm="soft", **sampled)]) == [
+    assert _labels(
+        [
+            _metrics_path(),
+            _metrics_path(tsyn="distributional", **sampled),
+            _metrics_path(tsyn="oracle", tm="soft", **sampled),
+        ]
+    ) == [
         ("ablation", "TestPerturb (sample distributional, exact)", "NoPerturb"),
-        ("ablation", "TestPerturb (sample oracle, soft)", "NoPerturb")]
+        ("ablation", "TestPerturb (sample oracle, soft)", "NoPerturb"),
+    ]
 
 
 def test_conditions_of_no_file_is_an_empty_typed_frame():
@@ -314,12 +402,29 @@ def test_a_joint_mauve_result_keeps_why_it_was_not_tested(tmp_path, monkeypatch)
     from workflow_lib.report.contrasts import JOINT, compare
 
     monkeypatch.chdir(tmp_path)  # no sidecars here: the MAUVE row alone
-    pair = {"family": "perturbation", "model": "tiny", "dataset": "syn", "objective": "mle", "eval_set": "test",
-            "decoder": "unbiased", "seed": 1, "a": "insertion 0.5", "b": "no perturbation", "kind": "metrics",
-            "path_a": "joint_a.json", "path_b": "joint_b.json"}
+    pair = {
+        "family": "perturbation",
+        "model": "tiny",
+        "dataset": "syn",
+        "objective": "mle",
+        "eval_set": "test",
+        "decoder": "unbiased",
+        "seed": 1,
+        "a": "insertion 0.5",
+        "b": "no perturbation",
+        "kind": "metrics",
+        "path_a": "joint_a.json",
+        "path_b": "joint_b.json",
+    }
     joint = {"difference": 0.01, "low": None, "high": None, "p": None, "n": 4, "untested": "4 prompts", "resamples": 16}
     [row] = compare(pair, joint=joint)
-    assert (row["metric"], row["method"], row["not_testable"], row["resamples"], row["n"]) == ("mauve", JOINT, "4 prompts", 16, 4)
+    assert (row["metric"], row["method"], row["not_testable"], row["resamples"], row["n"]) == (
+        "mauve",
+        JOINT,
+        "4 prompts",
+        16,
+        4,
+    )
     assert compare(pair, joint={**joint, "untested": None, "p": 0.5})[0]["not_testable"] is None
     assert compare(pair, joint={**joint, "status": "too few texts (20)"}) == []
 
@@ -327,7 +432,13 @@ def test_a_joint_mauve_result_keeps_why_it_was_not_tested(tmp_path, monkeypatch)
 def test_read_contrasts_keeps_the_columns_types_when_a_column_is_empty(tmp_path):
     from workflow_lib.report.contrasts import COLUMNS, read_contrasts
 
-    row = {k: None for k in COLUMNS} | {"family": "perturbation", "metric": "mauve", "seed": 1, "difference": 0.5, "n": 3}
+    row = {k: None for k in COLUMNS} | {
+        "family": "perturbation",
+        "metric": "mauve",
+        "seed": 1,
+        "difference": 0.5,
+        "n": 3,
+    }
     path = tmp_path / "contrasts.csv"
     pl.DataFrame([row], schema=COLUMNS, orient="row").write_csv(path)
     assert read_contrasts(str(path)).schema == pl.Schema(COLUMNS)
@@ -341,8 +452,11 @@ def test_designed_mauve_lists_each_sampled_pair_with_its_identity_and_its_tables
     sampled = [p for p in pairs(conditions(study), 0.025) if p["kind"] == "metrics"]
     assert len(sampled) == 13 and sorted(designed) == sorted(pair_id(p) for p in sampled)
     for p in sampled:
-        assert designed[pair_id(p)] == {**p, "identity": pair_identity(p),
-                                        "resamples": {"perturbation": 600, "ablation": 1600, "objective": 400}[p["family"]]}
+        assert designed[pair_id(p)] == {
+            **p,
+            "identity": pair_identity(p),
+            "resamples": {"perturbation": 600, "ablation": 1600, "objective": 400}[p["family"]],
+        }
     assert {d["resamples"] for d in designed_mauve(study, 0.025).values()} == {2000}  # RESAMPLES is the least B
 
 
@@ -371,8 +485,9 @@ def test_each_call_reads_the_files_afresh(study):
     second = contrasts(study, 0.025)
     mauve = (pl.col("family") == "perturbation") & (pl.col("metric") == "mauve")
     assert first.filter(mauve).height == second.filter(mauve).height > 0
-    np.testing.assert_allclose(second.filter(mauve)["difference"].to_numpy(),
-                               first.filter(mauve)["difference"].to_numpy() - 0.2, atol=1e-9)
+    np.testing.assert_allclose(
+        second.filter(mauve)["difference"].to_numpy(), first.filter(mauve)["difference"].to_numpy() - 0.2, atol=1e-9
+    )
 
 
 def test_the_command_line_writes_the_studys_contrasts(study, tmp_path, monkeypatch):
@@ -386,8 +501,9 @@ def test_the_command_line_writes_the_studys_contrasts(study, tmp_path, monkeypat
     assert written.equals(contrasts(study, 0.025)) and written.height == 56
     assert written.filter(pl.col("method") == module.PERMUTATION)["resamples"].min() == 2000
     smaller = tmp_path / "out" / "fewer.csv"
-    monkeypatch.setattr(sys, "argv", ["contrasts", "--intensity", "0.025", "--output", str(smaller), "--resamples", "10",
-                                      *study])
+    monkeypatch.setattr(
+        sys, "argv", ["contrasts", "--intensity", "0.025", "--output", str(smaller), "--resamples", "10", *study]
+    )
     module.main()
     assert module.read_contrasts(str(smaller)).equals(contrasts(study, 0.025, resamples=10))
     for missing in (["--output", str(out)], ["--intensity", "0.025"]):
@@ -426,8 +542,20 @@ def test_an_arm_without_its_baseline_and_another_intensity_make_no_pair():
 def test_the_pair_identity_names_every_field():
     from workflow_lib.report.contrasts import pair_identity
 
-    pair = {"family": "objective", "model": "tiny", "dataset": "syn", "objective": "emo", "eval_set": "test",
-            "decoder": "unbiased", "seed": 1, "a": "emo", "b": "mle", "kind": "metrics", "path_a": "x", "path_b": "y"}
+    pair = {
+        "family": "objective",
+        "model": "tiny",
+        "dataset": "syn",
+        "objective": "emo",
+        "eval_set": "test",
+        "decoder": "unbiased",
+        "seed": 1,
+        "a": "emo",
+        "b": "mle",
+        "kind": "metrics",
+        "path_a": "x",
+        "path_b": "y",
+    }
     assert pair_identity(pair) == "objective|tiny|syn|emo|test|unbiased|1|emo|mle|metrics"
 
 
@@ -439,23 +567,42 @@ def test_shared_prompts_average_each_sides_rouge_over_the_runs_both_have():
     both = _shared_prompts(a, b, {"path_a": "a", "path_b": "b"})
     assert both.columns == ["prompt_id", "rouge1", "rouge1_b"]
     assert both["prompt_id"].to_list() == [0, 1]
-    assert both["rouge1"].to_list() == pytest.approx([0.3, 0.6]) and both["rouge1_b"].to_list() == pytest.approx([0.2, 0.5])
+    assert both["rouge1"].to_list() == pytest.approx([0.3, 0.6]) and both["rouge1_b"].to_list() == pytest.approx(
+        [0.2, 0.5]
+    )
 
 
 def _sidecar(path: Path, prompts: list[int]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    pl.DataFrame({"prompt_id": prompts, "run": [0] * len(prompts), "rouge1": [0.5] * len(prompts),
-                  "rouge2": [0.5] * len(prompts), "rougeL": [0.5] * len(prompts)}).write_parquet(
-        path.with_name(path.name.removesuffix(".json") + ".prompts.parquet"))
+    pl.DataFrame(
+        {
+            "prompt_id": prompts,
+            "run": [0] * len(prompts),
+            "rouge1": [0.5] * len(prompts),
+            "rouge2": [0.5] * len(prompts),
+            "rougeL": [0.5] * len(prompts),
+        }
+    ).write_parquet(path.with_name(path.name.removesuffix(".json") + ".prompts.parquet"))
 
 
 def test_compare_needs_both_sidecars_and_a_shared_prompt(tmp_path, monkeypatch):
     from workflow_lib.report.contrasts import compare
 
     monkeypatch.chdir(tmp_path)
-    pair = {"family": "perturbation", "model": "tiny", "dataset": "syn", "objective": "mle", "eval_set": "test",
-            "decoder": "unbiased", "seed": 1, "a": "insertion 0.5", "b": "no perturbation", "kind": "metrics",
-            "path_a": "a.json", "path_b": "b.json"}
+    pair = {
+        "family": "perturbation",
+        "model": "tiny",
+        "dataset": "syn",
+        "objective": "mle",
+        "eval_set": "test",
+        "decoder": "unbiased",
+        "seed": 1,
+        "a": "insertion 0.5",
+        "b": "no perturbation",
+        "kind": "metrics",
+        "path_a": "a.json",
+        "path_b": "b.json",
+    }
     for name in ("a.json", "b.json"):
         Path(name).write_text(json.dumps({"mauve": [0.5, 0.6, 0.7], "run_ids": [0, 1, 2]}))
 
@@ -467,8 +614,12 @@ def test_compare_needs_both_sidecars_and_a_shared_prompt(tmp_path, monkeypatch):
     _sidecar(Path("b.json"), [5, 6])
     assert rows() == [("mauve", 3, None)]  # no shared prompt
     _sidecar(Path("b.json"), [1, 6])
-    assert rows() == [("mauve", 3, None), ("rouge1", 1, "1 prompt"), ("rouge2", 1, "1 prompt"),
-                      ("rougeL", 1, "1 prompt")]
+    assert rows() == [
+        ("mauve", 3, None),
+        ("rouge1", 1, "1 prompt"),
+        ("rouge2", 1, "1 prompt"),
+        ("rougeL", 1, "1 prompt"),
+    ]
 
 
 def test_joint_mauve_results_replace_the_paired_t_and_enter_holm(study, tmp_path, monkeypatch):
@@ -481,8 +632,15 @@ def test_joint_mauve_results_replace_the_paired_t_and_enter_holm(study, tmp_path
     perturbation = sorted(k for k, p in designed.items() if p["family"] == "perturbation")
     results = []
     for i, key in enumerate(perturbation):
-        result = {"difference": 0.04, "low": 0.01, "high": 0.07, "p": 0.05 if i == 0 else None, "n": 15,
-                  "untested": None if i == 0 else "5 prompts", "resamples": 2000}
+        result = {
+            "difference": 0.04,
+            "low": 0.01,
+            "high": 0.07,
+            "p": 0.05 if i == 0 else None,
+            "n": 15,
+            "untested": None if i == 0 else "5 prompts",
+            "resamples": 2000,
+        }
         path = tmp_path / "joint" / f"{key}.json"
         path.parent.mkdir(exist_ok=True)
         path.write_text(json.dumps(result))
@@ -490,19 +648,28 @@ def test_joint_mauve_results_replace_the_paired_t_and_enter_holm(study, tmp_path
     frame = contrasts(study, 0.025, mauve=results)
     mauve = frame.filter(pl.col("metric") == "mauve")
     joint = mauve.filter(pl.col("method") == module.JOINT)
-    assert sorted(pair_id(p) for p in module.pairs(module.conditions(study), 0.025)
-                  if p["kind"] == "metrics" and p["family"] == "perturbation") == perturbation
+    assert (
+        sorted(
+            pair_id(p)
+            for p in module.pairs(module.conditions(study), 0.025)
+            if p["kind"] == "metrics" and p["family"] == "perturbation"
+        )
+        == perturbation
+    )
     assert joint.height == 3 and set(joint["family"]) == {"perturbation"}
     tested = joint.filter(pl.col("p").is_not_null())
     assert tested.height == 1 and tested["p_holm"].to_list() == [0.05] and tested["significant"].to_list() == [False]
     assert sorted(joint["not_testable"].drop_nulls().to_list()) == ["5 prompts", "5 prompts"]
     assert (joint["resamples"] == 2000).all() and (joint["n"] == 15).all()
     assert set(mauve.filter(pl.col("family") != "perturbation")["method"]) == {module.PAIRED_T}
-    assert frame.filter(pl.col("metric") == "perplexity").equals(contrasts(study, 0.025).filter(pl.col("metric") == "perplexity"))
+    assert frame.filter(pl.col("metric") == "perplexity").equals(
+        contrasts(study, 0.025).filter(pl.col("metric") == "perplexity")
+    )
     # the same through the command line
     out = tmp_path / "cli.csv"
-    monkeypatch.setattr(sys, "argv", ["contrasts", "--intensity", "0.025", "--output", str(out), "--mauve", *results,
-                                      "--", *study])
+    monkeypatch.setattr(
+        sys, "argv", ["contrasts", "--intensity", "0.025", "--output", str(out), "--mauve", *results, "--", *study]
+    )
     module.main()
     assert module.read_contrasts(str(out)).equals(frame)
 

@@ -13,24 +13,44 @@ def contrasts_of(*groups) -> pl.DataFrame:
 
 
 def test_perturbation_verdicts_follow_the_holm_corrected_contrasts():
-    helped = contrasts_of([{**r, "eval_set": "webtext"} for r in contrast_rows("perturbation", "mauve", [(0.05, 0.01), (0.04, 0.02)])])
-    assert contrast_findings(helped) == ["**webtext**, perturbation against none (per objective and decoder, "
-                                         "Holm-corrected): MAUVE: helped in 2, hurt in 0, no detectable difference in 0 (of 2)."]
-    hurt = contrasts_of([{**r, "eval_set": "webtext"} for r in contrast_rows("perturbation", "mauve", [(-0.05, 0.01), (0.04, 0.4)])])
+    helped = contrasts_of(
+        [{**r, "eval_set": "webtext"} for r in contrast_rows("perturbation", "mauve", [(0.05, 0.01), (0.04, 0.02)])]
+    )
+    assert contrast_findings(helped) == [
+        "**webtext**, perturbation against none (per objective and decoder, "
+        "Holm-corrected): MAUVE: helped in 2, hurt in 0, no detectable difference in 0 (of 2)."
+    ]
+    hurt = contrasts_of(
+        [{**r, "eval_set": "webtext"} for r in contrast_rows("perturbation", "mauve", [(-0.05, 0.01), (0.04, 0.4)])]
+    )
     assert "helped in 0, hurt in 1, no detectable difference in 1 (of 2)" in contrast_findings(hurt)[0]
-    unclear = contrasts_of([{**r, "eval_set": "webtext"} for r in contrast_rows("perturbation", "mauve", [(0.05, 0.2)])])
+    unclear = contrasts_of(
+        [{**r, "eval_set": "webtext"} for r in contrast_rows("perturbation", "mauve", [(0.05, 0.2)])]
+    )
     assert "MAUVE: no detectable difference in any of 1" in contrast_findings(unclear)[0]
-    objective = [{**r, "family": "objective", "objective": "brier", "a": "brier, no perturbation", "b": "mle, no perturbation",
-                  "favours": "brier" if r["difference"] > 0 else "mle"}
-                 for r in contrast_rows("objective", "mauve", [(0.05, 0.01), (-0.03, 0.01), (0.01, 0.5)])]
+    objective = [
+        {
+            **r,
+            "family": "objective",
+            "objective": "brier",
+            "a": "brier, no perturbation",
+            "b": "mle, no perturbation",
+            "favours": "brier" if r["difference"] > 0 else "mle",
+        }
+        for r in contrast_rows("objective", "mauve", [(0.05, 0.01), (-0.03, 0.01), (0.01, 0.5)])
+    ]
     assert contrast_findings(contrasts_of(objective)) == [
         "**brier against MLE** (every eval set and condition): MAUVE helped in 1, hurt in 1, no detectable difference "
-        "in 1 (of 3)."]
+        "in 1 (of 3)."
+    ]
     assert contrast_findings(None)[0].startswith("No paired comparison was possible")
 
 
 def untested(rows: list[dict], why: str | None) -> list[dict]:
-    return [{**r, "p": None, "p_holm": None, "significant": False, "low": None, "high": None, "not_testable": why} for r in rows]
+    return [
+        {**r, "p": None, "p_holm": None, "significant": False, "low": None, "high": None, "not_testable": why}
+        for r in rows
+    ]
 
 
 def one_set(rows: list[dict]) -> list[dict]:
@@ -46,32 +66,62 @@ def test_untested_rows_are_counted_apart_never_as_no_difference():
     mixed = contrasts_of(rows[:1], untested(rows[1:2], "2 runs"), untested(rows[2:], "no spread"))
     text = contrast_findings(mixed)[0]
     assert "MAUVE: no detectable difference in any of the 1 tested, not testable in 2 (2 runs: 1; no spread: 1)" in text
-    marked = contrasts_of(one_set(contrast_rows("perturbation", "rouge1", [(0.05, 0.01), (0.01, 0.5)])),
-                          untested(one_set(contrast_rows("perturbation", "rouge1", [(0.02, 0.5)])), "5 prompts"))
-    assert ("ROUGE-1: helped in 1, hurt in 0, no detectable difference in 1 (of the 2 tested), not testable in 1 "
-            "(5 prompts)") in contrast_findings(marked)[0]
+    marked = contrasts_of(
+        one_set(contrast_rows("perturbation", "rouge1", [(0.05, 0.01), (0.01, 0.5)])),
+        untested(one_set(contrast_rows("perturbation", "rouge1", [(0.02, 0.5)])), "5 prompts"),
+    )
+    assert (
+        "ROUGE-1: helped in 1, hurt in 0, no detectable difference in 1 (of the 2 tested), not testable in 1 "
+        "(5 prompts)"
+    ) in contrast_findings(marked)[0]
     old = contrasts_of(untested(rows[:1], None))  # a contrasts file from before the reason was recorded
     assert "not testable in any of 1 (no p)" in contrast_findings(old)[0]
 
 
 def test_mauve_cells_with_too_few_texts_are_counted_apart_and_compared_with_nothing():
-    rows = contrasts_of(contrast_rows("perturbation", "mauve", [(0.05, 0.01)]), contrast_rows("perturbation", "rouge1", [(0.01, 0.5)]))
-    frame = pl.DataFrame({"eval_set": ["set0", "set0", "set1"], "objective": ["mle"] * 3, "mauve_mean": [0.9, 0.8, 0.7],
-                          "mauve_status": ["too few texts (20)", "too few texts (20)", None]})
+    rows = contrasts_of(
+        contrast_rows("perturbation", "mauve", [(0.05, 0.01)]), contrast_rows("perturbation", "rouge1", [(0.01, 0.5)])
+    )
+    frame = pl.DataFrame(
+        {
+            "eval_set": ["set0", "set0", "set1"],
+            "objective": ["mle"] * 3,
+            "mauve_mean": [0.9, 0.8, 0.7],
+            "mauve_status": ["too few texts (20)", "too few texts (20)", None],
+        }
+    )
     lines = contrast_findings(rows, frame)
-    assert "MAUVE: helped in 1, hurt in 0, no detectable difference in 0 (of 1), too few texts in 2 cells (not compared)" in lines[0]
+    assert (
+        "MAUVE: helped in 1, hurt in 0, no detectable difference in 0 (of 1), too few texts in 2 cells (not compared)"
+        in lines[0]
+    )
     only_rouge = contrasts_of(contrast_rows("perturbation", "rouge1", [(0.01, 0.5)]))
-    assert "MAUVE: too few texts per run to compare; ROUGE-1: no detectable difference in any of 1" in contrast_findings(only_rouge, frame)[0]
+    assert (
+        "MAUVE: too few texts per run to compare; ROUGE-1: no detectable difference in any of 1"
+        in contrast_findings(only_rouge, frame)[0]
+    )
 
 
 def metrics(mauve, tv, runs=3, prompts=30, share=0.5, mauve_2se=None, tv_2se=None) -> pl.DataFrame:
     n = len(mauve)
-    return pl.DataFrame({"eval_set": ["ood"] * n, "objective": ["mle"] * n, "train_strategy": ["insertion"] * n,
-                         "train_intensity": [0.1 * i for i in range(n)], "test_strategy": ["insertion"] * n,
-                         "test_intensity": [0.1 * i for i in range(n)], "mauve_mean": mauve, "tv_mean": tv,
-                         "mauve_2se": [mauve_2se] * n, "tv_2se": [tv_2se] * n,
-                         "runs": [runs] * n, "prompts": [prompts] * n, "mauve_clustering_share": [share] * n},
-                        schema_overrides={"mauve_2se": pl.Float64, "tv_2se": pl.Float64})
+    return pl.DataFrame(
+        {
+            "eval_set": ["ood"] * n,
+            "objective": ["mle"] * n,
+            "train_strategy": ["insertion"] * n,
+            "train_intensity": [0.1 * i for i in range(n)],
+            "test_strategy": ["insertion"] * n,
+            "test_intensity": [0.1 * i for i in range(n)],
+            "mauve_mean": mauve,
+            "tv_mean": tv,
+            "mauve_2se": [mauve_2se] * n,
+            "tv_2se": [tv_2se] * n,
+            "runs": [runs] * n,
+            "prompts": [prompts] * n,
+            "mauve_clustering_share": [share] * n,
+        },
+        schema_overrides={"mauve_2se": pl.Float64, "tv_2se": pl.Float64},
+    )
 
 
 def test_mauve_and_the_exact_tv_agree_disagree_or_cannot_tell():
@@ -110,8 +160,10 @@ def test_size_and_limits_say_whether_validation_was_still_falling():
     frame = metrics([0.9, 0.8, 0.7], [0.1, 0.2, 0.3], share=0.83)
     text = size_findings(frame, falling)
     assert text[0] == "Size: 3 sampling runs of 30 prompts per eval set."
-    assert text[1] == ("Training: 100 optimizer steps per model (1 models). The validation loss was still falling at "
-                       "the last evaluation in 1 of 1 models: longer training could change the comparison.")
+    assert text[1] == (
+        "Training: 100 optimizer steps per model (1 models). The validation loss was still falling at "
+        "the last evaluation in 1 of 1 models: longer training could change the comparison."
+    )
     assert "accounts for an estimated median 83%" in text[2]
     assert "had stopped falling in all 1 models" in size_findings(frame, flat)[1]
     section = findings_section(frame, None, falling)
@@ -120,38 +172,60 @@ def test_size_and_limits_say_whether_validation_was_still_falling():
 
 def test_one_mauve_cell_with_too_few_texts_is_singular():
     rows = contrasts_of(contrast_rows("perturbation", "mauve", [(0.05, 0.01)]))
-    frame = pl.DataFrame({"eval_set": ["set0", "set0"], "objective": ["mle"] * 2, "mauve_mean": [0.9, 0.8],
-                          "mauve_status": ["too few texts (20)", None]})
+    frame = pl.DataFrame(
+        {
+            "eval_set": ["set0", "set0"],
+            "objective": ["mle"] * 2,
+            "mauve_mean": [0.9, 0.8],
+            "mauve_status": ["too few texts (20)", None],
+        }
+    )
     assert contrast_findings(rows, frame) == [
         "**set0**, perturbation against none (per objective and decoder, Holm-corrected): MAUVE: helped in 1, hurt in 0, "
-        "no detectable difference in 0 (of 1), too few texts in 1 cell (not compared)."]
+        "no detectable difference in 0 (of 1), too few texts in 1 cell (not compared)."
+    ]
 
 
 def test_an_objectives_too_few_cells_are_its_own_and_its_metrics_are_joined():
     """brier's line counts brier's refused MAUVE cells only (mle has one more), and its two metrics' verdicts are
     joined by '; '."""
-    objective = [{**r, "family": "objective", "objective": "brier", "favours": "brier"}
-                 for r in contrast_rows("objective", "mauve", [(0.05, 0.01)]) + contrast_rows("objective", "rouge1", [(0.02, 0.5)])]
-    frame = pl.DataFrame({"eval_set": ["set0"] * 4, "objective": ["brier", "brier", "mle", "brier"],
-                          "mauve_mean": [0.9, 0.8, 0.7, 0.6],
-                          "mauve_status": ["too few texts (20)", "too few texts (20)", "too few texts (20)", None]})
+    objective = [
+        {**r, "family": "objective", "objective": "brier", "favours": "brier"}
+        for r in contrast_rows("objective", "mauve", [(0.05, 0.01)])
+        + contrast_rows("objective", "rouge1", [(0.02, 0.5)])
+    ]
+    frame = pl.DataFrame(
+        {
+            "eval_set": ["set0"] * 4,
+            "objective": ["brier", "brier", "mle", "brier"],
+            "mauve_mean": [0.9, 0.8, 0.7, 0.6],
+            "mauve_status": ["too few texts (20)", "too few texts (20)", "too few texts (20)", None],
+        }
+    )
     assert contrast_findings(contrasts_of(objective), frame) == [
         "**brier against MLE** (every eval set and condition): MAUVE helped in 1, hurt in 0, no detectable difference "
-        "in 0 (of 1), too few texts in 2 cells (not compared); ROUGE-1 no detectable difference in any of 1."]
+        "in 0 (of 1), too few texts in 2 cells (not compared); ROUGE-1 no detectable difference in any of 1."
+    ]
 
 
 def test_size_gives_ranges_and_says_when_the_counts_are_missing():
     frame = metrics([0.9, 0.8], [0.1, 0.2]).with_columns(runs=pl.Series([2, 3]), prompts=pl.Series([20, 30]))
-    logs = {"a": pl.DataFrame({"step": [50], "validation_loss": [3.0]}),
-            "b": pl.DataFrame({"step": [50, 100], "validation_loss": [None, 2.0]}, schema_overrides={"validation_loss": pl.Float64})}
+    logs = {
+        "a": pl.DataFrame({"step": [50], "validation_loss": [3.0]}),
+        "b": pl.DataFrame(
+            {"step": [50, 100], "validation_loss": [None, 2.0]}, schema_overrides={"validation_loss": pl.Float64}
+        ),
+    }
     assert size_findings(frame, logs)[:2] == [
         "Size: 2-3 sampling runs of 20-30 prompts per eval set.",
-        "Training: 50-100 optimizer steps per model (2 models)."]  # no model has two evaluations: nothing said of them
+        "Training: 50-100 optimizer steps per model (2 models).",
+    ]  # no model has two evaluations: nothing said of them
     no_prompts = frame.with_columns(prompts=pl.lit(None, dtype=pl.Int64))
     assert size_findings(no_prompts, {})[0] == "Size: the metrics record no run or prompt counts."
     assert size_findings(frame.with_columns(mauve_clustering_share=pl.lit(0.25)), {})[1] == (
         "MAUVE's k-means clustering accounts for an estimated median 25% of a single (run, clustering seed) score's "
-        "variance; the rest is sampling (see the Provenance section).")
+        "variance; the rest is sampling (see the Provenance section)."
+    )
 
 
 def test_the_validation_loss_is_falling_only_when_its_last_value_is_below_the_one_before():
@@ -159,8 +233,10 @@ def test_the_validation_loss_is_falling_only_when_its_last_value_is_below_the_on
     up_then_down = {"a": pl.DataFrame({"step": [1, 2, 3], "validation_loss": [2.0, 3.0, 2.5]})}
     assert "still falling at the last evaluation in 1 of 1 models" in size_findings(frame, up_then_down)[1]
     level = {"a": pl.DataFrame({"step": [1, 2, 3], "validation_loss": [3.0, 2.5, 2.5]})}
-    assert size_findings(frame, level)[1] == ("Training: 3 optimizer steps per model (1 models). The validation loss "
-                                              "had stopped falling in all 1 models with two or more evaluations.")
+    assert size_findings(frame, level)[1] == (
+        "Training: 3 optimizer steps per model (1 models). The validation loss "
+        "had stopped falling in all 1 models with two or more evaluations."
+    )
 
 
 def test_half_of_a_two_standard_error_column_is_the_standard_error():
@@ -185,22 +261,27 @@ def test_two_conditions_are_compared_and_an_eval_set_without_them_stops_nothing(
         "conditions the rank correlation's permutation p cannot go below 2/2 = 1.00 (Spearman ρ = 1.00, TV's direction "
         "flipped so that 1 is full agreement; ρ between 1.00 and 1.00 when each condition's means are redrawn within "
         "their standard errors). MAUVE's best (mle, training insertion 0, sampling insertion 0: 0.900) ranks 1 of 2 by TV "
-        "(0.100)."]
+        "(0.100)."
+    ]
     lonely = metrics([0.7], [0.3]).with_columns(eval_set=pl.lit("aaa"))  # sorts first, one condition: no sentence
     lines = mauve_tv_findings(pl.concat([lonely, two]))
-    assert len(lines) == 1 and lines[0].startswith("**ood**: the data cannot tell whether MAUVE orders the 2 conditions")
+    assert len(lines) == 1 and lines[0].startswith(
+        "**ood**: the data cannot tell whether MAUVE orders the 2 conditions"
+    )
 
 
 def test_a_constant_mauve_gives_no_numbers():
     assert mauve_tv_findings(metrics([0.5, 0.5, 0.5], [0.1, 0.2, 0.3])) == [
         "**ood**: the data cannot tell whether MAUVE orders the 3 conditions as the exact TV to the true law does: one "
         "of the two is the same in every condition. MAUVE's best (mle, training insertion 0, sampling insertion 0: "
-        "0.500) ranks 1 of 3 by TV (0.100)."]
+        "0.500) ranks 1 of 3 by TV (0.100)."
+    ]
 
 
 def test_the_findings_section_in_full():
     frame = metrics([0.9, 0.8, 0.7], [0.1, 0.2, 0.3], share=0.5).with_columns(
-        mauve_status=pl.Series([None, None, "too few texts (20)"]), eval_set=pl.Series(["set0", "set0", "set0"]))
+        mauve_status=pl.Series([None, None, "too few texts (20)"]), eval_set=pl.Series(["set0", "set0", "set0"])
+    )
     rows = contrasts_of(contrast_rows("perturbation", "mauve", [(0.05, 0.01)]))
     text = findings_section(frame, rows, {})
     assert text.endswith("(0.100).\n") and not text.endswith("\n\n")
@@ -218,6 +299,8 @@ def test_the_findings_section_in_full():
         "with 2 conditions the rank correlation's permutation p cannot go below 2/2 = 1.00 (Spearman ρ = 1.00, TV's "
         "direction flipped so that 1 is full agreement; ρ between 1.00 and 1.00 when each condition's means are redrawn "
         "within their standard errors). MAUVE's best (mle, training insertion 0, sampling insertion 0: 0.900) ranks 1 "
-        "of 2 by TV (0.100)."]
+        "of 2 by TV (0.100).",
+    ]
     assert findings_section(frame, None, {}).splitlines()[2] == (
-        "- No paired comparison was possible in this study, so nothing is said about what helped.")
+        "- No paired comparison was possible in this study, so nothing is said about what helped."
+    )

@@ -76,9 +76,11 @@ def test_content_order_sorts_the_same_rows_the_same_way_whatever_their_order():
 
 def _study(rng, n: int, runs: int, shift: float, d: int = 16):
     centres = rng.normal(size=(6, d)) * 3
+
     def draw(size, tilt):
         weights = np.full(6, 1 / 6) + tilt * np.array([1, 1, 1, -1, -1, -1]) / 6
         return centres[rng.choice(6, size=size, p=weights)] + rng.normal(size=(*size, d))
+
     return draw((n,), 0.0), draw((runs, n), 0.0), draw((runs, n), shift)
 
 
@@ -97,7 +99,9 @@ def test_the_permutation_test_holds_its_level_on_null_studies():
     p = []
     for k in range(40):
         human, a, b = _study(rng, n=60, runs=2, shift=0.0)
-        p.append(joint_contrast(human, a, b, SETTINGS, seeds=[k], resamples=199, identity=f"null{k}", buckets=6).estimate.p)
+        p.append(
+            joint_contrast(human, a, b, SETTINGS, seeds=[k], resamples=199, identity=f"null{k}", buckets=6).estimate.p
+        )
     p = np.asarray(p)
     assert (p <= 0.1).mean() <= 0.1 + 3 * np.sqrt(0.1 * 0.9 / 40)
     assert p.min() >= 1 / 200 and 0.2 < np.median(p) < 0.8  # valid p-values, spread over (0, 1]
@@ -129,7 +133,9 @@ def test_same_inputs_same_bytes_and_chunking_changes_nothing(monkeypatch):
 def test_seeds_average_their_quantisations_and_one_swap_moves_all_of_them():
     rng = np.random.default_rng(8)
     human, a, b = _study(rng, n=40, runs=2, shift=0.5)
-    one, two = (joint_contrast(human, a, b, SETTINGS, seeds=[s], resamples=100, identity="s", buckets=4) for s in (0, 1))
+    one, two = (
+        joint_contrast(human, a, b, SETTINGS, seeds=[s], resamples=100, identity="s", buckets=4) for s in (0, 1)
+    )
     both = joint_contrast(human, a, b, SETTINGS, seeds=[0, 1], resamples=100, identity="s", buckets=4)
     np.testing.assert_allclose(both.a, (one.a + two.a) / 2)
     assert both.estimate.difference == pytest.approx((one.estimate.difference + two.estimate.difference) / 2)
@@ -153,8 +159,13 @@ def _write_condition(folder, name, prompt_ids, runs, features, status=None):
     path.write_text(json.dumps({"mauve_status": status}))
     pid, run = np.meshgrid(prompt_ids, runs)
     flat = features.reshape(-1, features.shape[-1]).astype(np.float32)
-    table = pa.table({"prompt_id": pid.ravel().astype(np.int64), "run": run.ravel().astype(np.int64),
-                      "features": pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel()), flat.shape[1])})
+    table = pa.table(
+        {
+            "prompt_id": pid.ravel().astype(np.int64),
+            "run": run.ravel().astype(np.int64),
+            "features": pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel()), flat.shape[1]),
+        }
+    )
     order = np.random.default_rng(0).permutation(len(table))  # the job must align by (prompt_id, run), not row order
     pq.write_table(table.take(order), folder / f"{name}.features.parquet")
     return str(path)
@@ -172,9 +183,25 @@ def _run_job(folder, a, b, human, prompt_ids, resamples=300):
     np.save(folder / "human.npy", human)
     pq.write_table(pa.table({"prompt_id": pa.array(prompt_ids, pa.int64())}), folder / "prompts.parquet")
     settings = {"seed": 7, "mauve": {**SETTINGS, "num_buckets": "auto", "max_buckets": 500, "kmeans_seeds": 2}}
-    argv = ["joint_mauve", "--a", a, "--b", b, "--human", str(folder / "human.npy"), "--prompts", str(folder / "prompts.parquet"),
-            "--settings", json.dumps(settings), "--resamples", str(resamples), "--identity", "job", "--output",
-            str(folder / "out.json")]
+    argv = [
+        "joint_mauve",
+        "--a",
+        a,
+        "--b",
+        b,
+        "--human",
+        str(folder / "human.npy"),
+        "--prompts",
+        str(folder / "prompts.parquet"),
+        "--settings",
+        json.dumps(settings),
+        "--resamples",
+        str(resamples),
+        "--identity",
+        "job",
+        "--output",
+        str(folder / "out.json"),
+    ]
     saved, sys.argv = sys.argv, argv
     try:
         joint_mauve.main()
@@ -190,15 +217,36 @@ def test_the_job_aligns_samples_by_prompt_and_run_and_contrasts_reads_it(tmp_pat
     rng = np.random.default_rng(6)
     human, a, b = _study(rng, n=80, runs=3, shift=0.9)
     ids = np.arange(500, 580)
-    result = _run_job(tmp_path, _write_condition(tmp_path, "a", ids, [0, 1, 2], a),
-                      _write_condition(tmp_path, "b", ids, [0, 1, 2], b), human[::-1], ids[::-1])
+    result = _run_job(
+        tmp_path,
+        _write_condition(tmp_path, "a", ids, [0, 1, 2], a),
+        _write_condition(tmp_path, "b", ids, [0, 1, 2], b),
+        human[::-1],
+        ids[::-1],
+    )
     direct = joint_contrast(human, a, b, SETTINGS, seeds=[7, 8], resamples=300, identity="job", buckets=8)
-    assert result["buckets"] == 8 and result["runs"] == [0, 1, 2] and result["n"] == 80 and result["kmeans_seeds"] == [7, 8]
+    assert (
+        result["buckets"] == 8
+        and result["runs"] == [0, 1, 2]
+        and result["n"] == 80
+        and result["kmeans_seeds"] == [7, 8]
+    )
     assert result["difference"] == pytest.approx(direct.estimate.difference) and result["p"] == direct.estimate.p
     assert result["difference"] > 0 and result["p"] < 0.05
-    pair = {"family": "perturbation", "model": "m", "dataset": "d", "objective": "mle", "eval_set": "e", "decoder": "u",
-            "seed": 1, "a": "A", "b": "B", "kind": "metrics", "path_a": str(tmp_path / "a.json"),
-            "path_b": str(tmp_path / "b.json")}
+    pair = {
+        "family": "perturbation",
+        "model": "m",
+        "dataset": "d",
+        "objective": "mle",
+        "eval_set": "e",
+        "decoder": "u",
+        "seed": 1,
+        "a": "A",
+        "b": "B",
+        "kind": "metrics",
+        "path_a": str(tmp_path / "a.json"),
+        "path_b": str(tmp_path / "b.json"),
+    }
     rows = compare(pair, 300, result)
     assert [(r["metric"], r["method"], r["p"], r["resamples"]) for r in rows] == [("mauve", JOINT, result["p"], 300)]
 
@@ -209,10 +257,26 @@ def test_a_side_with_too_few_texts_gives_no_mauve_contrast(tmp_path):
     rng = np.random.default_rng(7)
     human, a, b = _study(rng, n=20, runs=2, shift=0.0)
     ids = np.arange(20)
-    result = _run_job(tmp_path, _write_condition(tmp_path, "a", ids, [0, 1], a, status="too few texts (20)"),
-                      _write_condition(tmp_path, "b", ids, [0, 1], b), human, ids)
+    result = _run_job(
+        tmp_path,
+        _write_condition(tmp_path, "a", ids, [0, 1], a, status="too few texts (20)"),
+        _write_condition(tmp_path, "b", ids, [0, 1], b),
+        human,
+        ids,
+    )
     assert result["status"] == "A: too few texts (20)" and "p" not in result
-    pair = {"family": "perturbation", "model": "m", "dataset": "d", "objective": "mle", "eval_set": "e", "decoder": "u",
-            "seed": 1, "a": "A", "b": "B", "kind": "metrics", "path_a": str(tmp_path / "a.json"),
-            "path_b": str(tmp_path / "b.json")}
+    pair = {
+        "family": "perturbation",
+        "model": "m",
+        "dataset": "d",
+        "objective": "mle",
+        "eval_set": "e",
+        "decoder": "u",
+        "seed": 1,
+        "a": "A",
+        "b": "B",
+        "kind": "metrics",
+        "path_a": str(tmp_path / "a.json"),
+        "path_b": str(tmp_path / "b.json"),
+    }
     assert compare(pair, 300, result) == []

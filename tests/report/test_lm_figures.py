@@ -19,9 +19,23 @@ from workflow_lib.report.collect import SCHEMA
 
 def frame(rows: list[dict]) -> pl.DataFrame:
     """A tidy metrics table (collect.collect's columns) from partial rows: unperturbed defaults."""
-    base = {"model": "tiny", "dataset": "syn", "objective": "mle", "train_synonyms": "none", "train_mode": "augment", "copies": 1,
-            "train_strategy": "none", "train_intensity": 0.0, "seed": 1, "eval_set": "syn-ood", "decoder": "unbiased",
-            "test_synonyms": "none", "test_strategy": "none", "test_intensity": 0.0, "test_mode": "exact"}
+    base = {
+        "model": "tiny",
+        "dataset": "syn",
+        "objective": "mle",
+        "train_synonyms": "none",
+        "train_mode": "augment",
+        "copies": 1,
+        "train_strategy": "none",
+        "train_intensity": 0.0,
+        "seed": 1,
+        "eval_set": "syn-ood",
+        "decoder": "unbiased",
+        "test_synonyms": "none",
+        "test_strategy": "none",
+        "test_intensity": 0.0,
+        "test_mode": "exact",
+    }
     full = []
     for row in rows:
         row = base | row
@@ -73,9 +87,21 @@ def test_extrapolation_points_sit_at_their_own_test_intensity(figures):
     is drawn at 0.4, not at the second position of another line's ticks. One panel per objective, lines named by
     their training condition, every panel on the same axes."""
     tests = {0.0: [0.0, 0.025, 0.1], 0.4: [0.0, 0.4]}
-    rows = [{"train_intensity": ti, "test_intensity": tti, "tv_mean": 0.3 + ti - tti / 2, "tv_2se": 0.01, "tv_law": "ood"}
-            for ti, ttis in tests.items() for tti in ttis]
-    rows.append({"objective": "emo", "train_intensity": 0.025, "test_intensity": 0.05, "tv_mean": 0.25, "tv_2se": 0.01, "tv_law": "ood"})
+    rows = [
+        {"train_intensity": ti, "test_intensity": tti, "tv_mean": 0.3 + ti - tti / 2, "tv_2se": 0.01, "tv_law": "ood"}
+        for ti, ttis in tests.items()
+        for tti in ttis
+    ]
+    rows.append(
+        {
+            "objective": "emo",
+            "train_intensity": 0.025,
+            "test_intensity": 0.05,
+            "tv_mean": 0.25,
+            "tv_2se": 0.01,
+            "tv_law": "ood",
+        }
+    )
     lm_figures.extrapolation_figure(frame(rows), "unused")
     (fig,) = figures
     mle, emo = panel(fig, "mle"), panel(fig, "emo")
@@ -94,21 +120,44 @@ def test_extrapolation_points_sit_at_their_own_test_intensity(figures):
 
 def test_extrapolation_splits_lines_by_sampling_strategy_and_shares_the_zero_point(figures):
     rows = [{"test_intensity": 0.0, "tv_mean": 0.3, "tv_2se": 0.01, "tv_law": "ood"}]
-    rows += [{"test_intensity": x, "test_strategy": s, "tv_mean": 0.2, "tv_2se": 0.01, "tv_law": "ood"}
-             for s, xs in (("insertion", [0.025, 0.1]), ("deletion", [0.05])) for x in xs]
+    rows += [
+        {"test_intensity": x, "test_strategy": s, "tv_mean": 0.2, "tv_2se": 0.01, "tv_law": "ood"}
+        for s, xs in (("insertion", [0.025, 0.1]), ("deletion", [0.05]))
+        for x in xs
+    ]
     lm_figures.extrapolation_figure(frame(rows), "unused")
     lines = plotted(panel(figures[0], "mle"))
-    assert {k: v[0] for k, v in lines.items()} == {"no perturbation, sampling deletion": [0.0, 0.05],
-                                                   "no perturbation, sampling insertion": [0.0, 0.025, 0.1]}
+    assert {k: v[0] for k, v in lines.items()} == {
+        "no perturbation, sampling deletion": [0.0, 0.05],
+        "no perturbation, sampling insertion": [0.0, 0.025, 0.1],
+    }
 
 
 def test_intensity_lines_keep_decoders_apart_and_skip_mixed_strategies(figures):
     """Each line starts at 0 with its own decoder's unperturbed model (was a gray horizontal line per line)."""
-    rows = [{"train_intensity": x, "test_intensity": x, "decoder": d, "mauve_mean": m + x, "mauve_2se": 0.01, "eval_set": "test"}
-            for d, m in (("unbiased", 0.5), ("top-p-0.9", 0.6)) for x in (0.0, 0.025, 0.05)]
+    rows = [
+        {
+            "train_intensity": x,
+            "test_intensity": x,
+            "decoder": d,
+            "mauve_mean": m + x,
+            "mauve_2se": 0.01,
+            "eval_set": "test",
+        }
+        for d, m in (("unbiased", 0.5), ("top-p-0.9", 0.6))
+        for x in (0.0, 0.025, 0.05)
+    ]
     # trained with insertion, sampled with deletion at the same intensity: on no line
-    rows.append({"train_intensity": 0.05, "test_intensity": 0.05, "test_strategy": "deletion", "mauve_mean": 0.1, "mauve_2se": 0.01,
-                 "eval_set": "test"})
+    rows.append(
+        {
+            "train_intensity": 0.05,
+            "test_intensity": 0.05,
+            "test_strategy": "deletion",
+            "mauve_mean": 0.1,
+            "mauve_2se": 0.01,
+            "eval_set": "test",
+        }
+    )
     lm_figures.intensity_figure(frame(rows), "unused")
     (fig,) = figures
     lines = plotted(panel(fig, "mle"))
@@ -121,9 +170,15 @@ def test_intensity_lines_keep_decoders_apart_and_skip_mixed_strategies(figures):
 def test_intensity_panels_only_for_eval_sets_with_a_sweep(figures):
     """The paper sweeps on WebText only: its other eval sets (0 and 0.025) get no empty panels (the rehearsal showed
     three of four panels saying so)."""
-    rows = [{"train_intensity": x, "test_intensity": x, "mauve_mean": 0.5 + x, "mauve_2se": 0.01, "eval_set": es}
-            for es, xs in (("webtext", (0.0, 0.025, 0.05, 0.1)), ("wikitext2", (0.0, 0.025)), ("writingprompts", (0.0, 0.025)))
-            for x in xs]
+    rows = [
+        {"train_intensity": x, "test_intensity": x, "mauve_mean": 0.5 + x, "mauve_2se": 0.01, "eval_set": es}
+        for es, xs in (
+            ("webtext", (0.0, 0.025, 0.05, 0.1)),
+            ("wikitext2", (0.0, 0.025)),
+            ("writingprompts", (0.0, 0.025)),
+        )
+        for x in xs
+    ]
     lm_figures.intensity_figure(frame(rows), "unused")
     (fig,) = figures
     titles = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.has_data()]
@@ -132,8 +187,10 @@ def test_intensity_panels_only_for_eval_sets_with_a_sweep(figures):
 
 
 def test_intensity_figure_without_any_sweep_says_so(figures):
-    rows = [{"train_intensity": x, "test_intensity": x, "mauve_mean": 0.5, "mauve_2se": 0.01, "eval_set": "test"}
-            for x in (0.0, 0.025)]
+    rows = [
+        {"train_intensity": x, "test_intensity": x, "mauve_mean": 0.5, "mauve_2se": 0.01, "eval_set": "test"}
+        for x in (0.0, 0.025)
+    ]
     lm_figures.intensity_figure(frame(rows), "unused")
     (fig,) = figures
     assert any("fewer than two" in t.get_text() for ax in fig.axes for t in ax.texts)
@@ -141,15 +198,28 @@ def test_intensity_figure_without_any_sweep_says_so(figures):
 
 def test_ablation_bars_are_one_group_per_decoder(figures):
     arms = [(0.0, 0.0), (0.025, 0.0), (0.0, 0.025), (0.025, 0.025)]
-    rows = [{"train_intensity": ti, "test_intensity": tti, "decoder": d, "mauve_mean": m + i / 10, "mauve_2se": 0.01, "eval_set": "test"}
-            for d, m in (("unbiased", 0.4), ("top-p-0.9", 0.5)) for i, (ti, tti) in enumerate(arms)]
+    rows = [
+        {
+            "train_intensity": ti,
+            "test_intensity": tti,
+            "decoder": d,
+            "mauve_mean": m + i / 10,
+            "mauve_2se": 0.01,
+            "eval_set": "test",
+        }
+        for d, m in (("unbiased", 0.4), ("top-p-0.9", 0.5))
+        for i, (ti, tti) in enumerate(arms)
+    ]
     lm_figures.ablation_figure(frame(rows), "unused", 0.025)
     (fig,) = figures
     ax = fig.axes[0]
     heights = {c.get_label(): [b.get_height() for b in c.patches] for c in ax.containers if hasattr(c, "patches")}
     # groups sorted by (model, objective, decoder): top-p-0.9 first, then unbiased; never their mean
     assert heights["NoPerturb"] == pytest.approx([0.5, 0.4]) and heights["Both"] == pytest.approx([0.8, 0.7])
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["tiny\nmle\ndecoder top-p-0.9", "tiny\nmle\ndecoder unbiased"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "tiny\nmle\ndecoder top-p-0.9",
+        "tiny\nmle\ndecoder unbiased",
+    ]
     assert_legend_clear_of_axes(fig)
 
 
@@ -167,16 +237,21 @@ def test_training_curves_one_column_per_objective_and_logs_without_validation(tm
     """Was one training and one validation panel for every folder; now one column of the two per objective, the
     same condition in the same style in every column, validation panels on one y scale."""
     models = tmp_path / "results/models/tiny/syn"
-    dirs = [write_log(models / "mle/none/augment-m1/none-0/seed1", True),
-            write_log(models / "mle/none/augment-m1/none-0/seed2", False),
-            write_log(models / "mle/distributional/augment-m1/insertion-0.025/seed1", True, 0.3),
-            write_log(models / "brier/none/augment-m1/none-0/seed1", False)]
+    dirs = [
+        write_log(models / "mle/none/augment-m1/none-0/seed1", True),
+        write_log(models / "mle/none/augment-m1/none-0/seed2", False),
+        write_log(models / "mle/distributional/augment-m1/insertion-0.025/seed1", True, 0.3),
+        write_log(models / "brier/none/augment-m1/none-0/seed1", False),
+    ]
     lm_figures.training_curves(dirs, "unused")
     (fig,) = figures
     (brier_train, mle_train), (brier_valid, mle_valid) = fig.axes[:2], fig.axes[2:]
     assert [brier_train.get_title(), mle_train.get_title()] == ["brier", "mle"]
-    assert [line.get_label() for line in mle_train.get_lines()] == ["no perturbation (seed 1)", "no perturbation (seed 2)",
-                                                                   "insertion 0.025 (seed 1)"]
+    assert [line.get_label() for line in mle_train.get_lines()] == [
+        "no perturbation (seed 1)",
+        "no perturbation (seed 2)",
+        "insertion 0.025 (seed 1)",
+    ]
     assert [line.get_label() for line in brier_train.get_lines()] == ["no perturbation (seed 1)"]
     same = [brier_train.get_lines()[0], mle_train.get_lines()[0]]
     assert len({(line.get_color(), line.get_linestyle(), line.get_marker()) for line in same}) == 1
@@ -213,41 +288,79 @@ def default_study() -> pl.DataFrame:
             for ti in [0.0, 0.025] + ([0.4] if objective == "mle" else []):
                 for tti in [0.0, 0.025] if objective == "mle" and ti < 0.4 else [ti]:
                     value = 0.2 + i / 50 + ti / 2 + tti / 4
-                    rows.append({"objective": objective, "train_intensity": ti, "test_intensity": tti, "eval_set": es,
-                                 "mauve_mean": 1 - value, "mauve_2se": 0.02, "tv_mean": value, "tv_2se": 0.02, "tv_law": law})
+                    rows.append(
+                        {
+                            "objective": objective,
+                            "train_intensity": ti,
+                            "test_intensity": tti,
+                            "eval_set": es,
+                            "mauve_mean": 1 - value,
+                            "mauve_2se": 0.02,
+                            "tv_mean": value,
+                            "tv_2se": 0.02,
+                            "tv_law": law,
+                        }
+                    )
     return frame(rows)
 
 
 def sweep_study() -> pl.DataFrame:
     """The paper's shape for one objective: 13 training conditions (none; insertion and deletion at six
     intensities), each sampled at its own intensity, the unperturbed model at all of them."""
-    rows = [{"test_intensity": 0.0, "mauve_mean": 0.9, "mauve_2se": 0.02, "tv_mean": 0.3, "tv_2se": 0.01, "tv_law": "ood"}]
+    rows = [
+        {"test_intensity": 0.0, "mauve_mean": 0.9, "mauve_2se": 0.02, "tv_mean": 0.3, "tv_2se": 0.01, "tv_law": "ood"}
+    ]
     for strategy in ("insertion", "deletion"):
         for a in (0.00625, 0.0125, 0.025, 0.05, 0.1, 0.2):
-            common = {"test_intensity": a, "test_strategy": strategy, "test_synonyms": "oracle", "mauve_2se": 0.02, "tv_2se": 0.01,
-                      "tv_law": "ood"}
-            rows.append(common | {"train_intensity": a, "train_strategy": strategy, "train_synonyms": "oracle",
-                                  "mauve_mean": 0.9 - a, "tv_mean": 0.3 + a})
+            common = {
+                "test_intensity": a,
+                "test_strategy": strategy,
+                "test_synonyms": "oracle",
+                "mauve_2se": 0.02,
+                "tv_2se": 0.01,
+                "tv_law": "ood",
+            }
+            rows.append(
+                common
+                | {
+                    "train_intensity": a,
+                    "train_strategy": strategy,
+                    "train_synonyms": "oracle",
+                    "mauve_mean": 0.9 - a,
+                    "tv_mean": 0.3 + a,
+                }
+            )
             rows.append(common | {"mauve_mean": 0.85 - a, "tv_mean": 0.32 + a})
     return frame(rows)
 
 
 def study_logs(tmp_path, conditions: list[tuple[str, float, str]]) -> list[str]:
     models = tmp_path / "results/models/tiny/synthetic"
-    return [write_log(models / objective / ("none" if a == 0 else "oracle") / "augment-m1" / f"{strategy}-{a:g}" / "seed1",
-                      True, level=a + i / 10)
-            for i, (objective, a, strategy) in enumerate(conditions)]
+    return [
+        write_log(
+            models / objective / ("none" if a == 0 else "oracle") / "augment-m1" / f"{strategy}-{a:g}" / "seed1",
+            True,
+            level=a + i / 10,
+        )
+        for i, (objective, a, strategy) in enumerate(conditions)
+    ]
 
 
-DEFAULT_CONDITIONS = [(o, a, "none" if a == 0 else "insertion") for o in OBJECTIVES for a in [0.0, 0.025] + ([0.4] if o == "mle" else [])]
-SWEEP_CONDITIONS = [("mle", 0.0, "none")] + [("mle", a, s) for s in ("insertion", "deletion") for a in (0.00625, 0.0125, 0.025, 0.05, 0.1, 0.2)]
+DEFAULT_CONDITIONS = [
+    (o, a, "none" if a == 0 else "insertion") for o in OBJECTIVES for a in [0.0, 0.025] + ([0.4] if o == "mle" else [])
+]
+SWEEP_CONDITIONS = [("mle", 0.0, "none")] + [
+    ("mle", a, s) for s in ("insertion", "deletion") for a in (0.00625, 0.0125, 0.025, 0.05, 0.1, 0.2)
+]
 
 
 @pytest.fixture(params=["default", "sweep"])
 def every_figure(request, tmp_path, figures) -> list:
     """Every language-model figure of a study shaped like the default one (11 conditions) or like the paper's
     sweep (13 conditions of one objective), still open."""
-    study, conditions = {"default": (default_study, DEFAULT_CONDITIONS), "sweep": (sweep_study, SWEEP_CONDITIONS)}[request.param]
+    study, conditions = {"default": (default_study, DEFAULT_CONDITIONS), "sweep": (sweep_study, SWEEP_CONDITIONS)}[
+        request.param
+    ]
     for figure in lm_figures.FIGURES.values():
         figure(study(), "unused", 0.025)
     lm_figures.training_curves(study_logs(tmp_path, conditions), "unused")
@@ -311,7 +424,11 @@ def test_split_panels_groups_then_cuts_evenly():
     items = [("mle", i) for i in range(11)] + [("emo", 0)]
     panels = split_panels(items, lambda item: item[0])
     assert [(p.group, len(p.items), p.title(p.group)) for p in panels] == [
-        ("mle", 4, "mle (1/3)"), ("mle", 4, "mle (2/3)"), ("mle", 3, "mle (3/3)"), ("emo", 1, "emo")]
+        ("mle", 4, "mle (1/3)"),
+        ("mle", 4, "mle (2/3)"),
+        ("mle", 3, "mle (3/3)"),
+        ("emo", 1, "emo"),
+    ]
     assert [item for p in panels for item in p.items] == items
 
 
@@ -337,26 +454,43 @@ def error_bar_ends(ax) -> list[tuple[float, float]]:
 def test_intensity_bars_stay_in_mauves_range_and_rows_share_one_scale(figures):
     """A MAUVE of 0.99 ± 0.05 has its bar cut at 1 (not drawn to 1.04), 0.02 ± 0.05 at 0; two eval sets' rows share
     one y scale; a sweep over a decade says on its axis that it is logarithmic."""
-    rows = [{"train_intensity": x, "test_intensity": x, "mauve_mean": m, "mauve_2se": 0.05, "eval_set": es}
-            for es, values in (("webtext", (0.99, 0.9, 0.5, 0.02)), ("wikitext2", (0.6, 0.55, 0.5, 0.45)))
-            for x, m in zip((0.0, 0.025, 0.1, 0.4), values)]
+    rows = [
+        {"train_intensity": x, "test_intensity": x, "mauve_mean": m, "mauve_2se": 0.05, "eval_set": es}
+        for es, values in (("webtext", (0.99, 0.9, 0.5, 0.02)), ("wikitext2", (0.6, 0.55, 0.5, 0.45)))
+        for x, m in zip((0.0, 0.025, 0.1, 0.4), values)
+    ]
     lm_figures.intensity_figure(frame(rows), "unused")
     (fig,) = figures
     shown = [ax for ax in fig.axes if ax.has_data()]
     assert len(shown) == 2
     ends = [end for ax in shown for end in error_bar_ends(ax)]
-    assert len(ends) == 8 and min(low for low, _ in ends) == pytest.approx(0.0) and max(h for _, h in ends) == pytest.approx(1.0)
-    assert pytest.approx((0.94, 1.0)) in ends and pytest.approx((0.0, 0.07)) in ends and pytest.approx((0.55, 0.65)) in ends
+    assert (
+        len(ends) == 8
+        and min(low for low, _ in ends) == pytest.approx(0.0)
+        and max(h for _, h in ends) == pytest.approx(1.0)
+    )
+    assert (
+        pytest.approx((0.94, 1.0)) in ends
+        and pytest.approx((0.0, 0.07)) in ends
+        and pytest.approx((0.55, 0.65)) in ends
+    )
     assert shown[0].get_ylim() == shown[1].get_ylim()
     assert all(ax.get_xscale() == "symlog" and "log scale above 0.025" in ax.get_xlabel() for ax in shown)
 
 
 def test_ablation_bars_stay_in_mauves_range(figures):
-    rows = [{"train_intensity": tr, "test_intensity": te, "mauve_mean": 0.99, "mauve_2se": 0.05, "eval_set": "test"}
-            for tr in (0.0, 0.025) for te in (0.0, 0.025)]
+    rows = [
+        {"train_intensity": tr, "test_intensity": te, "mauve_mean": 0.99, "mauve_2se": 0.05, "eval_set": "test"}
+        for tr in (0.0, 0.025)
+        for te in (0.0, 0.025)
+    ]
     lm_figures.ablation_figure(frame(rows), "unused", 0.025)
     (fig,) = figures
     ax = next(ax for ax in fig.axes if ax.has_data())
-    tops = [max(s[0][1], s[1][1]) for c in ax.containers if getattr(c, "errorbar", None)
-            for s in c.errorbar.lines[2][0].get_segments()]
+    tops = [
+        max(s[0][1], s[1][1])
+        for c in ax.containers
+        if getattr(c, "errorbar", None)
+        for s in c.errorbar.lines[2][0].get_segments()
+    ]
     assert len(tops) == 4 and max(tops) == pytest.approx(1.0)

@@ -22,7 +22,9 @@ def test_spearman_rho_of_each_row_against_each_row():
     assert rho.shape == (2,)
     assert rho == pytest.approx([1 - 6 * 2 / 60, -(1 - 6 * 2 / 60)])
     # rows of y against rows of x, each row centred on its own mean
-    both = _rank_correlations(np.array([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0]]), np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]))
+    both = _rank_correlations(
+        np.array([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0]]), np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])
+    )
     assert both == pytest.approx([1.0, -0.5])
     assert both[1] == pytest.approx(stats.spearmanr([3.0, 1.0, 2.0], [1.0, 2.0, 3.0]).statistic)
     # a constant row has no rho (0 / 0), without a warning
@@ -32,15 +34,29 @@ def test_spearman_rho_of_each_row_against_each_row():
 
 def test_a_constant_score_cannot_tell_with_its_reason():
     assert rank_agreement([0.5] * 6, [0.0] * 6, ORDER[:6], [0.0] * 6, "id") == Agreement(
-        None, None, None, None, 6, "cannot tell", "one of the two is the same in every condition")
+        None, None, None, None, 6, "cannot tell", "one of the two is the same in every condition"
+    )
 
 
 def test_perfect_agreement_and_disagreement_of_eight_conditions():
     agree = rank_agreement(ORDER, [0.01] * 8, [10 * v for v in ORDER], [0.01] * 8, "agree")
-    assert (agree.rho, agree.low, agree.high, agree.conditions, agree.verdict, agree.why) == (1.0, 1.0, 1.0, 8, "agree", None)
+    assert (agree.rho, agree.low, agree.high, agree.conditions, agree.verdict, agree.why) == (
+        1.0,
+        1.0,
+        1.0,
+        8,
+        "agree",
+        None,
+    )
     assert 0 < agree.p < 0.001
     disagree = rank_agreement(ORDER, [0.01] * 8, ORDER[::-1], [0.01] * 8, "disagree")
-    assert (disagree.rho, disagree.low, disagree.high, disagree.conditions, disagree.verdict) == (-1.0, -1.0, -1.0, 8, "disagree")
+    assert (disagree.rho, disagree.low, disagree.high, disagree.conditions, disagree.verdict) == (
+        -1.0,
+        -1.0,
+        -1.0,
+        8,
+        "disagree",
+    )
     assert 0 < disagree.p < 0.001 and disagree.why is None
 
 
@@ -80,8 +96,15 @@ def test_the_smallest_p_decides_whether_a_test_is_run():
 
 def test_four_conditions_cannot_reach_the_level():
     few = rank_agreement(ORDER[:4], [0.0] * 4, ORDER[:4], [0.0] * 4, "four")
-    assert few == Agreement(1.0, None, 1.0, 1.0, 4, "cannot tell",
-                            "with 4 conditions the rank correlation's permutation p cannot go below 2/24 = 0.08")
+    assert few == Agreement(
+        1.0,
+        None,
+        1.0,
+        1.0,
+        4,
+        "cannot tell",
+        "with 4 conditions the rank correlation's permutation p cannot go below 2/24 = 0.08",
+    )
 
 
 def test_a_p_at_the_level_is_not_significant():

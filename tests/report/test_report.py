@@ -16,16 +16,34 @@ from workflow_lib.report.tables import paper_comparison, report_view, tables
 BASE = "results/metrics/tiny/syn/{obj}/{syn}/augment-m1/{st}-{ti}/seed1/{es}/{decoder}/{tsyn}/{tst}-{tti}-exact.json"
 
 
-def write(tmp_path, obj, ti, tti, es, mauve, rouge, st="insertion", kind="metrics", tv=None, decoder="unbiased", **extra):
+def write(
+    tmp_path, obj, ti, tti, es, mauve, rouge, st="insertion", kind="metrics", tv=None, decoder="unbiased", **extra
+):
     syn = "none" if float(ti) == 0 else "distributional"
     tsyn = "none" if float(tti) == 0 else "distributional"
-    path = tmp_path / BASE.format(obj=obj, syn=syn, st=st if float(ti) else "none", ti=ti, es=es, tsyn=tsyn,
-                                  tst=st if float(tti) else "none", tti=tti, decoder=decoder)
+    path = tmp_path / BASE.format(
+        obj=obj,
+        syn=syn,
+        st=st if float(ti) else "none",
+        ti=ti,
+        es=es,
+        tsyn=tsyn,
+        tst=st if float(tti) else "none",
+        tti=tti,
+        decoder=decoder,
+    )
     if kind == "extrapolation":
         path = tmp_path / str(path.relative_to(tmp_path)).replace("results/metrics", "results/extrapolation")
     path.parent.mkdir(parents=True, exist_ok=True)
     if kind == "metrics":
-        data = {"mauve_mean": mauve[0], "mauve_2se": mauve[1], "rouge1_mean": rouge[0], "rouge1_2se": rouge[1], "runs": 3, "prompts": 50}
+        data = {
+            "mauve_mean": mauve[0],
+            "mauve_2se": mauve[1],
+            "rouge1_mean": rouge[0],
+            "rouge1_2se": rouge[1],
+            "runs": 3,
+            "prompts": 50,
+        }
     else:
         data = {"tv_mean": tv[0], "tv_2se": tv[1], "law": "ood" if "ood" in es else "in_support"}
     path.write_text(json.dumps(data | extra))
@@ -52,14 +70,24 @@ def study(tmp_path, monkeypatch):
 
 def test_collect_recovers_conditions_from_paths(study):
     assert study.height == 10  # 8 metrics rows, and 2 extrapolation-only rows (mle on ood has no metrics here)
-    row = study.filter((pl.col("objective") == "mle") & (pl.col("train_intensity") == 0.025) & (pl.col("eval_set") == "ood"))
+    row = study.filter(
+        (pl.col("objective") == "mle") & (pl.col("train_intensity") == 0.025) & (pl.col("eval_set") == "ood")
+    )
     assert row["tv_mean"][0] == 0.20 and row["mauve_mean"][0] is None
 
 
 def test_table1_rows_columns_bold_and_2se(study, tmp_path):
     tables(study, str(tmp_path / "tables"), 0.025, ["test", "ood"])
     t1 = pl.read_csv(tmp_path / "tables/table1.csv")
-    assert t1.columns == ["model", "objective", "perturbation", "test MAUVE", "test ROUGE-1", "ood MAUVE", "ood ROUGE-1"]
+    assert t1.columns == [
+        "model",
+        "objective",
+        "perturbation",
+        "test MAUVE",
+        "test ROUGE-1",
+        "ood MAUVE",
+        "ood ROUGE-1",
+    ]
     rows = {(r["objective"], r["perturbation"]): r for r in t1.to_dicts()}
     assert set(rows) == {("mle", "no"), ("mle", "insertion 0.025"), ("brier", "no"), ("brier", "insertion 0.025")}
     assert rows[("mle", "insertion 0.025")]["test MAUVE"] == "0.900 ± 0.030"
@@ -82,17 +110,23 @@ def test_bold_is_said_to_be_the_largest_mean_not_a_significant_difference(study,
     assert "**0.900 ± 0.030**" in written["table1"]
     assert "a description, not a significant difference" in written["metrics"]
     config = {"models": {"tiny": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}}
-    assert "Bold marks the largest mean of a column, not a significant difference" in summary(study, config, written, 0.025, [])
+    assert "Bold marks the largest mean of a column, not a significant difference" in summary(
+        study, config, written, 0.025, []
+    )
 
 
 def test_ablation_and_strategy_tables(study, tmp_path):
     tables(study, str(tmp_path / "tables"), 0.025, ["test", "ood"])
-    ablation = pl.read_csv(tmp_path / "tables/ablation.csv").filter((pl.col("objective") == "mle") & (pl.col("eval_set") == "test"))
+    ablation = pl.read_csv(tmp_path / "tables/ablation.csv").filter(
+        (pl.col("objective") == "mle") & (pl.col("eval_set") == "test")
+    )
     assert ablation.columns[3:] == ["NoPerturb MAUVE", "TrainPerturb MAUVE", "TestPerturb MAUVE", "Both MAUVE"]
     # only the headline intensity (0.025) counts: the 0.1 runs are not "Both"
     assert ablation["NoPerturb MAUVE"][0] == "0.800 ± 0.020" and ablation["Both MAUVE"][0] == "0.900 ± 0.030"
     assert ablation["TrainPerturb MAUVE"][0] == "0.750 ± 0.040" and ablation["TestPerturb MAUVE"][0] == "0.700 ± 0.050"
-    strategies = pl.read_csv(tmp_path / "tables/strategies.csv").filter((pl.col("objective") == "mle") & (pl.col("eval_set") == "test"))
+    strategies = pl.read_csv(tmp_path / "tables/strategies.csv").filter(
+        (pl.col("objective") == "mle") & (pl.col("eval_set") == "test")
+    )
     by_strategy = {r["strategy"]: r for r in strategies.to_dicts()}
     assert by_strategy["deletion"]["0.1 MAUVE"] == "0.820 ± 0.020" and not by_strategy["deletion"]["0.025 MAUVE"]
     assert by_strategy["insertion"]["0 MAUVE"] == by_strategy["deletion"]["0 MAUVE"] == "0.800 ± 0.020"
@@ -120,21 +154,32 @@ def test_summary_says_what_ran_and_has_no_paper_match(study, tmp_path):
 
 
 def test_paper_numbers_side_by_side_when_the_config_matches(study):
-    frame = study.with_columns(pl.col("model").replace("tiny", "gpt2-model"), pl.col("eval_set").replace("test", "wikitext2-test"))
-    config = {"models": {"gpt2-model": {"source": "hf", "name": "gpt2"}},
-              "eval_sets": {"wikitext2-test": {"dataset": "wt2"}},
-              "datasets": {"wt2": {"source": "hf", "path": "Salesforce/wikitext", "name": "wikitext-2-raw-v1"}}}
+    frame = study.with_columns(
+        pl.col("model").replace("tiny", "gpt2-model"), pl.col("eval_set").replace("test", "wikitext2-test")
+    )
+    config = {
+        "models": {"gpt2-model": {"source": "hf", "name": "gpt2"}},
+        "eval_sets": {"wikitext2-test": {"dataset": "wt2"}},
+        "datasets": {"wt2": {"source": "hf", "path": "Salesforce/wikitext", "name": "wikitext-2-raw-v1"}},
+    }
     text = paper_comparison(frame, config, 0.025)
     assert "| gpt2-model | mle | no | 0.800 ± 0.020 (paper 0.74) |" in text
     assert "| gpt2-model | mle | insertion 0.025 | 0.900 ± 0.030 (paper 0.89) |" in text
     # The tables job reads only report_view(config): the same comparison from it, though the rest of the config
     # (which an edit may change without rerunning the report) is gone.
-    full = {**config, "training": {"report_to": ["tensorboard"]}, "datasets": {**config["datasets"], "unused": {"path": "x"}},
-            "models": {"gpt2-model": {**config["models"]["gpt2-model"], "training": {"batch_size": 4}}}}
+    full = {
+        **config,
+        "training": {"report_to": ["tensorboard"]},
+        "datasets": {**config["datasets"], "unused": {"path": "x"}},
+        "models": {"gpt2-model": {**config["models"]["gpt2-model"], "training": {"batch_size": 4}}},
+    }
     view = report_view(full)
     assert paper_comparison(frame, view, 0.025) == text
-    assert view == {"models": {"gpt2-model": {"source": "hf", "name": "gpt2"}}, "eval_sets": {"wikitext2-test": {"dataset": "wt2"}},
-                    "datasets": {"wt2": {"path": "Salesforce/wikitext", "name": "wikitext-2-raw-v1"}}}
+    assert view == {
+        "models": {"gpt2-model": {"source": "hf", "name": "gpt2"}},
+        "eval_sets": {"wikitext2-test": {"dataset": "wt2"}},
+        "datasets": {"wt2": {"path": "Salesforce/wikitext", "name": "wikitext-2-raw-v1"}},
+    }
 
 
 def test_summary_lists_every_splits_source_checksums_and_steps(study, tmp_path):
@@ -142,19 +187,61 @@ def test_summary_lists_every_splits_source_checksums_and_steps(study, tmp_path):
     written = tables(study, str(tmp_path / "tables"), 0.025, ["test", "ood"])
     config = {"models": {"tiny": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}}
     url = "https://e.org/v1/webtext.test.jsonl"
-    web = {"dataset": "webtext", "split": "test", "source": "url", "recipe": "mixce", "cleaning": "webtext",
-           "rows_written": 5000, "rows_sha256": "f" * 64,
-           "steps": [{"step": "load", "rows": 5000}, {"step": "clean and 50 < words < 1000 (webtext)", "rows": 4712},
-                     {"step": "top-up from train", "rows": 5000, "added": 288}],
-           "provenance": {"files": [{"path": "results/downloads/webtext/webtext.test.jsonl", "sha256": "1" * 64,
-                                     "url": url, "pinned_sha256": None, "head_bytes": None}]},
-           "top_up": {"split": "train", "rows": 288, "first_doc_id": 4712, "skipped": 0},
-           "top_up_provenance": {"files": [{"path": "p", "sha256": "2" * 64, "url": "https://e.org/v1/webtext.train.jsonl",
-                                            "pinned_sha256": "2" * 64, "head_bytes": 8388608}]}}
-    wiki = {"dataset": "wikitext103", "split": "test", "source": "hf", "recipe": "raw", "cleaning": "wikitext",
-            "rows_written": 4358, "rows_sha256": "e" * 64, "steps": [{"step": "load", "rows": 4358}], "top_up": None,
-            "provenance": {"path": "Salesforce/wikitext", "name": "wikitext-103-raw-v1", "revision": None,
-                           "hub_split": "test", "fingerprint": "abc123"}}
+    web = {
+        "dataset": "webtext",
+        "split": "test",
+        "source": "url",
+        "recipe": "mixce",
+        "cleaning": "webtext",
+        "rows_written": 5000,
+        "rows_sha256": "f" * 64,
+        "steps": [
+            {"step": "load", "rows": 5000},
+            {"step": "clean and 50 < words < 1000 (webtext)", "rows": 4712},
+            {"step": "top-up from train", "rows": 5000, "added": 288},
+        ],
+        "provenance": {
+            "files": [
+                {
+                    "path": "results/downloads/webtext/webtext.test.jsonl",
+                    "sha256": "1" * 64,
+                    "url": url,
+                    "pinned_sha256": None,
+                    "head_bytes": None,
+                }
+            ]
+        },
+        "top_up": {"split": "train", "rows": 288, "first_doc_id": 4712, "skipped": 0},
+        "top_up_provenance": {
+            "files": [
+                {
+                    "path": "p",
+                    "sha256": "2" * 64,
+                    "url": "https://e.org/v1/webtext.train.jsonl",
+                    "pinned_sha256": "2" * 64,
+                    "head_bytes": 8388608,
+                }
+            ]
+        },
+    }
+    wiki = {
+        "dataset": "wikitext103",
+        "split": "test",
+        "source": "hf",
+        "recipe": "raw",
+        "cleaning": "wikitext",
+        "rows_written": 4358,
+        "rows_sha256": "e" * 64,
+        "steps": [{"step": "load", "rows": 4358}],
+        "top_up": None,
+        "provenance": {
+            "path": "Salesforce/wikitext",
+            "name": "wikitext-103-raw-v1",
+            "revision": None,
+            "hub_split": "test",
+            "fingerprint": "abc123",
+        },
+    }
     text = summary(study, config, written, 0.025, [], None, [wiki, web])
     data = text.split("## Data\n", 1)[1]
     assert data.index("**webtext/test**") < data.index("**wikitext103/test**")
@@ -177,9 +264,20 @@ def test_a_record_is_named_by_its_path_not_by_the_study_that_cached_it(tmp_path)
 
 
 def provenance(commit="c0ffee", dirty=False, settings="5e7"):
-    return {"git_commit": commit, "git_dirty": dirty, "featuriser": "gpt2-large", "settings_sha256": settings,
-            "versions": {"python": "3.11.9", "torch": "2.13.0", "transformers": "5.23.0", "mauve-text": "0.4.0",
-                         "rouge-score": "0.1.2", "workflow": "0.1.0"}}
+    return {
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "featuriser": "gpt2-large",
+        "settings_sha256": settings,
+        "versions": {
+            "python": "3.11.9",
+            "torch": "2.13.0",
+            "transformers": "5.23.0",
+            "mauve-text": "0.4.0",
+            "rouge-score": "0.1.2",
+            "workflow": "0.1.0",
+        },
+    }
 
 
 def write_perplexity(tmp_path, obj, ti, es, perplexity):
@@ -190,33 +288,77 @@ def write_perplexity(tmp_path, obj, ti, es, perplexity):
     return str(path)
 
 
-NEW_FIELDS = {"rouge2_mean": 0.21, "rouge2_2se": 0.01, "rougeL_mean": 0.41, "rougeL_2se": 0.01, "distinct_2_mean": 0.8,
-              "distinct_2_2se": 0.02, "repetition_mean": 0.05, "repetition_2se": 0.01, "num_buckets": [50, 50],
-              "mauve_variance": {"total": 1e-4, "sampling": 6e-5, "clustering": 4e-5, "clustering_share": 0.4}}
+NEW_FIELDS = {
+    "rouge2_mean": 0.21,
+    "rouge2_2se": 0.01,
+    "rougeL_mean": 0.41,
+    "rougeL_2se": 0.01,
+    "distinct_2_mean": 0.8,
+    "distinct_2_2se": 0.02,
+    "repetition_mean": 0.05,
+    "repetition_2se": 0.01,
+    "num_buckets": [50, 50],
+    "mauve_variance": {"total": 1e-4, "sampling": 6e-5, "clustering": 4e-5, "clustering_share": 0.4},
+}
 
 
 @pytest.fixture
 def decoders(tmp_path, monkeypatch):
     """mle with and without perturbation on two decoders, an untrained model, perplexity files, new fields."""
     monkeypatch.chdir(tmp_path)
-    paths = [write(tmp_path, "mle", ti, ti, "test", (m, 0.02), (0.5, 0.01), decoder=d, provenance=provenance(), **NEW_FIELDS)
-             for ti, m in (("0", 0.80), ("0.025", 0.90)) for d in ("unbiased", "top-p-0.9")]
-    paths.append(write(tmp_path, "untrained", "0", "0", "test", (0.40, 0.03), (0.3, 0.01),
-                       provenance=provenance(commit="beef", dirty=True, settings="5e7")))
-    paths += [write_perplexity(tmp_path, "mle", "0", "test", 25.0), write_perplexity(tmp_path, "mle", "0.025", "test", 23.5),
-              write_perplexity(tmp_path, "untrained", "0", "test", 40.0)]
+    paths = [
+        write(tmp_path, "mle", ti, ti, "test", (m, 0.02), (0.5, 0.01), decoder=d, provenance=provenance(), **NEW_FIELDS)
+        for ti, m in (("0", 0.80), ("0.025", 0.90))
+        for d in ("unbiased", "top-p-0.9")
+    ]
+    paths.append(
+        write(
+            tmp_path,
+            "untrained",
+            "0",
+            "0",
+            "test",
+            (0.40, 0.03),
+            (0.3, 0.01),
+            provenance=provenance(commit="beef", dirty=True, settings="5e7"),
+        )
+    )
+    paths += [
+        write_perplexity(tmp_path, "mle", "0", "test", 25.0),
+        write_perplexity(tmp_path, "mle", "0.025", "test", 23.5),
+        write_perplexity(tmp_path, "untrained", "0", "test", 40.0),
+    ]
     return collect([p.split(str(tmp_path) + "/")[1] for p in paths])
 
 
 def test_collect_reads_the_decoder_the_new_fields_and_joins_perplexity(decoders, tmp_path):
-    assert decoders.columns[:15] == ["model", "dataset", "objective", "train_synonyms", "train_mode", "copies", "train_strategy",
-                                     "train_intensity", "seed", "eval_set", "decoder", "test_synonyms", "test_strategy",
-                                     "test_intensity", "test_mode"]
+    assert decoders.columns[:15] == [
+        "model",
+        "dataset",
+        "objective",
+        "train_synonyms",
+        "train_mode",
+        "copies",
+        "train_strategy",
+        "train_intensity",
+        "seed",
+        "eval_set",
+        "decoder",
+        "test_synonyms",
+        "test_strategy",
+        "test_intensity",
+        "test_mode",
+    ]
     assert set(decoders["decoder"]) == {"unbiased", "top-p-0.9"}
     perturbed = decoders.filter(pl.col("train_intensity") == 0.025)
     assert perturbed["perplexity"].to_list() == [23.5, 23.5]  # one model, one perplexity, whatever the decoder
     row = perturbed.row(0, named=True)
-    assert (row["rouge2_mean"], row["distinct_2_mean"], row["num_buckets"], row["mauve_clustering_share"]) == (0.21, 0.8, 50, 0.4)
+    assert (row["rouge2_mean"], row["distinct_2_mean"], row["num_buckets"], row["mauve_clustering_share"]) == (
+        0.21,
+        0.8,
+        50,
+        0.4,
+    )
     assert (row["git_commit"], row["version_mauve_text"], row["featuriser"]) == ("c0ffee", "0.4.0", "gpt2-large")
     untrained = decoders.filter(pl.col("objective") == "untrained").row(0, named=True)
     assert untrained["perplexity"] == 40.0 and untrained["rouge2_mean"] is None  # a field the file lacks is null
@@ -233,14 +375,26 @@ def test_tables_show_the_decoder_and_mark_untrained_rows(decoders, tmp_path):
     assert rows[("mle", "top-p-0.9", "insertion 0.025")] == "0.900 ± 0.020"
     assert "untrained (zero-shot)" in written["table1"]
     other = pl.read_csv(tmp_path / "tables/metrics.csv", infer_schema=False)
-    assert other.columns == ["eval_set", "model", "objective", "perturbation", "decoder", "ROUGE-2", "ROUGE-L", "perplexity",
-                             "distinct-2", "repetition"]
+    assert other.columns == [
+        "eval_set",
+        "model",
+        "objective",
+        "perturbation",
+        "decoder",
+        "ROUGE-2",
+        "ROUGE-L",
+        "perplexity",
+        "distinct-2",
+        "repetition",
+    ]
     by = {(r["objective"], r["decoder"], r["perturbation"]): r for r in other.to_dicts()}
     assert by[("mle", "unbiased", "insertion 0.025")]["perplexity"] == "23.500"
     assert by[("mle", "unbiased", "no")]["ROUGE-2"] == "0.210 ± 0.010"
     assert by[("untrained (zero-shot)", "unbiased", "no")]["perplexity"] == "40.000"
     md = written["metrics"]
-    assert "**23.500**" in md and "**40.000**" not in md and "**0.800" not in md  # perplexity: lower is best; distinct unranked
+    assert (
+        "**23.500**" in md and "**40.000**" not in md and "**0.800" not in md
+    )  # perplexity: lower is best; distinct unranked
 
 
 def test_a_single_decoder_keeps_the_tables_as_they_were(study, tmp_path):
@@ -253,20 +407,40 @@ def contrast_rows(family, metric, outcomes, **identity):
     """Contrast rows: outcomes = [(difference, p_holm)]."""
     rows = []
     for i, (difference, p_holm) in enumerate(outcomes):
-        rows.append({"family": family, "metric": metric, "model": "tiny", "dataset": "syn", "objective": "mle",
-                     "eval_set": f"set{i}", "decoder": "unbiased", "seed": 1, "a": identity.get("a", "insertion 0.025"),
-                     "b": identity.get("b", "no perturbation"), "difference": difference, "low": difference - 0.01,
-                     "high": difference + 0.01, "p": p_holm, "p_holm": p_holm, "significant": p_holm < 0.05,
-                     "favours": "perturbation" if difference > 0 else "no perturbation", "n": 5, "method": "paired t over runs"})
+        rows.append(
+            {
+                "family": family,
+                "metric": metric,
+                "model": "tiny",
+                "dataset": "syn",
+                "objective": "mle",
+                "eval_set": f"set{i}",
+                "decoder": "unbiased",
+                "seed": 1,
+                "a": identity.get("a", "insertion 0.025"),
+                "b": identity.get("b", "no perturbation"),
+                "difference": difference,
+                "low": difference - 0.01,
+                "high": difference + 0.01,
+                "p": p_holm,
+                "p_holm": p_holm,
+                "significant": p_holm < 0.05,
+                "favours": "perturbation" if difference > 0 else "no perturbation",
+                "n": 5,
+                "method": "paired t over runs",
+            }
+        )
     return rows
 
 
 def test_summary_opens_with_findings_then_provenance_and_has_the_paired_comparisons(decoders, tmp_path):
     written = tables(decoders, str(tmp_path / "tables"), 0.025, ["test"])
     config = {"models": {"tiny": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}}
-    rows = (contrast_rows("perturbation", "mauve", [(0.05, 0.01), (0.02, 0.2), (0.04, 0.03), (-0.01, 0.5)])
-            + contrast_rows("ablation", "mauve", [(0.03, 0.01), (-0.02, 0.04)], a="TestPerturb", b="NoPerturb")
-            + contrast_rows("perturbation", "rouge1", [(0.01, 0.01)]))
+    rows = (
+        contrast_rows("perturbation", "mauve", [(0.05, 0.01), (0.02, 0.2), (0.04, 0.03), (-0.01, 0.5)])
+        + contrast_rows("ablation", "mauve", [(0.03, 0.01), (-0.02, 0.04)], a="TestPerturb", b="NoPerturb")
+        + contrast_rows("perturbation", "rouge1", [(0.01, 0.01)])
+    )
     contrasts = pl.DataFrame(rows, schema=COLUMNS, orient="row")
     text = summary(decoders, config, written, 0.025, [], contrasts=contrasts)
     head = text.split("## Headline table")[0]
@@ -280,7 +454,10 @@ def test_summary_opens_with_findings_then_provenance_and_has_the_paired_comparis
     assert "2 trained models and 1 untrained (zero-shot) models" in head  # a decoder is no model of its own
     paired = text.split("## Paired comparisons\n", 1)[1]
     assert text.index("## Ablation") < text.index("## Paired comparisons") < text.index("## Paper comparison")
-    assert "3 of 4 perturbation contrasts (MAUVE) favour perturbation; 2 of them are significant after Holm correction." in paired
+    assert (
+        "3 of 4 perturbation contrasts (MAUVE) favour perturbation; 2 of them are significant after Holm correction."
+        in paired
+    )
     assert "1 of 2 TestPerturb-vs-NoPerturb contrasts (MAUVE) favour perturbation; 1 of them are significant" in paired
     assert "✱ marks a contrast whose Holm-corrected p" in paired
     assert "| tiny | mle | set0 | insertion 0.025 vs no perturbation | +0.050 [+0.040, +0.060] | 0.010 | ✱ |" in paired
@@ -294,11 +471,30 @@ def test_the_tables_cli_reads_contrasts(decoders, tmp_path, monkeypatch):
     from workflow_lib.report import build
 
     decoders.write_csv(tmp_path / "metrics.csv")
-    pl.DataFrame(contrast_rows("perturbation", "mauve", [(0.05, 0.01)]), schema=COLUMNS, orient="row").write_csv(tmp_path / "c.csv")
+    pl.DataFrame(contrast_rows("perturbation", "mauve", [(0.05, 0.01)]), schema=COLUMNS, orient="row").write_csv(
+        tmp_path / "c.csv"
+    )
     config = json.dumps({"models": {"tiny": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}})
-    monkeypatch.setattr(sys, "argv", ["report", "tables", "--metrics", "metrics.csv", "--config", config, "--settings",
-                                      json.dumps({"intensity": 0.025, "eval_order": ["test"]}), "--out-dir", "tables",
-                                      "--summary", "summary.md", "--contrasts", "c.csv"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "report",
+            "tables",
+            "--metrics",
+            "metrics.csv",
+            "--config",
+            config,
+            "--settings",
+            json.dumps({"intensity": 0.025, "eval_order": ["test"]}),
+            "--out-dir",
+            "tables",
+            "--summary",
+            "summary.md",
+            "--contrasts",
+            "c.csv",
+        ],
+    )
     build.main()
     text = (tmp_path / "summary.md").read_text()
     assert "1 of 1 perturbation contrasts (MAUVE) favour perturbation; 1 of them" in text

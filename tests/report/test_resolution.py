@@ -33,8 +33,10 @@ def study(root, flags: dict) -> pl.DataFrame:
     root.mkdir(parents=True, exist_ok=True)
     os.chdir(root)  # collect reads results/... relative to the working directory (tests chdir with monkeypatch first)
     low, high = ((None, None), (None, None)) if flags.get("mauve_status") else ((0.80, 0.02), (0.90, 0.03))
-    paths = [write(root, "mle", "0", "0", "test", low, (0.50, 0.01), **flags),
-             write(root, "mle", "0.025", "0.025", "test", high, (0.52, 0.01), **flags)]
+    paths = [
+        write(root, "mle", "0", "0", "test", low, (0.50, 0.01), **flags),
+        write(root, "mle", "0.025", "0.025", "test", high, (0.52, 0.01), **flags),
+    ]
     return collect([p.split(str(root) + "/")[1] for p in paths])
 
 
@@ -73,8 +75,10 @@ def test_the_summary_says_plainly_when_mauve_is_not_resolvable(tmp_path, monkeyp
     few = study(tmp_path / "few", TOO_FEW)
     text = summary(few, config, tables(few, str(tmp_path / "few/tables"), 0.025, ["test"]), 0.025, [])
     found = text.split("## What this study found\n", 1)[1].split("\n## ", 1)[0]
-    assert ("- MAUVE is not resolvable in this study: its runs have 20 texts per side, under the floor "
-            "evaluation.mauve.min_texts = 50") in found
+    assert (
+        "- MAUVE is not resolvable in this study: its runs have 20 texts per side, under the floor "
+        "evaluation.mauve.min_texts = 50"
+    ) in found
     assert "MAUVE's k-means clustering accounts" not in found  # a quantised score's variance is no finding
     assert 'A MAUVE cell that reads "too few texts (n)"' in text
     assert "MAUVE's variance split (clustering vs sampling) is not reported: no MAUVE cell" in text
@@ -84,17 +88,21 @@ def test_the_summary_says_plainly_when_mauve_is_not_resolvable(tmp_path, monkeyp
     assert refusal_sentence(enough) is None
     # some cells refused, some kept: counted
     mixed = pl.concat([few.head(1), enough.tail(1)], how="diagonal_relaxed")
-    assert refusal_sentence(mixed).startswith("MAUVE is not resolvable in 1 of 2 evaluated cells: its runs have 20 texts")
+    assert refusal_sentence(mixed).startswith(
+        "MAUVE is not resolvable in 1 of 2 evaluated cells: its runs have 20 texts"
+    )
 
 
 def test_a_side_with_too_few_texts_gives_no_mauve_contrast_and_a_resolvable_pair_gives_one(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rng = np.random.default_rng(5)
     shared, rouge = rng.uniform(0.6, 0.8, 5), rng.uniform(0.2, 0.5, (60, 5))
-    paths = [write_metrics(tmp_path, "mle", "0", "0", shared + rng.normal(0, 0.005, 5), rouge),
-             write_metrics(tmp_path, "mle", "0.025", "0.025", shared + 0.08 + rng.normal(0, 0.005, 5), rouge + 0.02),
-             write_perplexity(tmp_path, "mle", "0", 3.2 * np.full(60, 40.0), np.full(60, 40.0)),
-             write_perplexity(tmp_path, "mle", "0.025", 3.0 * np.full(60, 40.0), np.full(60, 40.0))]
+    paths = [
+        write_metrics(tmp_path, "mle", "0", "0", shared + rng.normal(0, 0.005, 5), rouge),
+        write_metrics(tmp_path, "mle", "0.025", "0.025", shared + 0.08 + rng.normal(0, 0.005, 5), rouge + 0.02),
+        write_perplexity(tmp_path, "mle", "0", 3.2 * np.full(60, 40.0), np.full(60, 40.0)),
+        write_perplexity(tmp_path, "mle", "0.025", 3.0 * np.full(60, 40.0), np.full(60, 40.0)),
+    ]
     kept = contrasts(paths, 0.025).filter(pl.col("family") == "perturbation")
     mauve = kept.filter(pl.col("metric") == "mauve")
     assert mauve.height == 1 and mauve["significant"][0] and mauve["favours"][0] == "perturbation"
@@ -126,7 +134,10 @@ def test_a_row_with_no_p_is_not_testable_never_no_difference():
     line = contrast_findings(verdict_rows([(0.05, 0.4), (-0.04, 0.6)]))[0]
     assert "MAUVE: no detectable difference in any of 2" in line and "not testable" not in line
     line = contrast_findings(verdict_rows([(0.05, 0.01), (-0.04, None)]))[0]
-    assert "MAUVE: helped in 1, hurt in 0, no detectable difference in 0 (of the 1 tested), not testable in 1 (no p)" in line
+    assert (
+        "MAUVE: helped in 1, hurt in 0, no detectable difference in 0 (of the 1 tested), not testable in 1 (no p)"
+        in line
+    )
 
 
 def test_findings_name_mauve_with_too_few_texts_instead_of_comparing_it(tmp_path, monkeypatch):
@@ -147,12 +158,24 @@ def test_findings_name_mauve_with_too_few_texts_instead_of_comparing_it(tmp_path
 def test_mauve_with_too_few_texts_is_not_set_against_the_exact_tv():
     def frame(status, mauve=(0.9, 0.8, 0.7, 0.6, 0.5)):
         n = 5
-        return pl.DataFrame({"eval_set": ["ood"] * n, "objective": ["mle"] * n, "train_strategy": ["insertion"] * n,
-                             "train_intensity": [0.1 * i for i in range(n)], "test_strategy": ["insertion"] * n,
-                             "test_intensity": [0.1 * i for i in range(n)], "mauve_mean": list(mauve),
-                             "tv_mean": [0.1, 0.2, 0.3, 0.4, 0.5], "mauve_status": [status] * n},
-                            schema_overrides={"mauve_status": pl.Utf8, "mauve_mean": pl.Float64})
-    refusal = ["**ood**: MAUVE is not set against the exact TV to the true law: its runs had too few texts to resolve it."]
+        return pl.DataFrame(
+            {
+                "eval_set": ["ood"] * n,
+                "objective": ["mle"] * n,
+                "train_strategy": ["insertion"] * n,
+                "train_intensity": [0.1 * i for i in range(n)],
+                "test_strategy": ["insertion"] * n,
+                "test_intensity": [0.1 * i for i in range(n)],
+                "mauve_mean": list(mauve),
+                "tv_mean": [0.1, 0.2, 0.3, 0.4, 0.5],
+                "mauve_status": [status] * n,
+            },
+            schema_overrides={"mauve_status": pl.Utf8, "mauve_mean": pl.Float64},
+        )
+
+    refusal = [
+        "**ood**: MAUVE is not set against the exact TV to the true law: its runs had too few texts to resolve it."
+    ]
     assert mauve_tv_findings(frame("too few texts (20)")) == refusal
     assert mauve_tv_findings(frame("too few texts (20)", [None] * 5)) == refusal  # as evaluate writes it: not scored
     assert mauve_tv_findings(frame(None))[0].startswith("**ood**: MAUVE and the exact TV to the true law agree")

@@ -26,18 +26,30 @@ from workflow_lib.report.statistics import (
 PAPER_TABLE = 96  # configs/paper.yaml's largest table: each objective against MLE
 
 
-def write_condition(root: Path, objective: str, rouge: np.ndarray, mauve: list[float], test_intensity: str = "0") -> str:
+def write_condition(
+    root: Path, objective: str, rouge: np.ndarray, mauve: list[float], test_intensity: str = "0"
+) -> str:
     """A metrics JSON and its sidecar for `objective` trained without perturbation; rouge: [prompts, runs] ROUGE-1
     (ROUGE-2 and ROUGE-L are it scaled)."""
     tsyn, tst = ("none", "none") if test_intensity == "0" else ("distributional", "insertion")
-    stem = root / (f"results/metrics/tiny/syn/{objective}/none/augment-m1/none-0/seed1/test/unbiased/"
-                   f"{tsyn}/{tst}-{test_intensity}-exact")
+    stem = root / (
+        f"results/metrics/tiny/syn/{objective}/none/augment-m1/none-0/seed1/test/unbiased/"
+        f"{tsyn}/{tst}-{test_intensity}-exact"
+    )
     stem.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{stem}.json").write_text(json.dumps({"mauve": mauve, "run_ids": list(range(len(mauve))), "runs": len(mauve)}))
+    Path(f"{stem}.json").write_text(
+        json.dumps({"mauve": mauve, "run_ids": list(range(len(mauve))), "runs": len(mauve)})
+    )
     prompts, runs = np.meshgrid(np.arange(rouge.shape[0]), np.arange(rouge.shape[1]), indexing="ij")
-    pl.DataFrame({"prompt_id": prompts.ravel().astype(np.int64), "run": runs.ravel().astype(np.int64),
-                  "rouge1": rouge.ravel(), "rouge2": 0.5 * rouge.ravel(), "rougeL": 0.8 * rouge.ravel()}).write_parquet(
-        f"{stem}.prompts.parquet")
+    pl.DataFrame(
+        {
+            "prompt_id": prompts.ravel().astype(np.int64),
+            "run": runs.ravel().astype(np.int64),
+            "rouge1": rouge.ravel(),
+            "rouge2": 0.5 * rouge.ravel(),
+            "rougeL": 0.8 * rouge.ravel(),
+        }
+    ).write_parquet(f"{stem}.prompts.parquet")
     return str(Path(f"{stem}.json").relative_to(root))
 
 
@@ -70,7 +82,9 @@ def test_no_p_is_finer_than_the_swaps_resolve_and_too_few_prompts_are_not_testab
     few = permutation_mean_difference(np.full(5, 0.9), np.full(5, 0.1), Permutations(5, 2000, "x"))
     assert (few.p, few.untested, few.difference) == (None, "5 prompts", pytest.approx(0.8))
     assert few.low is not None  # the interval stays: it describes, it marks nothing
-    assert permutation_mean_difference(np.full(6, 0.9), np.full(6, 0.1), Permutations(6, 2000, "x")).p == pytest.approx(2 / 64)
+    assert permutation_mean_difference(np.full(6, 0.9), np.full(6, 0.1), Permutations(6, 2000, "x")).p == pytest.approx(
+        2 / 64
+    )
     with pytest.raises(ValueError, match=r"^permutation test: a non-finite per-prompt value; no estimate is made$"):
         permutation_mean_difference(np.array([np.nan, 0.1]), np.zeros(2), Permutations(2, 2000, "x"))
 
@@ -93,7 +107,9 @@ def test_a_null_study_the_size_of_the_papers_tables_has_no_false_marks_and_a_rea
     rng = np.random.default_rng(11)
     n, b = 60, resamples_for(PAPER_TABLE, RESAMPLES)
     differences = [rng.normal(0, 0.05, n) for _ in range(PAPER_TABLE - 1)] + [shifted(rng, n, 6.0)]
-    estimates = [permutation_mean_difference(d, np.zeros(n), Permutations(n, b, f"null{k}")) for k, d in enumerate(differences)]
+    estimates = [
+        permutation_mean_difference(d, np.zeros(n), Permutations(n, b, f"null{k}")) for k, d in enumerate(differences)
+    ]
     marked = [p < ALPHA for p in holm([e.p for e in estimates])]
     assert marked == [False] * (PAPER_TABLE - 1) + [True]
 
@@ -140,11 +156,19 @@ def test_runs_that_all_moved_by_the_same_amount_have_no_p_and_no_mark(tmp_path, 
 
     monkeypatch.chdir(tmp_path)
     rouge = np.random.default_rng(2).uniform(0.2, 0.5, (20, 3))
-    paths = [write_condition(tmp_path, "mle", rouge, list(runs - 0.3)),
-             write_condition(tmp_path, "mle", rouge + 0.01, list(runs - 0.25), test_intensity="0.025")]
+    paths = [
+        write_condition(tmp_path, "mle", rouge, list(runs - 0.3)),
+        write_condition(tmp_path, "mle", rouge + 0.01, list(runs - 0.25), test_intensity="0.025"),
+    ]
     frame = contrasts(paths, 0.025)
     mauve = frame.filter(pl.col("metric") == "mauve").row(0, named=True)
-    assert (mauve["a"], mauve["p"], mauve["p_holm"], mauve["low"], mauve["significant"]) == ("TestPerturb", None, None, None, False)
+    assert (mauve["a"], mauve["p"], mauve["p_holm"], mauve["low"], mauve["significant"]) == (
+        "TestPerturb",
+        None,
+        None,
+        None,
+        False,
+    )
     assert mauve["favours"] == "perturbation" and mauve["resamples"] is None and mauve["not_testable"] == "no spread"
     assert "| TestPerturb vs NoPerturb | +0.050 | not testable (no spread) |  |" in paired_section(frame)
 
@@ -172,15 +196,24 @@ def test_a_comparison_of_too_few_prompts_is_not_testable_and_leaves_holms_table(
     monkeypatch.chdir(tmp_path)
     rng = np.random.default_rng(8)
     base5, base6 = rng.uniform(0.2, 0.5, (5, 3)), rng.uniform(0.2, 0.5, (6, 3))
-    five = [write_condition(tmp_path, "mle", base5, [0.6, 0.7, 0.65]),
-            write_condition(tmp_path, "mle", base5 + 0.1, [0.61, 0.72, 0.64], test_intensity="0.025")]
+    five = [
+        write_condition(tmp_path, "mle", base5, [0.6, 0.7, 0.65]),
+        write_condition(tmp_path, "mle", base5 + 0.1, [0.61, 0.72, 0.64], test_intensity="0.025"),
+    ]
     rouge = contrasts(five, 0.025).filter(pl.col("metric") == "rouge1").row(0, named=True)
-    assert (rouge["p"], rouge["p_holm"], rouge["significant"], rouge["not_testable"]) == (None, None, False, "5 prompts")
+    assert (rouge["p"], rouge["p_holm"], rouge["significant"], rouge["not_testable"]) == (
+        None,
+        None,
+        False,
+        "5 prompts",
+    )
     assert rouge["difference"] == pytest.approx(0.1) and rouge["resamples"] == 32
     section = paired_section(contrasts(five, 0.025))
     assert "| not testable (5 prompts) |" in section and "all 32 swaps (exact)" in section
     (tmp_path / "results").rename(tmp_path / "five")
-    six = [write_condition(tmp_path, "mle", base6, [0.6, 0.7, 0.65]),
-           write_condition(tmp_path, "mle", base6 + 0.1, [0.61, 0.72, 0.64], test_intensity="0.025")]
+    six = [
+        write_condition(tmp_path, "mle", base6, [0.6, 0.7, 0.65]),
+        write_condition(tmp_path, "mle", base6 + 0.1, [0.61, 0.72, 0.64], test_intensity="0.025"),
+    ]
     rouge = contrasts(six, 0.025).filter(pl.col("metric") == "rouge1").row(0, named=True)
     assert rouge["p"] == pytest.approx(2 / 64) and rouge["significant"] and rouge["not_testable"] is None

@@ -31,7 +31,10 @@ def test_paired_t_is_scipys_paired_t_test_with_its_interval():
     interval = reference.confidence_interval(0.95)
     assert estimate.difference == pytest.approx(1.75) and estimate.n == 4 and estimate.untested is None
     assert estimate.p == pytest.approx(reference.pvalue, rel=1e-12)
-    assert (estimate.low, estimate.high) == (pytest.approx(interval.low, rel=1e-12), pytest.approx(interval.high, rel=1e-12))
+    assert (estimate.low, estimate.high) == (
+        pytest.approx(interval.low, rel=1e-12),
+        pytest.approx(interval.high, rel=1e-12),
+    )
     # by hand: sd 0.9574, se 0.4787, t(0.975, 3) = 3.1824
     assert estimate.high - estimate.difference == pytest.approx(3.182446 * np.sqrt(0.916667 / 4), rel=1e-5)
     narrow = paired_t(a, b, level=0.5)
@@ -55,7 +58,9 @@ def test_the_rounding_margin_is_eight_machine_epsilons():
     """d = 0, 0, k eps has sd k eps / sqrt(3): no spread up to 8 eps (k = 13), a t-test from just above (k = 14)."""
     assert paired_t([1.0, 1.0, 1.0 + 13 * EPS], [1.0, 1.0, 1.0]).untested == "no spread"
     tested = paired_t([1.0, 1.0, 1.0 + 14 * EPS], [1.0, 1.0, 1.0])
-    assert tested.untested is None and tested.p == pytest.approx(stats.ttest_rel([0.0, 0.0, 14 * EPS], [0.0] * 3).pvalue)
+    assert tested.untested is None and tested.p == pytest.approx(
+        stats.ttest_rel([0.0, 0.0, 14 * EPS], [0.0] * 3).pvalue
+    )
 
 
 def test_integer_runs_give_the_same_estimate_as_floats():
@@ -77,13 +82,19 @@ def test_three_prompts_give_the_perplexity_difference_and_its_interval_but_no_p(
     ppl_a, ppl_b = np.exp(9 / 4), np.exp(2.0)
     influence = ppl_a * (na - 9 / 4 * ta) / ta.mean() - ppl_b * (nb - 2.0 * tb) / tb.mean()
     half = stats.t.ppf(0.975, 2) * influence.std(ddof=1) / np.sqrt(3)
-    assert estimate == Estimate(pytest.approx(ppl_a - ppl_b), pytest.approx(ppl_a - ppl_b - half),
-                                pytest.approx(ppl_a - ppl_b + half), None, 3, "3 prompts")
+    assert estimate == Estimate(
+        pytest.approx(ppl_a - ppl_b),
+        pytest.approx(ppl_a - ppl_b - half),
+        pytest.approx(ppl_a - ppl_b + half),
+        None,
+        3,
+        "3 prompts",
+    )
 
 
 def test_one_prompt_has_no_interval():
     estimate = permutation_perplexity_difference([2.0], [1.0], [1.0], [1.0], Permutations(1, 2000, "one"))
-    assert estimate == Estimate(pytest.approx(np.e ** 2 - np.e), None, None, None, 1, "1 prompt")
+    assert estimate == Estimate(pytest.approx(np.e**2 - np.e), None, None, None, 1, "1 prompt")
 
 
 def test_integer_token_counts_give_the_same_perplexity_difference():
@@ -145,7 +156,7 @@ def test_a_test_whose_smallest_p_is_the_level_is_run():
 
 def _reached(masks):
     """A statistic whose observed value is 1 and whose swap reaches it exactly where prompt 0 is not swapped."""
-    return (1.0 - masks[:, :1])
+    return 1.0 - masks[:, :1]
 
 
 def test_the_sequential_p_stops_at_the_draw_that_makes_stop_after():

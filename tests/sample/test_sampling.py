@@ -35,9 +35,15 @@ class LastTokenModel(torch.nn.Module):
         super().__init__()
         self.dummy = torch.nn.Parameter(torch.zeros(1))
 
-    def forward(self, input_ids, attention_mask, position_ids=None, past_key_values=None, use_cache=False, logits_to_keep=0):
+    def forward(
+        self, input_ids, attention_mask, position_ids=None, past_key_values=None, use_cache=False, logits_to_keep=0
+    ):
         # The law at each position is that of the last real token up to it (masked slots repeat the previous one).
-        idx = torch.where(attention_mask[:, -input_ids.shape[1]:] > 0, torch.arange(input_ids.shape[1]), -1).cummax(1).values
+        idx = (
+            torch.where(attention_mask[:, -input_ids.shape[1] :] > 0, torch.arange(input_ids.shape[1]), -1)
+            .cummax(1)
+            .values
+        )
         last = input_ids.gather(1, idx.clamp(min=0))
         if past_key_values is not None:
             last = torch.where(idx >= 0, last, past_key_values[:, None])
@@ -49,8 +55,18 @@ def first_tokens(sampler, prompt, strategy, alpha, n=6000):
     values = torch.tensor(prompt * n)
     offsets = torch.arange(0, len(prompt) * n + 1, len(prompt))
     keys = torch.arange(n) * 7 + 11
-    out = sampler(LastTokenModel(), values, offsets, keys, 1, {"strategy": strategy, "intensity": alpha}, TABLE.to("cpu"),
-                  [SPECIAL], SPECIAL, [SPECIAL])
+    out = sampler(
+        LastTokenModel(),
+        values,
+        offsets,
+        keys,
+        1,
+        {"strategy": strategy, "intensity": alpha},
+        TABLE.to("cpu"),
+        [SPECIAL],
+        SPECIAL,
+        [SPECIAL],
+    )
     return np.bincount(out[:, 0].numpy(), minlength=V)
 
 
@@ -94,14 +110,26 @@ def test_draw_is_inverse_cdf_and_respects_every_decoder():
     assert set(draw(logits, u, {"typical_p": 0.5}).tolist()) == {1, 2}
     # A low temperature sharpens towards the mode; a high one flattens towards uniform.
     cold, hot = decoded_probs(logits[:1], {"temperature": 0.25})[0], decoded_probs(logits[:1], {"temperature": 4.0})[0]
-    assert cold[3] > 0.6 and (hot.max() - hot.min()) < 0.1 and torch.isclose(cold.sum(), torch.tensor(1.0, dtype=torch.float64))
+    assert (
+        cold[3] > 0.6
+        and (hot.max() - hot.min()) < 0.1
+        and torch.isclose(cold.sum(), torch.tensor(1.0, dtype=torch.float64))
+    )
 
 
 def test_neutral_decoder_settings_draw_what_unbiased_draws(tiny_lm):
     """At temperature 1, top_p 1, top_k 0 and typical_p 1 are the law itself: the same samples as `unbiased`."""
     model, tokenizer, table = tiny_lm
-    args = (model, tokenizer, [" the cat", " a dog"], np.array([3, 8]), 4, 6, {"strategy": "insertion", "intensity": 0.3},
-            table)
+    args = (
+        model,
+        tokenizer,
+        [" the cat", " a dog"],
+        np.array([3, 8]),
+        4,
+        6,
+        {"strategy": "insertion", "intensity": 0.3},
+        table,
+    )
     unbiased = generate(*args, seed=2)["continuation_ids"]
     neutral = generate(*args, seed=2, decoder={"temperature": 1.0, "top_p": 1.0, "top_k": 0, "typical_p": 1.0})
     np.testing.assert_array_equal(unbiased, neutral["continuation_ids"])
@@ -118,7 +146,9 @@ def tiny_lm():
     texts = [" the cat sat on the mat .", " a dog ran in the park .", " the bird sang a song ."] * 20
     tokenizer = train_bpe(texts, 280, min_frequency=1)
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_layer=1, n_head=2, n_embd=16, n_positions=64)).eval()
+    model = GPT2LMHeadModel(
+        GPT2Config(vocab_size=len(tokenizer), n_layer=1, n_head=2, n_embd=16, n_positions=64)
+    ).eval()
     table = SynonymTable.uniform(len(tokenizer), tokenizer.all_special_ids)
     return model, tokenizer, table
 
@@ -126,12 +156,31 @@ def tiny_lm():
 def test_intensity_zero_is_plain_ancestral_sampling(tiny_lm):
     model, tokenizer, table = tiny_lm
     runs = 3000
-    ours = generate(model, tokenizer, [" the cat"], np.array([0]), runs, 2, {"strategy": "insertion", "intensity": 0.0}, table,
-                    seed=5, batch_size=1000)["continuation_ids"]
+    ours = generate(
+        model,
+        tokenizer,
+        [" the cat"],
+        np.array([0]),
+        runs,
+        2,
+        {"strategy": "insertion", "intensity": 0.0},
+        table,
+        seed=5,
+        batch_size=1000,
+    )["continuation_ids"]
     torch.manual_seed(5)
     ids = torch.tensor([tokenizer(" the cat")["input_ids"]] * runs)
-    hf = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, top_k=0, top_p=1.0, temperature=1.0,
-                        max_new_tokens=2, min_new_tokens=2, pad_token_id=tokenizer.pad_token_id)[:, -2:].numpy()
+    hf = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=True,
+        top_k=0,
+        top_p=1.0,
+        temperature=1.0,
+        max_new_tokens=2,
+        min_new_tokens=2,
+        pad_token_id=tokenizer.pad_token_id,
+    )[:, -2:].numpy()
     for step in range(2):  # the same marginal law at each step
         a = np.bincount(ours[:, step], minlength=len(tokenizer))
         b = np.bincount(hf[:, step], minlength=len(tokenizer))
@@ -144,7 +193,18 @@ def test_intensity_zero_is_plain_ancestral_sampling(tiny_lm):
 def test_samples_do_not_depend_on_batch_size(tiny_lm, mode, strategy):
     model, tokenizer, table = tiny_lm
     prompts = [" the cat sat", " a dog", " the bird sang a song ."]
-    args = (model, tokenizer, prompts, np.array([10, 11, 12]), 4, 12, {"strategy": strategy, "intensity": 0.3}, table, 9, mode)
+    args = (
+        model,
+        tokenizer,
+        prompts,
+        np.array([10, 11, 12]),
+        4,
+        12,
+        {"strategy": strategy, "intensity": 0.3},
+        table,
+        9,
+        mode,
+    )
     small, big = generate(*args, batch_size=2), generate(*args, batch_size=12)
     order_small = np.lexsort((small["prompt_id"], small["run"]))
     order_big = np.lexsort((big["prompt_id"], big["run"]))
@@ -156,7 +216,17 @@ def test_samples_do_not_depend_on_batch_size(tiny_lm, mode, strategy):
 
 def test_cached_and_exact_agree_at_intensity_zero(tiny_lm):
     model, tokenizer, table = tiny_lm
-    args = (model, tokenizer, [" the cat", " a dog ran"], np.array([0, 1]), 3, 10, {"strategy": "insertion", "intensity": 0.0}, table, 2)
+    args = (
+        model,
+        tokenizer,
+        [" the cat", " a dog ran"],
+        np.array([0, 1]),
+        3,
+        10,
+        {"strategy": "insertion", "intensity": 0.0},
+        table,
+        2,
+    )
     assert np.array_equal(generate(*args, "exact")["continuation_ids"], generate(*args, "cached")["continuation_ids"])
 
 
@@ -192,13 +262,26 @@ def family_lm():
 
 
 def sample_zero(model, tokenizer, prompts, mode, new_tokens, decoder=None, batch_size=5):
-    return generate(model, tokenizer, prompts, np.arange(len(prompts)) * 10, 3, new_tokens,
-                    {"strategy": "insertion", "intensity": 0.0}, None, 7, mode, batch_size, decoder)
+    return generate(
+        model,
+        tokenizer,
+        prompts,
+        np.arange(len(prompts)) * 10,
+        3,
+        new_tokens,
+        {"strategy": "insertion", "intensity": 0.0},
+        None,
+        7,
+        mode,
+        batch_size,
+        decoder,
+    )
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
-@pytest.mark.parametrize("decoder", [{}, {"top_k": 5}, {"temperature": 0.7, "top_k": 20}, {"top_p": 0.8},
-                                     {"typical_p": 0.9}])
+@pytest.mark.parametrize(
+    "decoder", [{}, {"top_k": 5}, {"temperature": 0.7, "top_k": 20}, {"top_p": 0.8}, {"typical_p": 0.9}]
+)
 def test_intensity_zero_samples_with_a_cache_and_mostly_the_uncached_tokens(family_lm, family, decoder, monkeypatch):
     """Both modes, every decoder (top-p and typical included), run intensity 0 through sample_ancestral: the prompts
     once, then one token fed per drawn token. With the cache switched off, exact mode recomputes the whole left-padded
@@ -211,8 +294,9 @@ def test_intensity_zero_samples_with_a_cache_and_mostly_the_uncached_tokens(fami
     forwards, calls = ForwardWidths(model), []
     monkeypatch.setattr(model, "forward", forwards)
     ancestral = loops.sample_ancestral
-    monkeypatch.setattr(sampler, "sample_ancestral",
-                        lambda *args, **kwargs: calls.append(1) or ancestral(*args, **kwargs))
+    monkeypatch.setattr(
+        sampler, "sample_ancestral", lambda *args, **kwargs: calls.append(1) or ancestral(*args, **kwargs)
+    )
     cached = {mode: sample_zero(model, tokenizer, prompts, mode, new_tokens, decoder) for mode in ("exact", "cached")}
     assert len(calls) == 2 * 3  # 2 modes x 3 batches
     assert sorted(set(forwards.widths)) == [1, *sorted({w for w in forwards.widths if w > 1})]
@@ -236,8 +320,9 @@ def test_intensity_zero_gives_the_same_samples_for_the_same_seed_only(family_lm)
     built, prompts = family_lm
     model, tokenizer = built["gpt2"]
     zero = {"strategy": "insertion", "intensity": 0.0}
-    first, again, other = (generate(model, tokenizer, prompts, np.arange(4), 3, 12, zero, None, seed, "exact", 5)
-                           for seed in (4, 4, 5))
+    first, again, other = (
+        generate(model, tokenizer, prompts, np.arange(4), 3, 12, zero, None, seed, "exact", 5) for seed in (4, 4, 5)
+    )
     for column in ("prompt_id", "run", "continuation_ids"):
         np.testing.assert_array_equal(first[column], again[column])
     assert (first["continuation_ids"] != other["continuation_ids"]).mean() > 0.5
@@ -276,8 +361,20 @@ def test_intensity_zero_draws_follow_the_models_law(family_lm):
         second = first @ law(model(input_ids=then).logits[:, -1])
 
     def draws(decoder: dict) -> np.ndarray:
-        return generate(model, tokenizer, [prompts[1]], np.array([0]), 20_000, 2, {"strategy": "insertion",
-                        "intensity": 0.0}, None, 11, "exact", 5000, decoder)["continuation_ids"]
+        return generate(
+            model,
+            tokenizer,
+            [prompts[1]],
+            np.array([0]),
+            20_000,
+            2,
+            {"strategy": "insertion", "intensity": 0.0},
+            None,
+            11,
+            "exact",
+            5000,
+            decoder,
+        )["continuation_ids"]
 
     ours, cold = draws({}), draws({"temperature": 0.5})
     for step, expected in enumerate((first, second)):
@@ -304,7 +401,9 @@ def test_intensity_zero_beyond_the_context_keeps_the_uncached_sampler(family_lm,
     assert loops.cache_fits(model, longest, fits) and not loops.cache_fits(model, longest, fits + 1)
     calls = []
     ancestral = loops.sample_ancestral
-    monkeypatch.setattr(sampler, "sample_ancestral", lambda *args, **kwargs: calls.append(1) or ancestral(*args, **kwargs))
+    monkeypatch.setattr(
+        sampler, "sample_ancestral", lambda *args, **kwargs: calls.append(1) or ancestral(*args, **kwargs)
+    )
     at_context = sample_zero(model, tokenizer, prompts, "exact", fits)
     assert len(calls) == 2  # two batches of 5 (prompt, run) rows
     beyond = sample_zero(model, tokenizer, prompts, "exact", fits + 1)
@@ -329,8 +428,10 @@ def test_in_place_gelu_new_is_transformers_gelu_new_bit_for_bit(dtype):
     x = torch.cat([x, torch.tensor([0.0, -0.0, 1e-40, -1e-40, 3e38, -3e38, float("inf"), float("-inf"), float("nan")])])
     x = x.to(dtype)
     expected = NewGELUActivation()(x)
-    assert torch.equal(gelu_new_in_place(x).view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
-                       expected.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))  # NaNs bit for bit too
+    assert torch.equal(
+        gelu_new_in_place(x).view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+        expected.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+    )  # NaNs bit for bit too
     from transformers import GPT2Config, GPT2LMHeadModel
 
     model = use_in_place_activations(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)).eval())

@@ -74,7 +74,7 @@ def test_synonym_sets_match_the_definition(perturbation_case):
     k = 0
     for s in range(50):
         for t in range(1, x.shape[1] - 1):
-            got = set(candidates[offsets[k]:offsets[k + 1]].tolist())
+            got = set(candidates[offsets[k] : offsets[k + 1]].tolist())
             assert got == synonym_set(M, x[s, t - 1], x[s, t + 1])
             k += 1
 
@@ -141,14 +141,15 @@ def test_batched_training_equals_training_each_replication_alone(masks, unit):
     units, per_unit = (120, 1) if unit == "pairs" else (20, 6)
     cond = rng.integers(V, size=(3, units, per_unit))
     target = rng.integers(V, size=(3, units, per_unit))
-    settings = ModelSettings(embedding_dim=8, hidden_dim=6, batch_size=50 if unit == "pairs" else 8, epochs=3,
-                             dropout_masks=masks)
+    settings = ModelSettings(
+        embedding_dim=8, hidden_dim=6, batch_size=50 if unit == "pairs" else 8, epochs=3, dropout_masks=masks
+    )
     init = [np.random.SeedSequence([1, b]) for b in range(3)]
     train = [np.random.SeedSequence([2, b]) for b in range(3)]
     together = train_bigrams(cond, target, V, settings, init, train)
     assert together.shape == (3, V, V) and np.allclose(together.sum(-1), 1.0)
     for b in range(3):
-        alone = train_bigrams(cond[b:b + 1], target[b:b + 1], V, settings, init[b:b + 1], train[b:b + 1])[0]
+        alone = train_bigrams(cond[b : b + 1], target[b : b + 1], V, settings, init[b : b + 1], train[b : b + 1])[0]
         # Batched matrix products may sum in another order: equal up to float32 rounding.
         np.testing.assert_allclose(together[b], alone, rtol=0, atol=1e-6)
     assert not np.allclose(together[0], together[1], atol=1e-3)  # different seeds and data: different fits
@@ -177,10 +178,21 @@ def test_empty_reading_a_is_flagged_not_a_number(tmp_path):
     rows = []
     for rep in range(3):
         for alpha in (0.0, 0.5):
-            rows.append({"vocab_size": 3, "replication": rep, "synonyms": "none" if alpha == 0 else "oracle",
-                         "intensity": alpha, "n_eligible": 4, "n_replaced": 2, "n_changed": 1,
-                         "n_unseen_rows_perturbed": 0, "mean_synonyms": 1.0, **r,
-                         "mae_unseen_pairs": 0.1 + 0.01 * rep - 0.02 * alpha})
+            rows.append(
+                {
+                    "vocab_size": 3,
+                    "replication": rep,
+                    "synonyms": "none" if alpha == 0 else "oracle",
+                    "intensity": alpha,
+                    "n_eligible": 4,
+                    "n_replaced": 2,
+                    "n_changed": 1,
+                    "n_unseen_rows_perturbed": 0,
+                    "mean_synonyms": 1.0,
+                    **r,
+                    "mae_unseen_pairs": 0.1 + 0.01 * rep - 0.02 * alpha,
+                }
+            )
     summary = summarize(results_table(expand_baseline(rows, ["oracle"])))
     top = summary.filter(pl.col("intensity") == 0.5).row(0, named=True)
     assert top["mae_unseen_rows_mean"] is None and top["n_unseen_rows_reps"] == 0
@@ -198,10 +210,25 @@ def readings_summary(rules: list[str]) -> pl.DataFrame:
     """A summary over two vocabulary sizes with both readings non-empty, one line per synonym rule."""
     M = np.full((3, 3), 1 / 3)
     r = mae_readings(M, M, np.array([[0, 1, 0, 1]]))  # token 2 never conditions: reading (a) has a row
-    rows = [{"vocab_size": V, "replication": rep, "synonyms": "none" if alpha == 0 else rule, "intensity": alpha,
-             "n_eligible": 4, "n_replaced": 2, "n_changed": 1, "n_unseen_rows_perturbed": 1, "mean_synonyms": 1.0,
-             **r, "mae_unseen_pairs": 0.1 + 0.01 * rep - 0.02 * alpha}
-            for V in (3, 4) for rep in range(3) for rule in rules for alpha in (0.0, 0.5)]
+    rows = [
+        {
+            "vocab_size": V,
+            "replication": rep,
+            "synonyms": "none" if alpha == 0 else rule,
+            "intensity": alpha,
+            "n_eligible": 4,
+            "n_replaced": 2,
+            "n_changed": 1,
+            "n_unseen_rows_perturbed": 1,
+            "mean_synonyms": 1.0,
+            **r,
+            "mae_unseen_pairs": 0.1 + 0.01 * rep - 0.02 * alpha,
+        }
+        for V in (3, 4)
+        for rep in range(3)
+        for rule in rules
+        for alpha in (0.0, 0.5)
+    ]
     return summarize(results_table(expand_baseline(rows, rules)))
 
 
@@ -224,10 +251,16 @@ def test_figure_tells_the_rules_apart_by_colour_and_dashes(monkeypatch):
         cues = [(to_hex(line.get_color()), line._unscaled_dash_pattern) for line in lines]
         assert len(set(cues)) == len(cues) == 3  # oracle, empirical, uniform
         colours = {c.get_label(): to_hex(c.lines[0].get_color()) for c in ax.containers}  # errorbars: the rules
-        colours |= {line.get_label(): to_hex(line.get_color()) for line in lines if not line.get_label().startswith("_")}
-        assert colours["oracle"] == to_hex(line_style(0)["color"]) and colours["empirical"] == to_hex(line_style(1)["color"])
+        colours |= {
+            line.get_label(): to_hex(line.get_color()) for line in lines if not line.get_label().startswith("_")
+        }
+        assert colours["oracle"] == to_hex(line_style(0)["color"]) and colours["empirical"] == to_hex(
+            line_style(1)["color"]
+        )
         assert colours["uniform 1/|V|"] not in {to_hex(c) for c in PALETTE}
-    assert {to_hex(c.lines[0].get_color()) for ax in alone.axes for c in ax.containers} == {to_hex(line_style(1)["color"])}
+    assert {to_hex(c.lines[0].get_color()) for ax in alone.axes for c in ax.containers} == {
+        to_hex(line_style(1)["color"])
+    }
 
 
 def test_schema_requires_the_baseline_intensity():
@@ -240,16 +273,28 @@ def test_schema_requires_the_baseline_intensity():
         check_schema(config)
 
 
-SIM_TARGETS = ["results/simulation/summary.csv", "results/simulation/summary.md", "results/simulation/figure.png",
-               "results/simulation/figure.pdf"]
+SIM_TARGETS = [
+    "results/simulation/summary.csv",
+    "results/simulation/summary.md",
+    "results/simulation/figure.png",
+    "results/simulation/figure.pdf",
+]
 
 
 @pytest.mark.workflow
 def test_simulation_rules_run_and_are_reproducible(workdir):
     config = tiny_config()
-    config["simulation"] = {"enabled": True, "vocab_sizes": [6, 80], "intensities": [0, 0.5], "replications": 3,
-                            "n_sequences": 20, "seq_len": 6, "epochs": 2, "batch_size": 50,
-                            "synonyms": ["oracle", "empirical"]}
+    config["simulation"] = {
+        "enabled": True,
+        "vocab_sizes": [6, 80],
+        "intensities": [0, 0.5],
+        "replications": 3,
+        "n_sequences": 20,
+        "seq_len": 6,
+        "epochs": 2,
+        "batch_size": 50,
+        "synonyms": ["oracle", "empirical"],
+    }
     write_config(workdir, config)
     first = snakemake(workdir, *SIM_TARGETS)
     assert first.returncode == 0, first.stderr

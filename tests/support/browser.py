@@ -57,15 +57,22 @@ def check_report(html: Path, categories=CATEGORIES, settle_s: float = 1.0, scree
         raise FileNotFoundError("no chromium on PATH (Debian: apt-get install chromium)")
     problems: list[str] = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=binary,
-                                             args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        browser = playwright.chromium.launch(
+            executable_path=binary, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+        )
         try:
             page = browser.new_page()
             page.on("pageerror", lambda error: problems.append(f"uncaught: {error.name}: {error.message}"))
-            page.on("console", lambda message: problems.append(f"console.error: {message.text}")
-                    if message.type in ("error", "assert") else None)
-            page.on("requestfailed", lambda request: problems.append(f"request failed: {request.url[:200]} "
-                                                                     f"({request.failure})"))
+            page.on(
+                "console",
+                lambda message: (
+                    problems.append(f"console.error: {message.text}") if message.type in ("error", "assert") else None
+                ),
+            )
+            page.on(
+                "requestfailed",
+                lambda request: problems.append(f"request failed: {request.url[:200]} ({request.failure})"),
+            )
             page.goto(Path(html).resolve().as_uri(), wait_until="load", timeout=120_000)
             page.wait_for_timeout(settle_s * 1000)  # the app renders after the load event
             found = json.loads(page.evaluate(PROBE))
@@ -80,10 +87,13 @@ def check_report(html: Path, categories=CATEGORIES, settle_s: float = 1.0, scree
             problems.append(f"category {name!r} is missing from the report")
         elif name not in found["rendered"]:
             problems.append(f"category {name!r} was not rendered by the report's app")
-    problems += [f"caption of {path} has a docutils system message (broken reStructuredText)"
-                 for path in found["systemMessages"]]
-    problems += [f"caption of {path} starts with punctuation: a template value in it rendered empty"
-                 for path in found["emptyStarts"]]
+    problems += [
+        f"caption of {path} has a docutils system message (broken reStructuredText)" for path in found["systemMessages"]
+    ]
+    problems += [
+        f"caption of {path} starts with punctuation: a template value in it rendered empty"
+        for path in found["emptyStarts"]
+    ]
     problems += [f"image {path} does not decode" for path in found["brokenImages"]]
     if not found["images"]:
         problems.append("the report holds no image")
@@ -93,8 +103,9 @@ def check_report(html: Path, categories=CATEGORIES, settle_s: float = 1.0, scree
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("html", type=Path)
-    parser.add_argument("--category", action="append", help="a category the report must show (default: "
-                        + ", ".join(CATEGORIES) + ")")
+    parser.add_argument(
+        "--category", action="append", help="a category the report must show (default: " + ", ".join(CATEGORIES) + ")"
+    )
     parser.add_argument("--screenshot", type=Path, help="save a PNG of the report's first page here")
     args = parser.parse_args()
     problems = check_report(args.html, tuple(args.category or CATEGORIES), screenshot=args.screenshot)

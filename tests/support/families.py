@@ -37,8 +37,9 @@ def learn_byte_level_bpe(texts: list[str], vocab_size: int, special_tokens: list
     from tokenizers import ByteLevelBPETokenizer
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=special_tokens,
-                            show_progress=False)
+    bpe.train_from_iterator(
+        texts, vocab_size=vocab_size, min_frequency=2, special_tokens=special_tokens, show_progress=False
+    )
     return _vocab_and_merges(bpe._tokenizer)
 
 
@@ -49,8 +50,12 @@ def learn_sentencepiece_bpe(texts: list[str], vocab_size: int, special_tokens: l
     tokenizer = Tokenizer(models.BPE(unk_token=special_tokens[0], byte_fallback=True, fuse_unk=True))
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
     byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size + len(byte_tokens), min_frequency=2,
-                                  special_tokens=special_tokens + byte_tokens, show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size + len(byte_tokens),
+        min_frequency=2,
+        special_tokens=special_tokens + byte_tokens,
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(texts, trainer)
     return _vocab_and_merges(tokenizer)
 
@@ -70,8 +75,15 @@ def make_tokenizer(family: str, texts: list[str], vocab_size: int = 300):
         return GPT2Tokenizer(vocab=vocab, merges=merges)
     if family == "opt":
         vocab, merges = learn_byte_level_bpe(texts, vocab_size, ["<s>", "<pad>", "</s>", "<unk>"])
-        return GPT2Tokenizer(vocab=vocab, merges=merges, bos_token="</s>", eos_token="</s>", unk_token="</s>",
-                             pad_token="<pad>", add_bos_token=True)
+        return GPT2Tokenizer(
+            vocab=vocab,
+            merges=merges,
+            bos_token="</s>",
+            eos_token="</s>",
+            unk_token="</s>",
+            pad_token="<pad>",
+            add_bos_token=True,
+        )
     if family == "llama":
         vocab, merges = learn_sentencepiece_bpe(texts, vocab_size, ["<unk>", "<s>", "</s>"])
         return LlamaTokenizer(vocab=vocab, merges=merges, add_bos_token=True)
@@ -88,27 +100,82 @@ def make_config(family: str, tokenizer):
     vocab = len(tokenizer)
     ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
     if family == "gpt2":
-        return GPT2Config(vocab_size=vocab, n_positions=POSITIONS, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
-                          embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=INIT_STD, **ids)
+        return GPT2Config(
+            vocab_size=vocab,
+            n_positions=POSITIONS,
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            initializer_range=INIT_STD,
+            **ids,
+        )
     if family == "opt":
-        return OPTConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, ffn_dim=64,
-                         max_position_embeddings=POSITIONS, word_embed_proj_dim=32, do_layer_norm_before=True,
-                         dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, layerdrop=0.0,
-                         init_std=INIT_STD, pad_token_id=tokenizer.pad_token_id, **ids)
+        return OPTConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            ffn_dim=64,
+            max_position_embeddings=POSITIONS,
+            word_embed_proj_dim=32,
+            do_layer_norm_before=True,
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            layerdrop=0.0,
+            init_std=INIT_STD,
+            pad_token_id=tokenizer.pad_token_id,
+            **ids,
+        )
     if family == "gpt-neo":
-        return GPTNeoConfig(vocab_size=vocab, max_position_embeddings=POSITIONS, hidden_size=32, num_layers=2,
-                            num_heads=2, attention_types=[[["global", "local"], 1]], window_size=LOCAL_WINDOW,
-                            intermediate_size=64, embed_dropout=0.0, attention_dropout=0.0, resid_dropout=0.0,
-                            initializer_range=INIT_STD, **ids)
+        return GPTNeoConfig(
+            vocab_size=vocab,
+            max_position_embeddings=POSITIONS,
+            hidden_size=32,
+            num_layers=2,
+            num_heads=2,
+            attention_types=[[["global", "local"], 1]],
+            window_size=LOCAL_WINDOW,
+            intermediate_size=64,
+            embed_dropout=0.0,
+            attention_dropout=0.0,
+            resid_dropout=0.0,
+            initializer_range=INIT_STD,
+            **ids,
+        )
     if family == "llama":
-        return LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=POSITIONS,
-                           tie_word_embeddings=False, attention_dropout=0.0, initializer_range=INIT_STD, **ids)
+        return LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=POSITIONS,
+            tie_word_embeddings=False,
+            attention_dropout=0.0,
+            initializer_range=INIT_STD,
+            **ids,
+        )
     if family == "gpt-neox":
-        return GPTNeoXConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                             intermediate_size=64, rotary_pct=0.25, max_position_embeddings=POSITIONS,
-                             tie_word_embeddings=False, use_parallel_residual=True, hidden_dropout=0.0,
-                             attention_dropout=0.0, initializer_range=INIT_STD, **ids)
+        return GPTNeoXConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            rotary_pct=0.25,
+            max_position_embeddings=POSITIONS,
+            tie_word_embeddings=False,
+            use_parallel_residual=True,
+            hidden_dropout=0.0,
+            attention_dropout=0.0,
+            initializer_range=INIT_STD,
+            **ids,
+        )
     raise ValueError(f"unknown family {family!r}; one of {FAMILIES}")
 
 

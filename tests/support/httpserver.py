@@ -27,8 +27,17 @@ SEND_CHUNK = 64 * 1024
 class Server:
     """The running server: its URL, the requests it saw, and the behaviour it was asked to show."""
 
-    def __init__(self, files: dict[str, bytes], *, range_support: bool, drop_first: set[str],
-                 drop_always: set[str], fail_first: dict[str, int], fail_always: dict[str, int], port: int = 0) -> None:
+    def __init__(
+        self,
+        files: dict[str, bytes],
+        *,
+        range_support: bool,
+        drop_first: set[str],
+        drop_always: set[str],
+        fail_first: dict[str, int],
+        fail_always: dict[str, int],
+        port: int = 0,
+    ) -> None:
         self.files = files
         self.range_support = range_support
         self.drop_first = set(drop_first)
@@ -42,8 +51,9 @@ class Server:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), name="test-httpserver",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, args=(0.05,), name="test-httpserver", daemon=True
+        )
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}/{path.lstrip('/')}"
@@ -141,8 +151,8 @@ class FileHandler(BaseHTTPRequestHandler):
     def send_body(self, body: memoryview, record: dict) -> None:
         try:
             for offset in range(0, len(body), SEND_CHUNK):
-                self.wfile.write(body[offset:offset + SEND_CHUNK])
-                record["sent"] += len(body[offset:offset + SEND_CHUNK])
+                self.wfile.write(body[offset : offset + SEND_CHUNK])
+                record["sent"] += len(body[offset : offset + SEND_CHUNK])
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
@@ -165,21 +175,34 @@ def parse_range(header: str, size: int) -> tuple[int, int] | str | None:
 
 
 @contextlib.contextmanager
-def serve(files: dict[str, bytes], *, range_support: bool = True, drop_first: set[str] = frozenset(),
-          drop_always: set[str] = frozenset(), fail_first: dict[str, int] | None = None,
-          fail_always: dict[str, int] | None = None, port: int = 0) -> Iterator[Server]:
+def serve(
+    files: dict[str, bytes],
+    *,
+    range_support: bool = True,
+    drop_first: set[str] = frozenset(),
+    drop_always: set[str] = frozenset(),
+    fail_first: dict[str, int] | None = None,
+    fail_always: dict[str, int] | None = None,
+    port: int = 0,
+) -> Iterator[Server]:
     """Serve `files` (path -> body) on a loopback port (`port`; 0 = a free one) until the block ends.
 
     drop_first / drop_always: paths whose first (every) GET sends the full Content-Length but half the body.
     fail_first / fail_always: path -> HTTP status answered on the first (every) request for it.
     """
+
     def rooted(path: str) -> str:
         return "/" + path.lstrip("/")
 
-    server = Server({rooted(p): body for p, body in files.items()}, range_support=range_support,
-                    drop_first={rooted(p) for p in drop_first}, drop_always={rooted(p) for p in drop_always},
-                    fail_first={rooted(p): s for p, s in (fail_first or {}).items()},
-                    fail_always={rooted(p): s for p, s in (fail_always or {}).items()}, port=port)
+    server = Server(
+        {rooted(p): body for p, body in files.items()},
+        range_support=range_support,
+        drop_first={rooted(p) for p in drop_first},
+        drop_always={rooted(p) for p in drop_always},
+        fail_first={rooted(p): s for p, s in (fail_first or {}).items()},
+        fail_always={rooted(p): s for p, s in (fail_always or {}).items()},
+        port=port,
+    )
     server.thread.start()
     try:
         yield server

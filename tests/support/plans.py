@@ -30,8 +30,9 @@ def planned_jobs(output: str) -> list[PlannedJob]:
             continue
         outputs = re.search(r"^\s+output: (.*)$", block, flags=re.MULTILINE)
         reason = re.search(r"^\s+reason: (.*)$", block, flags=re.MULTILINE)
-        jobs.append(PlannedJob(rule[1], tuple(outputs[1].split(", ")) if outputs else (),
-                               reason[1] if reason else "", block))
+        jobs.append(
+            PlannedJob(rule[1], tuple(outputs[1].split(", ")) if outputs else (), reason[1] if reason else "", block)
+        )
     return jobs
 
 

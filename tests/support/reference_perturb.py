@@ -8,8 +8,14 @@ from __future__ import annotations
 import random
 
 
-def perturb_loop(sequences: list[list[int]], strategy: str, intensity: float, candidates: dict[int, tuple[list[int], list[float]]],
-                 rng: random.Random, special: set[int] = frozenset()) -> list[list[int]]:
+def perturb_loop(
+    sequences: list[list[int]],
+    strategy: str,
+    intensity: float,
+    candidates: dict[int, tuple[list[int], list[float]]],
+    rng: random.Random,
+    special: set[int] = frozenset(),
+) -> list[list[int]]:
     out = []
     for seq in sequences:
         selected = []

@@ -42,8 +42,18 @@ def main() -> int:
     served = build(workdir / "standins")
     print(f"rehearsal: stand-ins in {workdir / 'standins'} ({time.monotonic() - start:.1f} s)", flush=True)
     extra = ["--keep-going"] if args.keep_going else []
-    return run_served_study("rehearsal", workdir, CONFIGS, served, PORT, ["--cores", args.cores, *extra, *snakemake_args],
-                            "tests/workflow/test_rehearsal.py", "PERTURBED_LM_REHEARSAL", start, warm=not args.cold)
+    return run_served_study(
+        "rehearsal",
+        workdir,
+        CONFIGS,
+        served,
+        PORT,
+        ["--cores", args.cores, *extra, *snakemake_args],
+        "tests/workflow/test_rehearsal.py",
+        "PERTURBED_LM_REHEARSAL",
+        start,
+        warm=not args.cold,
+    )
 
 
 if __name__ == "__main__":

@@ -26,11 +26,24 @@ def finite(value) -> bool:
     return value is not None and math.isfinite(float(value))
 
 
-def condition_rows(metrics: pl.DataFrame, model: str, objective: str, eval_set: str, strategy: str | None,
-                   intensity: float, *, train: bool = True, test: bool = True) -> pl.DataFrame:
+def condition_rows(
+    metrics: pl.DataFrame,
+    model: str,
+    objective: str,
+    eval_set: str,
+    strategy: str | None,
+    intensity: float,
+    *,
+    train: bool = True,
+    test: bool = True,
+) -> pl.DataFrame:
     """The unbiased-decoder rows of one cell: `strategy` at `intensity` at training and/or sampling (0: none)."""
-    rows = metrics.filter((pl.col("model") == model) & (pl.col("objective") == objective)
-                          & (pl.col("eval_set") == eval_set) & (pl.col("decoder") == "unbiased"))
+    rows = metrics.filter(
+        (pl.col("model") == model)
+        & (pl.col("objective") == objective)
+        & (pl.col("eval_set") == eval_set)
+        & (pl.col("decoder") == "unbiased")
+    )
 
     def at(prefix: str, on: bool) -> pl.Expr:
         alpha = intensity if on else 0.0
@@ -48,8 +61,12 @@ def cell_problems(rows: pl.DataFrame, what: str, columns=("mauve_mean", "rouge1_
     if rows.height == 0:
         return [f"{what}: no metrics row"]
     status = rows["mauve_status"].to_list() if "mauve_status" in rows.columns else [None] * rows.height
-    return [f"{what}: {column} = {value}" for column in columns for value, flag in zip(rows[column].to_list(), status)
-            if not finite(value) and not (column.startswith("mauve") and value is None and flag)]
+    return [
+        f"{what}: {column} = {value}"
+        for column in columns
+        for value, flag in zip(rows[column].to_list(), status)
+        if not finite(value) and not (column.startswith("mauve") and value is None and flag)
+    ]
 
 
 def table1_problems(metrics: pl.DataFrame, table1: pl.DataFrame, paper: dict) -> list[str]:
@@ -60,14 +77,21 @@ def table1_problems(metrics: pl.DataFrame, table1: pl.DataFrame, paper: dict) ->
     plain, perturbed = experiments["table1"], experiments["table1-perturbed"]
     alpha = perturbed["test_perturbation"]["intensities"][0]
     cells = [(m, o, "no", e) for m in plain["models"] for o in plain["objectives"] for e in plain["eval_sets"]]
-    cells += [(m, o, f"insertion {alpha:g}", e) for m in perturbed["models"] for o in perturbed["objectives"]
-              for e in perturbed["eval_sets"]]
+    cells += [
+        (m, o, f"insertion {alpha:g}", e)
+        for m in perturbed["models"]
+        for o in perturbed["objectives"]
+        for e in perturbed["eval_sets"]
+    ]
     for model, objective, label, eval_set in cells:
         rows = condition_rows(metrics, model, objective, eval_set, "insertion", 0.0 if label == "no" else alpha)
         problems += cell_problems(rows, f"Table 1 {model} {objective} {label} {eval_set}")
         shown = UNTRAINED_LABEL if objective == "untrained" else objective
-        line = table1.filter((pl.col("model") == model) & (pl.col("objective").is_in([objective, shown]))
-                             & (pl.col("perturbation") == label))
+        line = table1.filter(
+            (pl.col("model") == model)
+            & (pl.col("objective").is_in([objective, shown]))
+            & (pl.col("perturbation") == label)
+        )
         column = f"{eval_set} MAUVE"
         if line.height != 1 or column not in table1.columns or not (line[column][0] or "").strip():
             problems.append(f"tables/table1.csv: no {column} cell for {model} {objective} {label}")
@@ -81,13 +105,21 @@ def ablation_problems(metrics: pl.DataFrame, ablation: pl.DataFrame, paper: dict
     problems = []
     for objective in exp["objectives"]:
         for eval_set in exp["eval_sets"]:
-            for arm, train, test in (("NoPerturb", False, False), ("TrainPerturb", True, False),
-                                     ("TestPerturb", False, True), ("Both", True, True)):
-                rows = condition_rows(metrics, exp["models"][0], objective, eval_set, "insertion", alpha, train=train,
-                                      test=test)
+            for arm, train, test in (
+                ("NoPerturb", False, False),
+                ("TrainPerturb", True, False),
+                ("TestPerturb", False, True),
+                ("Both", True, True),
+            ):
+                rows = condition_rows(
+                    metrics, exp["models"][0], objective, eval_set, "insertion", alpha, train=train, test=test
+                )
                 problems += cell_problems(rows, f"ablation {objective} {arm} {eval_set}")
-                line = ablation.filter((pl.col("model") == exp["models"][0]) & (pl.col("objective") == objective)
-                                       & (pl.col("eval_set") == eval_set))
+                line = ablation.filter(
+                    (pl.col("model") == exp["models"][0])
+                    & (pl.col("objective") == objective)
+                    & (pl.col("eval_set") == eval_set)
+                )
                 if line.height != 1 or not (line[f"{arm} MAUVE"][0] or "").strip():
                     problems.append(f"tables/ablation.csv: no {arm} cell for {objective} {eval_set}")
     return problems
@@ -97,8 +129,11 @@ def sweep_problems(metrics: pl.DataFrame, figure: Path) -> list[str]:
     """The intensity figure's 7 intensities: GPT-2 MLE on WebText, the same insertion at training and sampling."""
     problems = [] if figure.exists() and figure.stat().st_size else [f"{figure}: missing"]
     for alpha in SWEEP:
-        problems += cell_problems(condition_rows(metrics, "gpt2", "mle", "webtext", "insertion", alpha),
-                                  f"intensity sweep {alpha:g}", columns=("mauve_mean",))
+        problems += cell_problems(
+            condition_rows(metrics, "gpt2", "mle", "webtext", "insertion", alpha),
+            f"intensity sweep {alpha:g}",
+            columns=("mauve_mean",),
+        )
     return problems
 
 
@@ -106,11 +141,18 @@ def strategy_problems(metrics: pl.DataFrame, strategies: pl.DataFrame) -> list[s
     """The strategy table: 3 strategies x 4 intensities (0 the shared baseline), finite, in tables/strategies.csv."""
     problems = []
     for strategy in STRATEGIES:
-        line = strategies.filter((pl.col("model") == "gpt2") & (pl.col("objective") == "mle")
-                                 & (pl.col("eval_set") == "webtext") & (pl.col("strategy") == strategy))
+        line = strategies.filter(
+            (pl.col("model") == "gpt2")
+            & (pl.col("objective") == "mle")
+            & (pl.col("eval_set") == "webtext")
+            & (pl.col("strategy") == strategy)
+        )
         for alpha in STRATEGY_INTENSITIES:
-            problems += cell_problems(condition_rows(metrics, "gpt2", "mle", "webtext", strategy, alpha),
-                                      f"strategy {strategy} {alpha:g}", columns=("mauve_mean",))
+            problems += cell_problems(
+                condition_rows(metrics, "gpt2", "mle", "webtext", strategy, alpha),
+                f"strategy {strategy} {alpha:g}",
+                columns=("mauve_mean",),
+            )
             column = f"{alpha:g} MAUVE"
             if line.height != 1 or column not in strategies.columns or not (line[column][0] or "").strip():
                 problems.append(f"tables/strategies.csv: no {column} cell for {strategy}")
@@ -128,8 +170,11 @@ def simulation_problems(summary: pl.DataFrame, settings: dict) -> list[str]:
                 continue
             if rows["replications"].to_list() != [settings["replications"]] * rows.height:
                 problems.append(f"simulation V={vocab}, alpha={alpha:g}: replications {rows['replications'].to_list()}")
-            problems += [f"simulation V={vocab}, alpha={alpha:g}: MAE (b) = {v}"
-                         for v in rows["mae_unseen_pairs_mean"].to_list() if not finite(v)]
+            problems += [
+                f"simulation V={vocab}, alpha={alpha:g}: MAE (b) = {v}"
+                for v in rows["mae_unseen_pairs_mean"].to_list()
+                if not finite(v)
+            ]
     return problems
 
 
@@ -155,7 +200,9 @@ def summary_problems(summary: str, fetched_sha256: dict[str, str]) -> list[str]:
     """The paper comparison renders and says it is a rehearsal; the data section lists each fetched file with the
     sha256 of its bytes (`fetched_sha256`: file name -> sha256 computed here)."""
     problems = []
-    section = summary.split("## Paper comparison", 1)[1].split("\n## ", 1)[0] if "## Paper comparison" in summary else ""
+    section = (
+        summary.split("## Paper comparison", 1)[1].split("\n## ", 1)[0] if "## Paper comparison" in summary else ""
+    )
     if not section:
         problems.append("summary.md: no paper comparison section")
     elif "Rehearsal: these numbers mean nothing" not in section:

@@ -44,8 +44,24 @@ WORDS = (
     "river village war film team party house road island ship bridge music station king queen battle storm "
     "north south east west early late small large major local national public final second third several"
 ).split()
-NAMES = ("Valkyria", "Tower", "Boston", "Ireland", "Victoria", "Hampton", "Kelly", "Arthur", "Dublin", "Maryland",
-         "Essex", "Carolina", "Holland", "Albert", "Lincoln", "Oregon")
+NAMES = (
+    "Valkyria",
+    "Tower",
+    "Boston",
+    "Ireland",
+    "Victoria",
+    "Hampton",
+    "Kelly",
+    "Arthur",
+    "Dublin",
+    "Maryland",
+    "Essex",
+    "Carolina",
+    "Holland",
+    "Albert",
+    "Lincoln",
+    "Oregon",
+)
 PAPER_MODELS = {"opt-125m": "opt", "gpt2": "gpt2", "gpt-neo-1.3b": "gpt-neo"}
 WEBTEXT_PATH = "gpt-2/output-dataset/v1/webtext.{split}.jsonl"
 WRITINGPROMPTS_PATH = "fairseq/data/writingPrompts.tar.gz"
@@ -108,7 +124,11 @@ def write_wikitext(root: Path, rng: np.random.Generator) -> dict[str, list[str]]
     repo = root / "datasets" / "Salesforce" / "wikitext"
     wiki2 = {"train": wikitext_rows(rng, 14), "validation": wikitext_rows(rng, 3), "test": wikitext_rows(rng, 5)}
     # WikiText-103 shares WikiText-2's test and validation articles; its train set is larger.
-    wiki103 = {"train": wiki2["train"] + wikitext_rows(rng, 6), "validation": wiki2["validation"], "test": wiki2["test"]}
+    wiki103 = {
+        "train": wiki2["train"] + wikitext_rows(rng, 6),
+        "validation": wiki2["validation"],
+        "test": wiki2["test"],
+    }
     configs = []
     for config, splits in (("wikitext-103-raw-v1", wiki103), ("wikitext-2-raw-v1", wiki2)):
         data_files = []
@@ -118,9 +138,12 @@ def write_wikitext(root: Path, rng: np.random.Generator) -> dict[str, list[str]]
             pq.write_table(pa.table({"text": pa.array(rows, pa.string())}), path)
             data_files.append(f"  - split: {split}\n    path: {config}/{split}-*")
         configs.append(f"- config_name: {config}\n  data_files:\n" + "\n".join(data_files))
-    card = ("---\nlanguage:\n- en\nlicense:\n- cc-by-sa-3.0\npretty_name: WikiText (rehearsal stand-in)\nconfigs:\n"
-            + "\n".join(configs) + "\n---\n\n# WikiText stand-in\n\nRandom English-like text in WikiText raw's layout, "
-            "for `make rehearsal`; not WikiText.\n")
+    card = (
+        "---\nlanguage:\n- en\nlicense:\n- cc-by-sa-3.0\npretty_name: WikiText (rehearsal stand-in)\nconfigs:\n"
+        + "\n".join(configs)
+        + "\n---\n\n# WikiText stand-in\n\nRandom English-like text in WikiText raw's layout, "
+        "for `make rehearsal`; not WikiText.\n"
+    )
     (repo / "README.md").write_text(card)
     return wiki2
 
@@ -130,6 +153,7 @@ def webtext_files(rng: np.random.Generator) -> dict[str, bytes]:
 
     Test has 14 documents, of which one is too short and one too long for the 50 < words < 1000 window, so 12
     pass and the rehearsal's 14-row cut needs 2 rows of train's head (the top-up)."""
+
     def record(i: int, text: str) -> str:
         return json.dumps({"id": i, "ended": True, "length": len(text.split()), "text": text})
 
@@ -137,13 +161,16 @@ def webtext_files(rng: np.random.Generator) -> dict[str, bytes]:
     test[3] = plain(document(rng, 20, 40))
     test[9] = plain(document(rng, 1100, 1200))
     train = [plain(document(rng)) for _ in range(80)]
-    return {WEBTEXT_PATH.format(split=split): "".join(record(i, t) + "\n" for i, t in enumerate(texts)).encode()
-            for split, texts in (("test", test), ("train", train))}
+    return {
+        WEBTEXT_PATH.format(split=split): "".join(record(i, t) + "\n" for i, t in enumerate(texts)).encode()
+        for split, texts in (("test", test), ("train", train))
+    }
 
 
 def writingprompts_archive(rng: np.random.Generator) -> bytes:
     """writingPrompts.tar.gz as fairseq ships it: {train,valid,test}.wp_{source,target}, tokenised text with
     " <newline> " and `` '' quotes; test's 14 pairs hold one story too short for the length window."""
+
     def pairs(n: int, short: int | None = None) -> tuple[str, str]:
         sources, targets = [], []
         for i in range(n):
@@ -177,9 +204,19 @@ def make_featuriser(root: Path, texts: list[str]) -> Path:
     tokenizer = make_tokenizer("gpt2", texts)
     tokenizer.save_pretrained(folder)
     torch.manual_seed(SEED)
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=POSITIONS, n_embd=64, n_layer=4, n_head=4,
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=INIT_STD,
-                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=POSITIONS,
+        n_embd=64,
+        n_layer=4,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        initializer_range=INIT_STD,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     GPT2LMHeadModel(config).save_pretrained(folder)
     return folder
 
@@ -189,8 +226,10 @@ def build(root: Path) -> dict[str, bytes]:
     root = Path(root)
     rng = np.random.default_rng(SEED)
     wiki2 = write_wikitext(root, rng) if not (root / ".built").exists() else None
-    served = {**webtext_files(np.random.default_rng(SEED + 1)),
-              WRITINGPROMPTS_PATH: writingprompts_archive(np.random.default_rng(SEED + 2))}
+    served = {
+        **webtext_files(np.random.default_rng(SEED + 1)),
+        WRITINGPROMPTS_PATH: writingprompts_archive(np.random.default_rng(SEED + 2)),
+    }
     if wiki2 is None:
         return served
     from support.families import make_checkpoint

@@ -24,8 +24,15 @@ SESSION_ENV = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"
 
 def tiny_builtin(**docs) -> dict:
     """A builtin corpus small enough for a workflow test to finish in seconds."""
-    return {"source": "builtin", "builtin": {"seed": 7, "words_per_class": 4, "sentences_per_doc": 16,
-                                             "docs": {"train": 60, "validation": 10, "test": 20, "ood": 20, **docs}}}
+    return {
+        "source": "builtin",
+        "builtin": {
+            "seed": 7,
+            "words_per_class": 4,
+            "sentences_per_doc": 16,
+            "docs": {"train": 60, "validation": 10, "test": 20, "ood": 20, **docs},
+        },
+    }
 
 
 def tiny_config() -> dict:
@@ -33,17 +40,29 @@ def tiny_config() -> dict:
         "seed": 1,
         "datasets": {"synthetic": tiny_builtin()},
         "tokenizers": {"bpe": {"source": "train", "dataset": "synthetic", "vocab_size": 300}},
-        "models": {"tiny": {"source": "scratch", "tokenizer": "bpe",
-                            "architecture": {"n_layer": 1, "n_head": 1, "n_embd": 16, "n_positions": 128}}},
+        "models": {
+            "tiny": {
+                "source": "scratch",
+                "tokenizer": "bpe",
+                "architecture": {"n_layer": 1, "n_head": 1, "n_embd": 16, "n_positions": 128},
+            }
+        },
         "tokenize": {"block_size": 32},
         "prompts": {"max_prompts": 10},
         "training": {"batch_size": 8},
         "sampling": {"runs": 2, "new_tokens": 8},
-        "evaluation": {"max_text_length": 64, "mauve": {"kmeans_num_redo": 1, "kmeans_max_iter": 50},
-                       "extrapolation": {"draws": 8}},  # the default 32 costs 4x; 8 is enough to test the path
-        "eval_sets": {"syn-test": {"dataset": "synthetic", "split": "test"},
-                      "syn-ood": {"dataset": "synthetic", "split": "ood"}},
-        "experiments": {"main": {"models": ["tiny"], "train_dataset": "synthetic", "eval_sets": ["syn-test", "syn-ood"]}},
+        "evaluation": {
+            "max_text_length": 64,
+            "mauve": {"kmeans_num_redo": 1, "kmeans_max_iter": 50},
+            "extrapolation": {"draws": 8},
+        },  # the default 32 costs 4x; 8 is enough to test the path
+        "eval_sets": {
+            "syn-test": {"dataset": "synthetic", "split": "test"},
+            "syn-ood": {"dataset": "synthetic", "split": "ood"},
+        },
+        "experiments": {
+            "main": {"models": ["tiny"], "train_dataset": "synthetic", "eval_sets": ["syn-test", "syn-ood"]}
+        },
     }
 
 
@@ -53,9 +72,16 @@ LAB = "results/lab/group"
 
 def lab_settings() -> dict:
     """The theory lab of a tiny study whose experiment "group" holds the models (tests/lab/test_lab_workflow.py)."""
-    return {"experiments": ["group"], "prefixes": 12, "length": 24, "deltas": [0, 1, 2], "last": 8, "draws": 2,
-            "tries": 16,
-            "perturbations": {"uniform": {"q0": "uniform", "beta": 0.9}, "synonym": {"q0": "synonym", "beta": 1.0}}}
+    return {
+        "experiments": ["group"],
+        "prefixes": 12,
+        "length": 24,
+        "deltas": [0, 1, 2],
+        "last": 8,
+        "draws": 2,
+        "tries": 16,
+        "perturbations": {"uniform": {"q0": "uniform", "beta": 0.9}, "synonym": {"q0": "synonym", "beta": 1.0}},
+    }
 
 
 def tiny_study_config() -> dict:
@@ -71,8 +97,11 @@ def tiny_study_config() -> dict:
     main = config["experiments"]["main"]
     main["train_perturbation"] = dict(oracle)
     main["test_perturbation"] = dict(oracle)
-    config["experiments"]["cached"] = {**main, "train_perturbation": {"intensities": [0]},
-                                       "test_perturbation": {"intensities": [0.2], "synonyms": ["oracle"], "modes": ["cached"]}}
+    config["experiments"]["cached"] = {
+        **main,
+        "train_perturbation": {"intensities": [0]},
+        "test_perturbation": {"intensities": [0.2], "synonyms": ["oracle"], "modes": ["cached"]},
+    }
     config["experiments"]["emo"] = {**one_set, "objectives": ["emo"], "train_perturbation": dict(oracle)}
     config["objectives"] = {"mle-again": {"loss": "mle"}}
     config["experiments"]["same"] = {**one_set, "objectives": ["mle-again"]}
@@ -80,8 +109,16 @@ def tiny_study_config() -> dict:
     config["lab"] = lab_settings()
     config["training"] = {"batch_size": 8, "learning_rate": 1e-3, "eval_every": 5, "checkpoint_every": 5}
     config["report"] = {"intensity": 0.2}
-    config["simulation"] = {"enabled": True, "vocab_sizes": [6], "intensities": [0, 0.5], "replications": 2,
-                            "n_sequences": 20, "seq_len": 6, "epochs": 2, "batch_size": 50}
+    config["simulation"] = {
+        "enabled": True,
+        "vocab_sizes": [6],
+        "intensities": [0, 0.5],
+        "replications": 2,
+        "n_sequences": 20,
+        "seq_len": 6,
+        "epochs": 2,
+        "batch_size": 50,
+    }
     return config
 
 
@@ -124,8 +161,12 @@ def warm_server(env: dict, log: Path):
     log.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="warm-") as folder, open(log, "w") as handle:
         path = Path(folder) / "jobs.sock"
-        server = subprocess.Popen([sys.executable, "-m", "workflow_lib.warm", "--socket", str(path)],
-                                  env=environment(env), stderr=handle, cwd=REPO)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "workflow_lib.warm", "--socket", str(path)],
+            env=environment(env),
+            stderr=handle,
+            cwd=REPO,
+        )
         try:
             deadline = time.monotonic() + 300
             while not path.exists() and server.poll() is None and time.monotonic() < deadline:
@@ -160,8 +201,18 @@ def snakemake(workdir: Path, *args: str, timeout: int = 600, env: dict | None = 
     thread run in the session's warm server (`workflow_lib.warm`: the same outputs, without importing torch and
     transformers each time); a job whose environment differs from the server's (a test's own `env`) runs cold.
     Without `env`, snakemake gets the session's starting environment."""
-    cmd = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    cmd = [
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+        *args,
+    ]
     env = {**job_environment(dict(env if env is not None else SESSION_ENV)), **_warm_variable()}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir, env=env)
 

@@ -44,15 +44,26 @@ def by_hand(name: str, logits=LOGITS, targets=TARGETS, **kw) -> torch.Tensor:
 COST = torch.nn.functional.normalize(torch.randn(5, 3, dtype=torch.float64), dim=-1)
 
 
-@pytest.mark.parametrize("name,kw", [("mle", {}), ("brier", {}), ("alpha_power", {"alpha": 3.0}), ("mixce", {}),
-                                     ("tvd", {}), ("emo", {"cost_embedding": COST})])
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        ("mle", {}),
+        ("brier", {}),
+        ("alpha_power", {"alpha": 3.0}),
+        ("mixce", {}),
+        ("tvd", {}),
+        ("emo", {"cost_embedding": COST}),
+    ],
+)
 def test_value_matches_the_formula(name, kw):
     got = objectives.get(name)(LOGITS, TARGETS, **kw)
     assert torch.allclose(got.double(), by_hand(name, **kw), atol=1e-5)
 
 
 def test_brier_is_alpha_power_two():
-    assert torch.allclose(objectives.brier(LOGITS, TARGETS), objectives.alpha_power(LOGITS, TARGETS, alpha=2.0), atol=1e-6)
+    assert torch.allclose(
+        objectives.brier(LOGITS, TARGETS), objectives.alpha_power(LOGITS, TARGETS, alpha=2.0), atol=1e-6
+    )
 
 
 def grad_of(fn, **kw):
@@ -64,7 +75,9 @@ def grad_of(fn, **kw):
 def test_mixce_weight_is_stop_gradient():
     # d/dlogits [0.5 nll + 0.5 sg(p_y) nll] = (0.5 + 0.5 p_y) d nll: the weight itself gets no gradient.
     p_y = probs().float()[torch.arange(7), TARGETS]
-    nll_grad = grad_of(lambda l, t: torch.nn.functional.cross_entropy(l, t, reduction="none").mul((0.5 + 0.5 * p_y)).mean())
+    nll_grad = grad_of(
+        lambda l, t: torch.nn.functional.cross_entropy(l, t, reduction="none").mul((0.5 + 0.5 * p_y)).mean()
+    )
     assert torch.allclose(grad_of(objectives.mixce), nll_grad, atol=1e-6)
 
 
@@ -93,7 +106,9 @@ def test_emo_gradient_uses_stop_gradient_ratio():
     assert torch.allclose(grad_of(objectives.emo, cost_embedding=cost), grad_of(expected), atol=1e-6)
 
 
-@pytest.mark.parametrize("name,kw", [("mle", {}), ("brier", {}), ("alpha_power", {"alpha": 1.5}), ("alpha_power", {"alpha": 3.0})])
+@pytest.mark.parametrize(
+    "name,kw", [("mle", {}), ("brier", {}), ("alpha_power", {"alpha": 1.5}), ("alpha_power", {"alpha": 3.0})]
+)
 def test_proper_scoring_rules_are_minimised_by_the_truth(name, kw):
     """Expected loss under the true q, E_{y~q} loss(p, y), is smallest at p = q, for many q and perturbed p."""
     gen = torch.Generator().manual_seed(1)

@@ -17,7 +17,15 @@ from support.study import snakemake, tiny_builtin, tiny_config, write_config
 pytestmark = pytest.mark.workflow
 
 # No dropout: two processes at batch b and one at batch 2b then take the same steps, up to summation order.
-ARCH = {"n_layer": 1, "n_head": 2, "n_embd": 32, "n_positions": 128, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+ARCH = {
+    "n_layer": 1,
+    "n_head": 2,
+    "n_embd": 32,
+    "n_positions": 128,
+    "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+    "attn_pdrop": 0.0,
+}
 KILL_AT = 7  # after the checkpoint at step 5
 # float32 sums in another order: measured ~1e-6 on losses and validation losses, ~1e-6 on weights (2026-11-23),
 # and 2.0e-5 on one weight (mlp.c_fc) on an AVX-512 Xeon, whose kernels sum in another order (2026-11-25). A
@@ -28,13 +36,31 @@ TOLERANCE, WEIGHT_TOLERANCE = 1e-4, 5e-5
 def parallel_config() -> dict:
     config = tiny_config()
     config["datasets"]["synthetic"] = tiny_builtin(train=12)  # about 20 steps an epoch
-    train = {"learning_rate": 3e-3, "lr_scheduler": "linear", "epochs": 2, "checkpoint_every": 5, "eval_every": 4,
-             "max_grad_norm": 0}
-    config["models"] = {
-        "two": {"source": "scratch", "tokenizer": "bpe", "architecture": ARCH, "training": {**train, "gpus": 2, "batch_size": 4}},
-        "one": {"source": "scratch", "tokenizer": "bpe", "architecture": ARCH, "training": {**train, "gpus": 1, "batch_size": 8}},
+    train = {
+        "learning_rate": 3e-3,
+        "lr_scheduler": "linear",
+        "epochs": 2,
+        "checkpoint_every": 5,
+        "eval_every": 4,
+        "max_grad_norm": 0,
     }
-    config["experiments"] = {"main": {"models": ["two", "one"], "train_dataset": "synthetic", "eval_sets": ["syn-test"]}}
+    config["models"] = {
+        "two": {
+            "source": "scratch",
+            "tokenizer": "bpe",
+            "architecture": ARCH,
+            "training": {**train, "gpus": 2, "batch_size": 4},
+        },
+        "one": {
+            "source": "scratch",
+            "tokenizer": "bpe",
+            "architecture": ARCH,
+            "training": {**train, "gpus": 1, "batch_size": 8},
+        },
+    }
+    config["experiments"] = {
+        "main": {"models": ["two", "one"], "train_dataset": "synthetic", "eval_sets": ["syn-test"]}
+    }
     return config
 
 
@@ -56,9 +82,15 @@ def test_two_processes_train_data_parallel_and_resume_exactly(workdir):
     assert "training.gpus = 2 but there is no CUDA device: 2 CPU processes (gloo)" in log
 
     summary = json.loads((two / "train_summary.json").read_text())
-    assert summary["ran"] | {"steps_per_epoch": None} == {"processes": 2, "distributed": "MULTI_CPU", "device": "cpu",
-                                                          "mixed_precision": "no", "master_weights": "float32",
-                                                          "global_batch": 8, "steps_per_epoch": None}
+    assert summary["ran"] | {"steps_per_epoch": None} == {
+        "processes": 2,
+        "distributed": "MULTI_CPU",
+        "device": "cpu",
+        "mixed_precision": "no",
+        "master_weights": "float32",
+        "global_batch": 8,
+        "steps_per_epoch": None,
+    }
     rows = pq.read_metadata(workdir / "results/perturbed/bpe/synthetic/none/augment-m1/none-0/seed1.parquet").num_rows
     assert summary["ran"]["steps_per_epoch"] == rows // 8  # the data split between the processes, not trained twice
     history_two, history_one = log_rows(two), log_rows(one)

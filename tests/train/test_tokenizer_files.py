@@ -19,10 +19,27 @@ from workflow_lib.perturb.training_data import perturb_blocks
 
 REPO = Path(__file__).resolve().parents[2]
 OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
-SETTINGS = {"learning_rate": 3e-3, "lr_scheduler": "constant", "warmup_steps": 0, "weight_decay": 0.0, "batch_size": 8,
-            "gradient_accumulation_steps": 1, "epochs": 1, "max_length": 64, "max_grad_norm": 1.0, "mixed_precision": "no",
-            "gradient_checkpointing": False, "checkpoint_every": 100, "eval_every": 0, "log_every": 5, "select_best": False,
-            "validation": True, "gpus": 0, "seed": 3, "select_by": "nll"}
+SETTINGS = {
+    "learning_rate": 3e-3,
+    "lr_scheduler": "constant",
+    "warmup_steps": 0,
+    "weight_decay": 0.0,
+    "batch_size": 8,
+    "gradient_accumulation_steps": 1,
+    "epochs": 1,
+    "max_length": 64,
+    "max_grad_norm": 1.0,
+    "mixed_precision": "no",
+    "gradient_checkpointing": False,
+    "checkpoint_every": 100,
+    "eval_every": 0,
+    "log_every": 5,
+    "select_best": False,
+    "validation": True,
+    "gpus": 0,
+    "seed": 3,
+    "select_by": "nll",
+}
 MODEL = {"source": "scratch", "architecture": {"n_layer": 1, "n_head": 2, "n_embd": 16, "n_positions": 64}}
 
 
@@ -55,8 +72,24 @@ def test_the_tokenizer_rule_writes_the_same_bytes_with_and_without_offline_mode(
     for offline in (False, True):
         out = tmp_path / f"offline-{offline}"
         spec = json.dumps({"source": "hf", "name": str(data / "tok")})
-        subprocess.run([sys.executable, "-m", "workflow_lib.data.tokenization", "tokenizer", "--key", "t", "--spec", spec,
-                        "--output", str(out)], check=True, env=environment(offline), capture_output=True, timeout=300)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "workflow_lib.data.tokenization",
+                "tokenizer",
+                "--key",
+                "t",
+                "--spec",
+                spec,
+                "--output",
+                str(out),
+            ],
+            check=True,
+            env=environment(offline),
+            capture_output=True,
+            timeout=300,
+        )
         saved.append(files(out))
     assert "tokenizer_config.json" in saved[0] and saved[0] == saved[1]
     assert "local_files_only" not in json.loads(saved[0]["tokenizer_config.json"])
@@ -68,12 +101,32 @@ def test_a_trained_models_tokenizer_is_the_same_bytes_with_and_without_offline_m
     saved = []
     for offline in (False, True):
         out = tmp_path / f"offline-{offline}"
-        cmd = [sys.executable, "-m", "workflow_lib.train.trainer", "--train", str(data / "train.parquet"),
-               "--validation", str(data / "val.parquet"), "--tokenizer", str(data / "tok"), "--model-key", "tiny",
-               "--model", json.dumps(MODEL), "--objective", json.dumps({"loss": "mle"}), "--settings", json.dumps(settings),
-               "--resume-dir", str(out / "resume"), "--output", str(out / "model")]
-        done = subprocess.run(cmd, env=environment(offline) | {"OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                              timeout=300)
+        cmd = [
+            sys.executable,
+            "-m",
+            "workflow_lib.train.trainer",
+            "--train",
+            str(data / "train.parquet"),
+            "--validation",
+            str(data / "val.parquet"),
+            "--tokenizer",
+            str(data / "tok"),
+            "--model-key",
+            "tiny",
+            "--model",
+            json.dumps(MODEL),
+            "--objective",
+            json.dumps({"loss": "mle"}),
+            "--settings",
+            json.dumps(settings),
+            "--resume-dir",
+            str(out / "resume"),
+            "--output",
+            str(out / "model"),
+        ]
+        done = subprocess.run(
+            cmd, env=environment(offline) | {"OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stderr
         saved.append(files(out / "model"))
     assert "tokenizer_config.json" in saved[0] and saved[0] == saved[1]

@@ -21,11 +21,18 @@ def tracked_config(report_to: list[str]) -> dict:
     config["datasets"]["synthetic"] = tiny_builtin(train=12)
     train = {"epochs": 1, "eval_every": 4, "log_every": 3, "checkpoint_every": 5}
     config["models"] = {
-        "two": {"source": "scratch", "tokenizer": "bpe", "architecture": ARCH, "training": {**train, "gpus": 2, "batch_size": 4}},
+        "two": {
+            "source": "scratch",
+            "tokenizer": "bpe",
+            "architecture": ARCH,
+            "training": {**train, "gpus": 2, "batch_size": 4},
+        },
         "one": {"source": "scratch", "tokenizer": "bpe", "architecture": ARCH, "training": {**train, "batch_size": 8}},
     }
     config["training"] = {**config["training"], "report_to": report_to}
-    config["experiments"] = {"main": {"models": ["two", "one"], "train_dataset": "synthetic", "eval_sets": ["syn-test"]}}
+    config["experiments"] = {
+        "main": {"models": ["two", "one"], "train_dataset": "synthetic", "eval_sets": ["syn-test"]}
+    }
     return config
 
 
@@ -65,7 +72,11 @@ def test_tensorboard_runs_hold_the_csvs_values_once_per_step(trained):
             logged = acc.Scalars(name)
             assert [e.step for e in logged] == sorted(expected), (model, name)  # each step once
             for event in logged:  # TensorBoard stores float32
-                assert event.value == pytest.approx(expected[event.step], rel=1e-6, abs=1e-12), (model, name, event.step)
+                assert event.value == pytest.approx(expected[event.step], rel=1e-6, abs=1e-12), (
+                    model,
+                    name,
+                    event.step,
+                )
         assert len(csv_series(rows, "validation_loss")) >= 2 and len(csv_series(rows, "tokens_per_s")) >= 2
 
 
@@ -113,9 +124,16 @@ def test_a_tracker_that_is_not_installed_fails_at_config_check_naming_key_and_pa
 
 
 def test_run_names_and_logged_rows():
-    assert tracking.run_name("results/models/gpt2/wikitext2/mle/none/augment-m1/none-0/seed42") == \
-        "gpt2/wikitext2/mle/none/augment-m1/none-0/seed42"
+    assert (
+        tracking.run_name("results/models/gpt2/wikitext2/mle/none/augment-m1/none-0/seed42")
+        == "gpt2/wikitext2/mle/none/augment-m1/none-0/seed42"
+    )
     assert tracking.logged({"step": 3, "epoch": 0, "loss": 1.5, "lr": 0.1}) == {"loss": 1.5, "lr": 0.1}
     flat = tracking.run_config({"batch_size": 8, "splits": ["train"]}, {"source": "scratch"}, {"loss": "mle"}, "r")
-    assert flat == {"run": "r", "training.batch_size": 8, "training.splits": '["train"]', "model.source": "scratch",
-                    "objective.loss": "mle"}
+    assert flat == {
+        "run": "r",
+        "training.batch_size": 8,
+        "training.splits": '["train"]',
+        "model.source": "scratch",
+        "objective.loss": "mle",
+    }

@@ -25,10 +25,27 @@ from workflow_lib.perturb.training_data import perturb_blocks
 from workflow_lib.train.batches import TrainingRows, collate
 from workflow_lib.train.trainer import train
 
-SETTINGS = {"learning_rate": 3e-3, "lr_scheduler": "constant", "warmup_steps": 0, "weight_decay": 0.0, "batch_size": 8,
-            "gradient_accumulation_steps": 1, "epochs": 6, "max_length": 64, "max_grad_norm": 1.0, "mixed_precision": "no",
-            "gradient_checkpointing": False, "checkpoint_every": 5, "eval_every": 10, "log_every": 5, "select_best": False,
-            "validation": True, "gpus": 0, "seed": 3, "select_by": "nll"}
+SETTINGS = {
+    "learning_rate": 3e-3,
+    "lr_scheduler": "constant",
+    "warmup_steps": 0,
+    "weight_decay": 0.0,
+    "batch_size": 8,
+    "gradient_accumulation_steps": 1,
+    "epochs": 6,
+    "max_length": 64,
+    "max_grad_norm": 1.0,
+    "mixed_precision": "no",
+    "gradient_checkpointing": False,
+    "checkpoint_every": 5,
+    "eval_every": 10,
+    "log_every": 5,
+    "select_best": False,
+    "validation": True,
+    "gpus": 0,
+    "seed": 3,
+    "select_by": "nll",
+}
 MODEL = {"source": "scratch", "architecture": {"n_layer": 1, "n_head": 2, "n_embd": 32, "n_positions": 64}}
 
 
@@ -59,8 +76,14 @@ def data(tmp_path_factory):
 
 
 def args_for(data, out, train_file="augment.parquet", resume="resume"):
-    return argparse.Namespace(train=str(data / train_file), validation=str(data / "val.parquet"), tokenizer=str(data / "tok"),
-                              model_key="tiny", resume_dir=str(out / resume), output=str(out / "model"))
+    return argparse.Namespace(
+        train=str(data / train_file),
+        validation=str(data / "val.parquet"),
+        tokenizer=str(data / "tok"),
+        model_key="tiny",
+        resume_dir=str(out / resume),
+        output=str(out / "model"),
+    )
 
 
 def losses(out) -> list[float]:
@@ -92,10 +115,29 @@ def test_prefix_mode_trains_from_explicit_targets(data, tmp_path):
 
 
 def run_cli(data, out, env_extra=None, settings=None):
-    cmd = [sys.executable, "-m", "workflow_lib.train.trainer", "--train", str(data / "augment.parquet"), "--validation",
-           str(data / "val.parquet"), "--tokenizer", str(data / "tok"), "--model-key", "tiny", "--model", json.dumps(MODEL),
-           "--objective", json.dumps({"loss": "mle"}), "--settings", json.dumps(settings or {**SETTINGS, "epochs": 2}),
-           "--resume-dir", str(out / "resume"), "--output", str(out / "model")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "workflow_lib.train.trainer",
+        "--train",
+        str(data / "augment.parquet"),
+        "--validation",
+        str(data / "val.parquet"),
+        "--tokenizer",
+        str(data / "tok"),
+        "--model-key",
+        "tiny",
+        "--model",
+        json.dumps(MODEL),
+        "--objective",
+        json.dumps({"loss": "mle"}),
+        "--settings",
+        json.dumps(settings or {**SETTINGS, "epochs": 2}),
+        "--resume-dir",
+        str(out / "resume"),
+        "--output",
+        str(out / "model"),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env_extra or {})}, timeout=300)
 
 
@@ -104,7 +146,9 @@ def test_killed_run_resumes_to_the_same_weights(data, tmp_path):
     assert whole.returncode == 0, whole.stderr
     killed = run_cli(data, tmp_path / "killed", {"PERTURBED_LM_KILL_AT_STEP": "13"})
     assert killed.returncode == -9  # SIGKILL
-    assert (tmp_path / "killed" / "resume" / "trainer_state.json").exists() and not (tmp_path / "killed" / "model").exists()
+    assert (tmp_path / "killed" / "resume" / "trainer_state.json").exists() and not (
+        tmp_path / "killed" / "model"
+    ).exists()
     assert json.loads((tmp_path / "killed" / "resume" / "trainer_state.json").read_text())["step"] == 10
     resumed = run_cli(data, tmp_path / "killed")
     assert resumed.returncode == 0, resumed.stderr
@@ -198,14 +242,24 @@ def test_the_linear_schedule_ends_at_zero_and_eval_every_0_validates_at_epoch_en
 
 
 def test_select_by_objective_keeps_the_lowest_objective_loss(data, tmp_path):
-    settings = {**SETTINGS, "select_best": True, "select_by": "objective", "eval_every": 3, "learning_rate": 3e-2, "epochs": 4}
+    settings = {
+        **SETTINGS,
+        "select_best": True,
+        "select_by": "objective",
+        "eval_every": 3,
+        "learning_rate": 3e-2,
+        "epochs": 4,
+    }
     train(args_for(data, tmp_path), settings, MODEL, {"loss": "brier"})
     with open(tmp_path / "model" / "train_log.csv") as handle:
         rows = [r for r in csv.DictReader(handle) if r["validation_objective"]]
     best_row = min(rows, key=lambda r: float(r["validation_objective"]))
     summary = json.loads((tmp_path / "model" / "train_summary.json").read_text())
-    assert summary["best"] == {"loss": pytest.approx(float(best_row["validation_objective"])), "step": int(best_row["step"]),
-                               "by": "objective"}
+    assert summary["best"] == {
+        "loss": pytest.approx(float(best_row["validation_objective"])),
+        "step": int(best_row["step"]),
+        "by": "objective",
+    }
 
 
 def test_a_checkpoint_of_other_settings_is_not_resumed(data, tmp_path):
@@ -229,12 +283,21 @@ def test_float16_master_weights_diverge_and_stop_the_run(data, tmp_path):
     ids = np.concatenate(AutoTokenizer.from_pretrained(folder)(texts)["input_ids"])
     blocks = ids[: len(ids) // 16 * 16].reshape(-1, 16)
     write_parquet(pa.table({"input_ids": pa.array(blocks.tolist(), pa.list_(pa.int32()))}), tmp_path / "opt.parquet")
-    args = argparse.Namespace(train=str(tmp_path / "opt.parquet"), validation=None, tokenizer=str(folder), model_key="opt",
-                              resume_dir=str(tmp_path / "resume"), output=str(tmp_path / "model"))
+    args = argparse.Namespace(
+        train=str(tmp_path / "opt.parquet"),
+        validation=None,
+        tokenizer=str(folder),
+        model_key="opt",
+        resume_dir=str(tmp_path / "resume"),
+        output=str(tmp_path / "model"),
+    )
     spec = {"source": "hf", "name": str(folder), "load_dtype": "float16"}
     settings = {**SETTINGS, "learning_rate": 5e-5, "validation": False, "epochs": 1}
-    with pytest.raises(StageError, match=r"models.opt: training diverged: the mle loss is nan at step \d+ .*"
-                                         r"models.opt.load_dtype = float16"):
+    with pytest.raises(
+        StageError,
+        match=r"models.opt: training diverged: the mle loss is nan at step \d+ .*"
+        r"models.opt.load_dtype = float16",
+    ):
         train(args, settings, spec, {"loss": "mle"})
     assert not (tmp_path / "model").exists()
     train(args, settings, {**spec, "load_dtype": "float32"}, {"loss": "mle"})

@@ -30,12 +30,18 @@ from workflow_lib.module_deps import third_party_imports
 
 TIME_LIMIT = 600  # seconds per snakemake run; the two runs take about three minutes together
 SLURM_ARGS = [
-    "--profile", str(REPO / "profiles/slurm"),
-    "--slurm-status-command", "squeue",
-    "--slurm-init-seconds-before-status-checks", "1",
-    "--max-threads", "2",  # the test node has 2 CPUs; the profile asks up to 8 threads for some rules
-    "--retries", "0",  # the profile retries a failed job twice (with more time and memory): not wanted here
-    "--latency-wait", "5",
+    "--profile",
+    str(REPO / "profiles/slurm"),
+    "--slurm-status-command",
+    "squeue",
+    "--slurm-init-seconds-before-status-checks",
+    "1",
+    "--max-threads",
+    "2",  # the test node has 2 CPUs; the profile asks up to 8 threads for some rules
+    "--retries",
+    "0",  # the profile retries a failed job twice (with more time and memory): not wanted here
+    "--latency-wait",
+    "5",
 ]
 # Which partition the profile sends each rule to, given the two variables below.
 PARTITION_ENV = {"PERTURBED_LM_PARTITION": "cpu", "PERTURBED_LM_GPU_PARTITION": "gpu"}
@@ -59,8 +65,20 @@ def slurm():
 
 
 def run_on_slurm(workdir) -> subprocess.CompletedProcess:
-    cmd = ["timeout", "-k", "10", str(TIME_LIMIT), str(SNAKEMAKE), "-s", str(REPO / "Snakefile"),
-           "--directory", str(workdir), "--configfile", str(workdir / "config.yaml"), *SLURM_ARGS]
+    cmd = [
+        "timeout",
+        "-k",
+        "10",
+        str(TIME_LIMIT),
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        *SLURM_ARGS,
+    ]
     env = {**os.environ, **PARTITION_ENV}
     return subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, env=env, timeout=TIME_LIMIT + 30)
 
@@ -76,8 +94,12 @@ def slurm_jobs(output: str) -> dict[str, tuple[str, int]]:
     ids = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
     if not ids:
         return {}
-    queue = subprocess.run(["squeue", "-t", "all", "-h", "-j", ",".join(ids), "-o", "%i|%P|%k|%l"],
-                           capture_output=True, text=True, timeout=30)
+    queue = subprocess.run(
+        ["squeue", "-t", "all", "-h", "-j", ",".join(ids), "-o", "%i|%P|%k|%l"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert queue.returncode == 0, queue.stderr
     return {line.split("|")[2]: (line.split("|")[1], minutes(line.split("|")[3])) for line in queue.stdout.splitlines()}
 
@@ -86,7 +108,7 @@ def minutes(limit: str) -> int:
     """squeue's %l ([days-]hours:minutes:seconds, or minutes:seconds) in whole minutes."""
     days, _, clock = limit.rpartition("-")
     parts = [int(p) for p in clock.split(":")]
-    h, m, sec = ([0] * (3 - len(parts)) + parts)
+    h, m, sec = [0] * (3 - len(parts)) + parts
     return int(days or 0) * 1440 + h * 60 + m + math.ceil(sec / 60)
 
 
@@ -125,8 +147,9 @@ def test_failing_job_fails_the_run_with_the_plugins_message(failed_then_fixed):
     _, first, train_log, _, _ = failed_then_fixed
     output = first.stdout + first.stderr
     assert first.returncode not in (0, 124, 137), output[-3000:]
-    assert re.search(r"Error in rule train:\s+message: SLURM-job '\d+' failed, SLURM status is: 'FAILED'", output), \
+    assert re.search(r"Error in rule train:\s+message: SLURM-job '\d+' failed, SLURM status is: 'FAILED'", output), (
         output[-3000:]
+    )
     assert "larger than the training data" in train_log
     # keep-going (profile): everything that does not need the model still ran
     assert {"tokenize", "perturb", "features", "train"} <= set(jobs_run(output))
@@ -155,12 +178,23 @@ def test_tiny_study_runs_end_to_end_through_the_slurm_profile(failed_then_fixed)
     # Every job but the local rules went through sbatch, to the partition the profile names for its rule.
     submitted = {**slurm_jobs(first.stdout + first.stderr), **slurm_jobs(rerun.stdout + rerun.stderr)}
     rules = {re.match(r"rule_(\w+?)_wildcards", comment).group(1): job for comment, job in submitted.items()}
-    assert set(rules) == {"tokenize", "perturb", "features", "train", "sample", "evaluate", "perplexity", "extrapolation"}
+    assert set(rules) == {
+        "tokenize",
+        "perturb",
+        "features",
+        "train",
+        "sample",
+        "evaluate",
+        "perplexity",
+        "extrapolation",
+    }
     for rule, (partition, _) in rules.items():
         assert partition == ("gpu" if rule in GPU_PARTITION_RULES else "cpu"), (rule, partition)
     # --time is the cost model's prediction of the job x cost.safety (one job per GPU rule in this study)
-    predicted = {job.rule: runtime_minutes(validate_config(study_config()), key) for key, job in planned(
-        validate_config(study_config())).items()}
+    predicted = {
+        job.rule: runtime_minutes(validate_config(study_config()), key)
+        for key, job in planned(validate_config(study_config())).items()
+    }
     for rule in GPU_PARTITION_RULES:
         assert rules[rule][1] == predicted[rule], (rule, rules[rule][1], predicted[rule])
     assert len({predicted[rule] for rule in GPU_PARTITION_RULES}) > 1, predicted  # not one constant for all
@@ -198,6 +232,8 @@ def test_conda_envs_pin_what_their_rules_import():
                     dists = {canonical(d) for d in distributions.get(name, [name])}
                     assert dists & set(env_pins), f"rule {rule}: {module} imports {name}, which {env[1]} does not pin"
             for dist, version in env_pins.items():
-                assert required.get(dist) == version, f"{env[1]}: {dist}=={version}, requirements.txt: {required.get(dist)}"
+                assert required.get(dist) == version, (
+                    f"{env[1]}: {dist}=={version}, requirements.txt: {required.get(dist)}"
+                )
             checked.add(rule)
     assert {"download", "train", "sample", "evaluate", "tables", "simulation_fit"} <= checked

@@ -14,8 +14,9 @@ from support.study import REPO, SNAKEMAKE, planned_rules
 
 pytestmark = pytest.mark.workflow
 
-RECIPE = re.compile(r"<!-- recipe: (configs/examples/[\w-]+\.yaml) -->\n```yaml\n(.*?)```\n\n```bash\n(.*?)\n```",
-                    flags=re.DOTALL)
+RECIPE = re.compile(
+    r"<!-- recipe: (configs/examples/[\w-]+\.yaml) -->\n```yaml\n(.*?)```\n\n```bash\n(.*?)\n```", flags=re.DOTALL
+)
 
 
 def recipes() -> dict[str, tuple[str, str]]:
@@ -66,24 +67,39 @@ def test_zero_shot_recipe_runs_without_a_train_dataset(tmp_path):
     paths say `none` for the dataset."""
     from support.families import make_checkpoint
 
-    texts = [" ".join(f"the cat {j % 5} sat on mat {(i + j) % 7} and then it went home ." for j in range(12))
-             for i in range(40)]  # 132 words each: enough for a prompt and its reference
+    texts = [
+        " ".join(f"the cat {j % 5} sat on mat {(i + j) % 7} and then it went home ." for j in range(12))
+        for i in range(40)
+    ]  # 132 words each: enough for a prompt and its reference
     study = tmp_path / "zero-shot"
     (study / "data").mkdir(parents=True)
     (study / "data/test.txt").write_text("\n".join(texts) + "\n")
     make_checkpoint(study / "checkpoints", "gpt2", texts).rename(study / "checkpoints/my-gpt2")
     recipe = yaml.safe_load(recipes()["zero-shot"][0])
-    assert "train_dataset" not in recipe["experiments"]["zero-shot"] and list(recipe["datasets"]["mine"]["files"]) == ["test"]
+    assert "train_dataset" not in recipe["experiments"]["zero-shot"] and list(recipe["datasets"]["mine"]["files"]) == [
+        "test"
+    ]
     done = run_recipe("zero-shot", tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     rules = planned_rules(done.stdout)
     assert "train" not in rules and {"sample", "evaluate"} <= rules
     assert done.stdout.count("rule sample:") == 2  # unbiased and nucleus
-    ran = run_recipe("zero-shot", tmp_path, ["--cores", "2", "--config", "prompts={max_prompts: 8}",
-                                             "sampling={runs: 1, new_tokens: 8}",
-                                             "evaluation={max_text_length: 64, mauve: {kmeans_num_redo: 1, kmeans_max_iter: 20}}"])
+    ran = run_recipe(
+        "zero-shot",
+        tmp_path,
+        [
+            "--cores",
+            "2",
+            "--config",
+            "prompts={max_prompts: 8}",
+            "sampling={runs: 1, new_tokens: 8}",
+            "evaluation={max_text_length: 64, mauve: {kmeans_num_redo: 1, kmeans_max_iter: 20}}",
+        ],
+    )
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
-    metrics = sorted(p.relative_to(study / "results/metrics").as_posix() for p in (study / "results/metrics").rglob("*.json"))
+    metrics = sorted(
+        p.relative_to(study / "results/metrics").as_posix() for p in (study / "results/metrics").rglob("*.json")
+    )
     assert [m.split("/")[:3] for m in metrics] == [["local", "none", "untrained"]] * 2, metrics
     assert {m.split("/")[-3] for m in metrics} == {"unbiased", "nucleus"}
     assert not (study / "results/models").exists()
@@ -102,9 +118,21 @@ def test_objective_overlay_adds_its_objective_to_the_default_study(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     trained = set(re.findall(r"results/models/tiny/synthetic/([\w.-]+)/", done.stdout))
     assert {"mle", "brier", "mixce", "tvd", "emo", "power-1.5"} <= trained, trained
-    alone = subprocess.run([str(SNAKEMAKE), "--directory", str(tmp_path / "alone"), "--configfile",
-                            "configs/examples/objective.yaml", "-n"], capture_output=True, text=True, cwd=REPO,
-                           check=False, timeout=300)
+    alone = subprocess.run(
+        [
+            str(SNAKEMAKE),
+            "--directory",
+            str(tmp_path / "alone"),
+            "--configfile",
+            "configs/examples/objective.yaml",
+            "-n",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        timeout=300,
+    )
     assert alone.returncode != 0 and "'datasets' is a required property" in alone.stdout + alone.stderr
 
 
@@ -112,8 +140,21 @@ def test_studies_side_by_side_write_their_own_results(tmp_path):
     for study in ("small", "other"):
         folder = tmp_path / "studies" / study
         folder.mkdir(parents=True)
-        done = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(folder),
-                               "--configfile", str(REPO / "config.yaml"), "-n"], capture_output=True, text=True,
-                              check=False, timeout=300)
+        done = subprocess.run(
+            [
+                str(SNAKEMAKE),
+                "-s",
+                str(REPO / "Snakefile"),
+                "--directory",
+                str(folder),
+                "--configfile",
+                str(REPO / "config.yaml"),
+                "-n",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         assert "train" in planned_rules(done.stdout)  # each folder plans the whole study: nothing is shared

@@ -34,14 +34,32 @@ def study_config() -> dict:
     common = {"models": ["tiny"], "train_dataset": "synthetic", "eval_sets": ["syn-test"]}
     config["experiments"] = {
         "objectives": {**common, "objectives": ["mle", "mixce"]},
-        "sweep": {**common, "objectives": ["mle"], "train_perturbation": {"intensities": [0, 0.1], "synonyms": ["oracle"]}},
+        "sweep": {
+            **common,
+            "objectives": ["mle"],
+            "train_perturbation": {"intensities": [0, 0.1], "synonyms": ["oracle"]},
+        },
     }
     return config
 
 
 def snakemake_in(workflow: Path, workdir: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = ["timeout", "-k", "10", "600", str(SNAKEMAKE), "-s", str(workflow / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    cmd = [
+        "timeout",
+        "-k",
+        "10",
+        "600",
+        str(SNAKEMAKE),
+        "-s",
+        str(workflow / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, timeout=630, env=env)
 
 
@@ -98,8 +116,9 @@ def test_changing_a_training_key_retrains_every_model_and_touches_nothing_upstre
     jobs = plan_after(study, config)
     trained = {str(p.relative_to(study[1])) for p in (study[1] / "results/models").glob("tiny/synthetic/*/*/*/*/*")}
     assert {job.outputs[0] for job in jobs if job.rule == "train"} == trained
-    assert {job.rule for job in jobs} == {"train", "sample", "evaluate", "perplexity", "extrapolation"}, \
-        [(job.rule, job.reason) for job in jobs]
+    assert {job.rule for job in jobs} == {"train", "sample", "evaluate", "perplexity", "extrapolation"}, [
+        (job.rule, job.reason) for job in jobs
+    ]
 
 
 def test_changing_an_objectives_hyperparameter_reruns_only_its_trainings_and_what_follows(study):
@@ -117,16 +136,25 @@ def test_changing_an_evaluation_setting_reruns_no_training(study):
     config = study_config()
     config["sampling"]["runs"] = 3  # read by the sampling jobs only; the evaluations read their samples
     jobs = plan_after(study, config)
-    assert sorted(job.rule for job in jobs).count("sample") == len(list((study[1] / "results/samples").rglob("*.parquet")))
+    assert sorted(job.rule for job in jobs).count("sample") == len(
+        list((study[1] / "results/samples").rglob("*.parquet"))
+    )
     assert {job.rule for job in jobs} == {"sample", "evaluate"}, [(job.rule, job.reason) for job in jobs]
 
 
 def test_editing_a_workflow_lib_module_reruns_the_jobs_whose_rules_run_it(study):
     workflow, _ = study
-    module = workflow / "workflow_lib/sample/sampler.py"  # run by the sample rule, imported by extrapolation and perplexity
+    module = (
+        workflow / "workflow_lib/sample/sampler.py"
+    )  # run by the sample rule, imported by extrapolation and perplexity
     jobs = plan_with_edited(study, module)
     by_rule = {rule: [job for job in jobs if job.rule == rule] for rule in {job.rule for job in jobs}}
-    assert sorted(by_rule) == ["evaluate", "extrapolation", "perplexity", "sample"]  # evaluate: it reads the new samples
+    assert sorted(by_rule) == [
+        "evaluate",
+        "extrapolation",
+        "perplexity",
+        "sample",
+    ]  # evaluate: it reads the new samples
     for job in by_rule["sample"] + by_rule["extrapolation"] + by_rule["perplexity"]:
         assert job.reason.startswith(CODE_CHANGED), job.reason
     assert all("results/samples/" in job.reason for job in by_rule["evaluate"])
@@ -138,13 +166,16 @@ def test_editing_a_workflow_lib_module_reruns_the_jobs_whose_rules_run_it(study)
 CODE_CHANGED = "Params have changed since last execution"
 
 
-@pytest.mark.parametrize(("module", "runs_it", "planned"), [
-    # A module of one stage, run by its two rules: features reruns for the edit; evaluate too, which snakemake
-    # reports by its first reason, the features it reads.
-    ("workflow_lib/evaluate/metrics.py", {"features"}, {"features", "evaluate"}),
-    # A subpackage's __init__ runs before any of its modules: train reruns for it, and what reads new models.
-    ("workflow_lib/train/__init__.py", {"train"}, {"train", "sample", "evaluate", "extrapolation", "perplexity"}),
-])
+@pytest.mark.parametrize(
+    ("module", "runs_it", "planned"),
+    [
+        # A module of one stage, run by its two rules: features reruns for the edit; evaluate too, which snakemake
+        # reports by its first reason, the features it reads.
+        ("workflow_lib/evaluate/metrics.py", {"features"}, {"features", "evaluate"}),
+        # A subpackage's __init__ runs before any of its modules: train reruns for it, and what reads new models.
+        ("workflow_lib/train/__init__.py", {"train"}, {"train", "sample", "evaluate", "extrapolation", "perplexity"}),
+    ],
+)
 def test_editing_a_stage_module_reruns_only_the_jobs_that_import_it(study, module, runs_it, planned):
     """Only the edited file's rules and what reads their outputs rerun; the jobs whose reason is their code param
     are those of rules that run it."""
@@ -173,8 +204,12 @@ def test_every_rule_declares_the_workflow_lib_code_it_runs():
                 continue
             runs = set(re.findall(r"-m (workflow_lib[\w.]+)", block))
             params = block.split("\n    params:\n", 1)[1] if "\n    params:\n" in block else ""
-            declared = set(re.findall(r'^        code=code_digest\("(workflow_lib[\w.]+)"\),$', params, flags=re.MULTILINE))
-            assert runs == declared, f"{smk.name}: rule {name} runs {runs or 'nothing'} but declares {declared or 'nothing'}"
+            declared = set(
+                re.findall(r'^        code=code_digest\("(workflow_lib[\w.]+)"\),$', params, flags=re.MULTILINE)
+            )
+            assert runs == declared, (
+                f"{smk.name}: rule {name} runs {runs or 'nothing'} but declares {declared or 'nothing'}"
+            )
             assert "workflow_code" not in block and "module_files" not in block
 
 
@@ -216,8 +251,9 @@ def test_download_and_tokenisation_come_from_the_output_cache(tmp_path):
 def assert_nothing_planned(jobs: list) -> None:
     from collections import Counter
 
-    assert not jobs, (f"{len(jobs)} jobs planned ({dict(Counter(job.rule for job in jobs))}); first reason: "
-                      f"{jobs[0].reason[:300]}")
+    assert not jobs, (
+        f"{len(jobs)} jobs planned ({dict(Counter(job.rule for job in jobs))}); first reason: {jobs[0].reason[:300]}"
+    )
 
 
 def adopted_copy(study, root: Path, clone: bool) -> tuple[Path, Path]:
@@ -227,7 +263,9 @@ def adopted_copy(study, root: Path, clone: bool) -> tuple[Path, Path]:
     shutil.copytree(workdir, root / "work", symlinks=True)  # copy2: mtimes kept
     write_config(root / "work", study_config())  # the study as it ran (another test may have left an edit)
     if clone:
-        shutil.copytree(workflow, root / "workflow", copy_function=shutil.copy, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            workflow, root / "workflow", copy_function=shutil.copy, ignore=shutil.ignore_patterns("__pycache__")
+        )
         workflow = root / "workflow"
     return workflow, root / "work"
 
@@ -272,8 +310,9 @@ def test_a_git_checkout_that_changes_no_code_and_back_plans_nothing(study, tmp_p
     workflow, workdir = adopted_copy(study, tmp_path, clone=True)
 
     def git(*args: str) -> None:
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=workflow, check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=workflow, check=True, capture_output=True
+        )
 
     git("init", "-q")
     git("add", ".")

@@ -18,7 +18,6 @@ from support.study import REPO, SNAKEMAKE, WORKFLOW_CODE, copy_workflow, tiny_co
 pytestmark = pytest.mark.workflow
 
 
-
 def registration() -> str:
     """The cookbook's strategy recipe: the line a new strategy adds to the registry."""
     text = (REPO / "docs/cookbook.md").read_text()
@@ -26,9 +25,12 @@ def registration() -> str:
 
 
 def file_hashes(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for name in WORKFLOW_CODE for p in ([root / name] if (root / name).is_file() else (root / name).rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for name in WORKFLOW_CODE
+        for p in ([root / name] if (root / name).is_file() else (root / name).rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 def add_strategy(workflow: Path) -> None:
@@ -48,16 +50,34 @@ def test_a_strategy_added_to_the_registry_and_the_schema_runs_a_whole_study(tmp_
     workdir.mkdir()
     add_strategy(workflow)
     before, after = file_hashes(REPO), file_hashes(workflow)
-    assert sorted(k for k in after if before.get(k) != after[k]) == ["rules/schemas/config.schema.yaml",
-                                                                    "workflow_lib/perturb/strategies.py"]
+    assert sorted(k for k in after if before.get(k) != after[k]) == [
+        "rules/schemas/config.schema.yaml",
+        "workflow_lib/perturb/strategies.py",
+    ]
     config = tiny_config()
     config["eval_sets"] = {"syn-test": config["eval_sets"]["syn-test"]}
     grid = {"strategies": ["duplication"], "intensities": [0, 0.2]}
-    config["experiments"] = {"main": {"models": ["tiny"], "train_dataset": "synthetic", "eval_sets": ["syn-test"],
-                                      "train_perturbation": grid, "test_perturbation": {**grid, "modes": ["exact", "cached"]}}}
+    config["experiments"] = {
+        "main": {
+            "models": ["tiny"],
+            "train_dataset": "synthetic",
+            "eval_sets": ["syn-test"],
+            "train_perturbation": grid,
+            "test_perturbation": {**grid, "modes": ["exact", "cached"]},
+        }
+    }
     write_config(workdir, config)
-    cmd = [str(SNAKEMAKE), "-s", str(workflow / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), "--cores", "2"]
+    cmd = [
+        str(SNAKEMAKE),
+        "-s",
+        str(workflow / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, timeout=900, check=False)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
 
@@ -72,6 +92,20 @@ def test_a_strategy_added_to_the_registry_and_the_schema_runs_a_whole_study(tmp_
     strategies = (workdir / "results/report/tables/strategies.md").read_text()
     assert "duplication" in strategies and "insertion" not in strategies
     # The checkout's workflow refuses the name: the schema entry is what admits it.
-    refused = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "-n",
-                              "--configfile", str(workdir / "config.yaml")], capture_output=True, text=True, cwd=workdir, check=False)
+    refused = subprocess.run(
+        [
+            str(SNAKEMAKE),
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(workdir),
+            "-n",
+            "--configfile",
+            str(workdir / "config.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        check=False,
+    )
     assert refused.returncode != 0 and "duplication" in refused.stdout + refused.stderr

@@ -22,7 +22,16 @@ pytestmark = pytest.mark.workflow
 
 PAPER = REPO / "configs/paper.yaml"
 PLAN_SECONDS = 10  # CPU seconds (measured: about 3.5)
-REPORT_RULES = {"collect_metrics", "mauve_contrast", "contrasts", "tables", "figure", "examples", "training_curves", "all"}  # the report stage's: counted loosely
+REPORT_RULES = {
+    "collect_metrics",
+    "mauve_contrast",
+    "contrasts",
+    "tables",
+    "figure",
+    "examples",
+    "training_curves",
+    "all",
+}  # the report stage's: counted loosely
 BUILTIN_SPLITS = ("train", "validation", "test", "ood")
 
 
@@ -42,8 +51,21 @@ def dry_run(workdir, *args) -> tuple[subprocess.CompletedProcess, float]:
     else loads the machine (CI runs the rehearsal beside the test suite)."""
     import resource
 
-    cmd = ["timeout", "-k", "10", "120", str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(PAPER), "-n", *args]
+    cmd = [
+        "timeout",
+        "-k",
+        "10",
+        "120",
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(PAPER),
+        "-n",
+        *args,
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, timeout=150)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -65,25 +87,33 @@ def expected_jobs(config: dict) -> dict[str, int]:
     def train_conditions(exp):  # intensity 0 is one baseline whatever the strategy and synonyms
         grid = exp.get("train_perturbation", {})
         for strategy, alpha, source, mode in itertools.product(
-                grid.get("strategies", ["insertion"]), grid.get("intensities", [0]),
-                grid.get("synonyms", ["distributional"]), grid.get("modes", ["augment"])):
+            grid.get("strategies", ["insertion"]),
+            grid.get("intensities", [0]),
+            grid.get("synonyms", ["distributional"]),
+            grid.get("modes", ["augment"]),
+        ):
             yield ("none", mode, "none", 0.0) if alpha == 0 else (source, mode, strategy, float(alpha))
 
     def test_conditions(exp):  # intensity 0 is plain sampling, one condition
         grid = exp.get("test_perturbation", {})
         for strategy, alpha, source, mode in itertools.product(
-                grid.get("strategies", ["insertion"]), grid.get("intensities", [0]),
-                grid.get("synonyms", ["distributional"]), grid.get("modes", ["exact"])):
+            grid.get("strategies", ["insertion"]),
+            grid.get("intensities", [0]),
+            grid.get("synonyms", ["distributional"]),
+            grid.get("modes", ["exact"]),
+        ):
             yield ("none", "none", 0.0, "exact") if alpha == 0 else (source, strategy, float(alpha), mode)
 
     downloads, tokenizer_jobs, tokenized, prompts, synonyms, perturbed, trained, sampled, perplexity = (
-        set() for _ in range(9))
+        set() for _ in range(9)
+    )
     baseline = ("none", "augment", "none", 0.0)
     for exp in config["experiments"].values():
         data = exp["train_dataset"]
         trains = any(o != "untrained" for o in exp.get("objectives", ["mle"]))
         for model, objective, train, run_seed in itertools.product(
-                exp["models"], exp.get("objectives", ["mle"]), train_conditions(exp), exp.get("seeds", [seed])):
+            exp["models"], exp.get("objectives", ["mle"]), train_conditions(exp), exp.get("seeds", [seed])
+        ):
             untrained = objective == "untrained"  # evaluated as it is: one (baseline-named) condition, no training
             if untrained and train != baseline:
                 continue
@@ -103,8 +133,9 @@ def expected_jobs(config: dict) -> dict[str, int]:
                 if any(alpha > 0 for alpha in grid.get("intensities", [0])):
                     synonyms.update((tokenizer, data, s) for s in grid.get("synonyms", ["distributional"]))
                     tokenizer_jobs.add(tokenizer)
-            for eval_set, decoder, test in itertools.product(exp["eval_sets"], exp.get("decoders", ["unbiased"]),
-                                                             test_conditions(exp)):
+            for eval_set, decoder, test in itertools.product(
+                exp["eval_sets"], exp.get("decoders", ["unbiased"]), test_conditions(exp)
+            ):
                 sampled.add((model, data, objective, train, run_seed, eval_set, decoder, test))
                 perplexity.add((model, data, objective, train, run_seed))  # one job per model, all its eval sets
                 prompts.add(eval_set)
@@ -119,12 +150,24 @@ def expected_jobs(config: dict) -> dict[str, int]:
             fetches.add((dataset, ds["archive"]["url"]))
             unpacks.add(dataset)
             continue
-        for files in (ds["files"].values() if ds.get("recipe") == "mixce" else [ds["files"][split]]):
-            fetches.update((dataset, e["url"], e.get("head_bytes")) for e in (files if isinstance(files, list) else [files]))
+        for files in ds["files"].values() if ds.get("recipe") == "mixce" else [ds["files"][split]]:
+            fetches.update(
+                (dataset, e["url"], e.get("head_bytes")) for e in (files if isinstance(files, list) else [files])
+            )
     counts = {
-        "fetch": len(fetches), "unpack": len(unpacks), "download": len(downloads), "tokenizer": len(tokenizer_jobs), "tokenize": len(tokenized),
-        "prompts": len(prompts), "features": len(prompts), "synonyms": len(synonyms), "perturb": len(perturbed),
-        "train": len(trained), "sample": len(sampled), "evaluate": len(sampled), "perplexity": len(perplexity),
+        "fetch": len(fetches),
+        "unpack": len(unpacks),
+        "download": len(downloads),
+        "tokenizer": len(tokenizer_jobs),
+        "tokenize": len(tokenized),
+        "prompts": len(prompts),
+        "features": len(prompts),
+        "synonyms": len(synonyms),
+        "perturb": len(perturbed),
+        "train": len(trained),
+        "sample": len(sampled),
+        "evaluate": len(sampled),
+        "perplexity": len(perplexity),
         "extrapolation": sum(1 for job in sampled if job[5] in builtin),
     }
     simulation = config.get("simulation", {})
@@ -138,14 +181,23 @@ def test_paper_config_holds_the_papers_study(paper):
     assert {m["name"] for m in paper["models"].values()} == {"facebook/opt-125m", "gpt2", "EleutherAI/gpt-neo-1.3B"}
     assert all(t["source"] == "hf" for t in paper["tokenizers"].values())
     assert {(d["path"], d["name"]) for d in paper["datasets"].values() if d["source"] == "hf"} == {
-        ("Salesforce/wikitext", "wikitext-2-raw-v1"), ("Salesforce/wikitext", "wikitext-103-raw-v1")}
+        ("Salesforce/wikitext", "wikitext-2-raw-v1"),
+        ("Salesforce/wikitext", "wikitext-103-raw-v1"),
+    }
     assert {es["dataset"] for es in paper["eval_sets"].values()} == set(paper["datasets"])
     # docs/method.md §4: MixCE's WebText and WritingPrompts, from MixCE's URLs; WikiText-103 as WikiText-2 is.
     ds = paper["datasets"]
-    assert (ds["webtext"]["recipe"], ds["webtext"]["top_up"], ds["writingprompts"]["recipe"]) == ("mixce", "train", "mixce")
+    assert (ds["webtext"]["recipe"], ds["webtext"]["top_up"], ds["writingprompts"]["recipe"]) == (
+        "mixce",
+        "train",
+        "mixce",
+    )
     assert (ds["wikitext103"]["recipe"], ds["wikitext103"]["cleaning"]) == ("raw", "wikitext")
     webtext = "https://openaipublic.azureedge.net/gpt-2/output-dataset/v1/webtext.{}.jsonl"
-    assert [ds["webtext"]["files"][s]["url"] for s in ("test", "train")] == [webtext.format("test"), webtext.format("train")]
+    assert [ds["webtext"]["files"][s]["url"] for s in ("test", "train")] == [
+        webtext.format("test"),
+        webtext.format("train"),
+    ]
     assert ds["webtext"]["files"]["train"]["head_bytes"] and not ds["webtext"]["files"]["test"].get("head_bytes")
     assert ds["writingprompts"]["archive"]["url"] == "https://dl.fbaipublicfiles.com/fairseq/data/writingPrompts.tar.gz"
     assert ds["writingprompts"]["files"] == {"test": ["writingPrompts/test.wp_source", "writingPrompts/test.wp_target"]}
@@ -153,17 +205,33 @@ def test_paper_config_holds_the_papers_study(paper):
     assert paper["simulation"] == {"enabled": True, "replications": 100}
     experiments = paper["experiments"]
     assert set(experiments["table1-perturbed"]["objectives"]) == {"mle", "mixce", "tvd", "brier", "emo"}
-    assert set(experiments["table1"]["objectives"]) == {"untrained", "mle", "mixce", "tvd", "brier", "emo"}  # + zero-shot
+    assert set(experiments["table1"]["objectives"]) == {
+        "untrained",
+        "mle",
+        "mixce",
+        "tvd",
+        "brier",
+        "emo",
+    }  # + zero-shot
     assert paper["evaluation"]["mauve"]["kmeans_seeds"] == 5
     perturbed = experiments["table1-perturbed"]["train_perturbation"]
     assert (perturbed["strategies"], perturbed["intensities"], perturbed["modes"], perturbed["copies"]) == (
-        ["insertion"], [0.025], ["augment"], 1)
+        ["insertion"],
+        [0.025],
+        ["augment"],
+        1,
+    )
     assert set(experiments["ablation"]["objectives"]) == {"mle", "brier"}
     assert experiments["ablation"]["train_perturbation"]["intensities"] == [0, 0.025]
     # The sweep and the strategy table: one GPT-2 MLE experiment per condition, the same at training and sampling.
-    paired = {(e["train_perturbation"]["strategies"][0], e["train_perturbation"]["intensities"][0])
-              for e in experiments.values() if e["models"] == ["gpt2"] and e["objectives"] == ["mle"]
-              and e["eval_sets"] == ["webtext"] and e["train_perturbation"] == e["test_perturbation"]}
+    paired = {
+        (e["train_perturbation"]["strategies"][0], e["train_perturbation"]["intensities"][0])
+        for e in experiments.values()
+        if e["models"] == ["gpt2"]
+        and e["objectives"] == ["mle"]
+        and e["eval_sets"] == ["webtext"]
+        and e["train_perturbation"] == e["test_perturbation"]
+    }
     assert {alpha for strategy, alpha in paired if strategy == "insertion"} == {0.1 * 2**k for k in range(-4, 3)}
     assert {(s, a) for s in ("replacement", "deletion", "insertion") for a in (0.0125, 0.025, 0.05)} <= paired
 
@@ -175,8 +243,13 @@ def test_paper_config_trains_with_emos_protocol(paper_workdir, paper):
     for name, model in filled["models"].items():
         settings = {**filled["training"], **model["training"]}
         protocol = {k: settings[k] for k in ("max_grad_norm", "eval_every", "select_best", "select_by", "epochs")}
-        assert protocol == {"max_grad_norm": 0, "eval_every": 0, "select_best": True, "select_by": "objective",
-                            "epochs": 1}, name
+        assert protocol == {
+            "max_grad_norm": 0,
+            "eval_every": 0,
+            "select_best": True,
+            "select_by": "objective",
+            "epochs": 1,
+        }, name
         assert settings["checkpoint_every"] == 100 and model["load_dtype"] == "float32", name
 
 

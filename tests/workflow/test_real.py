@@ -26,11 +26,24 @@ from support.study import REPO, SNAKEMAKE
 pytestmark = pytest.mark.workflow
 
 REAL, LOCAL, CI = (REPO / f"configs/{name}.yaml" for name in ("real", "real-local", "real-ci"))
-SOURCE_KEYS = {"datasets.*.archive.url", "datasets.*.archive.sha256", "datasets.*.files.*",
-               "models.*.gguf.url", "models.*.gguf.sha256"}
-SIZE_KEYS = {"datasets.*.max_rows", "prompts.max_prompts", "sampling.runs", "sampling.new_tokens",
-             "sampling.batch_size", "training.batch_size", "training.max_length", "tokenize.block_size",
-             "training.checkpoint_every"}
+SOURCE_KEYS = {
+    "datasets.*.archive.url",
+    "datasets.*.archive.sha256",
+    "datasets.*.files.*",
+    "models.*.gguf.url",
+    "models.*.gguf.sha256",
+}
+SIZE_KEYS = {
+    "datasets.*.max_rows",
+    "prompts.max_prompts",
+    "sampling.runs",
+    "sampling.new_tokens",
+    "sampling.batch_size",
+    "training.batch_size",
+    "training.max_length",
+    "tokenize.block_size",
+    "training.checkpoint_every",
+}
 # The report's categories: no study figure (no ablation or sweep) and no simulation (simulation.enabled: false).
 REPORT_CATEGORIES = ("Summary", "Tables", "Training curves")
 # The rows the issue asks of the real study: (objective, train intensity, test intensity), on every eval set.
@@ -45,8 +58,10 @@ def leaves(tree: dict, prefix: tuple = ()) -> list[tuple]:
 
 
 def allowed(path: tuple, patterns: set[str]) -> bool:
-    return any(len(p) == len(path) and all(a in ("*", b) for a, b in zip(p, path))
-               for p in (pattern.split(".") for pattern in patterns))
+    return any(
+        len(p) == len(path) and all(a in ("*", b) for a, b in zip(p, path))
+        for p in (pattern.split(".") for pattern in patterns)
+    )
 
 
 def test_local_overlay_changes_only_sources_and_pins_the_same_bytes_as_the_users_config():
@@ -59,7 +74,9 @@ def test_local_overlay_changes_only_sources_and_pins_the_same_bytes_as_the_users
     assert local["models"]["smollm2"]["gguf"]["sha256"] == real["models"]["smollm2"]["gguf"]["sha256"]
     pinned = [e["sha256"] for e in real["datasets"]["licences"]["files"]["test"]]
     assert [e["sha256"] for e in local["datasets"]["licences"]["files"]["test"]] == pinned
-    for mine, theirs in zip(local["datasets"]["licences"]["files"]["test"], real["datasets"]["licences"]["files"]["test"]):
+    for mine, theirs in zip(
+        local["datasets"]["licences"]["files"]["test"], real["datasets"]["licences"]["files"]["test"]
+    ):
         assert mine["url"].split("/data/main/", 1)[1] == theirs["url"].split("/data/main/", 1)[1]
 
 
@@ -79,18 +96,33 @@ def test_served_files_are_the_pinned_bytes():
         pytest.fail(str(error))
     served = runner.served_files(shared)
     local = yaml.safe_load(LOCAL.read_text())
-    by_path = {url.split("38518/", 1)[1]: sha for url, sha in (
-        [(e["url"], e["sha256"]) for e in local["datasets"]["licences"]["files"]["test"]]
-        + [(local["models"]["smollm2"]["gguf"]["url"], local["models"]["smollm2"]["gguf"]["sha256"])]
-        + [(local["datasets"]["wikitext2"]["archive"]["url"], local["datasets"]["wikitext2"]["archive"]["sha256"])])}
+    by_path = {
+        url.split("38518/", 1)[1]: sha
+        for url, sha in (
+            [(e["url"], e["sha256"]) for e in local["datasets"]["licences"]["files"]["test"]]
+            + [(local["models"]["smollm2"]["gguf"]["url"], local["models"]["smollm2"]["gguf"]["sha256"])]
+            + [(local["datasets"]["wikitext2"]["archive"]["url"], local["datasets"]["wikitext2"]["archive"]["sha256"])]
+        )
+    }
     assert sorted(by_path) == sorted(served)
     assert {path: hashlib.sha256(body).hexdigest() for path, body in served.items()} == by_path
     assert runner.wikitext_zip(shared) == runner.wikitext_zip(shared)
 
 
 def test_the_real_study_plans_its_rules(tmp_path):
-    cmd = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(REAL),
-           str(LOCAL), "-n", "--quiet", "rules"]
+    cmd = [
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(tmp_path),
+        "--configfile",
+        str(REAL),
+        str(LOCAL),
+        "-n",
+        "--quiet",
+        "rules",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=150)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     jobs = job_stats(result.stdout + result.stderr)
@@ -100,13 +132,18 @@ def test_the_real_study_plans_its_rules(tmp_path):
 
 # The post-run checks ------------------------------------------------------------------------------------------
 
+
 def row_problems(metrics: pl.DataFrame, eval_sets: list[str]) -> list[str]:
     """Every row of ROWS on every eval set, with a finite ROUGE-1 (MAUVE may be refused, never missing silently)."""
     problems = []
     for eval_set in eval_sets:
         for objective, train, test in ROWS:
-            rows = metrics.filter((pl.col("eval_set") == eval_set) & (pl.col("objective") == objective)
-                                  & (pl.col("train_intensity") == train) & (pl.col("test_intensity") == test))
+            rows = metrics.filter(
+                (pl.col("eval_set") == eval_set)
+                & (pl.col("objective") == objective)
+                & (pl.col("train_intensity") == train)
+                & (pl.col("test_intensity") == test)
+            )
             if rows.height != 1:
                 problems.append(f"{eval_set}: {rows.height} rows for {objective} at {train}/{test}, not 1")
             elif rows["rouge1_mean"].is_null().any() or not rows["rouge1_mean"].is_finite().all():
@@ -138,8 +175,9 @@ def summary_problems(summary: str) -> list[str]:
 
 def test_checks_fail_on_doctored_input(tmp_path):
     rows = [("wikitext2", o, a, b, 0.5) for o, a, b in ROWS]
-    metrics = pl.DataFrame(rows, schema=["eval_set", "objective", "train_intensity", "test_intensity", "rouge1_mean"],
-                           orient="row")
+    metrics = pl.DataFrame(
+        rows, schema=["eval_set", "objective", "train_intensity", "test_intensity", "rouge1_mean"], orient="row"
+    )
     assert row_problems(metrics, ["wikitext2"]) == []
     assert row_problems(metrics.filter(pl.col("objective") != "emo"), ["wikitext2"])
     assert row_problems(metrics.with_columns(pl.lit(float("nan")).alias("rouge1_mean")), ["wikitext2"])
@@ -147,11 +185,15 @@ def test_checks_fail_on_doctored_input(tmp_path):
     real = yaml.safe_load(REAL.read_text())
     (tmp_path / "pretrained/smollm2").mkdir(parents=True)
     (tmp_path / "data/licences").mkdir(parents=True)
-    (tmp_path / "pretrained/smollm2/gguf.json").write_text(json.dumps({"sha256": real["models"]["smollm2"]["gguf"]["sha256"]}))
+    (tmp_path / "pretrained/smollm2/gguf.json").write_text(
+        json.dumps({"sha256": real["models"]["smollm2"]["gguf"]["sha256"]})
+    )
     files = [{"sha256": e["sha256"]} for e in real["datasets"]["licences"]["files"]["test"]]
     (tmp_path / "data/licences/test.json").write_text(json.dumps({"provenance": {"files": files}}))
     assert provenance_problems(tmp_path, real) == []
-    (tmp_path / "data/licences/test.json").write_text(json.dumps({"provenance": {"files": files[:-1] + [{"sha256": "0" * 64}]}}))
+    (tmp_path / "data/licences/test.json").write_text(
+        json.dumps({"provenance": {"files": files[:-1] + [{"sha256": "0" * 64}]}})
+    )
     assert provenance_problems(tmp_path, real)
     (tmp_path / "pretrained/smollm2/gguf.json").write_text(json.dumps({"sha256": "f" * 64}))
     assert provenance_problems(tmp_path, real)
@@ -171,7 +213,7 @@ def test_finished_real_study_holds():
     problems = row_problems(metrics, list(real["eval_sets"]))
     problems += provenance_problems(results, real)
     problems += summary_problems((results / "summary.md").read_text())
-    from support.browser import chromium, check_report
+    from support.browser import check_report, chromium
 
     if chromium():
         problems += check_report(workdir / "report.html", REPORT_CATEGORIES, screenshot=workdir / "report.png")

@@ -28,11 +28,26 @@ PAPER = REPO / "configs/paper.yaml"
 OVERLAY = REPO / "configs/paper-rehearsal.yaml"
 # Where things come from and how big they are: the only keys the overlay may set (a `*` matches any one key).
 SOURCE_AND_SIZE_KEYS = {
-    "datasets.*.path", "datasets.*.max_rows", "datasets.*.files.*.url", "datasets.*.files.*.head_bytes",
-    "datasets.*.archive.url", "tokenizers.*.name", "models.*.name", "models.*.stand_in_for",
-    "models.*.training.gpus", "models.*.training.batch_size", "tokenize.block_size", "training.batch_size",
-    "training.max_length", "training.checkpoint_every", "sampling.runs", "sampling.new_tokens",
-    "evaluation.featuriser", "evaluation.max_text_length", "prompts.max_prompts", "eval_sets.*.max_prompts",
+    "datasets.*.path",
+    "datasets.*.max_rows",
+    "datasets.*.files.*.url",
+    "datasets.*.files.*.head_bytes",
+    "datasets.*.archive.url",
+    "tokenizers.*.name",
+    "models.*.name",
+    "models.*.stand_in_for",
+    "models.*.training.gpus",
+    "models.*.training.batch_size",
+    "tokenize.block_size",
+    "training.batch_size",
+    "training.max_length",
+    "training.checkpoint_every",
+    "sampling.runs",
+    "sampling.new_tokens",
+    "evaluation.featuriser",
+    "evaluation.max_text_length",
+    "prompts.max_prompts",
+    "eval_sets.*.max_prompts",
     "simulation.replications",
 }
 
@@ -46,8 +61,10 @@ def leaves(tree: dict, prefix: tuple = ()) -> list[tuple]:
 
 
 def allowed(path: tuple) -> bool:
-    return any(len(p) == len(path) and all(a in ("*", b) for a, b in zip(p, path))
-               for p in (pattern.split(".") for pattern in SOURCE_AND_SIZE_KEYS))
+    return any(
+        len(p) == len(path) and all(a in ("*", b) for a, b in zip(p, path))
+        for p in (pattern.split(".") for pattern in SOURCE_AND_SIZE_KEYS)
+    )
 
 
 def test_overlay_changes_only_sources_and_sizes():
@@ -62,8 +79,18 @@ def test_overlay_changes_only_sources_and_sizes():
 
 
 def plan(workdir: Path, *configs: Path) -> dict[str, int]:
-    cmd = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--configfile",
-           *map(str, configs), "-n", "--quiet", "rules"]
+    cmd = [
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        *map(str, configs),
+        "-n",
+        "--quiet",
+        "rules",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, timeout=150)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     return job_stats(result.stdout + result.stderr)
@@ -90,8 +117,10 @@ def test_served_stand_ins_repeat_byte_for_byte_and_are_shaped_as_the_originals()
     from support import standins
 
     def served(seed: int) -> dict[str, bytes]:
-        return {**standins.webtext_files(np.random.default_rng(seed)),
-                standins.WRITINGPROMPTS_PATH: standins.writingprompts_archive(np.random.default_rng(seed))}
+        return {
+            **standins.webtext_files(np.random.default_rng(seed)),
+            standins.WRITINGPROMPTS_PATH: standins.writingprompts_archive(np.random.default_rng(seed)),
+        }
 
     first = served(1)
     assert first == served(1) and first != served(2)  # the same seed, the same bytes (the gzip header has no time)
@@ -100,19 +129,31 @@ def test_served_stand_ins_repeat_byte_for_byte_and_are_shaped_as_the_originals()
     words = [len(r["text"].split()) for r in records]
     assert sum(50 < n < 1000 for n in words) == 12  # one too short and one too long: the top-up must run
     with tarfile.open(fileobj=io.BytesIO(first[standins.WRITINGPROMPTS_PATH]), mode="r:gz") as tar:
-        assert sorted(tar.getnames()) == sorted(f"writingPrompts/{s}.wp_{k}" for s in ("train", "valid", "test")
-                                                for k in ("source", "target"))
+        assert sorted(tar.getnames()) == sorted(
+            f"writingPrompts/{s}.wp_{k}" for s in ("train", "valid", "test") for k in ("source", "target")
+        )
 
 
 # The checks, each made to fail ---------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def paper() -> dict:
     return yaml.safe_load(PAPER.read_text())
 
 
-KEYS = ["model", "objective", "eval_set", "decoder", "train_strategy", "train_intensity", "test_strategy",
-        "test_intensity", "mauve_mean", "rouge1_mean"]
+KEYS = [
+    "model",
+    "objective",
+    "eval_set",
+    "decoder",
+    "train_strategy",
+    "train_intensity",
+    "test_strategy",
+    "test_intensity",
+    "mauve_mean",
+    "rouge1_mean",
+]
 
 
 def metric_rows(paper: dict) -> pl.DataFrame:
@@ -123,11 +164,29 @@ def metric_rows(paper: dict) -> pl.DataFrame:
         exp = exps[name]
         alpha = exp.get("test_perturbation", {}).get("intensities", [0])[0]
         strategy = "insertion" if alpha else "none"
-        rows += [(m, o, e, "unbiased", strategy, alpha, strategy, alpha, 0.9, 0.5)
-                 for m in exp["models"] for o in exp["objectives"] for e in exp["eval_sets"]]
+        rows += [
+            (m, o, e, "unbiased", strategy, alpha, strategy, alpha, 0.9, 0.5)
+            for m in exp["models"]
+            for o in exp["objectives"]
+            for e in exp["eval_sets"]
+        ]
     for objective in ("mle", "brier"):
-        rows += [("gpt2", objective, "webtext", "unbiased", "insertion" if a else "none", a,
-                  "insertion" if b else "none", b, 0.9, 0.5) for a in (0, 0.025) for b in (0, 0.025)]
+        rows += [
+            (
+                "gpt2",
+                objective,
+                "webtext",
+                "unbiased",
+                "insertion" if a else "none",
+                a,
+                "insertion" if b else "none",
+                b,
+                0.9,
+                0.5,
+            )
+            for a in (0, 0.025)
+            for b in (0, 0.025)
+        ]
     for alpha in checks.SWEEP:
         rows.append(("gpt2", "mle", "webtext", "unbiased", "insertion", alpha, "insertion", alpha, 0.9, 0.5))
     for strategy in ("replacement", "deletion"):
@@ -138,8 +197,12 @@ def metric_rows(paper: dict) -> pl.DataFrame:
 
 def table1_csv(paper: dict) -> pl.DataFrame:
     exp = paper["experiments"]["table1"]
-    rows = [(m, checks.UNTRAINED_LABEL if o == "untrained" else o, "no") for m in exp["models"] for o in exp["objectives"]]
-    rows += [(m, o, "insertion 0.025") for m in exp["models"] for o in paper["experiments"]["table1-perturbed"]["objectives"]]
+    rows = [
+        (m, checks.UNTRAINED_LABEL if o == "untrained" else o, "no") for m in exp["models"] for o in exp["objectives"]
+    ]
+    rows += [
+        (m, o, "insertion 0.025") for m in exp["models"] for o in paper["experiments"]["table1-perturbed"]["objectives"]
+    ]
     frame = pl.DataFrame(rows, schema=["model", "objective", "perturbation"], orient="row")
     return frame.with_columns(pl.lit("0.9 ± 0.1").alias(f"{e} MAUVE") for e in exp["eval_sets"])
 
@@ -147,50 +210,82 @@ def table1_csv(paper: dict) -> pl.DataFrame:
 def test_table1_check_fails_on_a_missing_or_non_finite_cell(paper):
     metrics, table1 = metric_rows(paper), table1_csv(paper)
     assert checks.table1_problems(metrics, table1, paper) == []
-    zero_shot = (pl.col("model") == "opt-125m") & (pl.col("objective") == "untrained") & (pl.col("eval_set") == "webtext")
+    zero_shot = (
+        (pl.col("model") == "opt-125m") & (pl.col("objective") == "untrained") & (pl.col("eval_set") == "webtext")
+    )
     assert checks.table1_problems(metrics.filter(~zero_shot), table1, paper) == [
-        "Table 1 opt-125m untrained no webtext: no metrics row"]
-    nan = metrics.with_columns(pl.when(zero_shot).then(float("nan")).otherwise(pl.col("mauve_mean")).alias("mauve_mean"))
+        "Table 1 opt-125m untrained no webtext: no metrics row"
+    ]
+    nan = metrics.with_columns(
+        pl.when(zero_shot).then(float("nan")).otherwise(pl.col("mauve_mean")).alias("mauve_mean")
+    )
     assert checks.table1_problems(nan, table1, paper) == ["Table 1 opt-125m untrained no webtext: mauve_mean = nan"]
     # an unscored MAUVE passes only where the row says why ("too few texts (n)", as the rehearsal's 8 prompts are)
-    unscored = metrics.with_columns(pl.lit(None, pl.Float64).alias("mauve_mean"),
-                                    pl.when(zero_shot).then(pl.lit(None, pl.Utf8)).otherwise(pl.lit("too few texts (8)"))
-                                    .alias("mauve_status"))
-    assert checks.table1_problems(unscored, table1, paper) == ["Table 1 opt-125m untrained no webtext: mauve_mean = None"]
-    blank = table1.with_columns(pl.when(pl.col("objective") == "emo").then(pl.lit("")).otherwise(pl.col("webtext MAUVE"))
-                                .alias("webtext MAUVE"))
+    unscored = metrics.with_columns(
+        pl.lit(None, pl.Float64).alias("mauve_mean"),
+        pl.when(zero_shot).then(pl.lit(None, pl.Utf8)).otherwise(pl.lit("too few texts (8)")).alias("mauve_status"),
+    )
+    assert checks.table1_problems(unscored, table1, paper) == [
+        "Table 1 opt-125m untrained no webtext: mauve_mean = None"
+    ]
+    blank = table1.with_columns(
+        pl.when(pl.col("objective") == "emo").then(pl.lit("")).otherwise(pl.col("webtext MAUVE")).alias("webtext MAUVE")
+    )
     assert len(checks.table1_problems(metrics, blank, paper)) == 6  # emo: 3 models x 2 conditions
 
 
 def test_ablation_sweep_and_strategy_checks_fail_on_a_missing_arm(paper, tmp_path):
     metrics = metric_rows(paper)
-    ablation = pl.DataFrame({"model": ["gpt2"] * 2, "objective": ["brier", "mle"], "eval_set": ["webtext"] * 2,
-                             **{f"{arm} MAUVE": ["0.9"] * 2 for arm in ("NoPerturb", "TrainPerturb", "TestPerturb", "Both")}})
+    ablation = pl.DataFrame(
+        {
+            "model": ["gpt2"] * 2,
+            "objective": ["brier", "mle"],
+            "eval_set": ["webtext"] * 2,
+            **{f"{arm} MAUVE": ["0.9"] * 2 for arm in ("NoPerturb", "TrainPerturb", "TestPerturb", "Both")},
+        }
+    )
     assert checks.ablation_problems(metrics, ablation, paper) == []
     train_only = (pl.col("objective") == "brier") & (pl.col("train_intensity") > 0) & (pl.col("test_intensity") == 0)
     assert checks.ablation_problems(metrics.filter(~train_only), ablation, paper) == [
-        "ablation brier TrainPerturb webtext: no metrics row"]
+        "ablation brier TrainPerturb webtext: no metrics row"
+    ]
 
     figure = tmp_path / "intensity.png"
     figure.write_bytes(b"png")
     assert checks.sweep_problems(metrics, figure) == []
     assert checks.sweep_problems(metrics.filter(pl.col("train_intensity") != 0.4), tmp_path / "none.png") == [
-        f"{tmp_path / 'none.png'}: missing", "intensity sweep 0.4: no metrics row"]
+        f"{tmp_path / 'none.png'}: missing",
+        "intensity sweep 0.4: no metrics row",
+    ]
 
-    strategies = pl.DataFrame({"model": ["gpt2"] * 3, "objective": ["mle"] * 3, "eval_set": ["webtext"] * 3,
-                               "strategy": checks.STRATEGIES,
-                               **{f"{a:g} MAUVE": ["0.9"] * 3 for a in checks.STRATEGY_INTENSITIES}})
+    strategies = pl.DataFrame(
+        {
+            "model": ["gpt2"] * 3,
+            "objective": ["mle"] * 3,
+            "eval_set": ["webtext"] * 3,
+            "strategy": checks.STRATEGIES,
+            **{f"{a:g} MAUVE": ["0.9"] * 3 for a in checks.STRATEGY_INTENSITIES},
+        }
+    )
     assert checks.strategy_problems(metrics, strategies) == []
     assert checks.strategy_problems(metrics.filter(pl.col("train_strategy") != "deletion"), strategies) == [
-        f"strategy deletion {a:g}: no metrics row" for a in (0.0125, 0.025, 0.05)]
+        f"strategy deletion {a:g}: no metrics row" for a in (0.0125, 0.025, 0.05)
+    ]
     assert checks.strategy_problems(metrics, strategies.drop("0.05 MAUVE")) == [
-        f"tables/strategies.csv: no 0.05 MAUVE cell for {s}" for s in checks.STRATEGIES]
+        f"tables/strategies.csv: no 0.05 MAUVE cell for {s}" for s in checks.STRATEGIES
+    ]
 
 
 def test_simulation_check_fails_on_a_missing_point_or_replication():
     settings = {"vocab_sizes": [50, 100], "intensities": [0, 0.5], "replications": 2}
-    summary = pl.DataFrame({"vocab_size": [50, 50, 100, 100], "intensity": [0.0, 0.5, 0.0, 0.5],
-                            "replications": [2, 2, 2, 2], "mae_unseen_pairs_mean": [0.1, 0.1, 0.1, 0.1]})
+    summary = pl.DataFrame(
+        {
+            "vocab_size": [50, 50, 100, 100],
+            "intensity": [0.0, 0.5, 0.0, 0.5],
+            "replications": [2, 2, 2, 2],
+            "mae_unseen_pairs_mean": [0.1, 0.1, 0.1, 0.1],
+        }
+    )
     assert checks.simulation_problems(summary, settings) == []
     assert checks.simulation_problems(summary.head(3), settings) == ["simulation: no row for V=100, alpha=0.5"]
     short = summary.with_columns(pl.Series("replications", [2, 2, 1, 2]))
@@ -205,23 +300,30 @@ def test_report_check_fails_without_contrasts_examples_or_curves(tmp_path):
     (tmp_path / "report/figures/training/gpt2/curve.png").write_bytes(b"png")
     assert checks.report_problems(tmp_path, contrasts, ["gpt2"]) == []
     assert checks.report_problems(tmp_path, contrasts.head(2), ["gpt2", "opt-125m"]) == [
-        "contrasts.csv: no objective contrast", f"{tmp_path / 'report/figures/training/opt-125m'}: no training curve"]
+        "contrasts.csv: no objective contrast",
+        f"{tmp_path / 'report/figures/training/opt-125m'}: no training curve",
+    ]
 
 
 def test_summary_check_fails_unless_marked_and_listing_the_fetched_files():
     digest = "ab" * 32
-    summary = ("# Summary\n\n## Paper comparison\n\n**Rehearsal: these numbers mean nothing.** ...\n\n| model | objective |"
-               " perturbation |\n| gpt2 | mle | no | 0.9 ± 0.1 (paper 0.82) |\n\n## Data\n\n- **webtext/test**: ...\n"
-               f"  - http://127.0.0.1:1/v1/webtext.test.jsonl: sha256 `{digest}` (not pinned: set this sha256 in the "
-               "config to pin it)\n\n## Figures\n")
+    summary = (
+        "# Summary\n\n## Paper comparison\n\n**Rehearsal: these numbers mean nothing.** ...\n\n| model | objective |"
+        " perturbation |\n| gpt2 | mle | no | 0.9 ± 0.1 (paper 0.82) |\n\n## Data\n\n- **webtext/test**: ...\n"
+        f"  - http://127.0.0.1:1/v1/webtext.test.jsonl: sha256 `{digest}` (not pinned: set this sha256 in the "
+        "config to pin it)\n\n## Figures\n"
+    )
     assert checks.summary_problems(summary, {"webtext.test.jsonl": digest}) == []
     assert checks.summary_problems(summary.replace("Rehearsal: these", "These"), {}) == [
-        "summary.md: the paper comparison is not marked as a rehearsal"]
+        "summary.md: the paper comparison is not marked as a rehearsal"
+    ]
     assert checks.summary_problems(summary, {"webtext.test.jsonl": "cd" * 32}) == [
-        f"summary.md: the data section does not list webtext.test.jsonl with sha256 {'cd' * 32}, to pin"]
+        f"summary.md: the data section does not list webtext.test.jsonl with sha256 {'cd' * 32}, to pin"
+    ]
 
 
 # The finished rehearsal -----------------------------------------------------------------------------------------
+
 
 @pytest.mark.rehearsal
 def test_finished_rehearsal_holds_the_papers_study(paper):
@@ -231,18 +333,23 @@ def test_finished_rehearsal_holds_the_papers_study(paper):
     results = Path(folder) / "results"
     metrics = pl.read_csv(results / "report/metrics.csv", infer_schema_length=None)
     tables = results / "report/tables"
-    fetched = {name: hashlib.sha256(path.read_bytes()).hexdigest()
-               for name in checks.FETCHED for path in (results / "downloads").glob(f"*/*{name}")}
+    fetched = {
+        name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for name in checks.FETCHED
+        for path in (results / "downloads").glob(f"*/*{name}")
+    }
     assert sorted(fetched) == sorted(checks.FETCHED), fetched
     config = {**paper["simulation"], **yaml.safe_load(OVERLAY.read_text())["simulation"]}
     settings = {"vocab_sizes": [50, 100, 200, 400, 800], "intensities": [0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0], **config}
-    problems = (checks.table1_problems(metrics, pl.read_csv(tables / "table1.csv"), paper)
-                + checks.ablation_problems(metrics, pl.read_csv(tables / "ablation.csv"), paper)
-                + checks.sweep_problems(metrics, results / "report/figures/intensity.png")
-                + checks.strategy_problems(metrics, pl.read_csv(tables / "strategies.csv"))
-                + checks.simulation_problems(pl.read_csv(results / "simulation/summary.csv"), settings)
-                + checks.report_problems(results, pl.read_csv(results / "report/contrasts.csv"), list(paper["models"]))
-                + checks.summary_problems((results / "summary.md").read_text(), fetched))
+    problems = (
+        checks.table1_problems(metrics, pl.read_csv(tables / "table1.csv"), paper)
+        + checks.ablation_problems(metrics, pl.read_csv(tables / "ablation.csv"), paper)
+        + checks.sweep_problems(metrics, results / "report/figures/intensity.png")
+        + checks.strategy_problems(metrics, pl.read_csv(tables / "strategies.csv"))
+        + checks.simulation_problems(pl.read_csv(results / "simulation/summary.csv"), settings)
+        + checks.report_problems(results, pl.read_csv(results / "report/contrasts.csv"), list(paper["models"]))
+        + checks.summary_problems((results / "summary.md").read_text(), fetched)
+    )
     assert problems == []
 
 

@@ -13,8 +13,16 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import torch
-from support.study import (REPO, SNAKEMAKE, dry_run_of_tiny_study_with, planned_rules, snakemake, tiny_config,
-                           tiny_study_config, write_config)
+from support.study import (
+    REPO,
+    SNAKEMAKE,
+    dry_run_of_tiny_study_with,
+    planned_rules,
+    snakemake,
+    tiny_config,
+    tiny_study_config,
+    write_config,
+)
 
 pytestmark = pytest.mark.workflow
 
@@ -28,9 +36,18 @@ def data_config(workdir) -> dict:
     (workdir / "wiki.test.raw").write_text(" = Heading = \n \n" + long_row(1) + " \n" + long_row(2, 40) + long_row(3))
     (workdir / "web.jsonl").write_text("".join(json.dumps({"text": long_row(i)}) + "\n" for i in range(5)))
     config = tiny_config()
-    config["datasets"]["wiki"] = {"source": "local", "format": "wikitext", "files": {"test": "wiki.test.raw"},
-                                  "cleaning": "wikitext"}
-    config["datasets"]["web"] = {"source": "local", "format": "jsonl", "files": {"test": "web.jsonl"}, "cleaning": "webtext"}
+    config["datasets"]["wiki"] = {
+        "source": "local",
+        "format": "wikitext",
+        "files": {"test": "wiki.test.raw"},
+        "cleaning": "wikitext",
+    }
+    config["datasets"]["web"] = {
+        "source": "local",
+        "format": "jsonl",
+        "files": {"test": "web.jsonl"},
+        "cleaning": "webtext",
+    }
     config["eval_sets"]["wiki-test"] = {"dataset": "wiki", "split": "test"}
     config["eval_sets"]["web-test"] = {"dataset": "web", "split": "test", "max_prompts": 3}
     config["experiments"]["main"]["eval_sets"] += ["wiki-test", "web-test"]
@@ -114,17 +131,26 @@ def test_failing_job_leaves_no_finished_looking_output(workdir):
 def test_perturbation_stage_builds_synonyms_and_every_condition(workdir):
     config = tiny_config()
     config["experiments"]["main"]["train_perturbation"] = {
-        "strategies": ["insertion", "deletion"], "intensities": [0, 0.1], "synonyms": ["distributional", "oracle"],
-        "modes": ["augment", "prefix"]}
+        "strategies": ["insertion", "deletion"],
+        "intensities": [0, 0.1],
+        "synonyms": ["distributional", "oracle"],
+        "modes": ["augment", "prefix"],
+    }
     config["synonyms"] = {"min_count": 2}
     write_config(workdir, config)
     result = snakemake(workdir, "--until", "perturb")
     assert result.returncode == 0, result.stderr
     base = workdir / "results/perturbed/bpe/synthetic"
     conditions = sorted(str(p.relative_to(base)) for p in base.rglob("*.parquet"))
-    expected = sorted([f"none/{m}-m1/none-0/seed1.parquet" for m in ("augment", "prefix")] + [
-        f"{s}/{m}-m1/{st}-0.1/seed1.parquet" for s in ("distributional", "oracle") for m in ("augment", "prefix")
-        for st in ("insertion", "deletion")])
+    expected = sorted(
+        [f"none/{m}-m1/none-0/seed1.parquet" for m in ("augment", "prefix")]
+        + [
+            f"{s}/{m}-m1/{st}-0.1/seed1.parquet"
+            for s in ("distributional", "oracle")
+            for m in ("augment", "prefix")
+            for st in ("insertion", "deletion")
+        ]
+    )
     assert conditions == expected
     for source in ("distributional", "oracle"):
         assert pq.read_table(workdir / f"results/synonyms/bpe/synthetic/{source}.parquet").num_rows > 0
@@ -144,11 +170,16 @@ def test_perturbation_stage_builds_synonyms_and_every_condition(workdir):
 def test_training_writes_every_model_its_log_and_no_leftover_checkpoint(tiny_study):
     """(`accelerate launch` itself, for two processes, is tests/train/test_parallel.py's.)"""
     workdir = tiny_study
-    models = sorted(p.parent.relative_to(workdir / "results/models") for p in (workdir / "results/models").rglob("model.safetensors")
-                    if "brier" not in p.parts)  # Brier: the lab's group (tests/lab/test_lab_workflow.py)
-    assert [str(m) for m in models] == [f"tiny/synthetic/{o}/{c}/seed1" for o in ("emo", "mle")
-                                        for c in ("none/augment-m1/none-0", "oracle/augment-m1/insertion-0.2")] + [
-        "tiny/synthetic/mle-again/none/augment-m1/none-0/seed1"]
+    models = sorted(
+        p.parent.relative_to(workdir / "results/models")
+        for p in (workdir / "results/models").rglob("model.safetensors")
+        if "brier" not in p.parts
+    )  # Brier: the lab's group (tests/lab/test_lab_workflow.py)
+    assert [str(m) for m in models] == [
+        f"tiny/synthetic/{o}/{c}/seed1"
+        for o in ("emo", "mle")
+        for c in ("none/augment-m1/none-0", "oracle/augment-m1/insertion-0.2")
+    ] + ["tiny/synthetic/mle-again/none/augment-m1/none-0/seed1"]
     assert (workdir / "results/models/tiny/synthetic/brier/none/augment-m1/none-0/seed1/model.safetensors").exists()
     log = (workdir / "results/models" / models[0] / "train_log.csv").read_text().splitlines()
     assert log[0] == "step,epoch,loss,lr,grad_norm,tokens_per_s,validation_loss,validation_objective" and len(log) > 5
@@ -161,8 +192,11 @@ def test_sampling_and_evaluation_chain_reuses_human_features(tiny_study):
     mle = workdir / "results/metrics/tiny/synthetic/mle/none/augment-m1/none-0/seed1"
     metrics = sorted(mle.rglob("*.json"))
     names = sorted("/".join(m.parts[-4:]) for m in metrics)
-    assert names == sorted(f"{es}/unbiased/{c}" for es in ("syn-ood", "syn-test")
-                           for c in ("none/none-0-exact.json", "oracle/insertion-0.2-exact.json", "oracle/insertion-0.2-cached.json"))
+    assert names == sorted(
+        f"{es}/unbiased/{c}"
+        for es in ("syn-ood", "syn-test")
+        for c in ("none/none-0-exact.json", "oracle/insertion-0.2-exact.json", "oracle/insertion-0.2-cached.json")
+    )
     report = json.loads(metrics[0].read_text())
     # 10 prompts per run is under MAUVE's floor of 50 texts per side: flagged and not scored (docs/method.md §4)
     assert report["runs"] == 2 and report["mauve"] is None and report["mauve_mean"] is None
@@ -170,7 +204,9 @@ def test_sampling_and_evaluation_chain_reuses_human_features(tiny_study):
     assert 0 < report["rouge1_mean"] <= 1 and report["featuriser"] == "minilm"
     samples = pq.read_table(next((workdir / "results/samples").rglob("insertion-0.2-cached.parquet"))).to_pylist()
     assert len(samples) == 2 * 10 and all(len(s["continuation_ids"]) == 8 for s in samples)
-    tv = json.loads(next((workdir / "results/extrapolation").rglob("syn-ood/unbiased/oracle/insertion-0.2-exact.json")).read_text())
+    tv = json.loads(
+        next((workdir / "results/extrapolation").rglob("syn-ood/unbiased/oracle/insertion-0.2-exact.json")).read_text()
+    )
     assert tv["law"] == "ood" and 0 < tv["tv_mean"] <= 1 and tv["prefixes"] > 0 and tv["draws"] == 8
     features = sorted((workdir / "results/features/minilm").glob("*.npy"))
     assert [f.name for f in features] == ["syn-ood.npy", "syn-test.npy"]
@@ -205,22 +241,33 @@ def test_report_builds_on_a_tiny_config(tiny_study):
     assert (same["difference"] == 0).all() and (same["low"] <= 0).all() and (same["high"] >= 0).all()
     assert not same["significant"].any()
     # Built to differ: training on 20% inserted oracle synonyms changes the model's perplexity on human text.
-    ppl = contrasts.filter((pl.col("family") == "perturbation") & (pl.col("metric") == "perplexity")
-                           & (pl.col("objective") == "mle"))
+    ppl = contrasts.filter(
+        (pl.col("family") == "perturbation") & (pl.col("metric") == "perplexity") & (pl.col("objective") == "mle")
+    )
     assert ppl.height == 2 and ppl["significant"].all() and ((ppl["high"] < 0) | (ppl["low"] > 0)).all()
-    assert "## Paired comparisons" in summary and "✱" in summary and summary.startswith("# Summary of the study\n\n## What this study found\n")
+    assert (
+        "## Paired comparisons" in summary
+        and "✱" in summary
+        and summary.startswith("# Summary of the study\n\n## What this study found\n")
+    )
     # The findings' three parts, from this study's numbers: the verdicts, the size and limits, MAUVE against the TV.
     # With 10 prompts per run MAUVE cannot resolve (under the floor of 50): the findings say so instead of comparing it.
     found = summary.split("## What this study found\n", 1)[1].split("\n## ", 1)[0]
     assert "- **syn-test**, perturbation against none" in found and "perplexity: helped in" in found
-    assert "- **mle-again against MLE** (every eval set and condition): MAUVE too few texts per run to compare; " in found
+    assert (
+        "- **mle-again against MLE** (every eval set and condition): MAUVE too few texts per run to compare; " in found
+    )
     assert "ROUGE-1 no detectable difference in any of" in found
     assert "- Size: 2 sampling runs of 10 prompts per eval set." in found
     assert re.search(r"- Training: \d+(-\d+)? optimizer steps per model \(6 models\)\.", found)
-    assert ("- MAUVE is not resolvable in this study: its runs have 10 texts per side, under the floor "
-            "evaluation.mauve.min_texts = 50") in found
-    assert ("- **syn-ood**: MAUVE is not set against the exact TV to the true law: its runs had too few texts to "
-            "resolve it.") in found
+    assert (
+        "- MAUVE is not resolvable in this study: its runs have 10 texts per side, under the floor "
+        "evaluation.mauve.min_texts = 50"
+    ) in found
+    assert (
+        "- **syn-ood**: MAUVE is not set against the exact TV to the true law: its runs had too few texts to "
+        "resolve it."
+    ) in found
     assert not contrasts.filter(pl.col("metric") == "mauve").height  # and no MAUVE contrast, so no MAUVE mark
     assert (workdir / "results/report/figures/training/tiny/synthetic.png").stat().st_size > 5000
     data = summary.split("## Data\n", 1)[1]  # every split the study read, with its source
@@ -232,8 +279,16 @@ def test_report_builds_on_a_tiny_config(tiny_study):
     assert "ERROR/" not in html.stderr, html.stderr  # docutils errors in a caption
     page = (workdir / "results/report.html").read_text()
     assert len(page) > 10000
-    for caption in ("Summary", "Tables", "Figures", "Simulation", "figure.png", "simulation study (paper Section 4)",
-                    "Training curves", "Theory lab"):
+    for caption in (
+        "Summary",
+        "Tables",
+        "Figures",
+        "Simulation",
+        "figure.png",
+        "simulation study (paper Section 4)",
+        "Training curves",
+        "Theory lab",
+    ):
         assert caption in page, caption
     check_in_browser(workdir, workdir / "results/report.html")
 
@@ -263,8 +318,13 @@ def check_in_browser(workdir, html):
         shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "report/table.rst").write_text("A table.\n\n.. no-such-directive::\n\n   body\n")
     broken = workdir / "broken.html"
-    built = subprocess.run([str(SNAKEMAKE), "-s", str(copy / "Snakefile"), "--directory", str(workdir), "--report",
-                            str(broken)], capture_output=True, text=True, cwd=workdir, check=False)
+    built = subprocess.run(
+        [str(SNAKEMAKE), "-s", str(copy / "Snakefile"), "--directory", str(workdir), "--report", str(broken)],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        check=False,
+    )
     assert built.returncode == 0, built.stderr  # snakemake builds it regardless: only a look at the page tells
     problems = check_report(broken)
     assert problems and all("results/report/tables/" in p and "system message" in p for p in problems), problems
@@ -273,7 +333,7 @@ def check_in_browser(workdir, html):
     doctored.write_text(page.replace("<head>", "<head><script>null.x;</script>", 1))
     assert any(p.startswith("uncaught: TypeError") for p in check_report(doctored))
     first = re.search(r'"data_uri": "data:image/png;charset=utf8;filename=[^;]+;base64,', page)
-    doctored.write_text(page[:first.end()] + "AAAA" + page[first.end() + 4:])
+    doctored.write_text(page[: first.end()] + "AAAA" + page[first.end() + 4 :])
     assert any(p.startswith("image ") and p.endswith("does not decode") for p in check_report(doctored))
     assert any("'No such category' is missing" in p for p in check_report(html, ("Tables", "No such category")))
 
@@ -294,14 +354,27 @@ def test_hub_families_train_sample_and_evaluate(workdir):
     config["datasets"]["synthetic"]["builtin"]["docs"]["train"] = 20
     config["tokenizers"] = {f: {"source": "hf", "name": str(folders[f])} for f in FAMILIES}
     config["models"] = {f: {"source": "hf", "name": str(folders[f]), "tokenizer": f} for f in FAMILIES}
-    config["training"] = {"batch_size": 8, "learning_rate": 3e-3, "lr_scheduler": "constant", "max_length": 64,
-                          "checkpoint_every": 1000, "log_every": 5}
+    config["training"] = {
+        "batch_size": 8,
+        "learning_rate": 3e-3,
+        "lr_scheduler": "constant",
+        "max_length": 64,
+        "checkpoint_every": 1000,
+        "log_every": 5,
+    }
     config["evaluation"]["featuriser"] = str(folders["llama"])  # a causal LM folder as MAUVE featuriser
     config["eval_sets"] = {"syn-test": {"dataset": "synthetic", "split": "test"}}
     perturbation = {"strategies": ["insertion"], "intensities": [0.1], "synonyms": ["embedding"]}
-    config["experiments"] = {"families": {"models": list(FAMILIES), "train_dataset": "synthetic", "eval_sets": ["syn-test"],
-                                          "objectives": ["mle", "emo"], "train_perturbation": perturbation,
-                                          "test_perturbation": perturbation}}
+    config["experiments"] = {
+        "families": {
+            "models": list(FAMILIES),
+            "train_dataset": "synthetic",
+            "eval_sets": ["syn-test"],
+            "objectives": ["mle", "emo"],
+            "train_perturbation": perturbation,
+            "test_perturbation": perturbation,
+        }
+    }
     write_config(workdir, config)
     result = snakemake(workdir, "--until", "evaluate", timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -311,12 +384,19 @@ def test_hub_families_train_sample_and_evaluate(workdir):
         for objective in ("mle", "emo"):
             model = workdir / "results/models" / family / "synthetic" / objective / condition
             weights = load_file(model / "model.safetensors")
-            assert all(w.dtype == torch.float32 and torch.isfinite(w).all() for w in weights.values()), (family, objective)
+            assert all(w.dtype == torch.float32 and torch.isfinite(w).all() for w in weights.values()), (
+                family,
+                objective,
+            )
             summary = json.loads((model / "train_summary.json").read_text())
             assert summary["ran"]["master_weights"] == "float32", (family, objective)
             with open(model / "train_log.csv") as handle:
                 losses = np.array([float(r["loss"]) for r in csv.DictReader(handle)])
-            assert np.isfinite(losses).all() and losses[-3:].mean() < losses[:3].mean() - 0.1, (family, objective, losses)
+            assert np.isfinite(losses).all() and losses[-3:].mean() < losses[:3].mean() - 0.1, (
+                family,
+                objective,
+                losses,
+            )
             run = f"{family}/synthetic/{objective}/{condition}/syn-test/unbiased/embedding/insertion-0.1-exact"
             metrics = json.loads((workdir / "results/metrics" / f"{run}.json").read_text())
             # under MAUVE's floor of texts: flagged, not scored (tests/evaluate/test_evaluation.py scores a small study)

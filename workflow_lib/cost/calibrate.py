@@ -17,10 +17,14 @@ import time
 
 # What each rule's job does before its first FLOP: import its module and the libraries its main() imports lazily,
 # then load a checkpoint and its tokenizer (a one-layer model saved in `{folder}`), as the job loads its own.
-_CAUSAL = ("from transformers import AutoModelForCausalLM, AutoTokenizer; import pyarrow.parquet; "
-           "AutoTokenizer.from_pretrained({folder!r}); AutoModelForCausalLM.from_pretrained({folder!r})")
-_ENCODER = ("from transformers import AutoModel, AutoTokenizer; import pyarrow.parquet; "
-            "AutoTokenizer.from_pretrained({folder!r}); AutoModel.from_pretrained({folder!r})")
+_CAUSAL = (
+    "from transformers import AutoModelForCausalLM, AutoTokenizer; import pyarrow.parquet; "
+    "AutoTokenizer.from_pretrained({folder!r}); AutoModelForCausalLM.from_pretrained({folder!r})"
+)
+_ENCODER = (
+    "from transformers import AutoModel, AutoTokenizer; import pyarrow.parquet; "
+    "AutoTokenizer.from_pretrained({folder!r}); AutoModel.from_pretrained({folder!r})"
+)
 RULE_IMPORTS = {
     "train": "import workflow_lib.train.trainer, accelerate; accelerate.Accelerator(cpu=True); " + _CAUSAL,
     "sample": "import workflow_lib.sample.sampler; " + _CAUSAL,
@@ -53,8 +57,13 @@ def import_seconds(statement: str, repeats: int = 2) -> float:
     return min(times)
 
 
-def calibrate(name: str = "local", log=print, rules: tuple[str, ...] = tuple(RULE_IMPORTS), config: dict | None = None,
-              workdir=None) -> dict:
+def calibrate(
+    name: str = "local",
+    log=print,
+    rules: tuple[str, ...] = tuple(RULE_IMPORTS),
+    config: dict | None = None,
+    workdir=None,
+) -> dict:
     """This machine's device overrides: {name, source, peak_fp32, mfu_forward, mfu_train, ...}. With a config, the
     training step and forward pass of each of its models up to MAX_SHAPE_PARAMS are timed too, at the study's batch
     and lengths (`shape_rates`): small models reach a fraction of a large one's FLOP/s, which one size cannot show."""
@@ -119,8 +128,13 @@ def calibrate(name: str = "local", log=print, rules: tuple[str, ...] = tuple(RUL
     rng = np.random.default_rng(0)
     n, buckets = 400, 40
     p, q = rng.normal(size=(n, 384)).astype(np.float32), rng.normal(0.3, 1, size=(n, 384)).astype(np.float32)
-    settings = {"num_buckets": buckets, "kmeans_num_redo": 5, "kmeans_max_iter": 500, "discretization": 25,
-                "scaling": 5}
+    settings = {
+        "num_buckets": buckets,
+        "kmeans_num_redo": 5,
+        "kmeans_max_iter": 500,
+        "discretization": 25,
+        "scaling": 5,
+    }
     mauve = best_of(lambda: mauve_score(p, q, settings, 1), 1) / (2 * n * buckets * 5)
     log(f"MAUVE {mauve * 1e6:.2f} us per point per bucket per clustering")
 
@@ -133,14 +147,28 @@ def calibrate(name: str = "local", log=print, rules: tuple[str, ...] = tuple(RUL
         fixed = {rule: round(import_seconds(RULE_IMPORTS[rule].format(folder=folder)), 2) for rule in rules}
     log("fixed cost per job (imports): " + ", ".join(f"{r} {s:.2f} s" for r, s in fixed.items()))
     shape_rates = study_shape_rates(config, workdir, gpt2, sync, log) if config else {}
-    memory = (torch.cuda.get_device_properties(0).total_memory if cuda
-              else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) / 1e9
-    return {"name": name, "source": f"calibrated on this machine ({torch.cuda.get_device_name(0) if cuda else 'one CPU thread'})",
-            "peak_half": 0.0, "peak_fp32": flops_forward / forward, "mfu_forward": 1.0,
-            "mfu_train": round(forward / flops_forward * flops_train / train, 3), "memory_gb": round(memory, 1),
-            "bandwidth": decode_bytes / decode, "bandwidth_use": 1.0, "layer_overhead_s": layer,
-            "load_bytes_per_s": decode_bytes / load, "mauve_s": mauve, "fixed_s": fixed, "has_bf16": False,
-            "shape_rates": shape_rates}
+    memory = (
+        torch.cuda.get_device_properties(0).total_memory
+        if cuda
+        else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    ) / 1e9
+    return {
+        "name": name,
+        "source": f"calibrated on this machine ({torch.cuda.get_device_name(0) if cuda else 'one CPU thread'})",
+        "peak_half": 0.0,
+        "peak_fp32": flops_forward / forward,
+        "mfu_forward": 1.0,
+        "mfu_train": round(forward / flops_forward * flops_train / train, 3),
+        "memory_gb": round(memory, 1),
+        "bandwidth": decode_bytes / decode,
+        "bandwidth_use": 1.0,
+        "layer_overhead_s": layer,
+        "load_bytes_per_s": decode_bytes / load,
+        "mauve_s": mauve,
+        "fixed_s": fixed,
+        "has_bf16": False,
+        "shape_rates": shape_rates,
+    }
 
 
 def study_shape_rates(config: dict, workdir, gpt2, sync, log) -> dict:
@@ -153,8 +181,10 @@ def study_shape_rates(config: dict, workdir, gpt2, sync, log) -> dict:
         if shape is None or shape.params > MAX_SHAPE_PARAMS or shape.key in rates:
             continue
         rates[shape.key] = shape_rates(shape, config, gpt2, sync)
-        log(f"models.{key} ({shape.key}): training {rates[shape.key]['train'] / 1e9:.1f} GFLOP/s, forward "
-            f"{rates[shape.key]['forward'] / 1e9:.1f} GFLOP/s")
+        log(
+            f"models.{key} ({shape.key}): training {rates[shape.key]['train'] / 1e9:.1f} GFLOP/s, forward "
+            f"{rates[shape.key]['forward'] / 1e9:.1f} GFLOP/s"
+        )
     return rates
 
 
@@ -164,9 +194,14 @@ def shape_rates(shape, config: dict, gpt2, sync) -> dict:
     import torch
 
     # A gated MLP's three matrices as a GPT-2 MLP of the same FLOPs (its inner width 1.5x).
-    model = gpt2(n_layer=shape.n_layer, n_head=max(1, shape.d_model // 64), n_embd=shape.d_model,
-                 n_inner=shape.d_ffn * 3 // 2 if shape.gated else shape.d_ffn, n_positions=max(shape.context, 256),
-                 vocab_size=shape.vocab)
+    model = gpt2(
+        n_layer=shape.n_layer,
+        n_head=max(1, shape.d_model // 64),
+        n_embd=shape.d_model,
+        n_inner=shape.d_ffn * 3 // 2 if shape.gated else shape.d_ffn,
+        n_positions=max(shape.context, 256),
+        vocab_size=shape.vocab,
+    )
     batch, length = config["training"]["batch_size"], config["tokenize"]["block_size"]
     ids = torch.randint(0, shape.vocab, (batch, length), device=model.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # as the trainer's (float32 weights)
@@ -183,5 +218,7 @@ def shape_rates(shape, config: dict, gpt2, sync) -> dict:
     model.eval()
     with torch.no_grad():
         forward = best_of(lambda: (model(input_ids=prompt), sync()))
-    return {"train": batch * length * (6 * shape.matmul_params + 12 * shape.n_layer * shape.d_model * length) / train,
-            "forward": rows * 32 * (2 * shape.matmul_params + 4 * shape.n_layer * shape.d_model * 32) / forward}
+    return {
+        "train": batch * length * (6 * shape.matmul_params + 12 * shape.n_layer * shape.d_model * length) / train,
+        "forward": rows * 32 * (2 * shape.matmul_params + 4 * shape.n_layer * shape.d_model * 32) / forward,
+    }

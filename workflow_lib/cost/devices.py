@@ -52,27 +52,74 @@ class Device:
 
 # Seconds a GPU job pays before its first FLOP (interpreter, torch + transformers imports, CUDA context): the
 # imports as --calibrate measured them on the development machine (3.7-4.7 s) plus an assumed 5 s of CUDA start.
-GPU_FIXED_S = {"train": 9.0, "sample": 9.0, "evaluate": 10.0, "perplexity": 9.0, "features": 9.0,
-               "extrapolation": 9.0}
+GPU_FIXED_S = {"train": 9.0, "sample": 9.0, "evaluate": 10.0, "perplexity": 9.0, "features": 9.0, "extrapolation": 9.0}
 
 DEVICES = {
-    "a100-40gb": Device("a100-40gb", 312 * TB, 19.5 * TB, 40, 1.555 * TB,
-                        source="NVIDIA A100 datasheet (SXM): 312 TFLOPS bf16 dense, 19.5 fp32, 1,555 GB/s"),
-    "a100-80gb": Device("a100-80gb", 312 * TB, 19.5 * TB, 80, 2.039 * TB,
-                        source="NVIDIA A100 datasheet (80GB SXM): 312 TFLOPS bf16 dense, 19.5 fp32, 2,039 GB/s"),
-    "h100": Device("h100", 989 * TB, 67 * TB, 80, 3.35 * TB,
-                   source="NVIDIA H100 datasheet (SXM5): 989 TFLOPS bf16 dense, 67 fp32, 3.35 TB/s"),
-    "l40s": Device("l40s", 362 * TB, 91.6 * TB, 48, 0.864 * TB,
-                   source="NVIDIA L40S datasheet: 362 TFLOPS bf16 dense, 91.6 fp32, 864 GB/s"),
-    "v100": Device("v100", 125 * TB, 15.7 * TB, 32, 0.9 * TB, has_bf16=False,
-                   source="NVIDIA V100 datasheet (SXM2 32GB): 125 TFLOPS fp16 tensor, 15.7 fp32, 900 GB/s; no bf16, "
-                          "so mixed_precision auto trains in fp32"),
+    "a100-40gb": Device(
+        "a100-40gb",
+        312 * TB,
+        19.5 * TB,
+        40,
+        1.555 * TB,
+        source="NVIDIA A100 datasheet (SXM): 312 TFLOPS bf16 dense, 19.5 fp32, 1,555 GB/s",
+    ),
+    "a100-80gb": Device(
+        "a100-80gb",
+        312 * TB,
+        19.5 * TB,
+        80,
+        2.039 * TB,
+        source="NVIDIA A100 datasheet (80GB SXM): 312 TFLOPS bf16 dense, 19.5 fp32, 2,039 GB/s",
+    ),
+    "h100": Device(
+        "h100",
+        989 * TB,
+        67 * TB,
+        80,
+        3.35 * TB,
+        source="NVIDIA H100 datasheet (SXM5): 989 TFLOPS bf16 dense, 67 fp32, 3.35 TB/s",
+    ),
+    "l40s": Device(
+        "l40s",
+        362 * TB,
+        91.6 * TB,
+        48,
+        0.864 * TB,
+        source="NVIDIA L40S datasheet: 362 TFLOPS bf16 dense, 91.6 fp32, 864 GB/s",
+    ),
+    "v100": Device(
+        "v100",
+        125 * TB,
+        15.7 * TB,
+        32,
+        0.9 * TB,
+        has_bf16=False,
+        source="NVIDIA V100 datasheet (SXM2 32GB): 125 TFLOPS fp16 tensor, 15.7 fp32, 900 GB/s; no bf16, "
+        "so mixed_precision auto trains in fp32",
+    ),
     # One core of a current x86 server (AVX2/AVX-512 FMA at ~3 GHz, ~100 GFLOP/s fp32 peak): an assumption; run
     # --calibrate for this machine's own numbers.
-    "cpu": Device("cpu", 0.0, 100e9, 16, 10e9, has_bf16=False, source="assumed: one x86 core, 100 GFLOP/s fp32",
-                  mfu_train=0.3, mfu_forward=0.3, layer_overhead_s=2e-4, load_bytes_per_s=5e8,
-                  fixed_s={"train": 3.7, "sample": 3.8, "evaluate": 4.7, "perplexity": 3.8, "features": 3.7,
-                           "extrapolation": 3.7}),
+    "cpu": Device(
+        "cpu",
+        0.0,
+        100e9,
+        16,
+        10e9,
+        has_bf16=False,
+        source="assumed: one x86 core, 100 GFLOP/s fp32",
+        mfu_train=0.3,
+        mfu_forward=0.3,
+        layer_overhead_s=2e-4,
+        load_bytes_per_s=5e8,
+        fixed_s={
+            "train": 3.7,
+            "sample": 3.8,
+            "evaluate": 4.7,
+            "perplexity": 3.8,
+            "features": 3.7,
+            "extrapolation": 3.7,
+        },
+    ),
 }
 
 TUNABLE = {f.name for f in fields(Device)} - {"name", "source"}
@@ -81,8 +128,9 @@ TUNABLE = {f.name for f in fields(Device)} - {"name", "source"}
 def device(name: str, overrides: dict | None = None) -> Device:
     """A device of the table (or a calibrated one, passed as overrides of `cpu`), with the config's overrides."""
     if name not in DEVICES and not overrides:
-        raise ValueError(f"unknown device {name!r}: one of {', '.join(DEVICES)} (or calibrate this machine with "
-                         "--calibrate)")
+        raise ValueError(
+            f"unknown device {name!r}: one of {', '.join(DEVICES)} (or calibrate this machine with --calibrate)"
+        )
     base = DEVICES.get(name, replace(DEVICES["cpu"], name=name, source="calibrated"))
     overrides = dict(overrides or {})
     unknown = set(overrides) - TUNABLE
@@ -96,9 +144,11 @@ def device(name: str, overrides: dict | None = None) -> Device:
 def assumptions(dev: Device) -> str:
     """The assumptions behind a prediction, one line, for tables and captions."""
     fixed = ", ".join(f"{rule} {s:g}" for rule, s in dev.fixed_s.items())
-    return (f"{dev.name}: {dev.source}; MFU {dev.mfu_train:g} training, {dev.mfu_forward:g} forward passes; "
-            f"{dev.bandwidth_use:g} of bandwidth when decoding; {dev.layer_overhead_s * 1e3:g} ms per layer per "
-            f"forward call; checkpoints load at {dev.load_bytes_per_s / 1e9:g} GB/s; fixed s per job: {fixed}")
+    return (
+        f"{dev.name}: {dev.source}; MFU {dev.mfu_train:g} training, {dev.mfu_forward:g} forward passes; "
+        f"{dev.bandwidth_use:g} of bandwidth when decoding; {dev.layer_overhead_s * 1e3:g} ms per layer per "
+        f"forward call; checkpoints load at {dev.load_bytes_per_s / 1e9:g} GB/s; fixed s per job: {fixed}"
+    )
 
 
 def check_cost(cost: dict) -> None:
@@ -109,5 +159,7 @@ def check_cost(cost: dict) -> None:
             raise ValueError(f"cost.devices.{name}: unknown keys {sorted(unknown)}; allowed: {sorted(TUNABLE)}")
     for key in ("device", "cpu"):
         if cost[key] not in DEVICES and cost[key] not in cost.get("devices", {}):
-            raise ValueError(f"cost.{key}: unknown device {cost[key]!r}: one of {', '.join(DEVICES)}, or a name "
-                             "defined under cost.devices")
+            raise ValueError(
+                f"cost.{key}: unknown device {cost[key]!r}: one of {', '.join(DEVICES)}, or a name "
+                "defined under cost.devices"
+            )

@@ -24,8 +24,13 @@ from workflow_lib.cost.devices import Device, assumptions, device
 from workflow_lib.cost.jobs import GPU_RULES, Job, plan_jobs
 
 CALIBRATION = Path("results/estimate/calibration.json")
-PARTS = {"compute": "compute", "overhead": "per-call overhead", "fixed": "fixed cost", "load": "checkpoint load",
-         "mauve": "MAUVE k-means (CPU)"}
+PARTS = {
+    "compute": "compute",
+    "overhead": "per-call overhead",
+    "fixed": "fixed cost",
+    "load": "checkpoint load",
+    "mauve": "MAUVE k-means (CPU)",
+}
 
 
 def load_config(paths: list[str], workdir: Path) -> dict:
@@ -58,25 +63,39 @@ def rule_table(jobs: list[Job], gpus: int, cores: int) -> list[dict]:
             for part, seconds in job.parts.items():
                 parts[part] = parts.get(part, 0.0) + seconds * max(job.devices, 1)
         top = max(parts, key=parts.get) if parts else ""
-        rows.append({"rule": rule, "jobs": len(mine), "unknown": len(mine) - len(known), "on": "GPU" if on_gpu else "CPU",
-                     "flops": sum(j.flops for j in known), "device_hours": device_s / 3600,
-                     "wall_hours": max(device_s / parallel, longest) / 3600, "share": device_s / total,
-                     "largest_part": f"{PARTS.get(top, top)} ({100 * parts[top] / device_s:.0f}%)" if top else ""})
+        rows.append(
+            {
+                "rule": rule,
+                "jobs": len(mine),
+                "unknown": len(mine) - len(known),
+                "on": "GPU" if on_gpu else "CPU",
+                "flops": sum(j.flops for j in known),
+                "device_hours": device_s / 3600,
+                "wall_hours": max(device_s / parallel, longest) / 3600,
+                "share": device_s / total,
+                "largest_part": f"{PARTS.get(top, top)} ({100 * parts[top] / device_s:.0f}%)" if top else "",
+            }
+        )
     return rows
 
 
 def memory_flags(jobs: list[Job], gpu: Device) -> list[str]:
     """One line per (rule, model) whose jobs' static memory exceeds the GPU's, naming the setting to change."""
-    fixes = {"train": "a device with more memory (cost.device, --device): data parallelism (training.gpus) copies "
-                      "these to every GPU, and gradient_checkpointing saves only activations",
-             "sample": "a smaller sampling.batch_size (the cache grows with it)",
-             "evaluate": "a smaller featuriser (evaluation.featuriser)", "features": "a smaller evaluation.featuriser"}
+    fixes = {
+        "train": "a device with more memory (cost.device, --device): data parallelism (training.gpus) copies "
+        "these to every GPU, and gradient_checkpointing saves only activations",
+        "sample": "a smaller sampling.batch_size (the cache grows with it)",
+        "evaluate": "a smaller featuriser (evaluation.featuriser)",
+        "features": "a smaller evaluation.featuriser",
+    }
     flags = {}
     for job in jobs:
         if job.devices and job.memory_gb > gpu.memory_gb and (job.rule, job.model) not in flags:
-            flags[(job.rule, job.model)] = (f"{job.rule} {job.model}: {job.memory_what} need {job.memory_gb:.1f} GB, "
-                                            f"more than {gpu.name}'s {gpu.memory_gb:g} GB: "
-                                            f"{fixes.get(job.rule, 'a device with more memory')}")
+            flags[(job.rule, job.model)] = (
+                f"{job.rule} {job.model}: {job.memory_what} need {job.memory_gb:.1f} GB, "
+                f"more than {gpu.name}'s {gpu.memory_gb:g} GB: "
+                f"{fixes.get(job.rule, 'a device with more memory')}"
+            )
     return list(flags.values())
 
 
@@ -87,8 +106,9 @@ def measured_seconds(results: Path) -> dict[str, float]:
     for rule in GPU_RULES:
         for tsv in sorted((root / rule).rglob("*.tsv")):
             header, values = tsv.read_text().splitlines()[:2]
-            out[f"{rule}/{tsv.relative_to(root / rule).with_suffix('')}"] = \
-                float(dict(zip(header.split("\t"), values.split("\t")))["s"])
+            out[f"{rule}/{tsv.relative_to(root / rule).with_suffix('')}"] = float(
+                dict(zip(header.split("\t"), values.split("\t")))["s"]
+            )
     return out
 
 
@@ -101,13 +121,24 @@ def benchmark_key(job: Job) -> str:
 def compare(jobs: list[Job], measured: dict[str, float]) -> list[dict]:
     rows = []
     for rule in GPU_RULES:
-        pairs = [(j.seconds, measured[benchmark_key(j)]) for j in jobs
-                 if j.rule == rule and not j.unknown and benchmark_key(j) in measured]
+        pairs = [
+            (j.seconds, measured[benchmark_key(j)])
+            for j in jobs
+            if j.rule == rule and not j.unknown and benchmark_key(j) in measured
+        ]
         if pairs:
             ratios = sorted(p / m for p, m in pairs)
-            rows.append({"rule": rule, "jobs": len(pairs), "predicted_s": statistics.median(p for p, _ in pairs),
-                         "measured_s": statistics.median(m for _, m in pairs), "median_ratio": statistics.median(ratios),
-                         "min_ratio": ratios[0], "max_ratio": ratios[-1]})
+            rows.append(
+                {
+                    "rule": rule,
+                    "jobs": len(pairs),
+                    "predicted_s": statistics.median(p for p, _ in pairs),
+                    "measured_s": statistics.median(m for _, m in pairs),
+                    "median_ratio": statistics.median(ratios),
+                    "min_ratio": ratios[0],
+                    "max_ratio": ratios[-1],
+                }
+            )
     return rows
 
 
@@ -132,17 +163,36 @@ def report(config: dict, gpu: Device, cpu: Device, gpus: int, cores: int, result
     jobs = plan_jobs(config, gpu, cpu, workdir)
     rows = rule_table(jobs, gpus, cores)
     device_hours = sum(r["device_hours"] for r in rows if r["on"] == "GPU")
-    parts = [f"# Predicted cost on {gpu.name} (GPU jobs, {gpus} in parallel) and {cpu.name} (CPU jobs, {cores} cores)",
-             "", "A prediction, not a measurement. Assumptions:", f"- {assumptions(gpu)}", f"- {assumptions(cpu)}", "",
-             markdown(rows, {"rule": "rule", "jobs": "jobs", "on": "on", "flops": "FLOPs",
-                             "device_hours": "device-hours", "wall_hours": "wall hours", "share": "share",
-                             "largest_part": "largest part"}),
-             "", f"GPU total: {device_hours:.1f} GPU-hours."]
+    parts = [
+        f"# Predicted cost on {gpu.name} (GPU jobs, {gpus} in parallel) and {cpu.name} (CPU jobs, {cores} cores)",
+        "",
+        "A prediction, not a measurement. Assumptions:",
+        f"- {assumptions(gpu)}",
+        f"- {assumptions(cpu)}",
+        "",
+        markdown(
+            rows,
+            {
+                "rule": "rule",
+                "jobs": "jobs",
+                "on": "on",
+                "flops": "FLOPs",
+                "device_hours": "device-hours",
+                "wall_hours": "wall hours",
+                "share": "share",
+                "largest_part": "largest part",
+            },
+        ),
+        "",
+        f"GPU total: {device_hours:.1f} GPU-hours.",
+    ]
     known = [j for j in jobs if not j.unknown]
     if known:
         longest = max(known, key=lambda j: j.seconds)
-        parts.append(f"Longest job: {longest.seconds / 3600:.1f} h ({longest.rule} {longest.key}); a cluster's time "
-                     "limit below it needs a faster device or a smaller job.")
+        parts.append(
+            f"Longest job: {longest.seconds / 3600:.1f} h ({longest.rule} {longest.key}); a cluster's time "
+            "limit below it needs a faster device or a smaller job."
+        )
     unknown = sorted({f"{j.rule} {j.model}: {j.unknown} unknown" for j in jobs if j.unknown})
     if unknown:
         parts += ["", "Not predicted (size unknown before the study runs):", *[f"- {u}" for u in unknown]]
@@ -151,13 +201,29 @@ def report(config: dict, gpu: Device, cpu: Device, gpus: int, cores: int, result
     measured = measured_seconds(results)
     comparison = compare(jobs, measured) if measured else []
     if comparison:
-        parts += ["", f"Predicted vs measured ({results / 'benchmarks'}), seconds per job (medians):", "",
-                  markdown(comparison, {"rule": "rule", "jobs": "jobs", "predicted_s": "predicted s",
-                                        "measured_s": "measured s", "median_ratio": "median predicted/measured",
-                                        "min_ratio": "min", "max_ratio": "max"})]
+        parts += [
+            "",
+            f"Predicted vs measured ({results / 'benchmarks'}), seconds per job (medians):",
+            "",
+            markdown(
+                comparison,
+                {
+                    "rule": "rule",
+                    "jobs": "jobs",
+                    "predicted_s": "predicted s",
+                    "measured_s": "measured s",
+                    "median_ratio": "median predicted/measured",
+                    "min_ratio": "min",
+                    "max_ratio": "max",
+                },
+            ),
+        ]
     elif measured:  # benchmarks of other jobs (another study in the same folder): no empty table
-        parts += ["", f"Predicted vs measured: none of this study's GPU jobs has a benchmark under "
-                      f"{results / 'benchmarks'} yet ({len(measured)} files of other jobs)."]
+        parts += [
+            "",
+            f"Predicted vs measured: none of this study's GPU jobs has a benchmark under "
+            f"{results / 'benchmarks'} yet ({len(measured)} files of other jobs).",
+        ]
     return "\n".join(parts) + "\n", rows
 
 
@@ -169,9 +235,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cpu", help="the device of jobs with no GPU (default: 'local' if calibrated, else cost.cpu)")
     parser.add_argument("--cores", type=int, default=2, help="CPU cores running jobs in parallel")
     parser.add_argument("--calibrate", action="store_true", help="measure this machine first, into " + str(CALIBRATION))
-    parser.add_argument("--results", type=Path, default=Path("results"),
-                        help="a study's results folder: its data sizes and measured benchmarks are read (the study's "
-                             "working directory is its parent)")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=Path("results"),
+        help="a study's results folder: its data sizes and measured benchmarks are read (the study's "
+        "working directory is its parent)",
+    )
     parser.add_argument("--output", type=Path, default=Path("results/estimate"))
     args = parser.parse_args(argv)
     workdir = args.results.parent
@@ -182,8 +252,10 @@ def main(argv: list[str] | None = None) -> None:
         CALIBRATION.parent.mkdir(parents=True, exist_ok=True)
         measured = calibrate(config=config, workdir=workdir)
         if CALIBRATION.is_file():  # keep the shapes other studies' calibrations measured
-            measured["shape_rates"] = {**json.loads(CALIBRATION.read_text()).get("shape_rates", {}),
-                                       **measured["shape_rates"]}
+            measured["shape_rates"] = {
+                **json.loads(CALIBRATION.read_text()).get("shape_rates", {}),
+                **measured["shape_rates"],
+            }
         CALIBRATION.write_text(json.dumps(measured, indent=1) + "\n")
     overrides = config["cost"]["devices"]
     gpu_name = args.device or config["cost"]["device"]

@@ -62,8 +62,10 @@ def decode_step(dev: Device, shape: Shape, rows: int, context: float, precision:
     longer, plus the dispatch overhead."""
     flops = rows * fed * (2 * shape.matmul_params + 4 * shape.n_layer * shape.d_model * context)
     read = (shape.params + 2 * shape.n_layer * shape.d_model * context * rows) * BYTES[precision]
-    return max(flops / dev.rate("forward", precision, shape.key), read / (dev.bandwidth * dev.bandwidth_use)) \
+    return (
+        max(flops / dev.rate("forward", precision, shape.key), read / (dev.bandwidth * dev.bandwidth_use))
         + shape.n_layer * dev.layer_overhead_s
+    )
 
 
 def load_seconds(dev: Device, shape: Shape, job: Job) -> float:
@@ -71,7 +73,9 @@ def load_seconds(dev: Device, shape: Shape, job: Job) -> float:
     return shape.params * 4 / dev.load_bytes_per_s  # checkpoints are saved in float32
 
 
-def train_job(config: dict, key: str, model: str, dataset: str, cond, seed: int, dev: Device, workdir: Path | None) -> Job:
+def train_job(
+    config: dict, key: str, model: str, dataset: str, cond, seed: int, dev: Device, workdir: Path | None
+) -> Job:
     settings = {**config["training"], **config["models"][model].get("training", {})}
     gpus = settings["gpus"]
     job = Job("train", key, model, gpus)
@@ -80,8 +84,11 @@ def train_job(config: dict, key: str, model: str, dataset: str, cond, seed: int,
     if shape is None or data is None:
         job.unknown = "model shape" if shape is None else f"size of {dataset}'s train split"
         return job
-    precision = "bf16" if settings["mixed_precision"] == "auto" and gpus and dev.has_bf16 else \
-        {"bf16": "bf16", "fp16": "fp16"}.get(settings["mixed_precision"], "fp32")
+    precision = (
+        "bf16"
+        if settings["mixed_precision"] == "auto" and gpus and dev.has_bf16
+        else {"bf16": "bf16", "fp16": "fp16"}.get(settings["mixed_precision"], "fp32")
+    )
     length = data["tokens"] / max(data["rows"], 1)
     per_token = 6 * shape.matmul_params + 12 * shape.n_layer * shape.d_model * length
     epochs = settings["epochs"]
@@ -94,10 +101,16 @@ def train_job(config: dict, key: str, model: str, dataset: str, cond, seed: int,
     val_calls = math.ceil(val_tokens / config["tokenize"]["block_size"] / settings["batch_size"]) * evals
     processes = max(gpus, 1)
     job.flops = train_flops + val_flops
-    job.parts = {"compute": (train_flops / dev.rate("train", precision, shape.key)
-                             + val_flops / dev.rate("forward", precision, shape.key)) / processes,
-                 "overhead": (3 * micro + val_calls) * shape.n_layer * dev.layer_overhead_s,
-                 "fixed": dev.fixed_s["train"] + (dev.launch_s if gpus > 1 else 0.0), "load": load_seconds(dev, shape, job)}
+    job.parts = {
+        "compute": (
+            train_flops / dev.rate("train", precision, shape.key)
+            + val_flops / dev.rate("forward", precision, shape.key)
+        )
+        / processes,
+        "overhead": (3 * micro + val_calls) * shape.n_layer * dev.layer_overhead_s,
+        "fixed": dev.fixed_s["train"] + (dev.launch_s if gpus > 1 else 0.0),
+        "load": load_seconds(dev, shape, job),
+    }
     job.memory_gb = shape.params * ADAM_BYTES_PER_PARAM / 1e9
     job.memory_what = "weights, gradients and AdamW states (16 bytes per parameter, on every GPU)"
     return job
@@ -123,7 +136,9 @@ def sample_job(config: dict, key: str, model: str, eval_set: str, test, dev: Dev
         b_overhead = shape.n_layer * dev.layer_overhead_s
         if alpha > 0 and test.mode == "exact":  # the whole perturbed prefix at every step
             stretch = get_strategy(test.strategy).length_factor(alpha)
-            step_flops = sum(forward_flops(shape, b * n, n) for n in ((prefix + step) * stretch for step in range(1, new)))
+            step_flops = sum(
+                forward_flops(shape, b * n, n) for n in ((prefix + step) * stretch for step in range(1, new))
+            )
             b_flops += step_flops
             b_compute += step_flops / dev.rate("forward", precision, shape.key)
             b_overhead += (new - 1) * shape.n_layer * dev.layer_overhead_s
@@ -133,16 +148,30 @@ def sample_job(config: dict, key: str, model: str, eval_set: str, test, dev: Dev
             b_compute += sum(decode_step(dev, shape, b, prefix + step, precision, fed) for step in range(1, new))
         flops, compute, overhead = flops + count * b_flops, compute + count * b_compute, overhead + count * b_overhead
     job.flops = flops
-    job.parts = {"compute": compute, "overhead": overhead, "fixed": dev.fixed_s["sample"],
-                 "load": load_seconds(dev, shape, job)}
+    job.parts = {
+        "compute": compute,
+        "overhead": overhead,
+        "fixed": dev.fixed_s["sample"],
+        "load": load_seconds(dev, shape, job),
+    }
     kv = 2 * shape.n_layer * shape.d_model * (prefix + new) * (1 + alpha) * batch * BYTES[precision]
     job.memory_gb = (shape.params * BYTES[precision] + kv) / 1e9
     job.memory_what = f"weights and the key/value cache of a batch of {batch} (sampling.batch_size)"
     return job
 
 
-def scoring_job(rule: str, key: str, model: str, shape: Shape | None, texts: float, length: float, batch: int,
-                dev: Device, precision: str, devices: int) -> Job:
+def scoring_job(
+    rule: str,
+    key: str,
+    model: str,
+    shape: Shape | None,
+    texts: float,
+    length: float,
+    batch: int,
+    dev: Device,
+    precision: str,
+    devices: int,
+) -> Job:
     """A job of forward passes over `texts` texts of `length` tokens, in batches of `batch`."""
     job = Job(rule, key, model, devices)
     if shape is None:
@@ -150,9 +179,12 @@ def scoring_job(rule: str, key: str, model: str, shape: Shape | None, texts: flo
         return job
     length = min(length, shape.context)
     job.flops = forward_flops(shape, texts * length, length)
-    job.parts = {"compute": job.flops / dev.rate("forward", precision, shape.key),
-                 "overhead": math.ceil(texts / batch) * shape.n_layer * dev.layer_overhead_s,
-                 "fixed": dev.fixed_s[rule], "load": load_seconds(dev, shape, job)}
+    job.parts = {
+        "compute": job.flops / dev.rate("forward", precision, shape.key),
+        "overhead": math.ceil(texts / batch) * shape.n_layer * dev.layer_overhead_s,
+        "fixed": dev.fixed_s[rule],
+        "load": load_seconds(dev, shape, job),
+    }
     job.memory_gb = shape.params * BYTES[precision] / 1e9
     job.memory_what = "weights"
     return job
@@ -178,8 +210,18 @@ def evaluate_job(config: dict, key: str, model: str, eval_set: str, dev: Device,
         job.parts = {"fixed": dev.fixed_s["evaluate"]}
         return job
     length = min(e["max_text_length"], prompts["prefix_words"] * 1.3 + s["new_tokens"])
-    job = scoring_job("evaluate", key, model, featuriser(config, workdir), prompts["prompts"] * s["runs"], length,
-                      e["feature_batch_size"], dev, "fp32", e["gpus"])
+    job = scoring_job(
+        "evaluate",
+        key,
+        model,
+        featuriser(config, workdir),
+        prompts["prompts"] * s["runs"],
+        length,
+        e["feature_batch_size"],
+        dev,
+        "fp32",
+        e["gpus"],
+    )
     if not job.unknown:
         job.parts["mauve"] = mauve_seconds(config, prompts["prompts"], s["runs"], dev.mauve_s)
     return job
@@ -198,29 +240,60 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
         for model, objective, cond, seed in grid.model_runs(exp):
             if objective != grid.UNTRAINED:
                 key = grid.model_path(model, exp["train_dataset"], objective, cond, seed)
-                jobs.append(train_job(config, key, model, exp["train_dataset"], cond, seed, on(train_gpus[model]),
-                                      workdir))
+                jobs.append(
+                    train_job(config, key, model, exp["train_dataset"], cond, seed, on(train_gpus[model]), workdir)
+                )
     jobs = list({j.key: j for j in jobs}.values())
     s, e = config["sampling"], config["evaluation"]
     for model_dir, eval_set, test in grid.evaluation_runs(config):
         model = model_dir.split("/")[2]
-        jobs.append(sample_job(config, grid.sample_path(model_dir, eval_set, test), model, eval_set, test,
-                               on(s["gpus"]), workdir))
-        jobs.append(evaluate_job(config, grid.metrics_path(model_dir, eval_set, test), model, eval_set, on(e["gpus"]),
-                                 workdir))
+        jobs.append(
+            sample_job(
+                config, grid.sample_path(model_dir, eval_set, test), model, eval_set, test, on(s["gpus"]), workdir
+            )
+        )
+        jobs.append(
+            evaluate_job(config, grid.metrics_path(model_dir, eval_set, test), model, eval_set, on(e["gpus"]), workdir)
+        )
     for folder, eval_sets in grid.perplexity_jobs(config).items():
         model = folder.split("/")[2]
-        shape, tpw = model_shape(config, model, workdir), sizes.tokens_per_word(config, config["models"][model]["tokenizer"])
+        shape, tpw = (
+            model_shape(config, model, workdir),
+            sizes.tokens_per_word(config, config["models"][model]["tokenizer"]),
+        )
         prompts = [sizes.eval_set_prompts(config, es, workdir) for es in eval_sets]
         texts = sum(p["prompts"] for p in prompts)
         length = sum(p["prompts"] * p["reference_words"] for p in prompts) / max(texts, 1) * tpw
-        jobs.append(scoring_job("perplexity", folder, model, shape, texts, length, s["batch_size"], on(e["gpus"]),
-                                s["precision"], e["gpus"]))
+        jobs.append(
+            scoring_job(
+                "perplexity",
+                folder,
+                model,
+                shape,
+                texts,
+                length,
+                s["batch_size"],
+                on(e["gpus"]),
+                s["precision"],
+                e["gpus"],
+            )
+        )
     for eval_set in sorted({es for _, es, _ in grid.evaluation_runs(config)}):
         p = sizes.eval_set_prompts(config, eval_set, workdir)
-        jobs.append(scoring_job("features", f"results/features/{grid.featuriser_id(e['featuriser'])}/{eval_set}.npy", "featuriser",
-                                featuriser(config, workdir), p["prompts"], min(e["max_text_length"], p["reference_words"] * 1.3),
-                                e["feature_batch_size"], on(e["gpus"]), "fp32", e["gpus"]))
+        jobs.append(
+            scoring_job(
+                "features",
+                f"results/features/{grid.featuriser_id(e['featuriser'])}/{eval_set}.npy",
+                "featuriser",
+                featuriser(config, workdir),
+                p["prompts"],
+                min(e["max_text_length"], p["reference_words"] * 1.3),
+                e["feature_batch_size"],
+                on(e["gpus"]),
+                "fp32",
+                e["gpus"],
+            )
+        )
     x = e["extrapolation"]
     for path in grid.extrapolation_targets(config):
         parts = path.split("/")
@@ -228,7 +301,18 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
         p = sizes.eval_set_prompts(config, eval_set, workdir)
         prefixes = (p["reference_words"] - p["prefix_words"]) // x["stride"] + 1
         draws = x["draws"] if intensity > 0 else 1
-        jobs.append(scoring_job("extrapolation", path, model, model_shape(config, model, workdir), p["prompts"] * prefixes * draws,
-                                p["reference_words"], s["batch_size"], on(e["gpus"]), s["precision"], e["gpus"]))
+        jobs.append(
+            scoring_job(
+                "extrapolation",
+                path,
+                model,
+                model_shape(config, model, workdir),
+                p["prompts"] * prefixes * draws,
+                p["reference_words"],
+                s["batch_size"],
+                on(e["gpus"]),
+                s["precision"],
+                e["gpus"],
+            )
+        )
     return jobs
-

@@ -21,21 +21,60 @@ KNOWN = {
     "gpt2-medium": {**GPT2_SMALL, "n_layer": 24, "n_head": 16, "n_embd": 1024},
     "gpt2-large": {**GPT2_SMALL, "n_layer": 36, "n_head": 20, "n_embd": 1280},
     "gpt2-xl": {**GPT2_SMALL, "n_layer": 48, "n_head": 25, "n_embd": 1600},
-    "facebook/opt-125m": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "ffn_dim": 3072,
-                          "vocab_size": 50272, "max_position_embeddings": 2048},
-    "facebook/opt-350m": {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16, "ffn_dim": 4096,
-                          "vocab_size": 50272, "max_position_embeddings": 2048},
-    "facebook/opt-1.3b": {"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 32, "ffn_dim": 8192,
-                          "vocab_size": 50272, "max_position_embeddings": 2048},
-    "EleutherAI/gpt-neo-125m": {"num_layers": 12, "hidden_size": 768, "num_heads": 12, "vocab_size": 50257,
-                                "max_position_embeddings": 2048},
-    "EleutherAI/gpt-neo-1.3B": {"num_layers": 24, "hidden_size": 2048, "num_heads": 16, "vocab_size": 50257,
-                                "max_position_embeddings": 2048},
-    "EleutherAI/gpt-neo-2.7B": {"num_layers": 32, "hidden_size": 2560, "num_heads": 20, "vocab_size": 50257,
-                                "max_position_embeddings": 2048},
+    "facebook/opt-125m": {
+        "num_hidden_layers": 12,
+        "hidden_size": 768,
+        "num_attention_heads": 12,
+        "ffn_dim": 3072,
+        "vocab_size": 50272,
+        "max_position_embeddings": 2048,
+    },
+    "facebook/opt-350m": {
+        "num_hidden_layers": 24,
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "ffn_dim": 4096,
+        "vocab_size": 50272,
+        "max_position_embeddings": 2048,
+    },
+    "facebook/opt-1.3b": {
+        "num_hidden_layers": 24,
+        "hidden_size": 2048,
+        "num_attention_heads": 32,
+        "ffn_dim": 8192,
+        "vocab_size": 50272,
+        "max_position_embeddings": 2048,
+    },
+    "EleutherAI/gpt-neo-125m": {
+        "num_layers": 12,
+        "hidden_size": 768,
+        "num_heads": 12,
+        "vocab_size": 50257,
+        "max_position_embeddings": 2048,
+    },
+    "EleutherAI/gpt-neo-1.3B": {
+        "num_layers": 24,
+        "hidden_size": 2048,
+        "num_heads": 16,
+        "vocab_size": 50257,
+        "max_position_embeddings": 2048,
+    },
+    "EleutherAI/gpt-neo-2.7B": {
+        "num_layers": 32,
+        "hidden_size": 2560,
+        "num_heads": 20,
+        "vocab_size": 50257,
+        "max_position_embeddings": 2048,
+    },
     # the default featuriser (sentence-transformers/all-MiniLM-L6-v2, a BERT encoder)
-    "minilm": {"num_hidden_layers": 6, "hidden_size": 384, "num_attention_heads": 12, "intermediate_size": 1536,
-               "vocab_size": 30522, "max_position_embeddings": 512},
+    "minilm": {
+        "num_hidden_layers": 6,
+        "hidden_size": 384,
+        "num_attention_heads": 12,
+        "intermediate_size": 1536,
+        "vocab_size": 30522,
+        "max_position_embeddings": 512,
+    },
 }
 
 
@@ -61,7 +100,7 @@ class Shape:
 
     @property
     def per_layer(self) -> int:
-        return 4 * self.d_model ** 2 + (3 if self.gated else 2) * self.d_model * self.d_ffn
+        return 4 * self.d_model**2 + (3 if self.gated else 2) * self.d_model * self.d_ffn
 
     @property
     def matmul_params(self) -> int:
@@ -77,10 +116,14 @@ def _first(config: dict, *keys, default=None):
 def from_config(config: dict) -> Shape:
     """A Shape from a transformers config.json (GPT-2, OPT, GPT-Neo, Llama-like and BERT-like key names)."""
     d = _first(config, "n_embd", "hidden_size", "d_model")
-    return Shape(n_layer=_first(config, "n_layer", "num_hidden_layers", "num_layers"), d_model=d,
-                 d_ffn=_first(config, "n_inner", "intermediate_size", "ffn_dim", default=4 * d),
-                 vocab=config["vocab_size"], context=_first(config, "n_positions", "max_position_embeddings", default=2048),
-                 gated=config.get("model_type") in ("llama", "mistral", "qwen2", "gemma", "phi3"))
+    return Shape(
+        n_layer=_first(config, "n_layer", "num_hidden_layers", "num_layers"),
+        d_model=d,
+        d_ffn=_first(config, "n_inner", "intermediate_size", "ffn_dim", default=4 * d),
+        vocab=config["vocab_size"],
+        context=_first(config, "n_positions", "max_position_embeddings", default=2048),
+        gated=config.get("model_type") in ("llama", "mistral", "qwen2", "gemma", "phi3"),
+    )
 
 
 def hub_config(name: str, revision: str | None = None, workdir: Path | None = None) -> dict | None:

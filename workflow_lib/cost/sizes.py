@@ -66,13 +66,16 @@ def _row_tokens(workdir: Path | None, path: str) -> tuple[int, int] | None:
 @cache
 def _read_row_tokens(path: str) -> tuple[int, int]:
     import pyarrow.compute as pc
+
     from workflow_lib.files import read_parquet
 
     column = read_parquet(path, columns=["input_ids"]).column("input_ids")
     return column.length(), int(pc.sum(pc.list_value_length(column)).as_py() or 0)
 
 
-def training_rows(config: dict, model: str, dataset: str, cond, seed: int, workdir: Path | None = Path(".")) -> dict | None:
+def training_rows(
+    config: dict, model: str, dataset: str, cond, seed: int, workdir: Path | None = Path(".")
+) -> dict | None:
     """{rows, tokens, source} of a training job's data: the perturbed Parquet when it exists, else the config's
     arithmetic (blocks of `tokenize.block_size`, the original plus m copies in augment mode, insertion lengthening
     and deletion shortening rows by the intensity, rows cut at `training.max_length`)."""
@@ -118,6 +121,7 @@ def _prompt_words(workdir: Path | None, path: str) -> tuple[int, float, float] |
 @cache
 def _read_prompt_words(path: str) -> tuple[int, float, float]:
     import pyarrow.compute as pc
+
     from workflow_lib.files import read_parquet
 
     table = read_parquet(path, columns=["prefix", "reference"])
@@ -141,5 +145,9 @@ def eval_set_prompts(config: dict, eval_set: str, workdir: Path | None = Path(".
     if ds["source"] == "builtin":
         cap = min(cap, ds["builtin"]["docs"][es["split"]])
     prefix = es["prefix_words"]
-    return {"prompts": cap, "prefix_words": prefix, "reference_words": prefix + config["prompts"]["reference_words"],
-            "source": "config"}
+    return {
+        "prompts": cap,
+        "prefix_words": prefix,
+        "reference_words": prefix + config["prompts"]["reference_words"],
+        "source": "config",
+    }

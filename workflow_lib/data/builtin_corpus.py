@@ -42,8 +42,18 @@ WINDOW = N_SLOTS  # the longest unfinished sentence (8 words) and the "." before
 DET, NOUN, VERB, ADJ, ADV, ENDK = range(6)
 START, INVALID = -1, -2
 _NEXT = np.full((N_SLOTS + 1, 6), INVALID, dtype=np.int64)
-for _state, _kind, _slot in [(START, DET, 0), (0, ADJ, 1), (0, NOUN, 2), (1, NOUN, 2), (2, VERB, 3),
-                             (3, DET, 4), (4, ADJ, 5), (4, NOUN, 6), (5, NOUN, 6), (6, ADV, 7)]:
+for _state, _kind, _slot in [
+    (START, DET, 0),
+    (0, ADJ, 1),
+    (0, NOUN, 2),
+    (1, NOUN, 2),
+    (2, VERB, 3),
+    (3, DET, 4),
+    (4, ADJ, 5),
+    (4, NOUN, 6),
+    (5, NOUN, 6),
+    (6, ADV, 7),
+]:
     _NEXT[_state + 2, _kind] = _slot
 
 
@@ -65,7 +75,6 @@ class BuiltinGrammar:
     words_per_class: int
     ood_fraction: float
     seed: int
-
 
     @property
     def noun0(self) -> int:
@@ -110,7 +119,6 @@ class BuiltinGrammar:
         within any class the words are interchangeable. Callers wanting substitutes skip size-1 classes."""
         return [np.flatnonzero(self.word_class == c) for c in range(len(self.class_names))]
 
-
     def generate(self, split: str, n_docs: int, sentences_per_doc: int, seed: int) -> list[str]:
         """`n_docs` documents of `sentences_per_doc` independent sentences, words separated by single
         spaces. Each split has its own random stream, SeedSequence([seed, split index]), so splits never
@@ -132,8 +140,20 @@ class BuiltinGrammar:
         adv = np.where(rng.random(n) < self.p_adv, self.adv_class, -1)
         det, end = np.zeros(n, dtype=np.int64), np.full(n, self.end_class)
         # [n_sentences, N_SLOTS] class of each slot, -1 where an optional slot is empty
-        slots = np.stack([det, adj[:, 0], self.noun0 + comp[:, 0], self.verb0 + comp[:, 1], det, adj[:, 1],
-                          self.noun0 + comp[:, 2], adv, end], axis=1)
+        slots = np.stack(
+            [
+                det,
+                adj[:, 0],
+                self.noun0 + comp[:, 0],
+                self.verb0 + comp[:, 1],
+                det,
+                adj[:, 1],
+                self.noun0 + comp[:, 2],
+                adv,
+                end,
+            ],
+            axis=1,
+        )
         present = slots >= 0
         classes = slots[present]  # row-major: the words in reading order
         words = np.searchsorted(self._sampling_keys, classes + rng.random(len(classes)), side="right")
@@ -224,8 +244,11 @@ class BuiltinGrammar:
         impossible |= (slot >= 6) & (mass[subj, verb, obj] == 0)
         n = len(slot)
         class_p = np.zeros((n, len(self.class_names)))
-        nouns, verbs, adjs = (slice(self.noun0, self.verb0), slice(self.verb0, self.adj0),
-                              slice(self.adj0, self.adv_class))
+        nouns, verbs, adjs = (
+            slice(self.noun0, self.verb0),
+            slice(self.verb0, self.adj0),
+            slice(self.adj0, self.adv_class),
+        )
         class_p[np.isin(slot, (START, 3)), 0] = 1.0
         for at, p_skip in ((0, 1 - self.p_adj), (1, 1.0)):
             rows = slot == at
@@ -247,13 +270,21 @@ class BuiltinGrammar:
     def to_dict(self) -> dict:
         """Everything that defines the language, JSON-ready, for the provenance sidecar."""
         return {
-            "seed": self.seed, "template": TEMPLATE, "p_adj": self.p_adj, "p_adv": self.p_adv,
-            "n_noun_classes": self.n_noun_classes, "n_verb_classes": self.n_verb_classes,
-            "n_adj_classes": self.n_adj_classes, "words_per_class": self.words_per_class,
-            "ood_fraction": self.ood_fraction, "class_names": list(self.class_names),
-            "vocabulary": list(self.vocabulary), "word_class": self.word_class.tolist(),
+            "seed": self.seed,
+            "template": TEMPLATE,
+            "p_adj": self.p_adj,
+            "p_adv": self.p_adv,
+            "n_noun_classes": self.n_noun_classes,
+            "n_verb_classes": self.n_verb_classes,
+            "n_adj_classes": self.n_adj_classes,
+            "words_per_class": self.words_per_class,
+            "ood_fraction": self.ood_fraction,
+            "class_names": list(self.class_names),
+            "vocabulary": list(self.vocabulary),
+            "word_class": self.word_class.tolist(),
             "word_weight": self.word_weight.tolist(),
-            "in_support": self.in_support.tolist(), "out_of_support": self.out_of_support.tolist(),
+            "in_support": self.in_support.tolist(),
+            "out_of_support": self.out_of_support.tolist(),
         }
 
 
@@ -272,21 +303,34 @@ def pseudo_words(rng: np.random.Generator, n: int) -> list[str]:
 
 def _covers_every_class(support: np.ndarray, n_noun: int, n_verb: int) -> bool:
     """Every noun class as subject and as object and every verb class occur in training."""
-    return (len(np.unique(support[:, 0])) == n_noun and len(np.unique(support[:, 2])) == n_noun
-            and len(np.unique(support[:, 1])) == n_verb)
+    return (
+        len(np.unique(support[:, 0])) == n_noun
+        and len(np.unique(support[:, 2])) == n_noun
+        and len(np.unique(support[:, 1])) == n_verb
+    )
 
 
-def build_grammar(seed: int, n_noun_classes: int = 4, n_verb_classes: int = 4, n_adj_classes: int = 2,
-                  words_per_class: int = 8, ood_fraction: float = 0.25, p_adj: float = 0.5,
-                  p_adv: float = 0.3) -> BuiltinGrammar:
+def build_grammar(
+    seed: int,
+    n_noun_classes: int = 4,
+    n_verb_classes: int = 4,
+    n_adj_classes: int = 2,
+    words_per_class: int = 8,
+    ood_fraction: float = 0.25,
+    p_adj: float = 0.5,
+    p_adv: float = 0.3,
+) -> BuiltinGrammar:
     """The grammar for these settings; the same arguments always give the same grammar.
 
     Within-class word weights are Dirichlet(2): unequal like real synonyms, but no word so rare it never
     appears. round(ood_fraction * total) compositions are held out, redrawn until the in-support rest still
     shows every noun class as subject and as object and every verb class, so `ood` tests new combinations,
     never unseen words or roles."""
-    for name, value in (("n_noun_classes", n_noun_classes), ("n_verb_classes", n_verb_classes),
-                        ("n_adj_classes", n_adj_classes)):
+    for name, value in (
+        ("n_noun_classes", n_noun_classes),
+        ("n_verb_classes", n_verb_classes),
+        ("n_adj_classes", n_adj_classes),
+    ):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, not {value}")
     if seed < 0:
@@ -304,8 +348,10 @@ def build_grammar(seed: int, n_noun_classes: int = 4, n_verb_classes: int = 4, n
     total = n_noun_classes * n_verb_classes * n_noun_classes
     n_held = round(ood_fraction * total)
     if n_held < 1 or total - n_held < max(n_noun_classes, n_verb_classes):
-        raise ValueError(f"ood_fraction={ood_fraction} holds out {n_held} of {total} compositions: need at least "
-                         f"1 held out and {max(n_noun_classes, n_verb_classes)} kept; change it or the class counts")
+        raise ValueError(
+            f"ood_fraction={ood_fraction} holds out {n_held} of {total} compositions: need at least "
+            f"1 held out and {max(n_noun_classes, n_verb_classes)} kept; change it or the class counts"
+        )
     rng = np.random.default_rng(np.random.SeedSequence([seed, len(SPLITS)]))
     all_comps = np.stack(np.unravel_index(np.arange(total), (n_noun_classes, n_verb_classes, n_noun_classes)), 1)
     for _ in range(1000):
@@ -314,11 +360,17 @@ def build_grammar(seed: int, n_noun_classes: int = 4, n_verb_classes: int = 4, n
         if _covers_every_class(all_comps[~held], n_noun_classes, n_verb_classes):
             break
     else:
-        raise ValueError(f"ood_fraction={ood_fraction}: no held-out set of {n_held} compositions leaves every "
-                         "class in training; lower it")
-    class_names = (("det",) + tuple(f"noun{i}" for i in range(n_noun_classes))
-                   + tuple(f"verb{i}" for i in range(n_verb_classes))
-                   + tuple(f"adj{i}" for i in range(n_adj_classes)) + ("adv", "end"))
+        raise ValueError(
+            f"ood_fraction={ood_fraction}: no held-out set of {n_held} compositions leaves every "
+            "class in training; lower it"
+        )
+    class_names = (
+        ("det",)
+        + tuple(f"noun{i}" for i in range(n_noun_classes))
+        + tuple(f"verb{i}" for i in range(n_verb_classes))
+        + tuple(f"adj{i}" for i in range(n_adj_classes))
+        + ("adv", "end")
+    )
     n_content_classes = len(class_names) - 2
     sizes = [len(DETERMINERS)] + [words_per_class] * n_content_classes + [1]
     weights = [rng.dirichlet(np.full(size, 2.0)) if size > 1 else np.ones(1) for size in sizes]
@@ -327,7 +379,14 @@ def build_grammar(seed: int, n_noun_classes: int = 4, n_verb_classes: int = 4, n
         word_class=np.repeat(np.arange(len(class_names)), sizes),
         class_names=class_names,
         word_weight=np.concatenate(weights),
-        in_support=all_comps[~held], out_of_support=all_comps[held],
-        p_adj=float(p_adj), p_adv=float(p_adv),
-        n_noun_classes=n_noun_classes, n_verb_classes=n_verb_classes, n_adj_classes=n_adj_classes,
-        words_per_class=words_per_class, ood_fraction=float(ood_fraction), seed=seed)
+        in_support=all_comps[~held],
+        out_of_support=all_comps[held],
+        p_adj=float(p_adj),
+        p_adv=float(p_adv),
+        n_noun_classes=n_noun_classes,
+        n_verb_classes=n_verb_classes,
+        n_adj_classes=n_adj_classes,
+        words_per_class=words_per_class,
+        ood_fraction=float(ood_fraction),
+        seed=seed,
+    )

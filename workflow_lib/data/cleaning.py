@@ -98,8 +98,9 @@ def clean_wikitext103(rows: list[str], counts: dict | None = None) -> list[str]:
     " @-@ " into "-", " @,@ " into "," and " @.@ " into "."); Moses detokenisation; the length window.
     """
     text = pl.col("text")
-    frame = _frame(rows).with_columns(strip_text(text.str.replace_all("\n", " ", literal=True)
-                                                 .str.replace_all("\r", " ", literal=True)))
+    frame = _frame(rows).with_columns(
+        strip_text(text.str.replace_all("\n", " ", literal=True).str.replace_all("\r", " ", literal=True))
+    )
     frame = _drop(frame, text != "", counts, "dropped_empty")
     frame = _drop(frame, ~text.str.starts_with("="), counts, "dropped_heading")
     frame = frame.with_columns(text.str.replace_all(" @", "", literal=True).str.replace_all("@ ", "", literal=True))
@@ -121,9 +122,11 @@ def clean_writingprompts(rows: list[str], counts: dict | None = None) -> list[st
     """
     text = pl.col("text")
     frame = _frame(rows).with_columns(
-        strip_text(text.str.replace_all("<newline>", " ", literal=True)
-                   .str.replace_all("``", '"', literal=True)
-                   .str.replace_all("''", '"', literal=True))
+        strip_text(
+            text.str.replace_all("<newline>", " ", literal=True)
+            .str.replace_all("``", '"', literal=True)
+            .str.replace_all("''", '"', literal=True)
+        )
     )
     frame = _frame(moses_detokenize(frame["text"].to_list()))
     return _keep_length(frame, counts)["text"].to_list()

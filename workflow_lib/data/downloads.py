@@ -65,7 +65,8 @@ def split_paths(dataset: str, spec: dict, split: str) -> list[str]:
 def source_of(dataset: str, spec: dict, split: str) -> list[dict]:
     """Where each file of a split came from (URL, pinned sha256, archive member): the provenance record's."""
     if spec.get("archive"):
-        return [{"url": spec["archive"]["url"], "member": member}
-                for member in as_list(spec["files"][split])]
-    return [{"url": entry["url"], "pinned_sha256": entry.get("sha256"), "head_bytes": entry.get("head_bytes")}
-            for entry in as_list(spec["files"][split])]
+        return [{"url": spec["archive"]["url"], "member": member} for member in as_list(spec["files"][split])]
+    return [
+        {"url": entry["url"], "pinned_sha256": entry.get("sha256"), "head_bytes": entry.get("head_bytes")}
+        for entry in as_list(spec["files"][split])
+    ]

@@ -55,9 +55,15 @@ class RetryableStatus(Exception):
 # How requests and urllib3 report a transfer that stopped half-way. A body shorter than its Content-Length
 # arrives as urllib3's IncompleteRead wrapped in ProtocolError ("Connection broken: IncompleteRead(...)");
 # requests wraps that in ChunkedEncodingError only inside iter_content, which we do not use (see write_body).
-INTERRUPTED = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
-               urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError, http.client.IncompleteRead,
-               Interrupted)
+INTERRUPTED = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+    urllib3.exceptions.ProtocolError,
+    urllib3.exceptions.ReadTimeoutError,
+    http.client.IncompleteRead,
+    Interrupted,
+)
 
 
 @dataclass
@@ -73,8 +79,17 @@ def part_path(output: Path) -> Path:
     return output.with_name(output.name + ".part")
 
 
-def fetch(url: str, output: str | Path, *, sha256: str | None, what: str, head_bytes: int | None = None,
-          retries: int = 4, timeout: float = 60.0, backoff: float = 1.0) -> dict:
+def fetch(
+    url: str,
+    output: str | Path,
+    *,
+    sha256: str | None,
+    what: str,
+    head_bytes: int | None = None,
+    retries: int = 4,
+    timeout: float = 60.0,
+    backoff: float = 1.0,
+) -> dict:
     """Download `url` (or its first `head_bytes`, cut to whole lines) to `output`, verified against `sha256`.
 
     `what` is the config key that names the file, so every error says what to fix. A .part left by an earlier
@@ -90,15 +105,21 @@ def fetch(url: str, output: str | Path, *, sha256: str | None, what: str, head_b
     transfer = Transfer(resumed_bytes=part.stat().st_size if part.exists() else 0)
     if transfer.resumed_bytes:
         log.info("%s: resuming %s from the %d bytes already in %s", what, url, transfer.resumed_bytes, part)
-    options = dict(head_bytes=head_bytes, retries=retries, timeout=timeout, backoff=backoff, what=what,
-                   desc=output.name)
+    options = dict(
+        head_bytes=head_bytes, retries=retries, timeout=timeout, backoff=backoff, what=what, desc=output.name
+    )
 
     with requests.Session() as session:
         download(session, url, part, transfer, **options)
         actual = finish_part(part, url, transfer, head_bytes, what)
         if sha256 and actual != sha256.lower() and transfer.resumed_bytes:
-            log.warning("%s: sha256 mismatch after resuming %d bytes of an earlier download of %s; the remote file "
-                        "may have changed since, so starting again from zero", what, transfer.resumed_bytes, url)
+            log.warning(
+                "%s: sha256 mismatch after resuming %d bytes of an earlier download of %s; the remote file "
+                "may have changed since, so starting again from zero",
+                what,
+                transfer.resumed_bytes,
+                url,
+            )
             part.unlink()
             transfer.resumed_bytes = 0
             download(session, url, part, transfer, **options)
@@ -107,19 +128,39 @@ def fetch(url: str, output: str | Path, *, sha256: str | None, what: str, head_b
     size = part.stat().st_size
     if sha256 and actual != sha256.lower():
         part.unlink()
-        raise StageError(f"{what}: sha256 mismatch for {url}: expected {sha256}, got {actual} ({size} bytes). The file "
-                         "changed upstream or the transfer was corrupted; check the URL, or set the new sha256 if the "
-                         "change is expected.")
+        raise StageError(
+            f"{what}: sha256 mismatch for {url}: expected {sha256}, got {actual} ({size} bytes). The file "
+            "changed upstream or the transfer was corrupted; check the URL, or set the new sha256 if the "
+            "change is expected."
+        )
     if not sha256:
         log.warning("%s: %s is not pinned; to pin the file just fetched, set sha256: %s", what, url, actual)
     os.replace(part, output)
-    return {"url": url, "sha256": actual, "pinned": bool(sha256), "bytes": size, "head_bytes": head_bytes,
-            "attempts": transfer.attempts, "resumed_bytes": transfer.resumed_bytes,
-            "seconds": round(time.perf_counter() - started, 3)}
+    return {
+        "url": url,
+        "sha256": actual,
+        "pinned": bool(sha256),
+        "bytes": size,
+        "head_bytes": head_bytes,
+        "attempts": transfer.attempts,
+        "resumed_bytes": transfer.resumed_bytes,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
 
 
-def download(session: requests.Session, url: str, part: Path, transfer: Transfer, *, head_bytes: int | None,
-             retries: int, timeout: float, backoff: float, what: str, desc: str) -> None:
+def download(
+    session: requests.Session,
+    url: str,
+    part: Path,
+    transfer: Transfer,
+    *,
+    head_bytes: int | None,
+    retries: int,
+    timeout: float,
+    backoff: float,
+    what: str,
+    desc: str,
+) -> None:
     """Fill `part` with the bytes of `url` (its first head_bytes), retrying interruptions and passing errors.
 
     The .part stays when the retries run out: the next job resumes it.
@@ -138,14 +179,31 @@ def download(session: requests.Session, url: str, part: Path, transfer: Transfer
             break
         delay = backoff * 2**attempt
         have = part.stat().st_size if part.exists() else 0
-        log.warning("%s: attempt %d of %d for %s failed (%s); retrying from byte %d in %.2f s",
-                    what, attempt + 1, retries + 1, url, last_error, have, delay)
+        log.warning(
+            "%s: attempt %d of %d for %s failed (%s); retrying from byte %d in %.2f s",
+            what,
+            attempt + 1,
+            retries + 1,
+            url,
+            last_error,
+            have,
+            delay,
+        )
         time.sleep(delay)
     raise StageError(f"{what}: could not download {url} after {retries + 1} attempts: {last_error}")
 
 
-def request_once(session: requests.Session, url: str, part: Path, transfer: Transfer, *, head_bytes: int | None,
-                 timeout: float, what: str, desc: str) -> None:
+def request_once(
+    session: requests.Session,
+    url: str,
+    part: Path,
+    transfer: Transfer,
+    *,
+    head_bytes: int | None,
+    timeout: float,
+    what: str,
+    desc: str,
+) -> None:
     """One GET that continues `part` from its current size; raises Interrupted/RetryableStatus to be retried."""
     have = part.stat().st_size if part.exists() else 0
     if head_bytes and have >= head_bytes:
@@ -185,8 +243,12 @@ def request_once(session: requests.Session, url: str, part: Path, transfer: Tran
                 log.warning("%s: the server ignored the Range request; downloading %s again from byte 0", what, url)
                 restart(part, transfer)
             elif head_bytes:
-                log.info("%s: the server ignored the Range request; reading the first %d bytes of %s and hanging up",
-                         what, head_bytes, url)
+                log.info(
+                    "%s: the server ignored the Range request; reading the first %d bytes of %s and hanging up",
+                    what,
+                    head_bytes,
+                    url,
+                )
             transfer.remote_size = content_length(response)
         encoding = response.headers.get("Content-Encoding", "identity")
         if encoding != "identity":
@@ -204,12 +266,15 @@ def write_body(response: requests.Response, part: Path, start: int, head_bytes: 
     if head_bytes:
         total = min(total, head_bytes) if total is not None else head_bytes
     received = 0
-    with open(part, "ab" if start else "wb") as out, \
-            tqdm(total=total, initial=start, unit="B", unit_scale=True, mininterval=5, desc=desc,
-                 file=sys.stderr) as progress:
+    with (
+        open(part, "ab" if start else "wb") as out,
+        tqdm(
+            total=total, initial=start, unit="B", unit_scale=True, mininterval=5, desc=desc, file=sys.stderr
+        ) as progress,
+    ):
         for chunk in response.raw.stream(CHUNK, decode_content=False):
             if wanted is not None and received + len(chunk) >= wanted:
-                out.write(chunk[:wanted - received])
+                out.write(chunk[: wanted - received])
                 progress.update(wanted - received)
                 return
             out.write(chunk)
@@ -241,8 +306,7 @@ def content_range(header: str | None) -> tuple[int | None, int | None, int | Non
     if not match:
         return None, None, None
     first, last, total = match.groups()
-    return (int(first) if first else None, int(last) if last else None,
-            int(total) if total and total != "*" else None)
+    return (int(first) if first else None, int(last) if last else None, int(total) if total and total != "*" else None)
 
 
 def finish_part(part: Path, url: str, transfer: Transfer, head_bytes: int | None, what: str) -> str:
@@ -265,8 +329,10 @@ def trim_to_whole_lines(part: Path, url: str, head_bytes: int, what: str) -> Non
                 return
             end = begin
     part.unlink()
-    raise StageError(f"{what}: head_bytes={head_bytes} is smaller than one line of {url} (no newline in the first "
-                     f"{head_bytes} bytes); raise head_bytes")
+    raise StageError(
+        f"{what}: head_bytes={head_bytes} is smaller than one line of {url} (no newline in the first "
+        f"{head_bytes} bytes); raise head_bytes"
+    )
 
 
 def unpack(archive: str | Path, members: list[str], output_dir: str | Path, *, what: str) -> dict:
@@ -304,10 +370,15 @@ def unpack(archive: str | Path, members: list[str], output_dir: str | Path, *, w
                 raise StageError(f"{what}: {archive} is not a readable tar or zip archive ({error})") from error
         missing = sorted(wanted - set(found))
         if missing:
-            raise StageError(f"{what}: {archive} has no member {', '.join(missing)}; it holds e.g. "
-                             f"{', '.join(held) or 'no regular files'}")
-    return {"archive": str(archive), "archive_sha256": sha256_file(archive),
-            "members": {name: found[name] for name in sorted(found)}}
+            raise StageError(
+                f"{what}: {archive} has no member {', '.join(missing)}; it holds e.g. "
+                f"{', '.join(held) or 'no regular files'}"
+            )
+    return {
+        "archive": str(archive),
+        "archive_sha256": sha256_file(archive),
+        "members": {name: found[name] for name in sorted(found)},
+    }
 
 
 def safe_member(member: str, what: str) -> str:
@@ -365,9 +436,17 @@ def main() -> None:
 
     if args.command == "download":
         record = fetch(args.url, args.output, sha256=args.sha256 or None, what=args.what, head_bytes=args.head_bytes)
-        log.info("%s: fetched %s to %s: %d bytes in %.1f s (%.1f MB/s), %d attempt(s), sha256 %s", args.what,
-                 args.url, args.output, record["bytes"], record["seconds"],
-                 record["bytes"] / 1e6 / max(record["seconds"], 1e-9), record["attempts"], record["sha256"])
+        log.info(
+            "%s: fetched %s to %s: %d bytes in %.1f s (%.1f MB/s), %d attempt(s), sha256 %s",
+            args.what,
+            args.url,
+            args.output,
+            record["bytes"],
+            record["seconds"],
+            record["bytes"] / 1e6 / max(record["seconds"], 1e-9),
+            record["attempts"],
+            record["sha256"],
+        )
         if args.record:
             write_json(record, args.record)
     else:
@@ -377,9 +456,16 @@ def main() -> None:
         started = time.perf_counter()
         record = unpack(args.archive, members, args.output, what=args.what)
         total = sum(m["bytes"] for m in record["members"].values())
-        log.info("%s: unpacked %d member(s), %d bytes, from %s (sha256 %s) to %s in %.1f s", args.what,
-                 len(members), total, args.archive, record["archive_sha256"], args.output,
-                 time.perf_counter() - started)
+        log.info(
+            "%s: unpacked %d member(s), %d bytes, from %s (sha256 %s) to %s in %.1f s",
+            args.what,
+            len(members),
+            total,
+            args.archive,
+            record["archive_sha256"],
+            args.output,
+            time.perf_counter() - started,
+        )
 
 
 if __name__ == "__main__":

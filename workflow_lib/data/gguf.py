@@ -41,8 +41,9 @@ def gguf_header(key: str, path: str | Path) -> dict:
     try:
         reader = GGUFReader(path)
     except Exception as error:  # a file cut short: the reader's views of its metadata or tensors run past the end
-        raise StageError(f"{what}: {path} is truncated or damaged: not a readable GGUF file "
-                         f"({type(error).__name__}: {error})") from error
+        raise StageError(
+            f"{what}: {path} is truncated or damaged: not a readable GGUF file ({type(error).__name__}: {error})"
+        ) from error
     field = reader.get_field("general.architecture")
     if field is None:
         raise StageError(f"{what}: {path} has no general.architecture field")
@@ -55,8 +56,10 @@ def check_architecture(key: str, architecture: str) -> None:
 
     if architecture not in GGUF_SUPPORTED_ARCHITECTURES or architecture in NOT_ARCHITECTURES:
         readable = sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - set(NOT_ARCHITECTURES))
-        raise StageError(f"models.{key}.gguf: architecture {architecture!r} cannot be dequantised by transformers "
-                         f"(it reads {', '.join(readable)}); use a hub checkpoint (`name`) instead")
+        raise StageError(
+            f"models.{key}.gguf: architecture {architecture!r} cannot be dequantised by transformers "
+            f"(it reads {', '.join(readable)}); use a hub checkpoint (`name`) instead"
+        )
 
 
 def hub_file(key: str, source: dict) -> Path:
@@ -66,13 +69,17 @@ def hub_file(key: str, source: dict) -> Path:
     from workflow_lib.hub import hub_unreachable
 
     if why := hub_unreachable(source["repo"]):
-        raise StageError(f"models.{key}.gguf.repo: could not fetch {source['file']!r} from {source['repo']!r}: {why}; "
-                         "without network, use gguf.path (a local file) or gguf.url")
+        raise StageError(
+            f"models.{key}.gguf.repo: could not fetch {source['file']!r} from {source['repo']!r}: {why}; "
+            "without network, use gguf.path (a local file) or gguf.url"
+        )
     try:
         return Path(hf_hub_download(source["repo"], source["file"], revision=source.get("revision")))
     except Exception as error:
-        raise StageError(f"models.{key}.gguf: could not fetch {source['file']!r} from {source['repo']!r}: "
-                         f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}") from error
+        raise StageError(
+            f"models.{key}.gguf: could not fetch {source['file']!r} from {source['repo']!r}: "
+            f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        ) from error
 
 
 def dequantise(key: str, path: Path, output: str | Path) -> dict:
@@ -85,14 +92,21 @@ def dequantise(key: str, path: Path, output: str | Path) -> dict:
 
     header = gguf_header(key, path)
     check_architecture(key, header["architecture"])
-    log.info("%s: %s, %d tensors, %.1f MB; dequantising to float32", path.name, header["architecture"],
-             header["tensors"], header["bytes"] / 1e6)
+    log.info(
+        "%s: %s, %d tensors, %.1f MB; dequantising to float32",
+        path.name,
+        header["architecture"],
+        header["tensors"],
+        header["bytes"] / 1e6,
+    )
     try:
         loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     except Exception as error:
-        raise StageError(f"models.{key}.gguf: transformers could not read {path}: {type(error).__name__}: "
-                         f"{str(error).splitlines()[0] if str(error) else ''}") from error
+        raise StageError(
+            f"models.{key}.gguf: transformers could not read {path}: {type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''}"
+        ) from error
     config = loaded.config
     for attribute in ("quantization_config", "_name_or_path"):
         if hasattr(config, attribute):
@@ -107,24 +121,38 @@ def dequantise(key: str, path: Path, output: str | Path) -> dict:
     if not torch.isfinite(got).all():
         raise StageError(f"models.{key}.gguf: the dequantised model's logits are not finite; nothing is written")
     if not torch.equal(want, got):
-        raise StageError(f"models.{key}.gguf: the saved copy computes other logits than the GGUF file "
-                         f"(max difference {(want - got).abs().max().item():.3g}); nothing is written")
-    record = {"gguf_file": path.name, "sha256": sha256_file(path), "architecture": header["architecture"],
-              "parameters": sum(p.numel() for p in plain.parameters()),
-              "model_class": type(plain).__name__}
+        raise StageError(
+            f"models.{key}.gguf: the saved copy computes other logits than the GGUF file "
+            f"(max difference {(want - got).abs().max().item():.3g}); nothing is written"
+        )
+    record = {
+        "gguf_file": path.name,
+        "sha256": sha256_file(path),
+        "architecture": header["architecture"],
+        "parameters": sum(p.numel() for p in plain.parameters()),
+        "model_class": type(plain).__name__,
+    }
     with atomic_path(output) as tmp:
         plain.save_pretrained(tmp)
         save_tokenizer(tokenizer, tmp)
         write_json(record, Path(tmp) / "gguf.json")
-    log.info("saved %s (%s, %s parameters) with its tokenizer (%d tokens) to %s", record["model_class"],
-             header["architecture"], f"{record['parameters']:,}", len(tokenizer), output)
+    log.info(
+        "saved %s (%s, %s parameters) with its tokenizer (%d tokens) to %s",
+        record["model_class"],
+        header["architecture"],
+        f"{record['parameters']:,}",
+        len(tokenizer),
+        output,
+    )
     return record
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m workflow_lib.data.gguf", description=__doc__.splitlines()[0])
     parser.add_argument("--key", required=True, help="the model's key in `models`")
-    parser.add_argument("--source", required=True, help="the GGUF source's settings, as JSON (pretrained.gguf_settings)")
+    parser.add_argument(
+        "--source", required=True, help="the GGUF source's settings, as JSON (pretrained.gguf_settings)"
+    )
     parser.add_argument("--gguf", help="the local GGUF file (absent for a hub repo's, which is downloaded here)")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()

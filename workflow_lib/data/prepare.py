@@ -34,7 +34,9 @@ def load_hub_rows(key: str, spec: dict, split: str) -> tuple[list[str], dict]:
 
     hub_split = spec["splits"][split]
     if why := hub_unreachable(spec["path"]):
-        raise StageError(f"datasets.{key}: could not load hub dataset {spec['path']!r}: {why}\n" + HUB_HELP.format(key=key))
+        raise StageError(
+            f"datasets.{key}: could not load hub dataset {spec['path']!r}: {why}\n" + HUB_HELP.format(key=key)
+        )
     try:
         ds = datasets.load_dataset(spec["path"], spec.get("name"), split=hub_split, revision=spec.get("revision"))
     except Exception as error:  # hub errors come in many types (OSError, ConnectionError, DatasetNotFoundError...)
@@ -46,8 +48,13 @@ def load_hub_rows(key: str, spec: dict, split: str) -> tuple[list[str], dict]:
     field = spec.get("text_field", "text")
     if field not in ds.column_names:
         raise StageError(f"datasets.{key}.text_field: column {field!r} not in {ds.column_names}")
-    provenance = {"path": spec["path"], "name": spec.get("name"), "revision": spec.get("revision"),
-                  "hub_split": hub_split, "fingerprint": ds._fingerprint}
+    provenance = {
+        "path": spec["path"],
+        "name": spec.get("name"),
+        "revision": spec.get("revision"),
+        "hub_split": hub_split,
+        "fingerprint": ds._fingerprint,
+    }
     return list(ds[field]), provenance
 
 
@@ -88,8 +95,12 @@ def load_url_rows(key: str, spec: dict, split: str) -> tuple[list[str], dict]:
         from workflow_lib.data.downloads import archive_path
 
         archive = archive_path(key, spec)
-        provenance["archive"] = {"url": spec["archive"]["url"], "path": archive, "sha256": sha256_file(archive),
-                                 "pinned": bool(spec["archive"].get("sha256"))}
+        provenance["archive"] = {
+            "url": spec["archive"]["url"],
+            "path": archive,
+            "sha256": sha256_file(archive),
+            "pinned": bool(spec["archive"].get("sha256")),
+        }
     return rows, provenance
 
 
@@ -125,20 +136,43 @@ def normalise(key: str, spec: dict, split: str) -> tuple[Any, dict]:
     except ValueError as error:
         raise StageError(f"datasets.{key} split {split!r} (recipe {recipe!r}): {error}") from error
     if not kept or not any(t.strip() for t in kept):
-        raise StageError(f"datasets.{key} split {split!r}: no text left after recipe {recipe!r} (steps: "
-                         + ", ".join(f"{s['step']}: {s['rows']}" for s in steps) + ")")
+        raise StageError(
+            f"datasets.{key} split {split!r}: no text left after recipe {recipe!r} (steps: "
+            + ", ".join(f"{s['step']}: {s['rows']}" for s in steps)
+            + ")"
+        )
     table = pa.table({"doc_id": pa.array(range(len(kept)), pa.int64()), "text": pa.array(kept, pa.string())})
-    meta = {"dataset": key, "split": split, "source": spec["source"], "provenance": loaded[split][1],
-            "recipe": recipe, "cleaning": cleaning, "max_rows": spec.get("max_rows"), "steps": steps,
-            "top_up": top_up, "rows_loaded": len(loaded[split][0]), "rows_written": len(kept),
-            "rows_sha256": recipes.rows_sha256(kept)}
+    meta = {
+        "dataset": key,
+        "split": split,
+        "source": spec["source"],
+        "provenance": loaded[split][1],
+        "recipe": recipe,
+        "cleaning": cleaning,
+        "max_rows": spec.get("max_rows"),
+        "steps": steps,
+        "top_up": top_up,
+        "rows_loaded": len(loaded[split][0]),
+        "rows_written": len(kept),
+        "rows_sha256": recipes.rows_sha256(kept),
+    }
     if top_up:
         meta["top_up_provenance"] = loaded[top_up["split"]][1]
     return table, meta
 
 
-def build_prompts(key: str, table, prefix_words: int, reference_words: int, min_chars: int, extra_words: int,
-                  forbidden: str, max_prompts: int | None, min_prompts: int = 1, source: dict | None = None):
+def build_prompts(
+    key: str,
+    table,
+    prefix_words: int,
+    reference_words: int,
+    min_chars: int,
+    extra_words: int,
+    forbidden: str,
+    max_prompts: int | None,
+    min_prompts: int = 1,
+    source: dict | None = None,
+):
     """The eval set's prompts. `source` is the split's provenance record (results/data/<dataset>/<split>.json): when
     the split itself has fewer rows than the prompts asked for, the error names its files and format, whose row
     rule is the usual cause (a one-document-per-line file read as `text` is one row)."""
@@ -146,13 +180,22 @@ def build_prompts(key: str, table, prefix_words: int, reference_words: int, min_
 
     need = min(min_prompts, max_prompts or min_prompts)
     if source is not None and table.num_rows < need:
-        raise StageError(f"eval_sets.{key}: {split_rows(source, table.num_rows)}, fewer than the {need} prompts the eval "
-                         "set asks for (prompts.min_prompts, or its max_prompts where smaller)")
+        raise StageError(
+            f"eval_sets.{key}: {split_rows(source, table.num_rows)}, fewer than the {need} prompts the eval "
+            "set asks for (prompts.min_prompts, or its max_prompts where smaller)"
+        )
     try:
         frame, stats = make_prompts(
-            table.column("text").to_pylist(), table.column("doc_id").to_pylist(), prefix_words=prefix_words,
-            reference_words=reference_words, min_chars=min_chars, extra_words=extra_words, forbidden=forbidden,
-            max_prompts=max_prompts, min_prompts=min_prompts)
+            table.column("text").to_pylist(),
+            table.column("doc_id").to_pylist(),
+            prefix_words=prefix_words,
+            reference_words=reference_words,
+            min_chars=min_chars,
+            extra_words=extra_words,
+            forbidden=forbidden,
+            max_prompts=max_prompts,
+            min_prompts=min_prompts,
+        )
     except ValueError as error:
         raise StageError(f"eval_sets.{key}: {error}") from error
     return frame, stats
@@ -186,16 +229,25 @@ def main() -> None:
     pr.add_argument("--input", required=True)
     pr.add_argument("--output", required=True)
     pr.add_argument("--meta", required=True)
-    pr.add_argument("--settings", required=True, help="JSON: prefix_words, reference_words, min_chars, "
-                    "extra_words, forbidden, max_prompts, min_prompts")
+    pr.add_argument(
+        "--settings",
+        required=True,
+        help="JSON: prefix_words, reference_words, min_chars, extra_words, forbidden, max_prompts, min_prompts",
+    )
     pr.add_argument("--source", help="the split's provenance JSON (names its files and format in errors)")
     args = parser.parse_args()
 
     if args.command == "download":
         spec = parse_json_arg(args.spec, f"datasets.{args.dataset}")
         table, meta = normalise(args.dataset, spec, args.split)
-        log.info("%s/%s (recipe %s): %s; sha256 of the rows %s", args.dataset, args.split, meta["recipe"],
-                 ", ".join(f"{s['step']}: {s['rows']}" for s in meta["steps"]), meta["rows_sha256"])
+        log.info(
+            "%s/%s (recipe %s): %s; sha256 of the rows %s",
+            args.dataset,
+            args.split,
+            meta["recipe"],
+            ", ".join(f"{s['step']}: {s['rows']}" for s in meta["steps"]),
+            meta["rows_sha256"],
+        )
         write_parquet(table, args.output)
         write_json(meta, args.meta)
     else:
@@ -206,7 +258,9 @@ def main() -> None:
         frame, stats = build_prompts(args.eval_set, read_parquet(args.input), **settings, source=source)
         log.info("%s: %d prompts; filters: %s", args.eval_set, frame.height, stats)
         write_parquet(frame, args.output)
-        write_json({"eval_set": args.eval_set, "settings": settings, "prompts": frame.height, "filters": stats}, args.meta)
+        write_json(
+            {"eval_set": args.eval_set, "settings": settings, "prompts": frame.height, "filters": stats}, args.meta
+        )
 
 
 if __name__ == "__main__":

@@ -127,6 +127,7 @@ def _read_lines(path: str | Path) -> tuple[list[str], int]:
 
 def _read_parquet_text(path: str | Path, column: str = "text") -> tuple[list[str], int]:
     import pyarrow.parquet as pq
+
     from workflow_lib.files import read_parquet
 
     names = pq.read_schema(path).names

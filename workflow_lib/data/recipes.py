@@ -58,7 +58,10 @@ def mixce_filtered(rows: list[str], cleaning: str) -> tuple[list[str], list[dict
     """MixCE's per-split preparation: clean (which ends in the 50 < words < 1000 window), write, read back."""
     kept, counts = clean(cleaning, rows)
     back = file_round_trip(kept)
-    steps = [_step("load", len(rows)), _step(f"clean and 50 < words < 1000 ({cleaning})", len(kept), **_dropped(counts))]
+    steps = [
+        _step("load", len(rows)),
+        _step(f"clean and 50 < words < 1000 ({cleaning})", len(kept), **_dropped(counts)),
+    ]
     if len(back) != len(kept):
         steps.append(_step("split at carriage returns (MixCE's file round trip)", len(back)))
     return back, steps
@@ -72,13 +75,14 @@ def _head_filtered(rows: list[str], cleaning: str, need: int) -> tuple[list[str]
     while len(out) < need and start < len(rows):
         # A chunk's rows are filtered independently of the next chunk's (each row is its own line; a row's
         # carriage returns split only that row), so chunking does not change which rows come first.
-        out += mixce_filtered(rows[start:start + chunk], cleaning)[0]
+        out += mixce_filtered(rows[start : start + chunk], cleaning)[0]
         start, chunk = start + chunk, chunk * 2
     return out[:need], min(start, len(rows))
 
 
-def mixce(split: str, load: Callable[[str], list[str]], cleaning: str, max_rows: int,
-          top_up: str | None, splits: list[str]) -> tuple[list[str], list[dict], dict | None]:
+def mixce(
+    split: str, load: Callable[[str], list[str]], cleaning: str, max_rows: int, top_up: str | None, splits: list[str]
+) -> tuple[list[str], list[dict], dict | None]:
     """MixCE's order for one split: filter, then cut test and validation to `max_rows`, then top them up.
 
     With `top_up` (MixCE: train), test gets train's first filtered rows up to `max_rows`, validation the next
@@ -99,8 +103,11 @@ def mixce(split: str, load: Callable[[str], list[str]], cleaning: str, max_rows:
         steps.append(_step(f"first {max_rows}", len(rows)))
     if top_up is None or top_up not in splits or len(rows) >= max_rows:
         return rows, steps, None
-    offset = sum(_deficit(s, load, cleaning, max_rows) for s in TOP_UP_ORDER[:TOP_UP_ORDER.index(split)]
-                 if s in splits and s != top_up)
+    offset = sum(
+        _deficit(s, load, cleaning, max_rows)
+        for s in TOP_UP_ORDER[: TOP_UP_ORDER.index(split)]
+        if s in splits and s != top_up
+    )
     need = max_rows - len(rows)
     source = load(top_up)
     extra, read = _head_filtered(source, cleaning, offset + need)
@@ -109,11 +116,18 @@ def mixce(split: str, load: Callable[[str], list[str]], cleaning: str, max_rows:
         raise ValueError(
             f"the top-up of {split!r} needs {need} filtered {top_up!r} rows after the first {offset}, but "
             f"{top_up!r} has only {len(extra)} more ({len(source)} rows loaded); for a downloaded head, raise its "
-            "head_bytes")
+            "head_bytes"
+        )
     rows = rows + extra
     steps.append(_step(f"top-up from {top_up}", len(rows), added=len(extra)))
-    record = {"split": top_up, "rows": len(extra), "first_doc_id": len(rows) - len(extra),
-              "skipped": offset, "source_rows_read": read, "source_rows_loaded": len(source)}
+    record = {
+        "split": top_up,
+        "rows": len(extra),
+        "first_doc_id": len(rows) - len(extra),
+        "skipped": offset,
+        "source_rows_read": read,
+        "source_rows_loaded": len(source),
+    }
     return rows, steps, record
 
 

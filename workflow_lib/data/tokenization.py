@@ -36,10 +36,22 @@ def train_bpe(texts: list[str], vocab_size: int, min_frequency: int = 2):
 
     bpe = ByteLevelBPETokenizer()
     batches = (texts[i : i + 1000] for i in range(0, len(texts), 1000))
-    bpe.train_from_iterator(batches, vocab_size=vocab_size, min_frequency=min_frequency,
-                            special_tokens=[SPECIAL], show_progress=False, length=len(texts))
-    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token=SPECIAL, eos_token=SPECIAL,
-                                   unk_token=SPECIAL, pad_token=SPECIAL, model_max_length=1 << 30)
+    bpe.train_from_iterator(
+        batches,
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[SPECIAL],
+        show_progress=False,
+        length=len(texts),
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token=SPECIAL,
+        eos_token=SPECIAL,
+        unk_token=SPECIAL,
+        pad_token=SPECIAL,
+        model_max_length=1 << 30,
+    )
 
 
 def load_hub_tokenizer(key: str, name: str, revision: str | None):
@@ -54,8 +66,7 @@ def load_hub_tokenizer(key: str, name: str, revision: str | None):
     except Exception as error:  # OSError offline, ValueError for a bad folder, HTTP errors...
         raise StageError(
             f"tokenizers.{key}.name: could not load tokenizer {name!r}: {type(error).__name__}: "
-            f"{str(error).splitlines()[0] if str(error) else ''}\n"
-            + LOCAL_TOKENIZER_HELP
+            f"{str(error).splitlines()[0] if str(error) else ''}\n" + LOCAL_TOKENIZER_HELP
         ) from error
 
 
@@ -133,8 +144,9 @@ def main() -> None:
         with atomic_path(args.output) as tmp:
             save_tokenizer(tokenizer, tmp)
     else:
-        from workflow_lib.files import read_parquet
         from transformers import AutoTokenizer
+
+        from workflow_lib.files import read_parquet
 
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
         texts = read_parquet(args.input, columns=["text"]).column("text").to_pylist()
@@ -142,8 +154,14 @@ def main() -> None:
         blocks = group_blocks(ids, args.block_size)
         if len(blocks) == 0:
             raise StageError(f"{args.input}: {len(ids)} tokens, fewer than tokenize.block_size = {args.block_size}")
-        log.info("%d rows -> %d tokens -> %d blocks of %d (%d dropped)", len(texts), len(ids), len(blocks),
-                 args.block_size, len(ids) - blocks.size)
+        log.info(
+            "%d rows -> %d tokens -> %d blocks of %d (%d dropped)",
+            len(texts),
+            len(ids),
+            len(blocks),
+            args.block_size,
+            len(ids) - blocks.size,
+        )
         write_parquet(blocks_table(blocks), args.output)
 
 

@@ -48,8 +48,19 @@ def evaluation_prefixes(references: list[str], start: int, stride: int) -> list[
 
 
 @torch.no_grad()
-def model_next_word(model, tokenizer, prefixes: list[list[str]], word_tokens: np.ndarray, perturbation: dict, table,
-                    draws: int, seed: int, batch_size: int = 256, decoder: dict | None = None, blocks: int = 1) -> np.ndarray:
+def model_next_word(
+    model,
+    tokenizer,
+    prefixes: list[list[str]],
+    word_tokens: np.ndarray,
+    perturbation: dict,
+    table,
+    draws: int,
+    seed: int,
+    batch_size: int = 256,
+    decoder: dict | None = None,
+    blocks: int = 1,
+) -> np.ndarray:
     """[blocks, n, W + 1]: the perturbed next-word law the decoder draws from (single-token words, then everything
     else), averaged over each of `blocks` equal runs of consecutive draws (draw d falls in block d * blocks // draws).
     Draw d of prefix i is keyed by (seed, i, d), so the first D of more draws are the D draws themselves. At intensity
@@ -78,9 +89,20 @@ def model_next_word(model, tokenizer, prefixes: list[list[str]], word_tokens: np
         for d in range(draws):
             v, o = values, offsets
             if perturbation["intensity"] > 0:
-                keys = row_keys(seed, torch.arange(start, start + len(chunk), device=device), torch.full((len(chunk),), d, device=device))
-                p = apply_perturbation(values, offsets, perturbation["strategy"], perturbation["intensity"], table,
-                                       KeyedRandom(keys, offsets), special)
+                keys = row_keys(
+                    seed,
+                    torch.arange(start, start + len(chunk), device=device),
+                    torch.full((len(chunk),), d, device=device),
+                )
+                p = apply_perturbation(
+                    values,
+                    offsets,
+                    perturbation["strategy"],
+                    perturbation["intensity"],
+                    table,
+                    KeyedRandom(keys, offsets),
+                    special,
+                )
                 v, o = p.values, p.offsets
             ids, mask, positions = left_pad(v, o, pad, context_length(model))
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits[:, -1]
@@ -89,14 +111,28 @@ def model_next_word(model, tokenizer, prefixes: list[list[str]], word_tokens: np
         out[:, start : start + len(chunk), np.flatnonzero(word_tokens >= 0)] = probs.cpu().numpy()
     out[:, :, -1] = 1.0 - out[:, :, :-1].sum(2)
     if not np.isfinite(out).all():
-        raise StageError("extrapolation: the model's next-word law is not finite (non-finite logits); nothing is "
-                         "written for it. Check its weights and train_log.csv")
+        raise StageError(
+            "extrapolation: the model's next-word law is not finite (non-finite logits); nothing is "
+            "written for it. Check its weights and train_log.csv"
+        )
     return out
 
 
-def coarsened_laws(model, tokenizer, grammar, references: list[str], law: str, perturbation: dict, table, draws: int,
-                   seed: int, start: int = 20, stride: int = 10, decoder: dict | None = None,
-                   blocks: int = 1) -> tuple[np.ndarray, np.ndarray, int]:
+def coarsened_laws(
+    model,
+    tokenizer,
+    grammar,
+    references: list[str],
+    law: str,
+    perturbation: dict,
+    table,
+    draws: int,
+    seed: int,
+    start: int = 20,
+    stride: int = 10,
+    decoder: dict | None = None,
+    blocks: int = 1,
+) -> tuple[np.ndarray, np.ndarray, int]:
     """The truth's [n, C] and the model's [blocks, n, C] next-word laws on the coarsened space (single-token words,
     then one remaining cell) at the possible evaluation prefixes, and the number of impossible prefixes skipped."""
     prefixes = evaluation_prefixes(references, start, stride)
@@ -105,9 +141,21 @@ def coarsened_laws(model, tokenizer, grammar, references: list[str], law: str, p
     possible = ~np.isnan(truth).any(1)
     word_tokens = word_token_ids(tokenizer, grammar.vocabulary)
     single = word_tokens >= 0
-    truth_cells = np.concatenate([truth[possible][:, single], truth[possible][:, ~single].sum(1, keepdims=True)], axis=1)
-    model_law = model_next_word(model, tokenizer, [p for p, ok in zip(prefixes, possible) if ok], word_tokens, perturbation,
-                                table, draws, seed, decoder=decoder, blocks=blocks)
+    truth_cells = np.concatenate(
+        [truth[possible][:, single], truth[possible][:, ~single].sum(1, keepdims=True)], axis=1
+    )
+    model_law = model_next_word(
+        model,
+        tokenizer,
+        [p for p, ok in zip(prefixes, possible) if ok],
+        word_tokens,
+        perturbation,
+        table,
+        draws,
+        seed,
+        decoder=decoder,
+        blocks=blocks,
+    )
     model_cells = np.concatenate([model_law[:, :, :-1][:, :, single], model_law[:, :, -1:]], axis=2)
     return truth_cells, model_cells, int((~possible).sum())
 
@@ -134,8 +182,20 @@ def mean_2se(values: np.ndarray) -> tuple[float, float | None]:
     return float(values.mean()), float(2 * values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else None
 
 
-def extrapolation_error(model, tokenizer, grammar, references: list[str], law: str, perturbation: dict, table,
-                        draws: int = 32, seed: int = 0, start: int = 20, stride: int = 10, decoder: dict | None = None) -> dict:
+def extrapolation_error(
+    model,
+    tokenizer,
+    grammar,
+    references: list[str],
+    law: str,
+    perturbation: dict,
+    table,
+    draws: int = 32,
+    seed: int = 0,
+    start: int = 20,
+    stride: int = 10,
+    decoder: dict | None = None,
+) -> dict:
     """TV between the model's perturbed next-word law (the mean over `draws` draws of the perturbation) and the truth.
 
     TV is convex, so the TV of a Monte Carlo mean (`tv_mean`) overestimates the perturbed law's TV on average. Two
@@ -146,10 +206,25 @@ def extrapolation_error(model, tokenizer, grammar, references: list[str], law: s
     Without a perturbation the law is exact: one draw, no bias, `tv_lower` = `tv_mean`."""
     perturbed = perturbation["intensity"] > 0
     if perturbed and draws % 2:
-        raise StageError(f"evaluation.extrapolation.draws: {draws} is odd; the Monte Carlo bias estimates need two "
-                         "halves of equal size")
-    truth_cells, halves, impossible = coarsened_laws(model, tokenizer, grammar, references, law, perturbation, table, draws,
-                                                     seed, start, stride, decoder, blocks=2 if perturbed else 1)
+        raise StageError(
+            f"evaluation.extrapolation.draws: {draws} is odd; the Monte Carlo bias estimates need two "
+            "halves of equal size"
+        )
+    truth_cells, halves, impossible = coarsened_laws(
+        model,
+        tokenizer,
+        grammar,
+        references,
+        law,
+        perturbation,
+        table,
+        draws,
+        seed,
+        start,
+        stride,
+        decoder,
+        blocks=2 if perturbed else 1,
+    )
     if perturbed:
         tv, excess, cross_fitted = monte_carlo_bias(halves, truth_cells)
     else:
@@ -158,10 +233,21 @@ def extrapolation_error(model, tokenizer, grammar, references: list[str], law: s
     (tv_mean, tv_2se), (bias, bias_2se), (lower, lower_2se) = mean_2se(tv), mean_2se(excess), mean_2se(cross_fitted)
     if not np.isfinite([tv_mean, bias, lower]).all():
         raise StageError(f"extrapolation: a TV is not finite ({len(tv)} possible prefixes); nothing is written")
-    return {"tv_mean": tv_mean, "tv_2se": tv_2se, "tv_bias_estimate": bias, "tv_bias_estimate_2se": bias_2se,
-            "tv_lower": lower, "tv_lower_2se": lower_2se, "prefixes": len(tv), "impossible_prefixes": impossible,
-            "law": law, "coverage": float(truth_cells[:, :-1].sum(1).mean()), "draws": draws if perturbed else 1,
-            "perturbation": perturbation, "decoder": decoder or {}}
+    return {
+        "tv_mean": tv_mean,
+        "tv_2se": tv_2se,
+        "tv_bias_estimate": bias,
+        "tv_bias_estimate_2se": bias_2se,
+        "tv_lower": lower,
+        "tv_lower_2se": lower_2se,
+        "prefixes": len(tv),
+        "impossible_prefixes": impossible,
+        "law": law,
+        "coverage": float(truth_cells[:, :-1].sum(1).mean()),
+        "draws": draws if perturbed else 1,
+        "perturbation": perturbation,
+        "decoder": decoder or {},
+    }
 
 
 def main() -> None:
@@ -178,14 +264,15 @@ def main() -> None:
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
 
-    from workflow_lib.files import read_parquet
-
     from workflow_lib.data.builtin_corpus import build_grammar
+    from workflow_lib.files import read_parquet
     from workflow_lib.perturb.synonym_table import SynonymTable
     from workflow_lib.sample.sampler import load_model
 
     settings = parse_json_arg(args.settings, "evaluation.extrapolation")
-    grammar_params = {k: v for k, v in parse_json_arg(args.builtin, "builtin").items() if k not in ("docs", "sentences_per_doc")}
+    grammar_params = {
+        k: v for k, v in parse_json_arg(args.builtin, "builtin").items() if k not in ("docs", "sentences_per_doc")
+    }
     from transformers import AutoTokenizer
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -193,12 +280,28 @@ def main() -> None:
     model = load_model(args.model, device, revision=args.revision)
     table = SynonymTable.from_arrow(read_parquet(args.synonyms)) if args.synonyms else None
     references = read_parquet(args.prompts).column("reference").to_pylist()
-    result = extrapolation_error(model, tokenizer, build_grammar(**grammar_params), references, LAW_OF_SPLIT[args.split],
-                                 parse_json_arg(args.perturbation, "test perturbation"), table, settings["draws"],
-                                 settings["seed"], stride=settings["stride"], decoder=parse_json_arg(args.decoder, "decoder"))
-    log.info("TV %.4f +- %.4f over %d prefixes (%s law); Monte Carlo bias: split-half %.5f, cross-fitted TV %.4f",
-             result["tv_mean"], result["tv_2se"] or 0, result["prefixes"], result["law"], result["tv_bias_estimate"],
-             result["tv_lower"])
+    result = extrapolation_error(
+        model,
+        tokenizer,
+        build_grammar(**grammar_params),
+        references,
+        LAW_OF_SPLIT[args.split],
+        parse_json_arg(args.perturbation, "test perturbation"),
+        table,
+        settings["draws"],
+        settings["seed"],
+        stride=settings["stride"],
+        decoder=parse_json_arg(args.decoder, "decoder"),
+    )
+    log.info(
+        "TV %.4f +- %.4f over %d prefixes (%s law); Monte Carlo bias: split-half %.5f, cross-fitted TV %.4f",
+        result["tv_mean"],
+        result["tv_2se"] or 0,
+        result["prefixes"],
+        result["law"],
+        result["tv_bias_estimate"],
+        result["tv_lower"],
+    )
     write_json(result, args.output)
 
 

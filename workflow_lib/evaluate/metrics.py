@@ -65,7 +65,9 @@ def featuriser_path(name: str) -> str:
     return name
 
 
-def featurize(texts: list[str], featuriser: str, max_length: int = 256, batch_size: int = 32, device: str | None = None) -> np.ndarray:
+def featurize(
+    texts: list[str], featuriser: str, max_length: int = 256, batch_size: int = 32, device: str | None = None
+) -> np.ndarray:
     """[n, d] float32 features of `texts` (see the module docstring for how each featuriser pools)."""
     import torch
     from transformers import AutoConfig, AutoModel, AutoTokenizer
@@ -78,8 +80,11 @@ def featurize(texts: list[str], featuriser: str, max_length: int = 256, batch_si
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     config = AutoConfig.from_pretrained(path)
     # A decoder's last token has seen the whole text; an encoder's tokens are pooled.
-    causal = (bool(getattr(config, "is_decoder", False)) or any(a.endswith("ForCausalLM") for a in config.architectures or [])
-              or config.model_type in ("gpt2", "opt", "gpt_neo", "gpt_neox", "gptj", "llama", "mistral", "qwen2"))
+    causal = (
+        bool(getattr(config, "is_decoder", False))
+        or any(a.endswith("ForCausalLM") for a in config.architectures or [])
+        or config.model_type in ("gpt2", "opt", "gpt_neo", "gpt_neox", "gptj", "llama", "mistral", "qwen2")
+    )
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -88,8 +93,13 @@ def featurize(texts: list[str], featuriser: str, max_length: int = 256, batch_si
     out = []
     with torch.no_grad():
         for start in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[start : start + batch_size], padding=True, truncation=True, max_length=max_length,
-                              return_tensors="pt").to(device)
+            batch = tokenizer(
+                texts[start : start + batch_size],
+                padding=True,
+                truncation=True,
+                max_length=max_length,
+                return_tensors="pt",
+            ).to(device)
             hidden = model(**batch).last_hidden_state.float()
             mask = batch["attention_mask"].unsqueeze(-1).float()
             if causal:
@@ -114,8 +124,9 @@ def mauve_buckets(n_p: int, n_q: int, settings: dict) -> int:
     if settings["num_buckets"] == "auto":
         return min(cap, max(2, int(round(min(n_p, n_q) / 10))))
     if settings["num_buckets"] > cap:
-        log.warning("evaluation.mauve.num_buckets %d is above max_buckets %d; used as given",
-                    settings["num_buckets"], cap)
+        log.warning(
+            "evaluation.mauve.num_buckets %d is above max_buckets %d; used as given", settings["num_buckets"], cap
+        )
     return int(settings["num_buckets"])
 
 
@@ -137,11 +148,17 @@ def mauve_result(p_features: np.ndarray, q_features: np.ndarray, settings: dict,
     """mauve-text's result (fields mauve, divergence_curve [points, 2], num_buckets) for one clustering seed."""
     import mauve
 
-    return mauve.compute_mauve(p_features=p_features, q_features=q_features,
-                               num_buckets=mauve_buckets(len(p_features), len(q_features), settings),
-                               kmeans_num_redo=settings["kmeans_num_redo"], kmeans_max_iter=settings["kmeans_max_iter"],
-                               divergence_curve_discretization_size=settings["discretization"],
-                               mauve_scaling_factor=settings["scaling"], seed=seed, verbose=False)
+    return mauve.compute_mauve(
+        p_features=p_features,
+        q_features=q_features,
+        num_buckets=mauve_buckets(len(p_features), len(q_features), settings),
+        kmeans_num_redo=settings["kmeans_num_redo"],
+        kmeans_max_iter=settings["kmeans_max_iter"],
+        divergence_curve_discretization_size=settings["discretization"],
+        mauve_scaling_factor=settings["scaling"],
+        seed=seed,
+        verbose=False,
+    )
 
 
 def mauve_score(p_features: np.ndarray, q_features: np.ndarray, settings: dict, seed: int) -> float:
@@ -152,7 +169,9 @@ def curve_schema():
     """The columns of the divergence curves' table (an unscored cell writes it with no rows)."""
     import pyarrow as pa
 
-    return pa.schema({"run": pa.int64(), "kmeans_seed": pa.int64(), "point": pa.int64(), "x": pa.float64(), "y": pa.float64()})
+    return pa.schema(
+        {"run": pa.int64(), "kmeans_seed": pa.int64(), "point": pa.int64(), "x": pa.float64(), "y": pa.float64()}
+    )
 
 
 def mauve_over_seeds(p_features: np.ndarray, q_features: np.ndarray, settings: dict, seeds: list[int], run: int):
@@ -164,10 +183,18 @@ def mauve_over_seeds(p_features: np.ndarray, q_features: np.ndarray, settings: d
         result = mauve_result(p_features, q_features, settings, seed)
         scores.append(float(result.mauve))
         curve = np.asarray(result.divergence_curve, dtype=np.float64)  # [points, 2]: the extremes and the mixtures
-        curves.append(pa.table({"run": np.full(len(curve), run, dtype=np.int64),
-                                "kmeans_seed": np.full(len(curve), seed, dtype=np.int64),
-                                "point": np.arange(len(curve), dtype=np.int64), "x": curve[:, 0], "y": curve[:, 1]},
-                               schema=curve_schema()))
+        curves.append(
+            pa.table(
+                {
+                    "run": np.full(len(curve), run, dtype=np.int64),
+                    "kmeans_seed": np.full(len(curve), seed, dtype=np.int64),
+                    "point": np.arange(len(curve), dtype=np.int64),
+                    "x": curve[:, 0],
+                    "y": curve[:, 1],
+                },
+                schema=curve_schema(),
+            )
+        )
     return scores, pa.concat_tables(curves), int(result.num_buckets)
 
 
@@ -194,9 +221,16 @@ def variance_split(scores: np.ndarray) -> dict:
     sampling = None
     if runs > 1 and clustering is not None:
         sampling = max(0.0, float(scores.mean(axis=1).var(ddof=1)) - clustering / seeds)
-    split = {"total": None, "sampling": sampling, "clustering": clustering, "clustering_share": None,
-             "clustering_of_run_mean": None if clustering is None else clustering / seeds,
-             "kmeans_seeds_needed": None, "runs": runs, "kmeans_seeds": seeds}
+    split = {
+        "total": None,
+        "sampling": sampling,
+        "clustering": clustering,
+        "clustering_share": None,
+        "clustering_of_run_mean": None if clustering is None else clustering / seeds,
+        "kmeans_seeds_needed": None,
+        "runs": runs,
+        "kmeans_seeds": seeds,
+    }
     if sampling is None:
         return split
     total = sampling + clustering
@@ -274,8 +308,9 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
     import pyarrow as pa
 
     # Row order feeds MAUVE (its k-means seeding sees the features in this order): the samples file's order, kept.
-    frame = pl.from_arrow(samples).join(pl.from_arrow(prompts).select("prompt_id", "prefix", "reference"), on="prompt_id",
-                                        maintain_order="left")
+    frame = pl.from_arrow(samples).join(
+        pl.from_arrow(prompts).select("prompt_id", "prefix", "reference"), on="prompt_id", maintain_order="left"
+    )
     order = {int(p): i for i, p in enumerate(prompts.column("prompt_id").to_pylist())}
     model_text = (frame["prefix"] + frame["text"]).to_list()  # the shared prefix plus the continuation, as EMO
     frame = frame.with_columns(pl.Series("model_text", model_text))
@@ -286,13 +321,22 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
     status = mauve_status(texts, settings["mauve"])
     q_all = None
     if status is None:  # an unresolvable cell is not scored, so the featuriser is not even loaded (module docstring)
-        q_all = featurize(frame["model_text"].to_list(), settings["featuriser"], settings["max_text_length"],
-                          settings["feature_batch_size"])
+        q_all = featurize(
+            frame["model_text"].to_list(),
+            settings["featuriser"],
+            settings["max_text_length"],
+            settings["feature_batch_size"],
+        )
         if not np.isfinite(q_all).all():  # before MAUVE, whose PCA would fail on them with a message of its own
-            raise StageError("evaluation: the model-text features are not finite for these samples; no metric is written")
+            raise StageError(
+                "evaluation: the model-text features are not finite for these samples; no metric is written"
+            )
     prediction = frame["model_text"] if settings["rouge_include_prefix"] else frame["text"]
-    reference = frame["reference"] if settings["rouge_include_prefix"] else \
-        pl.Series([r[len(p):].strip() for r, p in zip(frame["reference"], frame["prefix"])])
+    reference = (
+        frame["reference"]
+        if settings["rouge_include_prefix"]
+        else pl.Series([r[len(p) :].strip() for r, p in zip(frame["reference"], frame["prefix"])])
+    )
     rouge = rouge_f(prediction.to_list(), reference.to_list())
 
     seeds = [seed + k for k in range(settings["mauve"].get("kmeans_seeds", KMEANS_SEEDS))]
@@ -304,28 +348,48 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
         if q_all is None:
             continue
         human_rows = [order[int(p)] for p in frame["prompt_id"].to_numpy()[rows]]
-        scores, run_curves, num_buckets = mauve_over_seeds(human_features[human_rows], q_all[rows], settings["mauve"],
-                                                           seeds, int(r))
+        scores, run_curves, num_buckets = mauve_over_seeds(
+            human_features[human_rows], q_all[rows], settings["mauve"], seeds, int(r)
+        )
         curves.append(run_curves)
         buckets.add(num_buckets)
         log.info("run %s: MAUVE %s over %d clustering seeds", r, " ".join(f"{s:.3f}" for s in scores), len(seeds))
         by_seed.append(scores)
-    common = {"kmeans_seeds": seeds, "mauve_texts": texts,
-              "mauve_min_texts": settings["mauve"].get("min_texts", MIN_TEXTS), "mauve_status": status}
+    common = {
+        "kmeans_seeds": seeds,
+        "mauve_texts": texts,
+        "mauve_min_texts": settings["mauve"].get("min_texts", MIN_TEXTS),
+        "mauve_status": status,
+    }
     if status:
-        log.warning("MAUVE: %s per side in a run, under evaluation.mauve.min_texts %d: not scored, and the report "
-                    "shows it as such", status, common["mauve_min_texts"])
-        summary = {"mauve": None, "mauve_mean": None, "mauve_2se": None, "mauve_by_seed": None, "mauve_variance": None,
-                   "num_buckets": None, **common}
+        log.warning(
+            "MAUVE: %s per side in a run, under evaluation.mauve.min_texts %d: not scored, and the report "
+            "shows it as such",
+            status,
+            common["mauve_min_texts"],
+        )
+        summary = {
+            "mauve": None,
+            "mauve_mean": None,
+            "mauve_2se": None,
+            "mauve_by_seed": None,
+            "mauve_variance": None,
+            "num_buckets": None,
+            **common,
+        }
         curves = [curve_schema().empty_table()]
         features = pa.nulls(frame.height, pa.list_(pa.float32()))  # read by no one: its contrasts are not tested
     else:
         by_seed = np.asarray(by_seed, dtype=np.float64)
         if not np.isfinite(by_seed).all():
             raise StageError("evaluation: MAUVE is not finite for these samples; no metric is written")
-        summary = {**summarise("mauve", by_seed.mean(axis=1)), "mauve_by_seed": by_seed.tolist(),
-                   "mauve_variance": variance_split(by_seed), "num_buckets": buckets.pop() if len(buckets) == 1 else sorted(buckets),
-                   **common}
+        summary = {
+            **summarise("mauve", by_seed.mean(axis=1)),
+            "mauve_by_seed": by_seed.tolist(),
+            "mauve_variance": variance_split(by_seed),
+            "num_buckets": buckets.pop() if len(buckets) == 1 else sorted(buckets),
+            **common,
+        }
         features = pa.FixedSizeListArray.from_arrays(pa.array(q_all.astype(np.float32).ravel()), q_all.shape[1])
 
     diversity = text_stats(*continuation_tokens(samples), run_index, len(runs))
@@ -333,15 +397,34 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
         summary |= summarise(name, rouge_per_run[name])
     for name in TEXT_FIELDS:
         summary |= summarise(name, diversity[name])
-    summary |= {"run_ids": [int(r) for r in runs], "runs": len(runs), "prompts": len(order),
-                "featuriser": settings["featuriser"], "settings": settings,
-                "provenance": provenance(settings, settings["featuriser"])}
-    per_prompt = pa.table({"prompt_id": frame["prompt_id"].cast(pl.Int64).to_numpy(),
-                           "run": frame["run"].cast(pl.Int64).to_numpy(), **rouge}).sort_by([("prompt_id", "ascending"),
-                                                                                              ("run", "ascending")])
-    features = pa.table({"prompt_id": frame["prompt_id"].cast(pl.Int64).to_numpy(), "run": frame["run"].cast(pl.Int64).to_numpy(),
-                         "features": features})
-    return summary, pa.concat_tables(curves), per_prompt, features.sort_by([("prompt_id", "ascending"), ("run", "ascending")])
+    summary |= {
+        "run_ids": [int(r) for r in runs],
+        "runs": len(runs),
+        "prompts": len(order),
+        "featuriser": settings["featuriser"],
+        "settings": settings,
+        "provenance": provenance(settings, settings["featuriser"]),
+    }
+    per_prompt = pa.table(
+        {
+            "prompt_id": frame["prompt_id"].cast(pl.Int64).to_numpy(),
+            "run": frame["run"].cast(pl.Int64).to_numpy(),
+            **rouge,
+        }
+    ).sort_by([("prompt_id", "ascending"), ("run", "ascending")])
+    features = pa.table(
+        {
+            "prompt_id": frame["prompt_id"].cast(pl.Int64).to_numpy(),
+            "run": frame["run"].cast(pl.Int64).to_numpy(),
+            "features": features,
+        }
+    )
+    return (
+        summary,
+        pa.concat_tables(curves),
+        per_prompt,
+        features.sort_by([("prompt_id", "ascending"), ("run", "ascending")]),
+    )
 
 
 def main() -> None:
@@ -359,8 +442,11 @@ def main() -> None:
     ev.add_argument("--output", required=True, help="metrics JSON")
     ev.add_argument("--curves", required=True, help="Parquet: MAUVE divergence curve of every (run, clustering seed)")
     ev.add_argument("--per-prompt", required=True, help="Parquet: ROUGE of every sample, for paired comparisons")
-    ev.add_argument("--features", required=True,
-                    help="Parquet: every sample's MAUVE features, for MAUVE contrasts on a shared quantisation")
+    ev.add_argument(
+        "--features",
+        required=True,
+        help="Parquet: every sample's MAUVE features, for MAUVE contrasts on a shared quantisation",
+    )
     args = parser.parse_args()
 
     from workflow_lib.files import read_parquet
@@ -368,20 +454,31 @@ def main() -> None:
     settings = parse_json_arg(args.settings, "evaluation")
     if args.command == "features":
         references = read_parquet(args.prompts).column("reference").to_pylist()
-        features = featurize(references, settings["featuriser"], settings["max_text_length"], settings["feature_batch_size"])
+        features = featurize(
+            references, settings["featuriser"], settings["max_text_length"], settings["feature_batch_size"]
+        )
         log.info("featurised %d human references with %s: %s", len(references), settings["featuriser"], features.shape)
         with atomic_path(args.output) as tmp:
             with open(tmp, "wb") as handle:
                 np.save(handle, features)
     else:
         human = np.load(args.human_features)
-        summary, curves, per_prompt, features = evaluate(read_parquet(args.samples), read_parquet(args.prompts), human, settings,
-                                               settings["seed"])
-        mauve = (f"MAUVE {summary['mauve_status']}: not scored" if summary["mauve_status"] else
-                 f"MAUVE {summary['mauve_mean']:.3f} +- {summary['mauve_2se']} (clustering share of its variance "
-                 f"{summary['mauve_variance']['clustering_share']})")
-        log.info("%s, ROUGE-1 %.3f, distinct-4 %.3f over %d runs", mauve, summary["rouge1_mean"], summary["distinct_4_mean"],
-                 summary["runs"])
+        summary, curves, per_prompt, features = evaluate(
+            read_parquet(args.samples), read_parquet(args.prompts), human, settings, settings["seed"]
+        )
+        mauve = (
+            f"MAUVE {summary['mauve_status']}: not scored"
+            if summary["mauve_status"]
+            else f"MAUVE {summary['mauve_mean']:.3f} +- {summary['mauve_2se']} (clustering share of its variance "
+            f"{summary['mauve_variance']['clustering_share']})"
+        )
+        log.info(
+            "%s, ROUGE-1 %.3f, distinct-4 %.3f over %d runs",
+            mauve,
+            summary["rouge1_mean"],
+            summary["distinct_4_mean"],
+            summary["runs"],
+        )
         write_parquet(curves, args.curves)
         write_parquet(per_prompt, args.per_prompt)
         write_parquet(features, args.features)

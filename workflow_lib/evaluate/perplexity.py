@@ -51,16 +51,18 @@ def sequence_nll(model, rows: list[list[int]], batch_size: int, pad_id: int) -> 
             width = max(len(rows[i]) for i in index)
             if width < 2:
                 continue
-            ids = pad_sequence([torch.tensor(rows[i], dtype=torch.long) for i in index], batch_first=True,
-                               padding_value=pad_id).to(device)
+            ids = pad_sequence(
+                [torch.tensor(rows[i], dtype=torch.long) for i in index], batch_first=True, padding_value=pad_id
+            ).to(device)
             lengths = torch.tensor([len(rows[i]) for i in index], device=device)
             mask = (torch.arange(width, device=device) < lengths[:, None]).long()
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
             # Over the vocabulary as the last, contiguous axis: cross_entropy of [B, V, L] (the class axis second)
             # took 7x as long on a CPU for SmolLM2's 49,152 words, and was further from float64 (BENCHMARKS.md,
             # "Test suite time", session 14).
-            token_nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
-                                                          reduction="none").view(len(index), width - 1)
+            token_nll = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
+            ).view(len(index), width - 1)
             nll[index] = (token_nll.double() * mask[:, 1:]).sum(1).cpu().numpy()
             log.info("scored %d of %d references", min(start + batch_size, len(rows)), len(rows))
     return nll, tokens
@@ -82,8 +84,8 @@ def eval_set_prompts(pairs: list[str]) -> dict[str, str]:
 def score_eval_set(model, tokenizer, prompts_path: str, settings: dict, label: str):
     """(per-prompt table, summary) of one eval set; a non-finite NLL or nothing to score stops the job."""
     import pyarrow as pa
-    from workflow_lib.files import read_parquet
 
+    from workflow_lib.files import read_parquet
     from workflow_lib.sample.loops import context_length
 
     prompts = read_parquet(prompts_path, columns=["prompt_id", "reference"])
@@ -91,15 +93,23 @@ def score_eval_set(model, tokenizer, prompts_path: str, settings: dict, label: s
     pad_id = next((i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id) if i is not None), 0)  # masked anyway
     nll, tokens = sequence_nll(model, rows, settings.get("batch_size", 16), pad_id)
     if not np.isfinite(nll).all():
-        raise StageError(f"perplexity: {label} gives a non-finite NLL on {int((~np.isfinite(nll)).sum())} "
-                         f"references of {prompts_path}; nothing is written")
+        raise StageError(
+            f"perplexity: {label} gives a non-finite NLL on {int((~np.isfinite(nll)).sum())} "
+            f"references of {prompts_path}; nothing is written"
+        )
     if tokens.sum() == 0:
         raise StageError(f"perplexity: {prompts_path} has no reference of two tokens or more; nothing to score")
     per_token = float(nll.sum() / tokens.sum())
-    table = pa.table({"prompt_id": prompts.column("prompt_id").cast(pa.int64()), "nll": pa.array(nll),
-                      "tokens": pa.array(tokens)})
-    summary = {"perplexity": float(np.exp(per_token)), "nll_per_token": per_token, "tokens": int(tokens.sum()),
-               "prompts": len(rows), "provenance": provenance(settings)}
+    table = pa.table(
+        {"prompt_id": prompts.column("prompt_id").cast(pa.int64()), "nll": pa.array(nll), "tokens": pa.array(tokens)}
+    )
+    summary = {
+        "perplexity": float(np.exp(per_token)),
+        "nll_per_token": per_token,
+        "tokens": int(tokens.sum()),
+        "prompts": len(rows),
+        "provenance": provenance(settings),
+    }
     return table, summary
 
 
@@ -107,12 +117,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m workflow_lib.evaluate.perplexity")
     parser.add_argument("--model", required=True, help="model folder (with its tokenizer) or hub id")
     parser.add_argument("--revision", help="hub revision of an untrained hub model")
-    parser.add_argument("--prompts", required=True, nargs="+", metavar="EVAL_SET=PATH",
-                        help="each eval set's prompts Parquet (prompt_id, reference)")
+    parser.add_argument(
+        "--prompts",
+        required=True,
+        nargs="+",
+        metavar="EVAL_SET=PATH",
+        help="each eval set's prompts Parquet (prompt_id, reference)",
+    )
     parser.add_argument("--settings", required=True, help="JSON: batch_size, precision (fp32 | bf16), seed")
-    parser.add_argument("--output-dir", required=True, type=Path,
-                        help="folder of <eval set>.json (perplexity, nll_per_token, tokens, prompts, provenance) and "
-                             "<eval set>.prompts.parquet (prompt_id, nll summed, tokens)")
+    parser.add_argument(
+        "--output-dir",
+        required=True,
+        type=Path,
+        help="folder of <eval set>.json (perplexity, nll_per_token, tokens, prompts, provenance) and "
+        "<eval set>.prompts.parquet (prompt_id, nll summed, tokens)",
+    )
     args = parser.parse_args()
 
     import torch
@@ -135,9 +154,16 @@ def main() -> None:
     try:
         for eval_set, path in prompts.items():
             table, summary = score_eval_set(model, tokenizer, path, settings, args.model)
-            log.info("%s: perplexity %.3f (%.4f nats per token over %d tokens of %d references, %s on %s)", eval_set,
-                     summary["perplexity"], summary["nll_per_token"], summary["tokens"], summary["prompts"], precision,
-                     device)
+            log.info(
+                "%s: perplexity %.3f (%.4f nats per token over %d tokens of %d references, %s on %s)",
+                eval_set,
+                summary["perplexity"],
+                summary["nll_per_token"],
+                summary["tokens"],
+                summary["prompts"],
+                precision,
+                device,
+            )
             write_parquet(table, part / f"{eval_set}.prompts.parquet")
             write_json(summary, part / f"{eval_set}.json")
     except BaseException:

@@ -41,8 +41,11 @@ def continuation_tokens(samples) -> tuple[np.ndarray, np.ndarray]:
         words = [text.split() for text in samples.column("text").to_pylist()]
         lengths = np.array([len(w) for w in words], dtype=np.int64)
         flat = [word for row in words for word in row]
-        values = np.unique(np.array(flat, dtype=object).astype(str), return_inverse=True)[1].astype(np.int64) \
-            if flat else np.zeros(0, dtype=np.int64)
+        values = (
+            np.unique(np.array(flat, dtype=object).astype(str), return_inverse=True)[1].astype(np.int64)
+            if flat
+            else np.zeros(0, dtype=np.int64)
+        )
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     return values, offsets
 
@@ -84,7 +87,8 @@ def text_stats(values: np.ndarray, offsets: np.ndarray, run_index: np.ndarray, n
             distinct_row, total_row = distinct_per_group(codes, row, n_rows)
             per_row = share(total_row - distinct_row, total_row)
             continuations = np.bincount(run_index, minlength=n_runs)
-            stats["repetition"] = share(np.bincount(run_index, weights=distinct_row < total_row, minlength=n_runs),
-                                        continuations)
+            stats["repetition"] = share(
+                np.bincount(run_index, weights=distinct_row < total_row, minlength=n_runs), continuations
+            )
             stats["rep_4"] = share(np.bincount(run_index, weights=per_row, minlength=n_runs), continuations)
     return stats

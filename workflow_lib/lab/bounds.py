@@ -21,9 +21,25 @@ from workflow_lib.cli import StageError
 UNPERTURBED = "none"
 TOLERANCE = 1e-12  # slack for float round-off in the consistency assertion
 CONSTANTS = ("alpha", "alpha_proposition", "C", "C_proposition", "C_rows")
-COLUMNS = ["family", "perturbation", "delta", "n_prefixes", "n_models", "n_pairs", "draws", "U_max", "U_mean",
-           "U_growth", "U_max_half_draws", "support_disagreement", "tv_truth_mean", "tv_truth_2se", "truth_other_mass",
-           *CONSTANTS, "C_draws"]
+COLUMNS = [
+    "family",
+    "perturbation",
+    "delta",
+    "n_prefixes",
+    "n_models",
+    "n_pairs",
+    "draws",
+    "U_max",
+    "U_mean",
+    "U_growth",
+    "U_max_half_draws",
+    "support_disagreement",
+    "tv_truth_mean",
+    "tv_truth_2se",
+    "truth_other_mass",
+    *CONSTANTS,
+    "C_draws",
+]
 
 
 def fold(laws: np.ndarray, single: np.ndarray) -> np.ndarray:
@@ -51,13 +67,15 @@ def pairwise_tv(laws: np.ndarray) -> np.ndarray:
     return 0.5 * np.abs(laws[first] - laws[second]).sum(axis=-1)
 
 
-def check_models(models: Sequence[Mapping], names: Sequence[str], rows: int | None = None,
-                 words: int | None = None) -> list[str]:
+def check_models(
+    models: Sequence[Mapping], names: Sequence[str], rows: int | None = None, words: int | None = None
+) -> list[str]:
     """Refuse laws the table cannot read: non-finite or not probability vectors, R / W / perturbation
     lists that differ between models, fewer than two models. Returns the perturbation names."""
     if len(models) < 2:
-        raise StageError(f"laws of {len(models)} model(s) ({', '.join(names) or 'none'}): the pairwise TV needs "
-                         "at least 2 models")
+        raise StageError(
+            f"laws of {len(models)} model(s) ({', '.join(names) or 'none'}): the pairwise TV needs at least 2 models"
+        )
     first = [str(p) for p in np.asarray(models[0]["perturbations"]).ravel()]
     for model, name in zip(models, names):
         laws = np.asarray(model["laws"], dtype=np.float64)
@@ -68,8 +86,10 @@ def check_models(models: Sequence[Mapping], names: Sequence[str], rows: int | No
         if not np.isfinite(laws).all():
             raise StageError(f"{name}: laws has {int((~np.isfinite(laws)).sum())} non-finite values (NaN or inf)")
         if (laws < -1e-9).any() or np.abs(laws.sum(-1) - 1).max() > 1e-4:
-            raise StageError(f"{name}: laws are not probability vectors (min {laws.min():.3g}, sums within "
-                             f"[{laws.sum(-1).min():.6f}, {laws.sum(-1).max():.6f}])")
+            raise StageError(
+                f"{name}: laws are not probability vectors (min {laws.min():.3g}, sums within "
+                f"[{laws.sum(-1).min():.6f}, {laws.sum(-1).max():.6f}])"
+            )
         if perturbations != first:
             raise StageError(f"{name}: perturbations {perturbations} differ from {names[0]}'s {first}")
         if len(set(perturbations)) != len(perturbations) or laws.shape[0] != len(perturbations):
@@ -79,8 +99,10 @@ def check_models(models: Sequence[Mapping], names: Sequence[str], rows: int | No
         expected_rows = rows if rows is not None else np.asarray(models[0]["laws"]).shape[1]
         expected_words = words if words is not None else np.asarray(models[0]["single"]).size
         if laws.shape[1] != expected_rows or single.size != expected_words:
-            raise StageError(f"{name}: laws for {laws.shape[1]} rows and {single.size} words, expected "
-                             f"{expected_rows} rows and {expected_words} words (the prefixes and {names[0]})")
+            raise StageError(
+                f"{name}: laws for {laws.shape[1]} rows and {single.size} words, expected "
+                f"{expected_rows} rows and {expected_words} words (the prefixes and {names[0]})"
+            )
     return first
 
 
@@ -106,8 +128,13 @@ def _prefix_arrays(prefixes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return truth, paired["base_row"].to_numpy()
 
 
-def uncertainty_table(prefixes: pl.DataFrame, models: Sequence[Mapping], constants: Mapping[tuple, Mapping],
-                      draws: int, names: Sequence[str] | None = None) -> pl.DataFrame:
+def uncertainty_table(
+    prefixes: pl.DataFrame,
+    models: Sequence[Mapping],
+    constants: Mapping[tuple, Mapping],
+    draws: int,
+    names: Sequence[str] | None = None,
+) -> pl.DataFrame:
     """One row per (family, perturbation, delta): the models' largest and mean pairwise TV over the rows and pairs,
     its growth from delta 0, the same from half the draws, their TV to the coarsened truth, and T's constants.
 
@@ -119,8 +146,7 @@ def uncertainty_table(prefixes: pl.DataFrame, models: Sequence[Mapping], constan
     perturbations = check_models(models, names, rows=truth.shape[0], words=truth.shape[1])
     single = np.logical_and.reduce([np.asarray(m["single"], dtype=bool).ravel() for m in models])
     laws = np.stack([fold(m["laws"], single) for m in models])  # [M, P, R, W+1]
-    half = (np.stack([fold(m["laws_half"], single) for m in models]) if all("laws_half" in m for m in models)
-            else None)
+    half = np.stack([fold(m["laws_half"], single) for m in models]) if all("laws_half" in m for m in models) else None
     target = coarse_truth(truth, single)
     frame = prefixes.sort("row")
     families, deltas = frame["family"].to_numpy(), frame["delta"].to_numpy()
@@ -141,16 +167,25 @@ def uncertainty_table(prefixes: pl.DataFrame, models: Sequence[Mapping], constan
                 per_row = tv_truth[:, idx].mean(0)
                 u_max = float(tv[:, idx].max())
                 start = u_max if start is None else start
-                rec = {"family": family, "perturbation": p, "delta": int(delta), "n_prefixes": idx.size,
-                       "n_models": len(models), "n_pairs": tv.shape[0], "draws": 1 if p == UNPERTURBED else draws,
-                       "U_max": u_max, "U_mean": float(tv[:, idx].mean()), "U_growth": u_max - start,
-                       "U_max_half_draws": None if tv_half is None or p == UNPERTURBED else float(tv_half[:, idx].max()),
-                       "support_disagreement": float(tv[:, base_row[idx]].max()),
-                       "tv_truth_mean": float(tv_truth[:, idx].mean()),
-                       "tv_truth_2se": 2 * per_row.std(ddof=1) / np.sqrt(idx.size) if idx.size > 1 else None,
-                       "truth_other_mass": float(target[idx, -1].mean()),
-                       "C_draws": None if differs is None or p == UNPERTURBED else float(differs[at, idx].max()),
-                       **dict.fromkeys(CONSTANTS)}
+                rec = {
+                    "family": family,
+                    "perturbation": p,
+                    "delta": int(delta),
+                    "n_prefixes": idx.size,
+                    "n_models": len(models),
+                    "n_pairs": tv.shape[0],
+                    "draws": 1 if p == UNPERTURBED else draws,
+                    "U_max": u_max,
+                    "U_mean": float(tv[:, idx].mean()),
+                    "U_growth": u_max - start,
+                    "U_max_half_draws": None if tv_half is None or p == UNPERTURBED else float(tv_half[:, idx].max()),
+                    "support_disagreement": float(tv[:, base_row[idx]].max()),
+                    "tv_truth_mean": float(tv_truth[:, idx].mean()),
+                    "tv_truth_2se": 2 * per_row.std(ddof=1) / np.sqrt(idx.size) if idx.size > 1 else None,
+                    "truth_other_mass": float(target[idx, -1].mean()),
+                    "C_draws": None if differs is None or p == UNPERTURBED else float(differs[at, idx].max()),
+                    **dict.fromkeys(CONSTANTS),
+                }
                 if p != UNPERTURBED:
                     key = (p, family, int(delta))
                     if key not in constants:
@@ -158,9 +193,15 @@ def uncertainty_table(prefixes: pl.DataFrame, models: Sequence[Mapping], constan
                     rec |= {c: None if constants[key][c] is None else float(constants[key][c]) for c in CONSTANTS}
                 records.append(rec)
     records.sort(key=lambda r: (r["family"], order.index(r["perturbation"]), r["delta"]))
-    schema = {c: pl.Float64 for c in COLUMNS} | {"family": pl.Utf8, "perturbation": pl.Utf8, "delta": pl.Int64,
-                                                "n_prefixes": pl.Int64, "n_models": pl.Int64, "n_pairs": pl.Int64,
-                                                "draws": pl.Int64}
+    schema = {c: pl.Float64 for c in COLUMNS} | {
+        "family": pl.Utf8,
+        "perturbation": pl.Utf8,
+        "delta": pl.Int64,
+        "n_prefixes": pl.Int64,
+        "n_models": pl.Int64,
+        "n_pairs": pl.Int64,
+        "draws": pl.Int64,
+    }
     return pl.DataFrame(records, schema=schema, orient="row").select(COLUMNS)
 
 
@@ -171,9 +212,11 @@ def assert_coupling(tv: np.ndarray, tv_base: np.ndarray, share: np.ndarray, pert
     excess = tv - (2 * share[None, :] + tv_base)
     if (excess > TOLERANCE).any():
         pair, row = np.unravel_index(int(np.argmax(excess)), excess.shape)
-        raise StageError(f"lab: perturbation {perturbation!r}: the coupling inequality fails at row {row}, pair {pair} "
-                         f"(TV {tv[pair, row]:.6f} > 2 x {share[row]:.6f} + {tv_base[pair, row]:.6f}); the laws and "
-                         "their draws are inconsistent, which is a bug")
+        raise StageError(
+            f"lab: perturbation {perturbation!r}: the coupling inequality fails at row {row}, pair {pair} "
+            f"(TV {tv[pair, row]:.6f} > 2 x {share[row]:.6f} + {tv_base[pair, row]:.6f}); the laws and "
+            "their draws are inconsistent, which is a bug"
+        )
 
 
 def _differs(models: Sequence[Mapping], names: Sequence[str], perturbations: list[str], rows: int) -> np.ndarray | None:
@@ -185,6 +228,8 @@ def _differs(models: Sequence[Mapping], names: Sequence[str], perturbations: lis
         raise StageError(f"{names[0]}: differs has shape {first.shape}, expected {(len(perturbations), rows)}")
     for name, m in zip(names[1:], models[1:]):
         if not np.array_equal(np.asarray(m["differs"], dtype=float), first):
-            raise StageError(f"{name}: its perturbation draws differ from {names[0]}'s; the laws of a group must come "
-                             "from the same lab settings (seed, last, draws, perturbations)")
+            raise StageError(
+                f"{name}: its perturbation draws differ from {names[0]}'s; the laws of a group must come "
+                "from the same lab settings (seed, last, draws, perturbations)"
+            )
     return first

@@ -36,12 +36,15 @@ def build_sets(grammar, settings: dict):
     lex = prefix_sets.lexicon(grammar, settings["seed"])
     base = prefix_sets.base_prefixes(grammar, settings["prefixes"], settings["length"], settings["seed"])
     columns = {k: [] for k in ("family", "delta", "base", "ids", "distance", "truth")}
-    for s in prefix_sets.delta_sets(grammar, lex, base, sorted(settings["deltas"]), settings["last"], settings["seed"],
-                            tries=settings["tries"]):
+    for s in prefix_sets.delta_sets(
+        grammar, lex, base, sorted(settings["deltas"]), settings["last"], settings["seed"], tries=settings["tries"]
+    ):
         distance = prefix_sets.support_distance(grammar, lex, s["prefixes"])
         if (distance != s["delta"]).any():
-            raise StageError(f"lab: {int((distance != s['delta']).sum())} prefixes of the {s['family']} set at delta "
-                             f"{s['delta']} are not at that distance from the support")
+            raise StageError(
+                f"lab: {int((distance != s['delta']).sum())} prefixes of the {s['family']} set at delta "
+                f"{s['delta']} are not at that distance from the support"
+            )
         truth = prefix_sets.truth(grammar, lex, s["prefixes"], s["family"])
         n = len(s["prefixes"])
         columns["family"] += [s["family"]] * n
@@ -53,20 +56,23 @@ def build_sets(grammar, settings: dict):
         log.info("%s delta %d: %d prefixes", s["family"], s["delta"], n)
     words = np.asarray(lex.words, dtype=object)
     ids = np.stack(columns["ids"])
-    return pa.table({
-        "row": pa.array(np.arange(len(ids), dtype=np.int64)),
-        "family": pa.array(columns["family"]),
-        "delta": pa.array(np.concatenate(columns["delta"]).astype(np.int64)),
-        "base": pa.array(np.concatenate(columns["base"]).astype(np.int64)),
-        "distance": pa.array(np.concatenate(columns["distance"]).astype(np.int64)),
-        "text": pa.array([" ".join(row) for row in words[ids].tolist()]),
-        "ids": pa.array([row.astype(np.int64) for row in ids], type=pa.list_(pa.int64())),
-        "truth": pa.array([row.astype(np.float64) for row in columns["truth"]], type=pa.list_(pa.float64())),
-    })
+    return pa.table(
+        {
+            "row": pa.array(np.arange(len(ids), dtype=np.int64)),
+            "family": pa.array(columns["family"]),
+            "delta": pa.array(np.concatenate(columns["delta"]).astype(np.int64)),
+            "base": pa.array(np.concatenate(columns["base"]).astype(np.int64)),
+            "distance": pa.array(np.concatenate(columns["distance"]).astype(np.int64)),
+            "text": pa.array([" ".join(row) for row in words[ids].tolist()]),
+            "ids": pa.array([row.astype(np.int64) for row in ids], type=pa.list_(pa.int64())),
+            "truth": pa.array([row.astype(np.float64) for row in columns["truth"]], type=pa.list_(pa.float64())),
+        }
+    )
 
 
-def model_laws(model, tokenizer, grammar, lex, ids: np.ndarray, base: np.ndarray, base_row: np.ndarray,
-               settings: dict) -> dict:
+def model_laws(
+    model, tokenizer, grammar, lex, ids: np.ndarray, base: np.ndarray, base_row: np.ndarray, settings: dict
+) -> dict:
     """[P, R, W + 1] next-word laws (grammar words spelt by one token, then one cell for the rest) of one model,
     for "none" and every lab perturbation; and `differs` [P, R], the share of draws in which a row's perturbed
     words differ from those of its support prefix (row `base_row`). That share is the coupling's empirical C:
@@ -87,13 +93,19 @@ def model_laws(model, tokenizer, grammar, lex, ids: np.ndarray, base: np.ndarray
         draws = 1 if spec is None else settings["draws"]
         half = max(1, draws // 2)
         for d in range(draws):
-            seen = ids if spec is None else perturbation.perturb_words(lex, ids, spec["q0"], spec["beta"], settings["last"], keys, d,
-                                                              weights_source=grammar)
+            seen = (
+                ids
+                if spec is None
+                else perturbation.perturb_words(
+                    lex, ids, spec["q0"], spec["beta"], settings["last"], keys, d, weights_source=grammar
+                )
+            )
             # Rows that read the same words (a synonym row under class replacement at beta 1 and its support
             # prefix, the delta-0 rows of both families) are run once.
             unique, inverse = np.unique(seen, axis=0, return_inverse=True)
-            law = model_next_word(model, tokenizer, words[unique].tolist(), word_tokens, {"intensity": 0.0}, None, 1,
-                                  0)[0][inverse.reshape(-1)]  # [blocks = 1, unique rows, W + 1]: the one block
+            law = model_next_word(
+                model, tokenizer, words[unique].tolist(), word_tokens, {"intensity": 0.0}, None, 1, 0
+            )[0][inverse.reshape(-1)]  # [blocks = 1, unique rows, W + 1]: the one block
             laws[p] += law
             if d < half:
                 laws_half[p] += law
@@ -102,8 +114,13 @@ def model_laws(model, tokenizer, grammar, lex, ids: np.ndarray, base: np.ndarray
         laws[p] /= draws
         differs[p] /= draws
         log.info("%s: %d draws over %d prefixes", name, draws, len(ids))
-    return {"laws": laws, "laws_half": laws_half, "differs": differs, "perturbations": np.array([name for name, _ in specs]),
-            "single": word_tokens >= 0}
+    return {
+        "laws": laws,
+        "laws_half": laws_half,
+        "differs": differs,
+        "perturbations": np.array([name for name, _ in specs]),
+        "single": word_tokens >= 0,
+    }
 
 
 def base_rows(family: np.ndarray, delta: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -128,9 +145,7 @@ def main() -> None:
     lw.add_argument("--output", required=True)
     args = parser.parse_args()
 
-    from workflow_lib.files import read_parquet
-
-    from workflow_lib.files import atomic_path, write_parquet
+    from workflow_lib.files import atomic_path, read_parquet, write_parquet
     from workflow_lib.lab import prefix_sets
 
     grammar = grammar_of(parse_json_arg(args.builtin, "builtin"))
@@ -149,9 +164,16 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision)
     model = load_model(args.model, device, revision=args.revision)
     base = sets.column("base").to_numpy()
-    out = model_laws(model, tokenizer, grammar, prefix_sets.lexicon(grammar, settings["seed"]), ids, base,
-                     base_rows(sets.column("family").to_numpy(zero_copy_only=False), sets.column("delta").to_numpy(), base),
-                     settings)
+    out = model_laws(
+        model,
+        tokenizer,
+        grammar,
+        prefix_sets.lexicon(grammar, settings["seed"]),
+        ids,
+        base,
+        base_rows(sets.column("family").to_numpy(zero_copy_only=False), sets.column("delta").to_numpy(), base),
+        settings,
+    )
     out["label"] = np.array(args.model)
     with atomic_path(args.output) as tmp:
         with open(tmp, "wb") as handle:

@@ -38,14 +38,23 @@ def keys_for(seed: int, base: np.ndarray) -> np.ndarray:
 def keyed_uniforms(keys: np.ndarray, draw: int, from_end: np.ndarray, purpose: int) -> np.ndarray:
     """[m, w] uniforms in [0, 1), a pure function of (key, draw, position counted from the end, purpose)."""
     with np.errstate(over="ignore"):
-        stream = splitmix64(splitmix64(splitmix64(np.asarray(keys).astype(np.uint64)) + np.uint64(draw))
-                            + np.uint64(purpose))
+        stream = splitmix64(
+            splitmix64(splitmix64(np.asarray(keys).astype(np.uint64)) + np.uint64(draw)) + np.uint64(purpose)
+        )
         bits = splitmix64(stream[:, None] + np.asarray(from_end).astype(np.uint64)[None, :])
     return (bits >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
-def perturb_words(lex: Lexicon, prefixes: np.ndarray, q0: str, beta: float, last: int, keys: np.ndarray,
-                  draw: int, weights_source: BuiltinGrammar | None = None) -> np.ndarray:
+def perturb_words(
+    lex: Lexicon,
+    prefixes: np.ndarray,
+    q0: str,
+    beta: float,
+    last: int,
+    keys: np.ndarray,
+    draw: int,
+    weights_source: BuiltinGrammar | None = None,
+) -> np.ndarray:
     """One draw X~ ~ T(.|X) per row: each of the last `last` words is, with probability beta, replaced by a
     draw from Q0. q0 "uniform": any position, a uniform seen word (the Proposition's T). q0 "synonym": only
     content words, by a seen word of the same class with the grammar's within-class weights
@@ -106,21 +115,25 @@ def uniform_replacement_tv(beta: float, n_words: int, seen_changes: int, unseen_
     only unseen changes this is the coupling's value 1 - beta^m; with seen ones it is smaller (0.025, 0.0489 and
     0.0934 for m = 1, 2, 4 at beta 0.975 and 93 words), and the Proposition's (1 - beta) m is an upper bound."""
     if not 0 <= beta <= 1 or n_words < 2 or seen_changes < 0 or unseen_changes < 0:
-        raise ValueError(f"need beta in [0, 1], n_words >= 2, changes >= 0; not {beta}, {n_words}, "
-                         f"{seen_changes}, {unseen_changes}")
+        raise ValueError(
+            f"need beta in [0, 1], n_words >= 2, changes >= 0; not {beta}, {n_words}, {seen_changes}, {unseen_changes}"
+        )
     q = beta / n_words
     pa, pb = 1 - beta + q, q  # X's word under X's law, and under X''s law (it is one of Q0's words there)
     ka, kb, ko, coefficient = _multinomials(seen_changes)
     rest = ((n_words - 2) * q) ** ko
-    p, p_prime = pa ** ka * pb ** kb * rest, pb ** ka * pa ** kb * rest
+    p, p_prime = pa**ka * pb**kb * rest, pb**ka * pa**kb * rest
     # An unseen change shows X's word (P = pa, P' = q) or another seen word (q each); showing the unseen word has
     # P = 0 and adds nothing to the overlap. ja of its positions show X's word, the rest another.
     ja = np.arange(unseen_changes + 1)
     unseen_coefficient = np.array([comb(unseen_changes, j) for j in ja], dtype=float)
     others = ((n_words - 1) * q) ** (unseen_changes - ja)
-    u_p, u_prime = pa ** ja * others, q ** ja * others
-    overlap = (coefficient[:, None] * unseen_coefficient[None, :]
-               * np.minimum(p[:, None] * u_p[None, :], p_prime[:, None] * u_prime[None, :])).sum()
+    u_p, u_prime = pa**ja * others, q**ja * others
+    overlap = (
+        coefficient[:, None]
+        * unseen_coefficient[None, :]
+        * np.minimum(p[:, None] * u_p[None, :], p_prime[:, None] * u_prime[None, :])
+    ).sum()
     return float(max(0.0, 1.0 - overlap))
 
 
@@ -139,10 +152,11 @@ def exact_constants(q0: str, beta: float, last: int, length: int, delta: int) ->
     if q0 not in Q0S:
         raise ValueError(f"q0 must be one of {Q0S}, not {q0!r}")
     if not 0 <= beta <= 1 or not 1 <= last or length < 1 or delta < 0:
-        raise ValueError(f"need beta in [0, 1], last >= 1, length >= 1 and delta >= 0; not {beta}, {last}, "
-                         f"{length}, {delta}")
+        raise ValueError(
+            f"need beta in [0, 1], last >= 1, length >= 1 and delta >= 0; not {beta}, {last}, {length}, {delta}"
+        )
     if q0 == "uniform" and last >= length:
-        return 1.0 - beta ** length, (1.0 - beta ** min(delta, length)) if delta else 0.0
+        return 1.0 - beta**length, (1.0 - beta ** min(delta, length)) if delta else 0.0
     return 1.0, 1.0 if delta else 0.0
 
 
@@ -156,8 +170,9 @@ def contraction_betas(length: int) -> tuple[float, float]:
     return 0.5 ** (1.0 / length), 1.0 - 1.0 / (2 * length)
 
 
-def row_tv_to_base(lex: Lexicon, prefixes: np.ndarray, bases: np.ndarray, q0: str, beta: float,
-                   last: int) -> tuple[np.ndarray, np.ndarray]:
+def row_tv_to_base(
+    lex: Lexicon, prefixes: np.ndarray, bases: np.ndarray, q0: str, beta: float, last: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per row, TV(T(.|X'), T(.|X0)) to its own support prefix X0, and whether that value is exact.
 
     Exact for q0 "uniform" (`uniform_replacement_tv`) and for class replacement at beta 1 (0 when every change is
@@ -188,8 +203,9 @@ def row_tv_to_base(lex: Lexicon, prefixes: np.ndarray, bases: np.ndarray, q0: st
     return tv, exact | outside
 
 
-def exact_tv_of_T(vocab_size: int, beta: float, x: tuple[int, ...], x_prime: tuple[int, ...],
-                  q0_words: int | None = None) -> float:
+def exact_tv_of_T(
+    vocab_size: int, beta: float, x: tuple[int, ...], x_prime: tuple[int, ...], q0_words: int | None = None
+) -> float:
     """Exact TV(T(.|x), T(.|x')) for uniform-Q0 replacement of every position with probability beta, by
     enumerating all vocab_size^l outcomes (T is a product over positions). Q0 is uniform on the first `q0_words`
     ids (all by default); the others are unseen words, never drawn. For checking the closed forms on tiny cases;

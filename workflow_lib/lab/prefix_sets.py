@@ -70,9 +70,12 @@ def lexicon(grammar: BuiltinGrammar, seed: int) -> Lexicon:
     # n + |V| distinct candidates: at most |V| collide with the grammar's words, so n survive
     new = [w for w in pseudo_words(rng, len(classes) + len(known)) if w not in known][: len(classes)]
     n_seen = len(grammar.vocabulary)
-    return Lexicon(words=tuple(grammar.vocabulary) + tuple(new),
-                   word_class=np.concatenate([grammar.word_class, classes]).astype(np.int64),
-                   seen=np.arange(n_seen + len(classes)) < n_seen, n_seen=n_seen)
+    return Lexicon(
+        words=tuple(grammar.vocabulary) + tuple(new),
+        word_class=np.concatenate([grammar.word_class, classes]).astype(np.int64),
+        seen=np.arange(n_seen + len(classes)) < n_seen,
+        n_seen=n_seen,
+    )
 
 
 def _support_automaton(grammar: BuiltinGrammar) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
@@ -197,12 +200,16 @@ def _has_completion(mass: np.ndarray, comp: np.ndarray, present: np.ndarray) -> 
     """Whether partial compositions comp [..., 3] (subject, verb, object class index within their kind, read
     where present [..., 3]) have a completion in mass [nn, nv, nn]: where a law's next-word law is defined."""
     s, v, o = np.moveaxis(comp, -1, 0)
-    return np.select([present[..., 2], present[..., 1], present[..., 0]],
-                     [mass[s, v, o], mass.any(2)[s, v], mass.any((1, 2))[s]], default=True)
+    return np.select(
+        [present[..., 2], present[..., 1], present[..., 0]],
+        [mass[s, v, o], mass.any(2)[s, v], mass.any((1, 2))[s]],
+        default=True,
+    )
 
 
-def _composition_candidates(grammar: BuiltinGrammar, base: np.ndarray, window: np.ndarray, delta: int,
-                            rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _composition_candidates(
+    grammar: BuiltinGrammar, base: np.ndarray, window: np.ndarray, delta: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """(ok [r], candidates [r, L]): in each of delta distinct sentences of an in-support row, one noun or
     verb inside the window moved to another class of its kind so that the sentence's (partial) composition
     has no in-support completion; in the unfinished last sentence the new one keeps an ood completion, so
@@ -229,9 +236,12 @@ def _composition_candidates(grammar: BuiltinGrammar, base: np.ndarray, window: n
         new = np.repeat(comp[:, :, None, :], count, axis=2)  # [r, S, count, 3]: the slot set to each class
         new[..., slot] = np.arange(count)
         seen_part = present[:, :, None, :]
-        options.append(changeable[..., slot, None] & (new[..., slot] != comp[..., slot, None])
-                       & ~_has_completion(in_mass, new, seen_part)
-                       & (~is_current[..., None] | _has_completion(ood_mass, new, seen_part)))
+        options.append(
+            changeable[..., slot, None]
+            & (new[..., slot] != comp[..., slot, None])
+            & ~_has_completion(in_mass, new, seen_part)
+            & (~is_current[..., None] | _has_completion(ood_mass, new, seen_part))
+        )
         option_slot += [slot] * count
         option_class += (first_class[slot] + np.arange(count)).tolist()
     options = np.concatenate(options, axis=2)  # [r, S, n_options]
@@ -245,8 +255,9 @@ def _composition_candidates(grammar: BuiltinGrammar, base: np.ndarray, window: n
     return ok, out
 
 
-def delta_sets(grammar: BuiltinGrammar, lex: Lexicon, base: np.ndarray, deltas: list[int], last: int, seed: int,
-               tries: int = 32) -> list[dict]:
+def delta_sets(
+    grammar: BuiltinGrammar, lex: Lexicon, base: np.ndarray, deltas: list[int], last: int, seed: int, tries: int = 32
+) -> list[dict]:
     """Prefixes at exact distance delta from the support, per family and delta: dicts with "family",
     "delta", "prefixes" [m, L] and "base" [m] (row of `base` each came from). `base` must be in the support
     (distance 0, as from `base_prefixes`). Changes lie in the last `last` positions, delta of them per row.
@@ -314,8 +325,8 @@ def truth(grammar: BuiltinGrammar, lex: Lexicon, prefixes: np.ndarray, family: s
         probs[undefined] = grammar.next_word_probs([rows[i] for i in np.flatnonzero(undefined)], "ood")
         undefined = np.isnan(probs).any(axis=1)
     if undefined.any():
-        raise ValueError(f"{undefined.sum()} prefix(es) have no true law: their current sentence breaks the "
-                         "template or, for the synonym family, leaves the support")
+        raise ValueError(
+            f"{undefined.sum()} prefix(es) have no true law: their current sentence breaks the "
+            "template or, for the synonym family, leaves the support"
+        )
     return probs
-
-

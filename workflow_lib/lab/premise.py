@@ -65,8 +65,9 @@ def unseen_share(lex: prefix_sets.Lexicon, prefixes: np.ndarray, q0: str, beta: 
     return np.where(kept_for_sure, 1.0, 1.0 - beta ** replaceable.sum(1))
 
 
-def off_support_share(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, prefixes: np.ndarray, q0: str,
-                      beta: float, last: int) -> np.ndarray:
+def off_support_share(
+    grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, prefixes: np.ndarray, q0: str, beta: float, last: int
+) -> np.ndarray:
     """Exact P_T(X~ off the support | X) per row, for class replacement at any beta and for any T at beta 0.
 
     The support is the set of seen-word sequences whose class sequence the grammar's automaton accepts. Class
@@ -78,8 +79,10 @@ def off_support_share(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, prefixe
     if beta == 0:
         return (prefix_sets.support_distance(grammar, lex, prefixes) > 0).astype(np.float64)
     if q0 != "synonym":
-        raise ValueError(f"off_support_share: no closed form for q0 {q0!r} at beta {beta} (none is needed: no pair "
-                         "of the off-support class is admissible under it)")
+        raise ValueError(
+            f"off_support_share: no closed form for q0 {q0!r} at beta {beta} (none is needed: no pair "
+            "of the off-support class is admissible under it)"
+        )
     representative = np.searchsorted(grammar.word_class, np.arange(len(grammar.class_names)))
     classes_accepted = prefix_sets.support_distance(grammar, lex, representative[lex.word_class[prefixes]]) == 0
     unseen = ~lex.seen[prefixes]
@@ -97,8 +100,9 @@ def outside_a(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, prefi
     raise ValueError(f"class must be one of {CLASSES}, not {cls!r}")
 
 
-def leave_share(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, prefixes: np.ndarray, q0: str,
-                beta: float, last: int) -> np.ndarray:
+def leave_share(
+    grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, prefixes: np.ndarray, q0: str, beta: float, last: int
+) -> np.ndarray:
     """[n] exact P_T(X~ outside A | X): the factor of the perturbed members' TV on each prefix."""
     if cls == "unseen":
         return unseen_share(lex, prefixes, q0, beta, last)
@@ -107,8 +111,9 @@ def leave_share(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, pre
     raise ValueError(f"class must be one of {CLASSES}, not {cls!r}")
 
 
-def admissible(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, q0: str, beta: float,
-               support_prefix: np.ndarray) -> bool:
+def admissible(
+    grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, q0: str, beta: float, support_prefix: np.ndarray
+) -> bool:
     """Whether two distinct members still agree on EVERY support prefix once perturbed (their share is 0 there).
 
     `unseen`: yes, Q0 draws only seen words and support prefixes hold none. `off-support`: yes under class
@@ -120,13 +125,16 @@ def admissible(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, q0: 
     variants = np.repeat(np.asarray(support_prefix, dtype=np.int64)[None, :], lex.n_seen, axis=0)
     variants[:, -1] = np.arange(lex.n_seen)
     if not (prefix_sets.support_distance(grammar, lex, variants) > 0).any():
-        raise ValueError("no seen word in the last position takes this support prefix off the support; "
-                         "the off-support class's admissibility under uniform replacement is undecided")
+        raise ValueError(
+            "no seen word in the last position takes this support prefix off the support; "
+            "the off-support class's admissibility under uniform replacement is undecided"
+        )
     return False
 
 
-def worst_prefixes(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, support_prefix: np.ndarray,
-                   deltas: Sequence[int]) -> np.ndarray:
+def worst_prefixes(
+    grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, support_prefix: np.ndarray, deltas: Sequence[int]
+) -> np.ndarray:
     """[len(deltas), L] per delta the prefix X'_delta that attains both classes' sups: `support_prefix` with its first
     u = min(delta, L) words replaced by an unseen noun synonym. Every unseen word costs one substitution and
     restoring them gives the support prefix, so d(X'_delta, X) = u exactly (checked)."""
@@ -142,8 +150,16 @@ def worst_prefixes(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, support_pr
     return worst[1:]
 
 
-def class_sups(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, q0: str, beta: float, last: int,
-               support_prefix: np.ndarray, deltas: Sequence[int]) -> dict[str, np.ndarray | bool]:
+def class_sups(
+    grammar: BuiltinGrammar,
+    lex: prefix_sets.Lexicon,
+    cls: str,
+    q0: str,
+    beta: float,
+    last: int,
+    support_prefix: np.ndarray,
+    deltas: Sequence[int],
+) -> dict[str, np.ndarray | bool]:
     """Per delta, sup over every prefix X' with d(X', X) <= delta of 1[X' outside A] (U_base / spread) and of
     P_T(X~ outside A | X') over admissible pairs (U_perturb / spread; 0 when only a member paired with itself is
     admissible), and whether distinct pairs are admissible. Both sups are attained at X'_delta (`worst_prefixes`):
@@ -159,8 +175,7 @@ def class_sups(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, q0: 
     worst = worst_prefixes(grammar, lex, support_prefix, deltas)
     pairs = admissible(grammar, lex, cls, q0, beta, support_prefix)
     share = leave_share(grammar, lex, cls, worst, q0, beta, last) if pairs else np.zeros(len(worst))
-    return {"U_base": outside_a(grammar, lex, cls, worst).astype(np.float64), "U_perturb": share,
-            "admissible": pairs}
+    return {"U_base": outside_a(grammar, lex, cls, worst).astype(np.float64), "U_perturb": share, "admissible": pairs}
 
 
 def describe_worst(delta: int, last: int, length: int) -> str:
@@ -174,9 +189,18 @@ def describe_worst(delta: int, last: int, length: int) -> str:
     return words + (", before T's window" if u <= length - last else "; position 0 lies before T's window")
 
 
-def check_shares_against_draws(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, cls: str, prefixes: np.ndarray,
-                               share: np.ndarray, q0: str, beta: float, last: int, keys: np.ndarray,
-                               draws: int) -> None:
+def check_shares_against_draws(
+    grammar: BuiltinGrammar,
+    lex: prefix_sets.Lexicon,
+    cls: str,
+    prefixes: np.ndarray,
+    share: np.ndarray,
+    q0: str,
+    beta: float,
+    last: int,
+    keys: np.ndarray,
+    draws: int,
+) -> None:
     """An internal check of the closed forms against the perturber itself: over `draws` keyed draws of T, a row
     whose exact share is 0 never leaves A and a row whose share is 1 always does. A failure is a bug."""
     certain = (share <= 0) | (share >= 1)
@@ -184,10 +208,13 @@ def check_shares_against_draws(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon
     if not rows.size:
         return
     for draw in range(draws):
-        drawn = perturbation.perturb_words(lex, prefixes[rows], q0, beta, last, keys[rows], draw,
-                                           weights_source=grammar)
+        drawn = perturbation.perturb_words(
+            lex, prefixes[rows], q0, beta, last, keys[rows], draw, weights_source=grammar
+        )
         wrong = outside_a(grammar, lex, cls, drawn) != (share[rows] >= 1)
         if wrong.any():
             row = int(rows[np.argmax(wrong)])
-            raise ValueError(f"premise class {cls}, q0 {q0}, beta {beta}, l {last}: row {row} has exact share "
-                             f"{share[row]:.0f} of leaving A, but draw {draw} disagrees; the closed form is wrong")
+            raise ValueError(
+                f"premise class {cls}, q0 {q0}, beta {beta}, l {last}: row {row} has exact share "
+                f"{share[row]:.0f} of leaving A, but draw {draw} disagrees; the closed form is wrong"
+            )

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from workflow_lib.data.builtin_corpus import BuiltinGrammar
-from workflow_lib.lab import perturbation, premise, prefix_sets
+from workflow_lib.lab import perturbation, prefix_sets, premise
 
 TOLERANCE = 1e-12
 NOT_PROPOSITION = "not applicable (not the Proposition's T)"
@@ -59,8 +59,15 @@ def lab_runs(specs: dict[str, dict], length: int) -> dict[str, dict]:
     return runs
 
 
-def premise_table(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, frame: pl.DataFrame, specs: dict[str, dict],
-                  length: int, seed: int, draws: int) -> pl.DataFrame:
+def premise_table(
+    grammar: BuiltinGrammar,
+    lex: prefix_sets.Lexicon,
+    frame: pl.DataFrame,
+    specs: dict[str, dict],
+    length: int,
+    seed: int,
+    draws: int,
+) -> pl.DataFrame:
     """One row per (class, T, family, delta): U_base(delta) and U_perturb(delta) as sups over every prefix within
     delta, with the prefix that attains them; the same on the lab's rows of that family (a sample); T's exact
     constants and the Proposition's; and each theorem's verdict. The sups and verdicts do not depend on the family.
@@ -89,31 +96,58 @@ def premise_table(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, frame: pl.D
             if sups["admissible"]:
                 rows_share = premise.leave_share(grammar, lex, cls, ids, q0, beta, last)
                 premise.check_shares_against_draws(grammar, lex, cls, ids, rows_share, q0, beta, last, keys, draws)
-            glob = {"U_base_inf": u_base[-1], "U_perturb_inf": u_perturb[-1],
-                    "contraction": verdict(u_perturb[-1], 2 * alpha * u_base[-1], spread),
-                    "contraction_proposition": NOT_PROPOSITION if alpha_prop is None else
-                    verdict(u_perturb[-1], 2 * alpha_prop * u_base[-1], spread)}
+            glob = {
+                "U_base_inf": u_base[-1],
+                "U_perturb_inf": u_perturb[-1],
+                "contraction": verdict(u_perturb[-1], 2 * alpha * u_base[-1], spread),
+                "contraction_proposition": NOT_PROPOSITION
+                if alpha_prop is None
+                else verdict(u_perturb[-1], 2 * alpha_prop * u_base[-1], spread),
+            }
             for at, delta in enumerate(delta_values):
                 c = perturbation.exact_constants(q0, beta, last, length, delta)[1]
                 c_prop = perturbation.proposition_constants(beta, last, delta)[1] if q0 == "uniform" else None
                 sp = sp_perturb_holds(q0, beta, last, length, delta)
-                at_delta = {"class": cls, "perturbation": name, "q0": q0, "beta": beta, "last": last,
-                            "delta": delta, "member_tv": spread, "admissible": sups["admissible"],
-                            "U_base": u_base[at], "U_perturb": u_perturb[at],
-                            "worst_prefix": premise.describe_worst(delta, last, length),
-                            "alpha": alpha, "alpha_proposition": alpha_prop, "C": c, "C_proposition": c_prop,
-                            "robustness": verdict(u_perturb[at], 2 * c, spread),
-                            "robustness_proposition": NOT_PROPOSITION if c_prop is None else
-                            verdict(u_perturb[at], 2 * c_prop, spread),
-                            "sp_perturb": "—" if delta == 0 else "holds" if sp else "fails",
-                            "extrapolability": "—" if delta == 0 else verdict(u_perturb[at], 0.0, np.inf) if sp
-                            else not_applicable(u_perturb[at]), **glob}
+                at_delta = {
+                    "class": cls,
+                    "perturbation": name,
+                    "q0": q0,
+                    "beta": beta,
+                    "last": last,
+                    "delta": delta,
+                    "member_tv": spread,
+                    "admissible": sups["admissible"],
+                    "U_base": u_base[at],
+                    "U_perturb": u_perturb[at],
+                    "worst_prefix": premise.describe_worst(delta, last, length),
+                    "alpha": alpha,
+                    "alpha_proposition": alpha_prop,
+                    "C": c,
+                    "C_proposition": c_prop,
+                    "robustness": verdict(u_perturb[at], 2 * c, spread),
+                    "robustness_proposition": NOT_PROPOSITION
+                    if c_prop is None
+                    else verdict(u_perturb[at], 2 * c_prop, spread),
+                    "sp_perturb": "—" if delta == 0 else "holds" if sp else "fails",
+                    "extrapolability": "—"
+                    if delta == 0
+                    else verdict(u_perturb[at], 0.0, np.inf)
+                    if sp
+                    else not_applicable(u_perturb[at]),
+                    **glob,
+                }
                 for family in sorted(set(families[deltas == delta])):
                     idx = np.flatnonzero((families == family) & (deltas == delta))
-                    records.append({**at_delta, "family": family, "n_prefixes": idx.size,
-                                    "U_base_rows": float(rows_base[idx].max()),
-                                    "U_perturb_rows": float(spread * rows_share[idx].max()),
-                                    "C_rows": float(c_rows[idx].max())})
+                    records.append(
+                        {
+                            **at_delta,
+                            "family": family,
+                            "n_prefixes": idx.size,
+                            "U_base_rows": float(rows_base[idx].max()),
+                            "U_perturb_rows": float(spread * rows_share[idx].max()),
+                            "C_rows": float(c_rows[idx].max()),
+                        }
+                    )
     table = pl.DataFrame(records, orient="row", infer_schema_length=None)
     check_rows_within_sups(table)
     return table
@@ -122,13 +156,17 @@ def premise_table(grammar: BuiltinGrammar, lex: prefix_sets.Lexicon, frame: pl.D
 def check_rows_within_sups(table: pl.DataFrame) -> None:
     """The rows at delta are prefixes within delta, so their values cannot exceed the sups: a row above its sup
     means a sup was computed over too few prefixes, which is a bug and stops the job."""
-    over = table.filter((pl.col("U_base_rows") > pl.col("U_base") + TOLERANCE)
-                        | (pl.col("U_perturb_rows") > pl.col("U_perturb") + TOLERANCE))
+    over = table.filter(
+        (pl.col("U_base_rows") > pl.col("U_base") + TOLERANCE)
+        | (pl.col("U_perturb_rows") > pl.col("U_perturb") + TOLERANCE)
+    )
     if over.height:
         r = over.row(0, named=True)
-        raise ValueError(f"premise class {r['class']}, T = {r['perturbation']}, {r['family']} rows at delta "
-                         f"{r['delta']}: U on the rows ({r['U_base_rows']:.6f}, {r['U_perturb_rows']:.6f}) exceeds "
-                         f"the sup over every prefix ({r['U_base']:.6f}, {r['U_perturb']:.6f})")
+        raise ValueError(
+            f"premise class {r['class']}, T = {r['perturbation']}, {r['family']} rows at delta "
+            f"{r['delta']}: U on the rows ({r['U_base_rows']:.6f}, {r['U_perturb_rows']:.6f}) exceeds "
+            f"the sup over every prefix ({r['U_base']:.6f}, {r['U_perturb']:.6f})"
+        )
 
 
 def _base_rows(frame: pl.DataFrame) -> np.ndarray:

@@ -107,8 +107,16 @@ def sequence_ids(offsets, xp):
     return xp.searchsorted(offsets[1:], xp.arange(int(offsets[-1])), "right") if n_seq else xp.arange(0)
 
 
-def perturb(values, offsets, strategy: str, intensity: float, table: SynonymTable, rng, special_ids=(),
-            insert_position: str = "uniform") -> Perturbed:
+def perturb(
+    values,
+    offsets,
+    strategy: str,
+    intensity: float,
+    table: SynonymTable,
+    rng,
+    special_ids=(),
+    insert_position: str = "uniform",
+) -> Perturbed:
     """Apply T(. | X) independently to every sequence of a ragged batch.
 
     values/offsets: numpy arrays (with a numpy Generator) or torch tensors (with a torch Generator on their

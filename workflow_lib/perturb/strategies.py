@@ -45,8 +45,10 @@ class Strategy:
         if self.keep not in KEEP or self.insert not in INSERT:
             raise ValueError(f"strategy {self.name!r}: keep must be one of {KEEP}, insert one of {INSERT}")
         if self.keep is None and self.insert is not None:
-            raise ValueError(f"strategy {self.name!r}: deleting a token and inserting elsewhere moves it; "
-                             "the perturber's position maps do not cover moves")
+            raise ValueError(
+                f"strategy {self.name!r}: deleting a token and inserting elsewhere moves it; "
+                "the perturber's position maps do not cover moves"
+            )
         if self.keep == "token" and self.insert is None:
             raise ValueError(f"strategy {self.name!r} changes nothing")
 
@@ -101,7 +103,13 @@ def wildcard_pattern() -> str:
     return "|".join([*STRATEGIES, "none"])
 
 
-register(Strategy("insertion", keep="token", insert="synonym",
-                  description="a synonym of each selected token inserted at a uniformly random gap (the paper's T)"))
+register(
+    Strategy(
+        "insertion",
+        keep="token",
+        insert="synonym",
+        description="a synonym of each selected token inserted at a uniformly random gap (the paper's T)",
+    )
+)
 register(Strategy("replacement", keep="synonym", description="each selected token replaced by a synonym"))
 register(Strategy("deletion", keep=None, description="each selected token dropped"))

@@ -58,8 +58,14 @@ class SynonymTable:
         offsets = np.zeros(vocab_size + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         order = np.argsort(tokens, kind="stable")
-        flat_c = np.concatenate([np.asarray(candidates[i], dtype=np.int64) for i in order]) if len(order) else np.zeros(0, np.int64)
-        flat_w = np.concatenate([np.asarray(weights[i], dtype=np.float64) for i in order]) if len(order) else np.zeros(0)
+        flat_c = (
+            np.concatenate([np.asarray(candidates[i], dtype=np.int64) for i in order])
+            if len(order)
+            else np.zeros(0, np.int64)
+        )
+        flat_w = (
+            np.concatenate([np.asarray(weights[i], dtype=np.float64) for i in order]) if len(order) else np.zeros(0)
+        )
         if (flat_w < 0).any() or not np.isfinite(flat_w).all():
             raise ValueError("synonym table: weights must be finite and non-negative")
         if len(flat_c) and (flat_c.min() < 0 or flat_c.max() >= vocab_size):
@@ -103,10 +109,15 @@ class SynonymTable:
             return torch.as_tensor(np.asarray(a), dtype=dtype).to(device)
 
         padded = self.padded_candidates is not None
-        return SynonymTable(self.vocab_size, conv(self.offsets, torch.int64), conv(self.candidates, torch.int64),
-                            conv(self.keys, torch.float64), self.shared,
-                            conv(self.padded_candidates, torch.int64) if padded else None,
-                            conv(self.padded_cumulative, torch.float64) if padded else None)
+        return SynonymTable(
+            self.vocab_size,
+            conv(self.offsets, torch.int64),
+            conv(self.candidates, torch.int64),
+            conv(self.keys, torch.float64),
+            self.shared,
+            conv(self.padded_candidates, torch.int64) if padded else None,
+            conv(self.padded_cumulative, torch.float64) if padded else None,
+        )
 
     # Parquet: one row per token with candidates (token, candidates, weights); a shared table is token -1.
     def to_arrow(self):
@@ -119,11 +130,13 @@ class SynonymTable:
         previous = np.concatenate([[0.0], cumulative[:-1]])
         previous[offsets[rows]] = 0.0
         list_offsets = pa.array(np.concatenate([[0], np.cumsum(sizes[rows])]).astype(np.int32))
-        return pa.table({
-            "token": pa.array((np.array([-1]) if self.shared else rows).astype(np.int32)),
-            "candidates": pa.ListArray.from_arrays(list_offsets, pa.array(cand.astype(np.int32))),
-            "weights": pa.ListArray.from_arrays(list_offsets, pa.array((cumulative - previous).astype(np.float32))),
-        }).replace_schema_metadata({"vocab_size": str(self.vocab_size)})
+        return pa.table(
+            {
+                "token": pa.array((np.array([-1]) if self.shared else rows).astype(np.int32)),
+                "candidates": pa.ListArray.from_arrays(list_offsets, pa.array(cand.astype(np.int32))),
+                "weights": pa.ListArray.from_arrays(list_offsets, pa.array((cumulative - previous).astype(np.float32))),
+            }
+        ).replace_schema_metadata({"vocab_size": str(self.vocab_size)})
 
     @classmethod
     def from_arrow(cls, table) -> "SynonymTable":

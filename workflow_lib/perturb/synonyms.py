@@ -68,7 +68,9 @@ def table_from_neighbours(vocab_size: int, rows: np.ndarray, idx: np.ndarray, si
     return SynonymTable.from_rows(vocab_size, tokens, cands, weights)
 
 
-def distributional_synonyms(blocks: np.ndarray, vocab_size: int, k: int = 10, special_ids=(), min_count: int = 5) -> SynonymTable:
+def distributional_synonyms(
+    blocks: np.ndarray, vocab_size: int, k: int = 10, special_ids=(), min_count: int = 5
+) -> SynonymTable:
     """Synonyms from shared left/right contexts in token blocks [N, L] (see the module docstring)."""
     from scipy import sparse
 
@@ -77,7 +79,8 @@ def distributional_synonyms(blocks: np.ndarray, vocab_size: int, k: int = 10, sp
     # Row v: counts of the token before v (columns 0..V-1) and after v (columns V..2V-1).
     counts = sparse.coo_matrix(
         (np.concatenate([ones, ones]), (np.concatenate([right, left]), np.concatenate([left, right + vocab_size]))),
-        shape=(vocab_size, 2 * vocab_size)).tocsr()
+        shape=(vocab_size, 2 * vocab_size),
+    ).tocsr()
     counts.sum_duplicates()
     total = counts.sum()
     row_sum = np.asarray(counts.sum(axis=1)).ravel()
@@ -96,7 +99,9 @@ def distributional_synonyms(blocks: np.ndarray, vocab_size: int, k: int = 10, sp
     return table_from_neighbours(vocab_size, rows, idx, sim)
 
 
-def embedding_synonyms(embeddings: np.ndarray, k: int = 10, special_ids=(), vocab_size: int | None = None) -> SynonymTable:
+def embedding_synonyms(
+    embeddings: np.ndarray, k: int = 10, special_ids=(), vocab_size: int | None = None
+) -> SynonymTable:
     """k nearest neighbours by cosine in an embedding matrix [V, d] (rows past the tokenizer are ignored)."""
     vocab_size = vocab_size or embeddings.shape[0]
     emb = np.asarray(embeddings[:vocab_size], dtype=np.float32)
@@ -131,8 +136,10 @@ def oracle_synonyms(tokenizer, grammar) -> SynonymTable:
                     cands.append([t for t, _ in others])
                     weights.append([wt for _, wt in others])
     if not tokens:
-        raise StageError("oracle synonyms: no token of this tokenizer spells a whole word of the builtin grammar "
-                         "(raise the tokenizer's vocab_size so that words become single tokens)")
+        raise StageError(
+            "oracle synonyms: no token of this tokenizer spells a whole word of the builtin grammar "
+            "(raise the tokenizer's vocab_size so that words become single tokens)"
+        )
     del word_id
     return SynonymTable.from_rows(len(vocab), tokens, cands, weights)
 

@@ -54,8 +54,18 @@ def _np():
     return backend(np.zeros(0))
 
 
-def perturb_blocks(blocks: np.ndarray, mode: str, strategy: str, intensity: float, table: SynonymTable,
-                   copies: int, seed: int, key: str, special_ids=(), include_original: bool = True):
+def perturb_blocks(
+    blocks: np.ndarray,
+    mode: str,
+    strategy: str,
+    intensity: float,
+    table: SynonymTable,
+    copies: int,
+    seed: int,
+    key: str,
+    special_ids=(),
+    include_original: bool = True,
+):
     """All rows of one condition as a pyarrow Table (see the module docstring for the columns)."""
     import pyarrow as pa
 
@@ -68,15 +78,29 @@ def perturb_blocks(blocks: np.ndarray, mode: str, strategy: str, intensity: floa
     parts = []
     if mode == "augment" and include_original:
         empty = np.zeros(n_blocks + 1, dtype=np.int64)
-        parts.append({"block_id": block_id, "copy": np.zeros(n_blocks, np.int32), "input_ids": _ragged_lists(values, offsets),
-                      "source_positions": _ragged_lists(np.zeros(0), empty), "perturbed_positions": _ragged_lists(np.zeros(0), empty)})
+        parts.append(
+            {
+                "block_id": block_id,
+                "copy": np.zeros(n_blocks, np.int32),
+                "input_ids": _ragged_lists(values, offsets),
+                "source_positions": _ragged_lists(np.zeros(0), empty),
+                "perturbed_positions": _ragged_lists(np.zeros(0), empty),
+            }
+        )
     position = "after_source" if mode == "prefix" else "uniform"
     for copy in range(1, copies + 1):
-        out = perturb(values, offsets, strategy, intensity, table, condition_rng(seed, key, copy), special_ids, position)
+        out = perturb(
+            values, offsets, strategy, intensity, table, condition_rng(seed, key, copy), special_ids, position
+        )
         src, src_off = _positions(out.selected, offsets)
         pert, pert_off = _positions(out.perturbed_mask(), out.offsets)
-        row = {"block_id": block_id, "copy": np.full(n_blocks, copy, np.int32), "input_ids": _ragged_lists(out.values, out.offsets),
-               "source_positions": _ragged_lists(src, src_off), "perturbed_positions": _ragged_lists(pert, pert_off)}
+        row = {
+            "block_id": block_id,
+            "copy": np.full(n_blocks, copy, np.int32),
+            "input_ids": _ragged_lists(out.values, out.offsets),
+            "source_positions": _ragged_lists(src, src_off),
+            "perturbed_positions": _ragged_lists(pert, pert_off),
+        }
         if mode == "prefix":
             positions, targets, target_offsets = prefix_targets(values, offsets, out)
             row["target_positions"] = _ragged_lists(positions, target_offsets)
@@ -91,14 +115,17 @@ def main() -> None:
     parser.add_argument("--tokens", required=True, help="token blocks Parquet")
     parser.add_argument("--tokenizer", required=True, help="tokenizer folder (for its special tokens)")
     parser.add_argument("--synonyms", help="synonym table Parquet (not needed at intensity 0)")
-    parser.add_argument("--condition", required=True, help="JSON: mode, strategy, intensity, copies, include_original, seed")
+    parser.add_argument(
+        "--condition", required=True, help="JSON: mode, strategy, intensity, copies, include_original, seed"
+    )
     parser.add_argument("--key", required=True, help="the condition's identity (its output path); seeds the draws")
     parser.add_argument("--output", required=True)
     parser.add_argument("--meta", required=True)
     args = parser.parse_args()
 
-    from workflow_lib.files import read_parquet
     from transformers import AutoTokenizer
+
+    from workflow_lib.files import read_parquet
 
     cond = parse_json_arg(args.condition, "perturbation condition")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
@@ -108,8 +135,18 @@ def main() -> None:
         table = SynonymTable.from_arrow(read_parquet(args.synonyms))
     else:
         table = SynonymTable.from_rows(len(tokenizer), [], [], [])
-    out = perturb_blocks(blocks, cond["mode"], cond["strategy"], cond["intensity"], table, cond["copies"], cond["seed"],
-                         args.key, sorted(set(tokenizer.all_special_ids)), cond.get("include_original", True))
+    out = perturb_blocks(
+        blocks,
+        cond["mode"],
+        cond["strategy"],
+        cond["intensity"],
+        table,
+        cond["copies"],
+        cond["seed"],
+        args.key,
+        sorted(set(tokenizer.all_special_ids)),
+        cond.get("include_original", True),
+    )
     lengths = np.diff(out.column("input_ids").combine_chunks().offsets.to_numpy())
     selected = np.diff(out.column("source_positions").combine_chunks().offsets.to_numpy())
     special = sorted(set(tokenizer.all_special_ids))
@@ -117,9 +154,16 @@ def main() -> None:
     if get_strategy(cond["strategy"]).needs_synonyms:
         eligible &= np.asarray(table.has_synonyms(_np()))[blocks]
     n_eligible = int(eligible.sum()) * cond["copies"]
-    stats = {"condition": cond, "rows": out.num_rows, "blocks": int(blocks.shape[0]), "tokens_in": int(blocks.size),
-             "tokens_out": int(lengths.sum()), "eligible_tokens": n_eligible, "selected_tokens": int(selected.sum()),
-             "selected_rate_among_eligible": float(selected.sum() / max(n_eligible, 1))}
+    stats = {
+        "condition": cond,
+        "rows": out.num_rows,
+        "blocks": int(blocks.shape[0]),
+        "tokens_in": int(blocks.size),
+        "tokens_out": int(lengths.sum()),
+        "eligible_tokens": n_eligible,
+        "selected_tokens": int(selected.sum()),
+        "selected_rate_among_eligible": float(selected.sum() / max(n_eligible, 1)),
+    }
     log.info("%s", stats)
     write_parquet(out, args.output)
     write_json(stats, args.meta)

@@ -33,13 +33,19 @@ def main() -> None:
     co.add_argument("inputs", nargs="*")
     tb = sub.add_parser("tables")
     tb.add_argument("--metrics", required=True)
-    tb.add_argument("--config", required=True, help="JSON: the part of the validated config the summary reads (workflow_lib.report.tables.report_view)")
+    tb.add_argument(
+        "--config",
+        required=True,
+        help="JSON: the part of the validated config the summary reads (workflow_lib.report.tables.report_view)",
+    )
     tb.add_argument("--settings", required=True, help="JSON: headline intensity, eval set order, figures")
     tb.add_argument("--out-dir", required=True)
     tb.add_argument("--summary", required=True)
     tb.add_argument("--simulation", nargs="?", help="the simulation study's summary.md, if it ran")
     tb.add_argument("--data", nargs="*", default=[], help="results/data/<dataset>/<split>.json records to list")
-    tb.add_argument("--contrasts", help="results/report/contrasts.csv (python -m workflow_lib.report.contrasts), if any")
+    tb.add_argument(
+        "--contrasts", help="results/report/contrasts.csv (python -m workflow_lib.report.contrasts), if any"
+    )
     tb.add_argument("--lab", nargs="*", default=[], help="results/lab/<experiment>/uncertainty.md of the theory lab")
     tb.add_argument("--models", nargs="*", default=[], help="trained model folders (their train_log.csv)")
     fg = sub.add_parser("figure")
@@ -84,10 +90,20 @@ def main() -> None:
             contrasts = read_contrasts(args.contrasts) if args.contrasts else None
             from workflow_lib.report.figures import read_train_log
 
-            tmp.write_text(summary(frame, config, written, settings["intensity"], settings.get("figures", []),
-                                   simulation, records, contrasts,
-                                   {Path(path).parent.name: Path(path).read_text() for path in args.lab},
-                                   {path: read_train_log(path) for path in args.models}))
+            tmp.write_text(
+                summary(
+                    frame,
+                    config,
+                    written,
+                    settings["intensity"],
+                    settings.get("figures", []),
+                    simulation,
+                    records,
+                    contrasts,
+                    {Path(path).parent.name: Path(path).read_text() for path in args.lab},
+                    {path: read_train_log(path) for path in args.models},
+                )
+            )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,18 @@ import polars as pl
 
 from workflow_lib.report.conditions import KEYS, MODEL_KEYS, parse_path, typed
 
-METRICS = ["mauve", "rouge1", "rouge2", "rougeL", "distinct_1", "distinct_2", "distinct_3", "distinct_4", "repetition", "rep_4"]
+METRICS = [
+    "mauve",
+    "rouge1",
+    "rouge2",
+    "rougeL",
+    "distinct_1",
+    "distinct_2",
+    "distinct_3",
+    "distinct_4",
+    "repetition",
+    "rep_4",
+]
 VERSIONS = ["python", "torch", "transformers", "mauve-text", "rouge-score", "workflow"]
 
 log = logging.getLogger("workflow_lib.report.collect")
@@ -24,13 +35,32 @@ def version_column(package: str) -> str:
     return f"version_{package.replace('-', '_')}"
 
 
-PROVENANCE = {"git_commit": pl.Utf8, "git_dirty": pl.Boolean, **{version_column(v): pl.Utf8 for v in VERSIONS},
-              "featuriser": pl.Utf8, "settings_sha256": pl.Utf8}
-SCHEMA = ({k: pl.Utf8 for k in KEYS} | {"train_intensity": pl.Float64, "test_intensity": pl.Float64, "copies": pl.Int64, "seed": pl.Int64}
-          | {f"{m}_{s}": pl.Float64 for m in METRICS for s in ("mean", "2se")}
-          | {"mauve_clustering_share": pl.Float64, "num_buckets": pl.Int64, "mauve_texts": pl.Int64,
-             "mauve_min_texts": pl.Int64, "mauve_status": pl.Utf8, "runs": pl.Int64, "prompts": pl.Int64,
-             "perplexity": pl.Float64, "tv_mean": pl.Float64, "tv_2se": pl.Float64, "tv_law": pl.Utf8} | PROVENANCE)
+PROVENANCE = {
+    "git_commit": pl.Utf8,
+    "git_dirty": pl.Boolean,
+    **{version_column(v): pl.Utf8 for v in VERSIONS},
+    "featuriser": pl.Utf8,
+    "settings_sha256": pl.Utf8,
+}
+SCHEMA = (
+    {k: pl.Utf8 for k in KEYS}
+    | {"train_intensity": pl.Float64, "test_intensity": pl.Float64, "copies": pl.Int64, "seed": pl.Int64}
+    | {f"{m}_{s}": pl.Float64 for m in METRICS for s in ("mean", "2se")}
+    | {
+        "mauve_clustering_share": pl.Float64,
+        "num_buckets": pl.Int64,
+        "mauve_texts": pl.Int64,
+        "mauve_min_texts": pl.Int64,
+        "mauve_status": pl.Utf8,
+        "runs": pl.Int64,
+        "prompts": pl.Int64,
+        "perplexity": pl.Float64,
+        "tv_mean": pl.Float64,
+        "tv_2se": pl.Float64,
+        "tv_law": pl.Utf8,
+    }
+    | PROVENANCE
+)
 
 
 def _metric_fields(data: dict) -> dict:
@@ -42,14 +72,22 @@ def _metric_fields(data: dict) -> dict:
     provenance = data.get("provenance") or {}
     versions = provenance.get("versions") or {}
     featuriser = provenance.get("featuriser", data.get("featuriser"))
-    row |= {"mauve_clustering_share": (data.get("mauve_variance") or {}).get("clustering_share"), "num_buckets": buckets,
-            # "too few texts (n)" where the runs were too small for MAUVE to resolve (report.resolution)
-            "mauve_texts": data.get("mauve_texts"), "mauve_min_texts": data.get("mauve_min_texts"),
-            "mauve_status": data.get("mauve_status"),
-            "runs": data.get("runs"), "prompts": data.get("prompts"),
-            "git_commit": provenance.get("git_commit"), "git_dirty": provenance.get("git_dirty"),
-            "featuriser": featuriser if featuriser is None or isinstance(featuriser, str) else json.dumps(featuriser, sort_keys=True),
-            "settings_sha256": provenance.get("settings_sha256")}
+    row |= {
+        "mauve_clustering_share": (data.get("mauve_variance") or {}).get("clustering_share"),
+        "num_buckets": buckets,
+        # "too few texts (n)" where the runs were too small for MAUVE to resolve (report.resolution)
+        "mauve_texts": data.get("mauve_texts"),
+        "mauve_min_texts": data.get("mauve_min_texts"),
+        "mauve_status": data.get("mauve_status"),
+        "runs": data.get("runs"),
+        "prompts": data.get("prompts"),
+        "git_commit": provenance.get("git_commit"),
+        "git_dirty": provenance.get("git_dirty"),
+        "featuriser": featuriser
+        if featuriser is None or isinstance(featuriser, str)
+        else json.dumps(featuriser, sort_keys=True),
+        "settings_sha256": provenance.get("settings_sha256"),
+    }
     return row | {version_column(v): versions.get(v) for v in VERSIONS}
 
 

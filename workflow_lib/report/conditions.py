@@ -12,13 +12,27 @@ import polars as pl
 
 from workflow_lib.grid import UNTRAINED
 
-_MODEL = (r"(?P<model>[^/]+)/(?P<dataset>[^/]+)/(?P<objective>[^/]+)/(?P<train_synonyms>[^/]+)/"
-          r"(?P<train_mode>[^/]+)-m(?P<copies>\d+)/(?P<train_strategy>[a-z]+)-(?P<train_intensity>[0-9.]+)/seed(?P<seed>\d+)/")
-PATH = re.compile(r"results/(?P<kind>metrics|extrapolation)/" + _MODEL + r"(?P<eval_set>[^/]+)/(?P<decoder>[A-Za-z0-9_.-]+)/"
-                  r"(?P<test_synonyms>[^/]+)/(?P<test_strategy>[a-z]+)-(?P<test_intensity>[0-9.]+)-(?P<test_mode>[a-z]+)\.json$")
+_MODEL = (
+    r"(?P<model>[^/]+)/(?P<dataset>[^/]+)/(?P<objective>[^/]+)/(?P<train_synonyms>[^/]+)/"
+    r"(?P<train_mode>[^/]+)-m(?P<copies>\d+)/(?P<train_strategy>[a-z]+)-(?P<train_intensity>[0-9.]+)/seed(?P<seed>\d+)/"
+)
+PATH = re.compile(
+    r"results/(?P<kind>metrics|extrapolation)/" + _MODEL + r"(?P<eval_set>[^/]+)/(?P<decoder>[A-Za-z0-9_.-]+)/"
+    r"(?P<test_synonyms>[^/]+)/(?P<test_strategy>[a-z]+)-(?P<test_intensity>[0-9.]+)-(?P<test_mode>[a-z]+)\.json$"
+)
 PERPLEXITY_PATH = re.compile(r"results/(?P<kind>perplexity)/" + _MODEL + r"(?P<eval_set>[^/]+)\.json$")
 MODEL_DIR = re.compile(r"results/models/" + _MODEL + "$")
-MODEL_KEYS = ["model", "dataset", "objective", "train_synonyms", "train_mode", "copies", "train_strategy", "train_intensity", "seed"]
+MODEL_KEYS = [
+    "model",
+    "dataset",
+    "objective",
+    "train_synonyms",
+    "train_mode",
+    "copies",
+    "train_strategy",
+    "train_intensity",
+    "seed",
+]
 KEYS = MODEL_KEYS + ["eval_set", "decoder", "test_synonyms", "test_strategy", "test_intensity", "test_mode"]
 ABLATION = ["NoPerturb", "TrainPerturb", "TestPerturb", "Both"]
 UNTRAINED_LABEL = "untrained (zero-shot)"
@@ -43,31 +57,55 @@ def parse_model_dir(path: str) -> dict | None:
 
 def typed(frame: pl.DataFrame) -> pl.DataFrame:
     """Intensities as floats, copies and seed as integers (the rest of a condition are names)."""
-    return frame.with_columns(pl.col("train_intensity", "test_intensity").cast(pl.Float64),
-                              pl.col("copies", "seed").cast(pl.Int64))
+    return frame.with_columns(
+        pl.col("train_intensity", "test_intensity").cast(pl.Float64), pl.col("copies", "seed").cast(pl.Int64)
+    )
 
 
 def shown_objective(frame: pl.DataFrame) -> pl.DataFrame:
     """The objective column as tables print it: an untrained model visibly marked."""
-    return frame.with_columns(pl.when(pl.col("objective") == UNTRAINED).then(pl.lit(UNTRAINED_LABEL))
-                              .otherwise(pl.col("objective")).alias("objective"))
+    return frame.with_columns(
+        pl.when(pl.col("objective") == UNTRAINED)
+        .then(pl.lit(UNTRAINED_LABEL))
+        .otherwise(pl.col("objective"))
+        .alias("objective")
+    )
 
 
 def method_frame(frame: pl.DataFrame, intensity: float) -> pl.DataFrame:
     """Table 1's rows: each objective without perturbation (train 0, test 0) and with it (both at `intensity`,
     the headline strategy insertion); column `perturbation` names which."""
     plain = frame.filter((pl.col("train_intensity") == 0) & (pl.col("test_intensity") == 0))
-    perturbed = frame.filter((pl.col("train_intensity") == intensity) & (pl.col("test_intensity") == intensity)
-                             & (pl.col("train_strategy") == "insertion") & (pl.col("test_strategy") == "insertion"))
-    return pl.concat([plain.with_columns(pl.lit("no").alias("perturbation")),
-                      perturbed.with_columns(pl.lit(f"insertion {intensity:g}").alias("perturbation"))])
+    perturbed = frame.filter(
+        (pl.col("train_intensity") == intensity)
+        & (pl.col("test_intensity") == intensity)
+        & (pl.col("train_strategy") == "insertion")
+        & (pl.col("test_strategy") == "insertion")
+    )
+    return pl.concat(
+        [
+            plain.with_columns(pl.lit("no").alias("perturbation")),
+            perturbed.with_columns(pl.lit(f"insertion {intensity:g}").alias("perturbation")),
+        ]
+    )
 
 
 def ablation_frame(frame: pl.DataFrame, intensity: float) -> pl.DataFrame:
     """The ablation's four conditions at the headline intensity (insertion), named in column `condition`."""
-    frame = frame.filter(pl.col("train_intensity").is_in([0.0, intensity]) & pl.col("test_intensity").is_in([0.0, intensity])
-                         & pl.col("train_strategy").is_in(["none", "insertion"]) & pl.col("test_strategy").is_in(["none", "insertion"]))
+    frame = frame.filter(
+        pl.col("train_intensity").is_in([0.0, intensity])
+        & pl.col("test_intensity").is_in([0.0, intensity])
+        & pl.col("train_strategy").is_in(["none", "insertion"])
+        & pl.col("test_strategy").is_in(["none", "insertion"])
+    )
     train, test = pl.col("train_intensity") > 0, pl.col("test_intensity") > 0
-    condition = (pl.when(train & test).then(pl.lit("Both")).when(train).then(pl.lit("TrainPerturb"))
-                 .when(test).then(pl.lit("TestPerturb")).otherwise(pl.lit("NoPerturb")))
+    condition = (
+        pl.when(train & test)
+        .then(pl.lit("Both"))
+        .when(train)
+        .then(pl.lit("TrainPerturb"))
+        .when(test)
+        .then(pl.lit("TestPerturb"))
+        .otherwise(pl.lit("NoPerturb"))
+    )
     return frame.with_columns(condition.alias("condition"))

@@ -65,11 +65,29 @@ LOWER_IS_BETTER = {"perplexity"}
 RESAMPLES = 2000  # the least B of a permutation table; a table of m comparisons gets max(RESAMPLES, 200 m)
 PAIRED_T, PERMUTATION = "paired t over runs", "paired permutation test over prompts"
 JOINT = "paired permutation test over (prompt, run) on one shared quantisation"
-COLUMNS = {"family": pl.Utf8, "metric": pl.Utf8, "model": pl.Utf8, "dataset": pl.Utf8, "objective": pl.Utf8,
-           "eval_set": pl.Utf8, "decoder": pl.Utf8, "seed": pl.Int64, "a": pl.Utf8, "b": pl.Utf8,
-           "difference": pl.Float64, "low": pl.Float64, "high": pl.Float64, "p": pl.Float64, "p_holm": pl.Float64,
-           "significant": pl.Boolean, "favours": pl.Utf8, "n": pl.Int64, "resamples": pl.Int64, "method": pl.Utf8,
-           "not_testable": pl.Utf8}
+COLUMNS = {
+    "family": pl.Utf8,
+    "metric": pl.Utf8,
+    "model": pl.Utf8,
+    "dataset": pl.Utf8,
+    "objective": pl.Utf8,
+    "eval_set": pl.Utf8,
+    "decoder": pl.Utf8,
+    "seed": pl.Int64,
+    "a": pl.Utf8,
+    "b": pl.Utf8,
+    "difference": pl.Float64,
+    "low": pl.Float64,
+    "high": pl.Float64,
+    "p": pl.Float64,
+    "p_holm": pl.Float64,
+    "significant": pl.Boolean,
+    "favours": pl.Utf8,
+    "n": pl.Int64,
+    "resamples": pl.Int64,
+    "method": pl.Utf8,
+    "not_testable": pl.Utf8,
+}
 IDENTITY = ["family", "metric", "model", "dataset", "objective", "eval_set", "decoder", "seed", "a", "b"]
 
 
@@ -89,8 +107,13 @@ def _variants(rows: list[dict]) -> list[str]:
     perturbed_train = [r for r in rows if r["train_intensity"] > 0]
     perturbed_test = [r for r in rows if (r["test_intensity"] or 0) > 0]
     varying = []
-    for field, among in (("train_synonyms", perturbed_train), ("train_mode", rows), ("copies", rows),
-                         ("test_synonyms", perturbed_test), ("test_mode", perturbed_test)):
+    for field, among in (
+        ("train_synonyms", perturbed_train),
+        ("train_mode", rows),
+        ("copies", rows),
+        ("test_synonyms", perturbed_test),
+        ("test_mode", perturbed_test),
+    ):
         if len({r[field] for r in among}) > 1:
             varying.append(field)
     return varying
@@ -138,16 +161,31 @@ def pairs(frame: pl.DataFrame, intensity: float) -> list[dict]:
     out = []
 
     def add(family, a, b, a_label, b_label):
-        out.append({"family": family, "model": a["model"], "dataset": a["dataset"], "objective": a["objective"],
-                    "eval_set": a["eval_set"], "decoder": a.get("decoder") or "", "seed": a["seed"],
-                    "a": _label(a_label, a, varying), "b": _label(b_label, b, varying), "kind": a["kind"],
-                    "path_a": a["path"], "path_b": b["path"]})
+        out.append(
+            {
+                "family": family,
+                "model": a["model"],
+                "dataset": a["dataset"],
+                "objective": a["objective"],
+                "eval_set": a["eval_set"],
+                "decoder": a.get("decoder") or "",
+                "seed": a["seed"],
+                "a": _label(a_label, a, varying),
+                "b": _label(b_label, b, varying),
+                "kind": a["kind"],
+                "path_a": a["path"],
+                "path_b": b["path"],
+            }
+        )
 
     # What two arms of the perturbation and ablation families share: everything but the perturbation (and
     # the decoder, for perplexity, which does not sample).
     same_model = ["model", "dataset", "objective", "eval_set", "seed", "train_mode", "copies"]
     # Perturbation (Table 1): both sides at the headline intensity against intensity 0 at both.
-    for items, sides, match in ((sampled, ("train", "test"), [*same_model, "decoder"]), (models, ("train",), same_model)):
+    for items, sides, match in (
+        (sampled, ("train", "test"), [*same_model, "decoder"]),
+        (models, ("train",), same_model),
+    ):
         arms = [r for r in items if all(headline(r, s) for s in sides)]
         base = [r for r in items if all(plain(r, s) for s in sides)]
         for a, b in _pair(arms, base, match):
@@ -155,8 +193,12 @@ def pairs(frame: pl.DataFrame, intensity: float) -> list[dict]:
     # Ablation: each arm against NoPerturb (sampled conditions only: perplexity does not see sampling).
     match = [*same_model, "decoder"]
     arm_of = {(True, False): "TrainPerturb", (False, True): "TestPerturb", (True, True): "Both"}
-    arms = [r for r in sampled if any(headline(r, s) for s in ("train", "test"))
-            and all(headline(r, s) or plain(r, s) for s in ("train", "test"))]
+    arms = [
+        r
+        for r in sampled
+        if any(headline(r, s) for s in ("train", "test"))
+        and all(headline(r, s) or plain(r, s) for s in ("train", "test"))
+    ]
     base = [r for r in sampled if plain(r, "train") and plain(r, "test")]
     for a, b in _pair(arms, base, match):
         add("ablation", a, b, arm_of[(headline(a, "train"), headline(a, "test"))], "NoPerturb")
@@ -197,7 +239,9 @@ class StudyFiles:
         if path not in self._per_prompt:
             sidecar = _sidecar(path)
             if not sidecar.exists():
-                log.warning("%s: no per-prompt sidecar %s; its prompt-paired comparisons are left out", path, sidecar.name)
+                log.warning(
+                    "%s: no per-prompt sidecar %s; its prompt-paired comparisons are left out", path, sidecar.name
+                )
                 self._per_prompt[path] = None
             else:
                 table = pl.read_parquet(sidecar)
@@ -212,14 +256,24 @@ def _shared_prompts(a: pl.DataFrame, b: pl.DataFrame, pair: dict) -> pl.DataFram
         return a.join(b, on="prompt_id", suffix="_b").sort("prompt_id")
     both = a.join(b, on=["prompt_id", "run"], suffix="_b").sort(["prompt_id", "run"])
     if both.height < max(a.height, b.height):
-        log.warning("%s vs %s: %d and %d (prompt, run) samples, %d on both sides; ROUGE is paired on those",
-                    pair["path_a"], pair["path_b"], a.height, b.height, both.height)
+        log.warning(
+            "%s vs %s: %d and %d (prompt, run) samples, %d on both sides; ROUGE is paired on those",
+            pair["path_a"],
+            pair["path_b"],
+            a.height,
+            b.height,
+            both.height,
+        )
     # Mean over runs with bincount, which adds in row order: the same bytes on every rerun.
     ids, prompt = np.unique(both["prompt_id"].to_numpy(), return_inverse=True)
     counts = np.bincount(prompt, minlength=len(ids))
     columns = [c for metric in ROUGE if metric in a.columns for c in (metric, f"{metric}_b")]
-    return pl.DataFrame({"prompt_id": ids, **{c: np.bincount(prompt, weights=both[c].to_numpy(), minlength=len(ids)) / counts
-                                             for c in columns}})
+    return pl.DataFrame(
+        {
+            "prompt_id": ids,
+            **{c: np.bincount(prompt, weights=both[c].to_numpy(), minlength=len(ids)) / counts for c in columns},
+        }
+    )
 
 
 def _mauve_by_run(data: dict) -> dict[int, float]:
@@ -233,7 +287,10 @@ def _mauve_by_run(data: dict) -> dict[int, float]:
 
 def pair_identity(pair: dict) -> str:
     """The comparison's identity, which seeds its swaps and resamples (here and in report.joint_mauve's job)."""
-    return "|".join(str(pair[k]) for k in ["family", "model", "dataset", "objective", "eval_set", "decoder", "seed", "a", "b", "kind"])
+    return "|".join(
+        str(pair[k])
+        for k in ["family", "model", "dataset", "objective", "eval_set", "decoder", "seed", "a", "b", "kind"]
+    )
 
 
 def _joint_estimate(result: dict) -> Estimate | None:
@@ -243,8 +300,9 @@ def _joint_estimate(result: dict) -> Estimate | None:
     return Estimate(*(result[k] for k in ("difference", "low", "high", "p", "n")), result.get("untested"))
 
 
-def compare(pair: dict, resamples: int = RESAMPLES, joint: dict | None = None,
-            files: StudyFiles | None = None) -> list[dict]:
+def compare(
+    pair: dict, resamples: int = RESAMPLES, joint: dict | None = None, files: StudyFiles | None = None
+) -> list[dict]:
     """One row per metric of a comparison: the estimate and how it was had (p_holm etc. come later).
     `resamples`: this comparison's permutation B (its table's, from `resamples_for`). `joint`: the MAUVE contrast on
     a shared quantisation (report.joint_mauve's result), which the workflow always computes; without it (a study
@@ -258,9 +316,16 @@ def compare(pair: dict, resamples: int = RESAMPLES, joint: dict | None = None,
     def row(metric: str, estimate: Estimate, method: str, draws: int | None = None) -> None:
         fields = estimate._asdict()
         untested = fields.pop("untested")
-        rows.append({k: pair[k] for k in IDENTITY if k != "metric"} | {"metric": metric} | fields
-                    | {"method": method, "not_testable": untested,
-                       "resamples": permutations.draws if method == PERMUTATION else draws})
+        rows.append(
+            {k: pair[k] for k in IDENTITY if k != "metric"}
+            | {"metric": metric}
+            | fields
+            | {
+                "method": method,
+                "not_testable": untested,
+                "resamples": permutations.draws if method == PERMUTATION else draws,
+            }
+        )
 
     if pair["kind"] == "metrics" and joint is not None:
         if (estimate := _joint_estimate(joint)) is not None:
@@ -281,14 +346,23 @@ def compare(pair: dict, resamples: int = RESAMPLES, joint: dict | None = None,
     try:
         if pair["kind"] == "metrics":
             metrics = [m for m in ROUGE if m in both.columns]
-            estimates = permutation_mean_differences(both.select(metrics).to_numpy().T,
-                                                     both.select([f"{m}_b" for m in metrics]).to_numpy().T, permutations)
+            estimates = permutation_mean_differences(
+                both.select(metrics).to_numpy().T, both.select([f"{m}_b" for m in metrics]).to_numpy().T, permutations
+            )
             for metric, estimate in zip(metrics, estimates):
                 row(metric, estimate, PERMUTATION)
         else:
-            row("perplexity", permutation_perplexity_difference(both["nll"].to_numpy(), both["tokens"].to_numpy(),
-                                                                both["nll_b"].to_numpy(), both["tokens_b"].to_numpy(),
-                                                                permutations), PERMUTATION)
+            row(
+                "perplexity",
+                permutation_perplexity_difference(
+                    both["nll"].to_numpy(),
+                    both["tokens"].to_numpy(),
+                    both["nll_b"].to_numpy(),
+                    both["tokens_b"].to_numpy(),
+                    permutations,
+                ),
+                PERMUTATION,
+            )
     except ValueError as error:
         raise StageError(f"{pair['path_a']} vs {pair['path_b']}: {error}") from error
     return rows
@@ -303,8 +377,9 @@ def _favours(row: dict) -> str:
     return "perturbation" if better > 0 else "no perturbation"
 
 
-def designed_mauve(paths: list[str], intensity: float, resamples: int = RESAMPLES,
-                   unresolvable: Collection[str] = ()) -> dict[str, dict]:
+def designed_mauve(
+    paths: list[str], intensity: float, resamples: int = RESAMPLES, unresolvable: Collection[str] = ()
+) -> dict[str, dict]:
     """The MAUVE contrasts the study designs, by report.joint_mauve.pair_id: each pair with its identity and its
     table's B. The workflow lists one job per entry; `contrasts` reads their results back by the same id.
     `unresolvable`: eval sets whose MAUVE can never reach its floor (evaluate.metrics.mauve_never_resolves); their
@@ -314,8 +389,11 @@ def designed_mauve(paths: list[str], intensity: float, resamples: int = RESAMPLE
 
     sampled = [p for p in pairs(conditions(paths), intensity) if p["kind"] == "metrics"]
     size = Counter(p["family"] for p in sampled)
-    return {pair_id(p): {**p, "identity": pair_identity(p), "resamples": resamples_for(size[p["family"]], resamples)}
-            for p in sampled if p["eval_set"] not in unresolvable}
+    return {
+        pair_id(p): {**p, "identity": pair_identity(p), "resamples": resamples_for(size[p["family"]], resamples)}
+        for p in sampled
+        if p["eval_set"] not in unresolvable
+    }
 
 
 def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES, mauve: list[str] = ()) -> pl.DataFrame:
@@ -334,9 +412,16 @@ def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES, ma
     from workflow_lib.report.joint_mauve import pair_id
 
     joint = {Path(p).stem: json.loads(Path(p).read_text()) for p in mauve}
-    rows = [r for pair in designed
-            for r in compare(pair, resamples_for(table_size[(pair["family"], pair["kind"])], resamples),
-                             joint.get(pair_id(pair)) if pair["kind"] == "metrics" else None, files)]
+    rows = [
+        r
+        for pair in designed
+        for r in compare(
+            pair,
+            resamples_for(table_size[(pair["family"], pair["kind"])], resamples),
+            joint.get(pair_id(pair)) if pair["kind"] == "metrics" else None,
+            files,
+        )
+    ]
     by_table = defaultdict(list)
     for r in rows:
         by_table[(r["family"], r["metric"])].append(r)
@@ -355,16 +440,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m workflow_lib.report.contrasts")
     parser.add_argument("--intensity", type=float, required=True, help="the headline intensity (insertion)")
     parser.add_argument("--output", required=True, help="CSV of the paired comparisons")
-    parser.add_argument("--resamples", type=int, default=RESAMPLES,
-                        help="the least permutation B; a table of m comparisons gets max(B, 200 m)")
-    parser.add_argument("--mauve", nargs="*", default=[],
-                        help="report.joint_mauve results (<pair id>.json): MAUVE contrasts on a shared quantisation")
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        default=RESAMPLES,
+        help="the least permutation B; a table of m comparisons gets max(B, 200 m)",
+    )
+    parser.add_argument(
+        "--mauve",
+        nargs="*",
+        default=[],
+        help="report.joint_mauve results (<pair id>.json): MAUVE contrasts on a shared quantisation",
+    )
     parser.add_argument("paths", nargs="*", help="metrics and perplexity JSON (their .prompts.parquet beside them)")
     args = parser.parse_args()
     frame = contrasts(args.paths, args.intensity, args.resamples, args.mauve)
     with atomic_path(args.output) as tmp:
         frame.write_csv(tmp)
-    log.info("%d contrasts (%d significant after Holm) from %d files", frame.height, frame["significant"].sum(), len(args.paths))
+    log.info(
+        "%d contrasts (%d significant after Holm) from %d files",
+        frame.height,
+        frame["significant"].sum(),
+        len(args.paths),
+    )
 
 
 if __name__ == "__main__":

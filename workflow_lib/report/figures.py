@@ -86,8 +86,12 @@ def _grid(rows: list[list[Panel]]):
     n_cols = max(len(panels) for panels in rows)
     single = n_cols == 1
     shape = (1, len(rows)) if single else (len(rows), n_cols)
-    fig, axes = plt.subplots(*shape, figsize=(max(PANEL_SIZE[0] * shape[1], 5.0), PANEL_SIZE[1] * shape[0] + 0.9),
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        *shape,
+        figsize=(max(PANEL_SIZE[0] * shape[1], 5.0), PANEL_SIZE[1] * shape[0] + 0.9),
+        squeeze=False,
+        layout="constrained",
+    )
     placed = []
     for r, panels in enumerate(rows):
         for c in range(n_cols):
@@ -117,8 +121,16 @@ def _bounded(y, err, bounds: tuple[float, float] = (0.0, 1.0)) -> list[np.ndarra
 def _draw_lines(ax, lines: list[Line], styles: dict[str, dict]) -> None:
     """Each line with its ± 2 SE bars, cut at [0, 1]."""
     for line in lines:
-        ax.errorbar(line.x, line.y, yerr=_bounded(line.y, line.err), capsize=2, markersize=5, linewidth=1.3, label=line.label,
-                    **styles[line.label])
+        ax.errorbar(
+            line.x,
+            line.y,
+            yerr=_bounded(line.y, line.err),
+            capsize=2,
+            markersize=5,
+            linewidth=1.3,
+            label=line.label,
+            **styles[line.label],
+        )
 
 
 def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) -> None:
@@ -126,17 +138,32 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) ->
     panel per eval set, one bar group per (model, objective, and decoder / seed / training mode where the
     study has several) that has all four conditions. Bars: a colour and a hatch per condition."""
     arms = ablation_frame(frame, intensity)
-    empty_text = ("MAUVE not resolvable here:\ntoo few texts per run"
-                  if refused(arms).height and not resolved(arms).height else "no ablation in this study")
+    empty_text = (
+        "MAUVE not resolvable here:\ntoo few texts per run"
+        if refused(arms).height and not resolved(arms).height
+        else "no ablation in this study"
+    )
     frame = shown_objective(resolved(arms))  # a cell with too few texts is no bar (report.resolution)
     group_keys = ["model", "objective", *_varying(frame, SHARED_FIELDS[1:])]
-    complete = frame.group_by([*group_keys, "eval_set"]).agg(pl.col("condition").n_unique().alias("n")).filter(pl.col("n") == 4)
+    complete = (
+        frame.group_by([*group_keys, "eval_set"])
+        .agg(pl.col("condition").n_unique().alias("n"))
+        .filter(pl.col("n") == 4)
+    )
     frame = frame.join(complete, on=[*group_keys, "eval_set"])
     eval_sets = sorted(set(frame["eval_set"].to_list())) or ["(none)"]
-    most = max((frame.filter(pl.col("eval_set") == es).select(group_keys).unique().height for es in eval_sets), default=1)
+    most = max(
+        (frame.filter(pl.col("eval_set") == es).select(group_keys).unique().height for es in eval_sets), default=1
+    )
     width = max(4.6, 1.2 * most + 0.8)  # room for each group's tick label
-    fig, axes = plt.subplots(1, len(eval_sets), figsize=(width * len(eval_sets), 3.8 + 0.3 * (len(group_keys) - 2)),
-                             squeeze=False, sharey=True, layout="constrained")
+    fig, axes = plt.subplots(
+        1,
+        len(eval_sets),
+        figsize=(width * len(eval_sets), 3.8 + 0.3 * (len(group_keys) - 2)),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
+    )
     for ax, es in zip(axes[0], eval_sets):
         sub = frame.filter(pl.col("eval_set") == es)
         groups = sub.select(group_keys).unique().sort(group_keys).rows(named=True)
@@ -147,15 +174,31 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) ->
         for i, condition in enumerate(ABLATION):
             means, errs = [], []
             for group in groups:
-                hit = sub.filter(pl.all_horizontal([pl.col(k) == v for k, v in group.items()]) & (pl.col("condition") == condition))
+                hit = sub.filter(
+                    pl.all_horizontal([pl.col(k) == v for k, v in group.items()]) & (pl.col("condition") == condition)
+                )
                 if hit.height > 1:  # several synonym sources or sampling modes of one arm: their mean
                     log.info("ablation %s %s: mean of %d conditions", es, condition, hit.height)
                 means.append(hit["mauve_mean"].mean())
                 errs.append(hit["mauve_2se"].mean())
-            ax.bar(np.arange(len(groups)) + (i - 1.5) * width, means, width, yerr=_bounded(means, errs), capsize=2,
-                   error_kw={"ecolor": "black", "linewidth": 1.0}, label=condition, **bar_style(i))
-        ax.set_xticks(np.arange(len(groups)), ["\n".join([g["model"], g["objective"], *_describe(g, group_keys[2:]).split(", ")]).strip()
-                                               for g in groups], fontsize=8)
+            ax.bar(
+                np.arange(len(groups)) + (i - 1.5) * width,
+                means,
+                width,
+                yerr=_bounded(means, errs),
+                capsize=2,
+                error_kw={"ecolor": "black", "linewidth": 1.0},
+                label=condition,
+                **bar_style(i),
+            )
+        ax.set_xticks(
+            np.arange(len(groups)),
+            [
+                "\n".join([g["model"], g["objective"], *_describe(g, group_keys[2:]).split(", ")]).strip()
+                for g in groups
+            ],
+            fontsize=8,
+        )
         ax.set_ylabel("MAUVE")
         ax.set_title(es)
         ax.set_ylim(0, 1.05)
@@ -170,8 +213,11 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
     intensities or more), one panel per objective, one line per strategy (and decoder, seed, ... where the study has
     several)."""
     same = frame.filter(pl.col("train_intensity") == pl.col("test_intensity"))
-    empty_text = ("MAUVE not resolvable here:\ntoo few texts per run"
-                  if refused(same).height and not resolved(same).height else "fewer than two perturbed intensities\nin this study")
+    empty_text = (
+        "MAUVE not resolvable here:\ntoo few texts per run"
+        if refused(same).height and not resolved(same).height
+        else "fewer than two perturbed intensities\nin this study"
+    )
     same = shown_objective(resolved(same))  # a cell with too few texts is no point (report.resolution)
     perturbed = same.filter((pl.col("train_intensity") > 0) & (pl.col("train_strategy") == pl.col("test_strategy")))
     eval_sets = sorted(set(same["eval_set"].to_list()))
@@ -187,8 +233,11 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
             if pts.height < 2:
                 continue
             x, y, err = (pts[c].to_list() for c in ("train_intensity", "mauve_mean", "mauve_2se"))
-            base = same.filter((pl.col("eval_set") == es) & (pl.col("train_intensity") == 0)
-                               & pl.all_horizontal([pl.col(k) == line[k] for k in shared]))
+            base = same.filter(
+                (pl.col("eval_set") == es)
+                & (pl.col("train_intensity") == 0)
+                & pl.all_horizontal([pl.col(k) == line[k] for k in shared])
+            )
             if base.height:
                 x, y, err = [0.0, *x], [base["mauve_mean"].mean(), *y], [base["mauve_2se"].mean(), *err]
             label = _describe(line, [k for k in keys if k not in groups])
@@ -214,8 +263,12 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
         if col == 0:
             ax.set_ylabel("MAUVE")
         ax.tick_params(labelsize=8)
-    legend_below(fig, [ax for *_, ax in placed], "perturbation at training and sampling (at 0: the unperturbed model)",
-                 list(styles))
+    legend_below(
+        fig,
+        [ax for *_, ax in placed],
+        "perturbation at training and sampling (at 0: the unperturbed model)",
+        list(styles),
+    )
     _save(fig, stem)
     plt.close(fig)
 
@@ -250,8 +303,17 @@ def extrapolation_figure(frame: pl.DataFrame, stem: str, intensity: float | None
     for es in laws:
         part = sub.filter(pl.col("eval_set") == es)
         titles.append(f"{es} ({part['tv_law'][0]})" if part.height else es)
-        fixed = list(dict.fromkeys(["objective", "train_intensity", "train_strategy", *_varying(part, SHARED_FIELDS),
-                                    *_varying(part.filter(pl.col("train_intensity") > 0), TRAIN_FIELDS)]))
+        fixed = list(
+            dict.fromkeys(
+                [
+                    "objective",
+                    "train_intensity",
+                    "train_strategy",
+                    *_varying(part, SHARED_FIELDS),
+                    *_varying(part.filter(pl.col("train_intensity") > 0), TRAIN_FIELDS),
+                ]
+            )
+        )
         described = [f for f in fixed if f not in (*groups, "train_intensity", "train_strategy")]
         sampled = part.filter(pl.col("test_intensity") > 0)
         test_keys = _varying(sampled, TEST_FIELDS)
@@ -259,13 +321,25 @@ def extrapolation_figure(frame: pl.DataFrame, stem: str, intensity: float | None
         for base in part.select(fixed).unique().sort(fixed).rows(named=True):
             at_base = part.filter(pl.all_horizontal([pl.col(k) == v for k, v in base.items()]))
             mine = at_base.filter(pl.col("test_intensity") > 0)
-            variants = mine.select(test_keys).unique().sort(test_keys).rows(named=True) if test_keys and mine.height else [{}]
+            variants = (
+                mine.select(test_keys).unique().sort(test_keys).rows(named=True) if test_keys and mine.height else [{}]
+            )
             for variant in variants:
-                pts = at_base.filter((pl.col("test_intensity") == 0)
-                                     | pl.all_horizontal([pl.lit(True), *[pl.col(k) == v for k, v in variant.items()]])).sort("test_intensity")
-                label = _training_condition(base, described) + (f", sampling {_describe(variant, test_keys)}" if variant else "")
-                lines.append(Line(tuple(base[g] for g in groups), label, base["train_intensity"],
-                                  *(pts[c].to_list() for c in ("test_intensity", "tv_mean", "tv_2se"))))
+                pts = at_base.filter(
+                    (pl.col("test_intensity") == 0)
+                    | pl.all_horizontal([pl.lit(True), *[pl.col(k) == v for k, v in variant.items()]])
+                ).sort("test_intensity")
+                label = _training_condition(base, described) + (
+                    f", sampling {_describe(variant, test_keys)}" if variant else ""
+                )
+                lines.append(
+                    Line(
+                        tuple(base[g] for g in groups),
+                        label,
+                        base["train_intensity"],
+                        *(pts[c].to_list() for c in ("test_intensity", "tv_mean", "tv_2se")),
+                    )
+                )
         rows.append(split_panels(lines, lambda line: line.group) or [Panel(None, [])])
     fig, placed = _grid(rows)
     styles = _line_styles([panel for panels in rows for panel in panels])
@@ -296,9 +370,16 @@ def _markevery(n: int, i: int, lines: int) -> tuple[int, int]:
     return (i * every // max(1, lines)) % every, every
 
 
-LOG_SCHEMA = {"step": pl.Int64, "epoch": pl.Float64, "loss": pl.Float64, "lr": pl.Float64, "grad_norm": pl.Float64,
-              "tokens_per_s": pl.Float64,
-              "validation_loss": pl.Float64, "validation_objective": pl.Float64}
+LOG_SCHEMA = {
+    "step": pl.Int64,
+    "epoch": pl.Float64,
+    "loss": pl.Float64,
+    "lr": pl.Float64,
+    "grad_norm": pl.Float64,
+    "tokens_per_s": pl.Float64,
+    "validation_loss": pl.Float64,
+    "validation_objective": pl.Float64,
+}
 
 
 def read_train_log(model_dir: str) -> pl.DataFrame:
@@ -319,8 +400,11 @@ def training_curves(model_dirs: list[str], stem: str) -> None:
     conditions = [parse_model_dir(d) or {"model": "?", "dataset": "?", "objective": d} for d in dirs]
     known = [c for c in conditions if "train_intensity" in c]
     perturbed = [c for c in known if float(c["train_intensity"]) > 0]
-    varying = [f for f, among in (("train_synonyms", perturbed), ("train_mode", known), ("copies", known), ("seed", known))
-               if len({c[f] for c in among}) > 1]
+    varying = [
+        f
+        for f, among in (("train_synonyms", perturbed), ("train_mode", known), ("copies", known), ("seed", known))
+        if len({c[f] for c in among}) > 1
+    ]
 
     def line(c: dict) -> Line:
         if "train_intensity" not in c:
@@ -328,15 +412,23 @@ def training_curves(model_dirs: list[str], stem: str) -> None:
         return Line((c["objective"],), _training_condition(c, varying), float(c["train_intensity"]), [], [], [])
 
     logs = {d: read_train_log(d) for d in dirs}
-    series = sorted(((line(c), d) for d, c in zip(dirs, conditions)), key=lambda s: (s[0].group, s[0].rank, s[0].label, s[1]))
+    series = sorted(
+        ((line(c), d) for d, c in zip(dirs, conditions)), key=lambda s: (s[0].group, s[0].rank, s[0].label, s[1])
+    )
     panels = split_panels(series, lambda s: s[0].group)
     styles = _line_styles([Panel(p.group, [s[0] for s in p.items]) for p in panels])
     # Per-step losses are noisy enough to hide one line behind another: a centred moving average when a log
     # is long, the same window for every line.
     window = max(1, max((log.height for log in logs.values()), default=0) // 50)
     n = max(1, len(panels))
-    fig, axes = plt.subplots(2, n, figsize=(max(PANEL_SIZE[0] * n, 6.0), 2 * PANEL_SIZE[1] + 1.2), squeeze=False,
-                             sharex=True, layout="constrained")
+    fig, axes = plt.subplots(
+        2,
+        n,
+        figsize=(max(PANEL_SIZE[0] * n, 6.0), 2 * PANEL_SIZE[1] + 1.2),
+        squeeze=False,
+        sharex=True,
+        layout="constrained",
+    )
     _share(list(axes[1]), y=True)
     for panel, train_ax, valid_ax in zip(panels, axes[0], axes[1]):
         same_objective = [ax for p, ax in zip(panels, axes[0]) if p.group == panel.group]
@@ -347,12 +439,22 @@ def training_curves(model_dirs: list[str], stem: str) -> None:
             log_i = logs[d]
             style = styles[ln.label] | {"linewidth": 1.2, "markersize": 4}
             loss = log_i["loss"].rolling_mean(window, center=True, min_samples=1)
-            train_ax.plot(log_i["step"].to_list(), loss.to_list(), markevery=_markevery(log_i.height, i, len(panel.items)),
-                          label=ln.label, **style)
+            train_ax.plot(
+                log_i["step"].to_list(),
+                loss.to_list(),
+                markevery=_markevery(log_i.height, i, len(panel.items)),
+                label=ln.label,
+                **style,
+            )
             valid = log_i.filter(pl.col("validation_loss").is_not_null())
             if valid.height:
-                valid_ax.plot(valid["step"].to_list(), valid["validation_loss"].to_list(),
-                              markevery=_markevery(valid.height, i, len(panel.items)), label=ln.label, **style)
+                valid_ax.plot(
+                    valid["step"].to_list(),
+                    valid["validation_loss"].to_list(),
+                    markevery=_markevery(valid.height, i, len(panel.items)),
+                    label=ln.label,
+                    **style,
+                )
             else:
                 without_validation.append(ln.label)
         train_ax.set_title(panel.title(panel.group[0]), fontsize=10)
@@ -361,8 +463,15 @@ def training_curves(model_dirs: list[str], stem: str) -> None:
         if len(without_validation) == len(panel.items):
             empty_panel(valid_ax, "no validation loss in these logs\n(trained without a validation split)")
         elif without_validation:
-            valid_ax.text(0.98, 0.98, "no validation rows:\n" + "\n".join(without_validation), transform=valid_ax.transAxes,
-                          ha="right", va="top", fontsize=7)
+            valid_ax.text(
+                0.98,
+                0.98,
+                "no validation rows:\n" + "\n".join(without_validation),
+                transform=valid_ax.transAxes,
+                ha="right",
+                va="top",
+                fontsize=7,
+            )
         for ax in (train_ax, valid_ax):
             ax.tick_params(labelsize=8)
     smoothing = f"\n(moving average over {window} steps)" if window > 1 else ""

@@ -53,8 +53,11 @@ def _parts(rows: pl.DataFrame, better: str, refused_mauve: int, sep: str) -> lis
     for m in METRIC_ORDER:
         part = rows.filter(pl.col("metric") == m)
         if part.height:
-            too_few = (f", too few texts in {refused_mauve} cell{'s' if refused_mauve > 1 else ''} (not compared)"
-                       if m == "mauve" and refused_mauve else "")
+            too_few = (
+                f", too few texts in {refused_mauve} cell{'s' if refused_mauve > 1 else ''} (not compared)"
+                if m == "mauve" and refused_mauve
+                else ""
+            )
             parts.append(f"{METRICS[m]}{sep}{_verdicts(part, better)}{too_few}")
         elif m == "mauve" and refused_mauve:
             parts.append(f"{METRICS[m]}{sep}{TOO_FEW}")
@@ -72,41 +75,68 @@ def contrast_findings(contrasts: pl.DataFrame | None, frame: pl.DataFrame | None
     for eval_set in sorted(set(perturbation["eval_set"].to_list())):
         rows = perturbation.filter(pl.col("eval_set") == eval_set)
         flagged = 0 if too_few is None else too_few.filter(pl.col("eval_set") == eval_set).height
-        lines.append(f"**{eval_set}**, perturbation against none (per objective and decoder, Holm-corrected): "
-                     + "; ".join(_parts(rows, "perturbation", flagged, ": ")) + ".")
+        lines.append(
+            f"**{eval_set}**, perturbation against none (per objective and decoder, Holm-corrected): "
+            + "; ".join(_parts(rows, "perturbation", flagged, ": "))
+            + "."
+        )
     objective = contrasts.filter(pl.col("family") == "objective")
     for name in sorted(set(objective["objective"].to_list())):
         rows = objective.filter(pl.col("objective") == name)
         flagged = 0 if too_few is None else too_few.filter(pl.col("objective") == name).height
-        lines.append(f"**{name} against MLE** (every eval set and condition): "
-                     + "; ".join(_parts(rows, name, flagged, " ")) + ".")
+        lines.append(
+            f"**{name} against MLE** (every eval set and condition): "
+            + "; ".join(_parts(rows, name, flagged, " "))
+            + "."
+        )
     return lines
 
 
 def size_findings(frame: pl.DataFrame, logs: dict[str, pl.DataFrame]) -> list[str]:
     """How big the study is and what limits it."""
     runs, prompts = frame["runs"].drop_nulls(), frame["prompts"].drop_nulls()
-    line = (f"Size: {runs.min()}" + (f"-{runs.max()}" if runs.max() != runs.min() else "") + " sampling runs of "
+    line = (
+        (
+            f"Size: {runs.min()}" + (f"-{runs.max()}" if runs.max() != runs.min() else "") + " sampling runs of "
             f"{prompts.min()}" + (f"-{prompts.max()}" if prompts.max() != prompts.min() else "") + " prompts per eval "
-            "set.") if runs.len() and prompts.len() else "Size: the metrics record no run or prompt counts."
+            "set."
+        )
+        if runs.len() and prompts.len()
+        else "Size: the metrics record no run or prompt counts."
+    )
     lines = [line]
     if logs:
         steps = [int(log["step"].max()) for log in logs.values() if log.height]
-        falling = [path for path, log in logs.items()
-                   if (v := log["validation_loss"].drop_nulls()).len() >= 2 and v[-1] < v[-2]]
+        falling = [
+            path
+            for path, log in logs.items()
+            if (v := log["validation_loss"].drop_nulls()).len() >= 2 and v[-1] < v[-2]
+        ]
         validated = [path for path, log in logs.items() if log["validation_loss"].drop_nulls().len() >= 2]
-        lines.append(f"Training: {min(steps)}" + (f"-{max(steps)}" if max(steps) != min(steps) else "")
-                     + f" optimizer steps per model ({len(logs)} models)."
-                     + (f" The validation loss was still falling at the last evaluation in {len(falling)} of "
-                        f"{len(validated)} models: longer training could change the comparison."
-                        if falling else (f" The validation loss had stopped falling in all {len(validated)} models "
-                                         "with two or more evaluations." if validated else "")))
+        lines.append(
+            f"Training: {min(steps)}"
+            + (f"-{max(steps)}" if max(steps) != min(steps) else "")
+            + f" optimizer steps per model ({len(logs)} models)."
+            + (
+                f" The validation loss was still falling at the last evaluation in {len(falling)} of "
+                f"{len(validated)} models: longer training could change the comparison."
+                if falling
+                else (
+                    f" The validation loss had stopped falling in all {len(validated)} models "
+                    "with two or more evaluations."
+                    if validated
+                    else ""
+                )
+            )
+        )
     if sentence := refusal_sentence(frame):
         lines.append(sentence)
     share = resolved(frame)["mauve_clustering_share"].drop_nulls()
     if share.len():
-        lines.append(f"MAUVE's k-means clustering accounts for an estimated median {share.median():.0%} of a single "
-                     "(run, clustering seed) score's variance; the rest is sampling (see the Provenance section).")
+        lines.append(
+            f"MAUVE's k-means clustering accounts for an estimated median {share.median():.0%} of a single "
+            "(run, clustering seed) score's variance; the rest is sampling (see the Provenance section)."
+        )
     return lines
 
 
@@ -129,28 +159,44 @@ def mauve_tv_findings(frame: pl.DataFrame) -> list[str]:
         rows = tv.filter(pl.col("eval_set") == eval_set)
         if rows.height < 2:
             if refused(truth.filter(pl.col("eval_set") == eval_set)).height:
-                lines.append(f"**{eval_set}**: MAUVE is not set against the exact TV to the true law: its runs had too "
-                             "few texts to resolve it.")
+                lines.append(
+                    f"**{eval_set}**: MAUVE is not set against the exact TV to the true law: its runs had too "
+                    "few texts to resolve it."
+                )
             continue
         # TV's direction flipped, so that rho = 1 is full agreement (higher MAUVE, lower TV)
-        agreement = rank_agreement(rows["mauve_mean"].to_numpy(), _half(rows, "mauve_2se"), -rows["tv_mean"].to_numpy(),
-                                   _half(rows, "tv_2se"), f"mauve-tv|{eval_set}")
+        agreement = rank_agreement(
+            rows["mauve_mean"].to_numpy(),
+            _half(rows, "mauve_2se"),
+            -rows["tv_mean"].to_numpy(),
+            _half(rows, "tv_2se"),
+            f"mauve-tv|{eval_set}",
+        )
         best = rows.sort("mauve_mean", descending=True).row(0, named=True)
         rank = rows.sort("tv_mean")["tv_mean"].to_list().index(best["tv_mean"]) + 1
-        label = (f"{best['objective']}, training {best['train_strategy']} {best['train_intensity']:g}, sampling "
-                 f"{best['test_strategy']} {best['test_intensity']:g}")
-        numbers = ("" if agreement.rho is None else
-                   f" (Spearman ρ = {agreement.rho:.2f}, TV's direction flipped so that 1 is full agreement"
-                   + ("" if agreement.p is None else f"; permutation p = {agreement.p:.3f}")
-                   + f"; ρ between {agreement.low:.2f} and {agreement.high:.2f} when each condition's means are redrawn "
-                   "within their standard errors)")
-        head = {"agree": f"MAUVE and the exact TV to the true law agree on the order of the {rows.height} conditions",
-                "disagree": f"MAUVE and the exact TV to the true law order the {rows.height} conditions in opposite ways",
-                "cannot tell": f"the data cannot tell whether MAUVE orders the {rows.height} conditions as the exact TV to "
-                               f"the true law does: {agreement.why}"}[agreement.verdict]
-        lines.append(f"**{eval_set}**: {head}{numbers}. MAUVE's best ({label}: {best['mauve_mean']:.3f}) ranks {rank} of "
-                     f"{rows.height} by TV ({best['tv_mean']:.3f})."
-                     + (" Do not trust MAUVE alone here." if agreement.verdict == "disagree" else ""))
+        label = (
+            f"{best['objective']}, training {best['train_strategy']} {best['train_intensity']:g}, sampling "
+            f"{best['test_strategy']} {best['test_intensity']:g}"
+        )
+        numbers = (
+            ""
+            if agreement.rho is None
+            else f" (Spearman ρ = {agreement.rho:.2f}, TV's direction flipped so that 1 is full agreement"
+            + ("" if agreement.p is None else f"; permutation p = {agreement.p:.3f}")
+            + f"; ρ between {agreement.low:.2f} and {agreement.high:.2f} when each condition's means are redrawn "
+            "within their standard errors)"
+        )
+        head = {
+            "agree": f"MAUVE and the exact TV to the true law agree on the order of the {rows.height} conditions",
+            "disagree": f"MAUVE and the exact TV to the true law order the {rows.height} conditions in opposite ways",
+            "cannot tell": f"the data cannot tell whether MAUVE orders the {rows.height} conditions as the exact TV to "
+            f"the true law does: {agreement.why}",
+        }[agreement.verdict]
+        lines.append(
+            f"**{eval_set}**: {head}{numbers}. MAUVE's best ({label}: {best['mauve_mean']:.3f}) ranks {rank} of "
+            f"{rows.height} by TV ({best['tv_mean']:.3f})."
+            + (" Do not trust MAUVE alone here." if agreement.verdict == "disagree" else "")
+        )
     return lines
 
 
@@ -161,4 +207,3 @@ def findings_section(frame: pl.DataFrame, contrasts: pl.DataFrame | None, logs: 
     lines += [f"- {s}" for s in size_findings(frame, logs)]
     lines += [f"- {s}" for s in mauve_tv_findings(frame)]
     return "\n".join(lines) + "\n"
-

@@ -81,8 +81,15 @@ def quantise(blocks: list[np.ndarray], buckets: int, settings: dict, seed: int) 
     pca = PCA(n_components=None, whiten=False, random_state=seed + 1).fit(data)
     keep = int(np.argmax(np.cumsum(pca.explained_variance_ratio_) >= EXPLAINED_VARIANCE)) + 1
     data = np.ascontiguousarray(pca.transform(data)[:, :keep], dtype=np.float32)
-    kmeans = faiss.Kmeans(data.shape[1], buckets, niter=settings["kmeans_max_iter"], verbose=False,
-                          nredo=settings["kmeans_num_redo"], update_index=True, seed=seed + 2)
+    kmeans = faiss.Kmeans(
+        data.shape[1],
+        buckets,
+        niter=settings["kmeans_max_iter"],
+        verbose=False,
+        nredo=settings["kmeans_num_redo"],
+        update_index=True,
+        seed=seed + 2,
+    )
     kmeans.train(data)
     labels = np.empty(len(order), dtype=np.int64)
     labels[order] = kmeans.index.search(data, 1)[1].reshape(-1)
@@ -125,8 +132,17 @@ def _counts(labels: np.ndarray, buckets: int) -> np.ndarray:
     return np.bincount(flat, minlength=groups.size * buckets).reshape(*lead, buckets)
 
 
-def joint_contrast(human: np.ndarray, a: np.ndarray, b: np.ndarray, settings: dict, seeds: list[int], resamples: int,
-                   identity: str, buckets: int, interval: bool = True) -> JointMauve:
+def joint_contrast(
+    human: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    settings: dict,
+    seeds: list[int],
+    resamples: int,
+    identity: str,
+    buckets: int,
+    interval: bool = True,
+) -> JointMauve:
     """MAUVE(human, A) - MAUVE(human, B) on shared quantisations (module docstring), one per clustering seed, averaged.
 
     human [n, d]: the references of the n shared prompts; a, b [R, n, d]: the two conditions' samples of those
@@ -137,7 +153,9 @@ def joint_contrast(human: np.ndarray, a: np.ndarray, b: np.ndarray, settings: di
     simulations of the p alone (tests/report/null_studies.py), where the interval is most of the cost."""
     runs, n = a.shape[:2]
     if b.shape[:2] != (runs, n) or len(human) != n:
-        raise ValueError(f"joint MAUVE: {len(human)} references, A {a.shape[:2]}, B {b.shape[:2]} (runs, prompts) differ")
+        raise ValueError(
+            f"joint MAUVE: {len(human)} references, A {a.shape[:2]}, B {b.shape[:2]} (runs, prompts) differ"
+        )
     blocks = [human, a.reshape(runs * n, -1), b.reshape(runs * n, -1)]
     labels = [quantise(blocks, buckets, settings, seed) for seed in seeds]
     k = len(seeds)
@@ -146,8 +164,10 @@ def joint_contrast(human: np.ndarray, a: np.ndarray, b: np.ndarray, settings: di
 
     def score(h_labels, a_labels, b_labels):  # [rows, K, n], [rows, K, R, n] x 2 -> (MAUVE A, MAUVE B) [rows, K, R]
         hc = _counts(h_labels, buckets)[:, :, None, :]
-        mauve = [mauve_from_counts(hc, _counts(x, buckets), settings["discretization"], settings["scaling"])
-                 for x in (a_labels, b_labels)]
+        mauve = [
+            mauve_from_counts(hc, _counts(x, buckets), settings["discretization"], settings["scaling"])
+            for x in (a_labels, b_labels)
+        ]
         return mauve[0], mauve[1]
 
     ma, mb = (x[0].mean(0) for x in score(h[None], flat_a.reshape(1, k, runs, n), flat_b.reshape(1, k, runs, n)))
@@ -157,8 +177,11 @@ def joint_contrast(human: np.ndarray, a: np.ndarray, b: np.ndarray, settings: di
 
     def swapped(masks: np.ndarray, rows: np.ndarray) -> np.ndarray:  # [L, R n] masks -> [L, 1] statistics
         swap = masks.astype(bool)[:, None, :]
-        sa, sb = score(np.broadcast_to(h, (len(masks), k, n)), np.where(swap, flat_b, flat_a).reshape(-1, k, runs, n),
-                       np.where(swap, flat_a, flat_b).reshape(-1, k, runs, n))
+        sa, sb = score(
+            np.broadcast_to(h, (len(masks), k, n)),
+            np.where(swap, flat_b, flat_a).reshape(-1, k, runs, n),
+            np.where(swap, flat_a, flat_b).reshape(-1, k, runs, n),
+        )
         return (sa - sb).mean((1, 2))[:, None]
 
     p = float(permutation_p(swapped, 1, permutations)[0])
@@ -172,14 +195,17 @@ def joint_contrast(human: np.ndarray, a: np.ndarray, b: np.ndarray, settings: di
     replicates = []
     for start in range(0, resamples, chunk):
         idx = bootstrap_indices(n, min(chunk, resamples - start), identity, start)  # [rows, n]
-        ba, bb = score(h[:, idx].transpose(1, 0, 2), la[:, :, idx].transpose(2, 0, 1, 3),
-                       lb[:, :, idx].transpose(2, 0, 1, 3))
+        ba, bb = score(
+            h[:, idx].transpose(1, 0, 2), la[:, :, idx].transpose(2, 0, 1, 3), lb[:, :, idx].transpose(2, 0, 1, 3)
+        )
         replicates.append((ba - bb).mean((1, 2)))
     replicates = np.concatenate(replicates)
     if not (np.isfinite(observed) and np.isfinite(replicates).all()):
         raise ValueError("joint MAUVE: a non-finite score; no estimate is made")
     low, high = np.quantile(replicates, [0.025, 0.975])
-    return JointMauve(ma, mb, Estimate(observed, float(low), float(high), None if untested else p, n, untested), buckets)
+    return JointMauve(
+        ma, mb, Estimate(observed, float(low), float(high), None if untested else p, n, untested), buckets
+    )
 
 
 # ---- one designed MAUVE contrast as a job ----------------------------------------------------------------
@@ -218,19 +244,21 @@ def aligned(human: np.ndarray, prompt_ids: np.ndarray, a, b) -> tuple[np.ndarray
         flat = np.asarray(values.values, dtype=np.float32).reshape(len(table), values.type.list_size)
         return flat[rows].reshape(len(runs), n, -1)
 
-    return (human[[where[int(p)] for p in prompts]], matrix(a, both["row"].to_numpy()), matrix(b, both["row_b"].to_numpy()),
-            runs)
+    return (
+        human[[where[int(p)] for p in prompts]],
+        matrix(a, both["row"].to_numpy()),
+        matrix(b, both["row_b"].to_numpy()),
+        runs,
+    )
 
 
 def main() -> None:
     import argparse
     import json
 
-    from workflow_lib.files import read_parquet
-
     from workflow_lib.cli import StageError, parse_json_arg
     from workflow_lib.evaluate.metrics import KMEANS_SEEDS, mauve_buckets
-    from workflow_lib.files import write_json
+    from workflow_lib.files import read_parquet, write_json
 
     parser = argparse.ArgumentParser(prog="python -m workflow_lib.report.joint_mauve")
     parser.add_argument("--a", required=True, help="metrics JSON of condition A (its .features.parquet beside it)")
@@ -243,25 +271,46 @@ def main() -> None:
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
     settings = parse_json_arg(args.settings, "evaluation")
-    status = {side: json.loads(Path(path).read_text()).get("mauve_status") for side, path in (("A", args.a), ("B", args.b))}
+    status = {
+        side: json.loads(Path(path).read_text()).get("mauve_status") for side, path in (("A", args.a), ("B", args.b))
+    }
     result = {"a": args.a, "b": args.b, "identity": args.identity, "resamples": args.resamples}
     if any(status.values()):  # MAUVE that cannot resolve takes no part in any test (report.resolution)
         result |= {"status": "; ".join(f"{side}: {s}" for side, s in status.items() if s)}
         log.warning("no MAUVE contrast: %s", result["status"])
     else:
-        human, a, b, runs = aligned(np.load(args.human), read_parquet(args.prompts, columns=["prompt_id"]).column(0).to_numpy(),
-                                    read_parquet(features_sidecar(args.a)), read_parquet(features_sidecar(args.b)))
+        human, a, b, runs = aligned(
+            np.load(args.human),
+            read_parquet(args.prompts, columns=["prompt_id"]).column(0).to_numpy(),
+            read_parquet(features_sidecar(args.a)),
+            read_parquet(features_sidecar(args.b)),
+        )
         buckets = mauve_buckets(a.shape[1], a.shape[1], settings["mauve"])
         try:
             seeds = [settings["seed"] + k for k in range(settings["mauve"].get("kmeans_seeds", KMEANS_SEEDS))]
             joint = joint_contrast(human, a, b, settings["mauve"], seeds, args.resamples, args.identity, buckets)
         except ValueError as error:
             raise StageError(f"{args.a} vs {args.b}: {error}") from error
-        result |= {"status": None, "runs": runs.tolist(), "kmeans_seeds": seeds, "mauve_a": joint.a.tolist(), "mauve_b": joint.b.tolist(),
-                   "buckets": buckets, **joint.estimate._asdict()}
-        log.info("MAUVE A - B = %+.4f [%.4f, %.4f], permutation p %.4g, on one quantisation of %d buckets (%d prompts, "
-                 "%d runs)", joint.estimate.difference, joint.estimate.low, joint.estimate.high, joint.estimate.p, buckets,
-                 a.shape[1], len(runs))
+        result |= {
+            "status": None,
+            "runs": runs.tolist(),
+            "kmeans_seeds": seeds,
+            "mauve_a": joint.a.tolist(),
+            "mauve_b": joint.b.tolist(),
+            "buckets": buckets,
+            **joint.estimate._asdict(),
+        }
+        log.info(
+            "MAUVE A - B = %+.4f [%.4f, %.4f], permutation p %.4g, on one quantisation of %d buckets (%d prompts, "
+            "%d runs)",
+            joint.estimate.difference,
+            joint.estimate.low,
+            joint.estimate.high,
+            joint.estimate.p,
+            buckets,
+            a.shape[1],
+            len(runs),
+        )
     write_json(result, args.output)
 
 

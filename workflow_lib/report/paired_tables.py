@@ -9,11 +9,11 @@ import polars as pl
 
 from workflow_lib.report.conditions import ABLATION, shown_objective
 from workflow_lib.report.contrasts import (
+    FAMILIES,
     JOINT,
+    METRICS,
     PAIRED_T,
     PERMUTATION,
-    FAMILIES,
-    METRICS,
     RESAMPLES,
 )
 from workflow_lib.report.statistics import ALPHA, MIN_RUNS, RESAMPLES_PER_COMPARISON, STOP_AFTER
@@ -33,7 +33,7 @@ def untested_reasons(rows: pl.DataFrame) -> str:
     """Why the rows with no Holm p were not tested: '2 runs', or '2 runs: 3; no spread: 1' when the reasons differ.
     A row written before the reason was recorded says 'no p'."""
     untested = rows.filter(pl.col("p_holm").is_null())
-    reasons = (untested["not_testable"].to_list() if "not_testable" in untested.columns else [None] * untested.height)
+    reasons = untested["not_testable"].to_list() if "not_testable" in untested.columns else [None] * untested.height
     counts = Counter(reason or "no p" for reason in reasons)
     if len(counts) == 1:
         return next(iter(counts))
@@ -48,7 +48,9 @@ def study_sentences(frame: pl.DataFrame, metric: str = "mauve") -> list[str]:
     groups = [("perturbation", "perturbation", "perturbation", sub.filter(pl.col("family") == "perturbation"))]
     ablation = sub.filter(pl.col("family") == "ablation")
     for arm in ABLATION[1:]:
-        groups.append((f"{arm}-vs-NoPerturb", "perturbation", "perturbation", ablation.filter(pl.col("a").str.starts_with(arm))))
+        groups.append(
+            (f"{arm}-vs-NoPerturb", "perturbation", "perturbation", ablation.filter(pl.col("a").str.starts_with(arm)))
+        )
     objective = sub.filter(pl.col("family") == "objective")
     for name in sorted(set(objective["objective"].to_list())):
         groups.append((f"{name}-vs-MLE", name, name, objective.filter(pl.col("objective") == name)))
@@ -57,10 +59,11 @@ def study_sentences(frame: pl.DataFrame, metric: str = "mauve") -> list[str]:
         if part.height:
             favour = part.filter(pl.col("favours") == side)
             untested = part.filter(pl.col("p_holm").is_null()).height
-            lines.append(f"{favour.height} of {part.height} {what} contrasts ({METRICS[metric]}) favour {favoured}; "
-                         f"{favour['significant'].sum()} of them are significant after Holm correction"
-                         + (f"; not testable: {untested} of the {part.height} ({untested_reasons(part)})."
-                            if untested else "."))
+            lines.append(
+                f"{favour.height} of {part.height} {what} contrasts ({METRICS[metric]}) favour {favoured}; "
+                f"{favour['significant'].sum()} of them are significant after Holm correction"
+                + (f"; not testable: {untested} of the {part.height} ({untested_reasons(part)})." if untested else ".")
+            )
     return lines
 
 
@@ -69,7 +72,7 @@ def _swaps_heading(part: pl.DataFrame) -> str:
     drawn = part.filter(pl.col("resamples").is_not_null())
     if not drawn.height:
         return ""
-    if all(b == 2 ** n for b, n in drawn.select("resamples", "n").rows()):
+    if all(b == 2**n for b, n in drawn.select("resamples", "n").rows()):
         counts = sorted(set(drawn["resamples"].to_list()))
         return f", all {'/'.join(map(str, counts))} swaps (exact)"
     return f", B = {drawn['resamples'].max()}"
@@ -80,46 +83,63 @@ def paired_section(frame: pl.DataFrame) -> str:
     if frame.height == 0:
         return "This study has no pair of conditions that a table compares.\n"
     lines = [f"- {s}" for s in study_sentences(frame)]
-    lines += ["", f"✱ marks a contrast whose Holm-corrected p (over its family and metric's table) is below {ALPHA:g}. "
-              "Difference = A − B with its 95% interval, which is per row and not corrected for the table's other "
-              f"rows (the mark is). MAUVE: {JOINT} (the human text and both arms' samples clustered together, once per "
-              "clustering seed, and both MAUVEs computed from that quantisation; a swap exchanges the arms' continuations "
-              "of a (prompt, run), which share prompt and seed), percentile bootstrap interval over prompts, descriptive "
-              f"only; without those results, {PAIRED_T} (t interval). ROUGE "
-              f"and perplexity: {PERMUTATION} (docs/method.md §4): with no difference, a prompt's two values are "
-              "exchangeable, so swapping them at random (for ROUGE, flipping the sign of the prompt's difference; for "
-              "perplexity, swapping its NLL and tokens) draws from the exact null distribution; p = (1 + swaps as "
-              "extreme as the data)/(B + 1), or the share of all 2^n swaps when 2^n ≤ B, and a row stops once "
-              f"{STOP_AFTER} swaps reach its statistic (p = {STOP_AFTER}/swaps drawn; Besag and Clifford 1991). "
-              f"Each is exact at any number of prompts. B per table in its heading: at least {RESAMPLES}, and "
-              f"{RESAMPLES_PER_COMPARISON} per comparison, so that the smallest p, 1/(B + 1), survives Holm's "
-              "correction. Their interval is the t interval over prompts (perplexity: of its linearisation). "
-              f"\"not testable (why)\" is a contrast with no p, never a finding of no difference: fewer than "
-              f"{MIN_RUNS} runs, every run moved by the same amount (no spread to test), or too few prompts for any "
-              f"swap to reach p < {ALPHA:g}; it takes no part in Holm's correction. MAUVE is compared only where both "
-              "sides had enough texts per run to resolve it. Higher is better except for perplexity.", ""]
+    lines += [
+        "",
+        f"✱ marks a contrast whose Holm-corrected p (over its family and metric's table) is below {ALPHA:g}. "
+        "Difference = A − B with its 95% interval, which is per row and not corrected for the table's other "
+        f"rows (the mark is). MAUVE: {JOINT} (the human text and both arms' samples clustered together, once per "
+        "clustering seed, and both MAUVEs computed from that quantisation; a swap exchanges the arms' continuations "
+        "of a (prompt, run), which share prompt and seed), percentile bootstrap interval over prompts, descriptive "
+        f"only; without those results, {PAIRED_T} (t interval). ROUGE "
+        f"and perplexity: {PERMUTATION} (docs/method.md §4): with no difference, a prompt's two values are "
+        "exchangeable, so swapping them at random (for ROUGE, flipping the sign of the prompt's difference; for "
+        "perplexity, swapping its NLL and tokens) draws from the exact null distribution; p = (1 + swaps as "
+        "extreme as the data)/(B + 1), or the share of all 2^n swaps when 2^n ≤ B, and a row stops once "
+        f"{STOP_AFTER} swaps reach its statistic (p = {STOP_AFTER}/swaps drawn; Besag and Clifford 1991). "
+        f"Each is exact at any number of prompts. B per table in its heading: at least {RESAMPLES}, and "
+        f"{RESAMPLES_PER_COMPARISON} per comparison, so that the smallest p, 1/(B + 1), survives Holm's "
+        "correction. Their interval is the t interval over prompts (perplexity: of its linearisation). "
+        f'"not testable (why)" is a contrast with no p, never a finding of no difference: fewer than '
+        f"{MIN_RUNS} runs, every run moved by the same amount (no spread to test), or too few prompts for any "
+        f"swap to reach p < {ALPHA:g}; it takes no part in Holm's correction. MAUVE is compared only where both "
+        "sides had enough texts per run to resolve it. Higher is better except for perplexity.",
+        "",
+    ]
     shown = shown_objective(frame)
 
     def varies(column):  # a column worth showing: more than one value (perplexity rows have no decoder)
         return len({v for v in shown[column].to_list() if v not in (None, "")}) > 1
 
-    columns = ["model", *(["dataset"] if varies("dataset") else []), "objective", "eval_set",
-               *[k for k in ("decoder", "seed") if varies(k)]]
-    titles = {"perturbation": "With vs without perturbation", "ablation": "Ablation arms vs NoPerturb",
-              "objective": "Each objective vs MLE"}
+    columns = [
+        "model",
+        *(["dataset"] if varies("dataset") else []),
+        "objective",
+        "eval_set",
+        *[k for k in ("decoder", "seed") if varies(k)],
+    ]
+    titles = {
+        "perturbation": "With vs without perturbation",
+        "ablation": "Ablation arms vs NoPerturb",
+        "objective": "Each objective vs MLE",
+    }
     for family in FAMILIES:
         for metric, label in METRICS.items():
             part = shown.filter((pl.col("family") == family) & (pl.col("metric") == metric))
             if not part.height:
                 continue
             how = part["method"][0] + _swaps_heading(part)
-            lines += [f"### {titles[family]}: {label} ({how})", "",
-                      "| " + " | ".join(columns) + " | A vs B | difference [95% interval] | p (Holm) | |",
-                      "|" + "---|" * (len(columns) + 4)]
+            lines += [
+                f"### {titles[family]}: {label} ({how})",
+                "",
+                "| " + " | ".join(columns) + " | A vs B | difference [95% interval] | p (Holm) | |",
+                "|" + "---|" * (len(columns) + 4),
+            ]
             for r in part.to_dicts():
                 interval = f" [{_number(r['low'])}, {_number(r['high'])}]" if r["low"] is not None else ""
                 identity = [str(r[c]) if r[c] not in (None, "") else "—" for c in columns]
-                lines.append("| " + " | ".join(identity) + f" | {r['a']} vs {r['b']} | {_number(r['difference'])}{interval} | "
-                             f"{_p(r['p_holm'], r.get('not_testable'))} | {'✱' if r['significant'] else ''} |")
+                lines.append(
+                    "| " + " | ".join(identity) + f" | {r['a']} vs {r['b']} | {_number(r['difference'])}{interval} | "
+                    f"{_p(r['p_holm'], r.get('not_testable'))} | {'✱' if r['significant'] else ''} |"
+                )
             lines.append("")
     return "\n".join(lines)

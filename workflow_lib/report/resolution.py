@@ -39,14 +39,24 @@ def refusal_sentence(frame: pl.DataFrame) -> str | None:
         return None
     texts = out["mauve_texts"].drop_nulls() if "mauve_texts" in out.columns else pl.Series([], dtype=pl.Int64)
     floor = out["mauve_min_texts"].drop_nulls() if "mauve_min_texts" in out.columns else pl.Series([], dtype=pl.Int64)
-    counts = (f"{texts.min()}" + (f"-{texts.max()}" if texts.max() != texts.min() else "")) if texts.len() else "too few"
+    counts = (
+        (f"{texts.min()}" + (f"-{texts.max()}" if texts.max() != texts.min() else "")) if texts.len() else "too few"
+    )
     under = f", under the floor evaluation.mauve.min_texts = {floor.max()}" if floor.len() else ""
     # the evaluated cells: scored, or refused (a refused cell has no score: workflow_lib.evaluate.metrics)
-    measured = (frame.filter(pl.col("mauve_mean").is_not_null() | _flagged(frame)).height if "mauve_mean" in frame.columns
-                else out.height)
-    which = ("MAUVE is not resolvable in this study" if out.height >= measured
-             else f"MAUVE is not resolvable in {out.height} of {measured} evaluated cells")
-    return (f"{which}: its runs have {counts} texts per side{under} (with so few, k-means quantises the score into "
-            "a handful of buckets and it cannot tell a clear difference from none; mauve-text asks for a few "
-            "thousand). Those cells read \"too few texts (n)\" and take no part in the paired comparisons, their "
-            "marks or these findings; raise prompts.max_prompts to report MAUVE.")
+    measured = (
+        frame.filter(pl.col("mauve_mean").is_not_null() | _flagged(frame)).height
+        if "mauve_mean" in frame.columns
+        else out.height
+    )
+    which = (
+        "MAUVE is not resolvable in this study"
+        if out.height >= measured
+        else f"MAUVE is not resolvable in {out.height} of {measured} evaluated cells"
+    )
+    return (
+        f"{which}: its runs have {counts} texts per side{under} (with so few, k-means quantises the score into "
+        "a handful of buckets and it cannot tell a clear difference from none; mauve-text asks for a few "
+        'thousand). Those cells read "too few texts (n)" and take no part in the paired comparisons, their '
+        "marks or these findings; raise prompts.max_prompts to report MAUVE."
+    )

@@ -127,18 +127,18 @@ class Permutations(NamedTuple):
 
     @property
     def exact(self) -> bool:
-        return self.n < 63 and 2 ** self.n <= self.count
+        return self.n < 63 and 2**self.n <= self.count
 
     @property
     def draws(self) -> int:
         """How many swaps the test may draw: 2^n when exact, else B."""
-        return 2 ** self.n if self.exact else self.count
+        return 2**self.n if self.exact else self.count
 
     @property
     def smallest_p(self) -> float:
         """The smallest p the test can give: exactly, the observed statistic and its full swap (-T) are always as
         extreme, so 2 / 2^n; by Monte Carlo, 1 / (B + 1) (no drawn swap reaches |T|)."""
-        return 2.0 / 2 ** self.n if self.exact else 1.0 / (self.count + 1)
+        return 2.0 / 2**self.n if self.exact else 1.0 / (self.count + 1)
 
     def untested(self, level: float = ALPHA) -> str | None:
         """Why this test cannot mark anything at `level` (its smallest p is above it), or None."""
@@ -151,8 +151,12 @@ class Permutations(NamedTuple):
         return swap_masks(self.n, rows, self.identity, start)
 
 
-def permutation_p(statistics: Callable[[np.ndarray, np.ndarray], np.ndarray], rows: int,
-                  permutations: Permutations, stop_after: int = STOP_AFTER) -> np.ndarray:
+def permutation_p(
+    statistics: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    rows: int,
+    permutations: Permutations,
+    stop_after: int = STOP_AFTER,
+) -> np.ndarray:
     """Two-sided permutation p of `rows` statistics that share one comparison's swaps.
 
     statistics(masks [L, n], active [a]) -> [L, a]: the statistics of rows `active` with each of L swap masks
@@ -189,7 +193,9 @@ def permutation_p(statistics: Callable[[np.ndarray, np.ndarray], np.ndarray], ro
     return np.minimum(p, 1.0)
 
 
-def t_intervals(difference: np.ndarray, influence: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray] | None:
+def t_intervals(
+    difference: np.ndarray, influence: np.ndarray, level: float = 0.95
+) -> tuple[np.ndarray, np.ndarray] | None:
     """difference +- t(n - 1) sd(influence) / sqrt(n) for each row of [k, n] influence values: the t interval over
     n prompts of a statistic whose per-prompt influence values (for a mean, d_i - mean) are given. It is the
     paired t interval for a mean, and the linearisation (delta-method) interval for a smooth statistic such as a
@@ -223,9 +229,17 @@ def permutation_mean_differences(a: np.ndarray, b: np.ndarray, permutations: Per
         p = permutation_p(lambda masks, rows: total[rows] - 2 * (masks @ columns[:, rows]), len(d), permutations)
     means = d.mean(axis=1)
     interval = t_intervals(means, d - means[:, None])
-    return [Estimate(float(means[k]), None if interval is None else float(interval[0][k]),
-                     None if interval is None else float(interval[1][k]), None if untested else float(p[k]), d.shape[1],
-                     untested) for k in range(len(d))]
+    return [
+        Estimate(
+            float(means[k]),
+            None if interval is None else float(interval[0][k]),
+            None if interval is None else float(interval[1][k]),
+            None if untested else float(p[k]),
+            d.shape[1],
+            untested,
+        )
+        for k in range(len(d))
+    ]
 
 
 def permutation_mean_difference(a: np.ndarray, b: np.ndarray, permutations: Permutations) -> Estimate:
@@ -242,12 +256,16 @@ def permutation_perplexity_difference(nll_a, tokens_a, nll_b, tokens_b, permutat
     _check_finite(na, ta, nb, tb)
     n = len(na)
     sums = np.array([na.sum(), ta.sum(), nb.sum(), tb.sum()])
-    swap = np.ascontiguousarray(np.stack([nb - na, tb - ta], axis=1))  # what a swap adds to A's sums (and takes from B's)
+    swap = np.ascontiguousarray(
+        np.stack([nb - na, tb - ta], axis=1)
+    )  # what a swap adds to A's sums (and takes from B's)
 
     def difference(masks, rows):
         moved = masks @ swap
-        return (np.exp((sums[0] + moved[:, 0]) / (sums[1] + moved[:, 1]))
-                - np.exp((sums[2] - moved[:, 0]) / (sums[3] - moved[:, 1])))[:, None]
+        return (
+            np.exp((sums[0] + moved[:, 0]) / (sums[1] + moved[:, 1]))
+            - np.exp((sums[2] - moved[:, 0]) / (sums[3] - moved[:, 1]))
+        )[:, None]
 
     observed = float(difference(np.zeros((1, n)), None)[0, 0])
     ppl_a, ppl_b = np.exp(sums[0] / sums[1]), np.exp(sums[2] / sums[3])
@@ -286,7 +304,7 @@ def _rank_correlations(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     rx, ry = rankdata(x, axis=-1), rankdata(y, axis=-1)
     rx, ry = rx - rx.mean(-1, keepdims=True), ry - ry.mean(-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (rx * ry).sum(-1) / np.sqrt((rx ** 2).sum(-1) * (ry ** 2).sum(-1))
+        return (rx * ry).sum(-1) / np.sqrt((rx**2).sum(-1) * (ry**2).sum(-1))
 
 
 def rank_agreement(x, x_se, y, y_se, identity: str, level: float = ALPHA) -> Agreement:
@@ -309,23 +327,43 @@ def rank_agreement(x, x_se, y, y_se, identity: str, level: float = ALPHA) -> Agr
     if not np.isfinite(rho):
         return Agreement(None, None, None, None, n, "cannot tell", "one of the two is the same in every condition")
     rng = np.random.default_rng(_seed(identity))
-    redrawn = _rank_correlations(x + x_se * rng.standard_normal((REDRAWS, n)), y + y_se * rng.standard_normal((REDRAWS, n)))
+    redrawn = _rank_correlations(
+        x + x_se * rng.standard_normal((REDRAWS, n)), y + y_se * rng.standard_normal((REDRAWS, n))
+    )
     low, high = (float(v) for v in np.quantile(np.nan_to_num(redrawn), [0.025, 0.975]))
     exact = math.factorial(n) <= RANK_PERMUTATIONS
     smallest = 2.0 / math.factorial(n) if exact else 2.0 / (RANK_PERMUTATIONS + 1)
     if smallest > level:
-        return Agreement(rho, None, low, high, n, "cannot tell",
-                         f"with {n} conditions the rank correlation's permutation p cannot go below "
-                         f"2/{math.factorial(n)} = {smallest:.2f}")
+        return Agreement(
+            rho,
+            None,
+            low,
+            high,
+            n,
+            "cannot tell",
+            f"with {n} conditions the rank correlation's permutation p cannot go below "
+            f"2/{math.factorial(n)} = {smallest:.2f}",
+        )
     ranks_y = stats.rankdata(y)
-    p = float(stats.permutation_test((x,), lambda u, axis: _rank_correlations(u, ranks_y), permutation_type="pairings",
-                                     vectorized=True, n_resamples=RANK_PERMUTATIONS, rng=rng).pvalue)
+    p = float(
+        stats.permutation_test(
+            (x,),
+            lambda u, axis: _rank_correlations(u, ranks_y),
+            permutation_type="pairings",
+            vectorized=True,
+            n_resamples=RANK_PERMUTATIONS,
+            rng=rng,
+        ).pvalue
+    )
     if p < level and rho > 0 and low > 0:
         return Agreement(rho, p, low, high, n, "agree")
     if p < level and rho < 0 and high < 0:
         return Agreement(rho, p, low, high, n, "disagree")
-    why = ("no rank correlation detectable at the level" if p >= level else
-           "the order changes when the means are redrawn within their standard errors")
+    why = (
+        "no rank correlation detectable at the level"
+        if p >= level
+        else "the order changes when the means are redrawn within their standard errors"
+    )
     return Agreement(rho, p, low, high, n, "cannot tell", why)
 
 

@@ -24,16 +24,21 @@ def _file_source(record: dict) -> str:
         where += f" (member {record['member']})"
     if record.get("head_bytes"):
         where += f" (first {record['head_bytes']} bytes, whole lines)"
-    pinned = "" if "pinned_sha256" not in record else (
-        " (pinned)" if record["pinned_sha256"] else " (not pinned: set this sha256 in the config to pin it)")
+    pinned = (
+        ""
+        if "pinned_sha256" not in record
+        else (" (pinned)" if record["pinned_sha256"] else " (not pinned: set this sha256 in the config to pin it)")
+    )
     return f"{where}: sha256 `{record.get('sha256', '?')}`{pinned}"
 
 
 def _sources(provenance: dict, source: str) -> list[str]:
     if source == "hf":
-        return [f"hub dataset {provenance['path']} ({provenance.get('name')}), split {provenance.get('hub_split')}, "
-                f"revision {provenance.get('revision') or 'unpinned (latest)'}, datasets fingerprint "
-                f"`{provenance.get('fingerprint')}`"]
+        return [
+            f"hub dataset {provenance['path']} ({provenance.get('name')}), split {provenance.get('hub_split')}, "
+            f"revision {provenance.get('revision') or 'unpinned (latest)'}, datasets fingerprint "
+            f"`{provenance.get('fingerprint')}`"
+        ]
     if source == "builtin":
         return [f"builtin language, grammar seed {provenance.get('seed')}, {provenance.get('n_docs')} documents"]
     lines = [_file_source(f) for f in provenance.get("files", [])]
@@ -56,20 +61,29 @@ def data_section(records: list[dict]) -> str:
     lines = []
     for r in sorted(records, key=lambda r: (r["dataset"], r["split"])):
         steps = " → ".join(f"{s['step']} {s['rows']}" for s in r.get("steps", []))
-        lines.append(f"- **{r['dataset']}/{r['split']}** (recipe {r.get('recipe', 'raw')}, cleaning {r['cleaning']}): "
-                     f"{steps}; {r['rows_written']} rows, sha256 of the rows `{r.get('rows_sha256', '?')}`")
+        lines.append(
+            f"- **{r['dataset']}/{r['split']}** (recipe {r.get('recipe', 'raw')}, cleaning {r['cleaning']}): "
+            f"{steps}; {r['rows_written']} rows, sha256 of the rows `{r.get('rows_sha256', '?')}`"
+        )
         lines += [f"  - {line}" for line in _sources(r["provenance"], r["source"])]
         if r.get("top_up"):
             top = r["top_up"]
-            lines.append(f"  - top-up: {top['rows']} rows (doc_id {top['first_doc_id']} on) from {top['split']}, after "
-                         f"its first {top['skipped']} filtered rows:")
+            lines.append(
+                f"  - top-up: {top['rows']} rows (doc_id {top['first_doc_id']} on) from {top['split']}, after "
+                f"its first {top['skipped']} filtered rows:"
+            )
             lines += [f"    - {line}" for line in _sources(r["top_up_provenance"], r["source"])]
     return "\n".join(lines) + "\n"
 
 
 def _distinct(frame: pl.DataFrame, column: str) -> str:
     """The values of a column with how many metrics files hold each, most frequent first."""
-    counts = frame.filter(pl.col(column).is_not_null()).group_by(column).len().sort(["len", column], descending=[True, False])
+    counts = (
+        frame.filter(pl.col(column).is_not_null())
+        .group_by(column)
+        .len()
+        .sort(["len", column], descending=[True, False])
+    )
     return "; ".join(f"`{v}` ({n} files)" for v, n in counts.rows()) or "not recorded"
 
 
@@ -81,14 +95,31 @@ def provenance_section(frame: pl.DataFrame) -> str:
     recorded = files.filter(pl.col("git_commit").is_not_null() | pl.col("settings_sha256").is_not_null())
     if recorded.height == 0:
         return "No metrics file of this study records its provenance (written before provenance was recorded).\n"
-    commits = recorded.filter(pl.col("git_commit").is_not_null()).group_by("git_commit").agg(
-        pl.len(), pl.col("git_dirty").any().alias("dirty")).sort(["len", "git_commit"], descending=[True, False])
-    lines = ["- Code: " + ("; ".join(f"commit `{c}`{' (dirty: uncommitted changes)' if dirty else ''} ({n} files)"
-                                     for c, n, dirty in commits.rows()) or "commit not recorded")]
+    commits = (
+        recorded.filter(pl.col("git_commit").is_not_null())
+        .group_by("git_commit")
+        .agg(pl.len(), pl.col("git_dirty").any().alias("dirty"))
+        .sort(["len", "git_commit"], descending=[True, False])
+    )
+    lines = [
+        "- Code: "
+        + (
+            "; ".join(
+                f"commit `{c}`{' (dirty: uncommitted changes)' if dirty else ''} ({n} files)"
+                for c, n, dirty in commits.rows()
+            )
+            or "commit not recorded"
+        )
+    ]
     if commits.height > 1:
-        lines.append(f"- ⚠ Warning: the metrics come from {commits.height} different commits; numbers made by different "
-                     "code may not be comparable.")
-    for label, packages in (("Libraries", ("torch", "transformers", "mauve-text")), ("Also", ("python", "rouge-score", "workflow"))):
+        lines.append(
+            f"- ⚠ Warning: the metrics come from {commits.height} different commits; numbers made by different "
+            "code may not be comparable."
+        )
+    for label, packages in (
+        ("Libraries", ("torch", "transformers", "mauve-text")),
+        ("Also", ("python", "rouge-score", "workflow")),
+    ):
         lines.append(f"- {label}: " + "; ".join(f"{v} {_distinct(recorded, version_column(v))}" for v in packages))
     lines.append(f"- MAUVE featuriser: {_distinct(recorded, 'featuriser')}")
     lines.append(f"- Evaluation settings (sha256): {_distinct(recorded, 'settings_sha256')}")
@@ -109,35 +140,59 @@ def variance_line(frame: pl.DataFrame) -> str:
     variance". Floored estimates are not unbiased either, so the shares are called estimates."""
     share = resolved(frame)["mauve_clustering_share"].drop_nulls()  # a score with too few texts splits nothing
     if not share.len() and refused(frame).height:
-        return ("MAUVE's variance split (clustering vs sampling) is not reported: no MAUVE cell of this study had "
-                "enough texts per run to resolve the score.\n")
+        return (
+            "MAUVE's variance split (clustering vs sampling) is not reported: no MAUVE cell of this study had "
+            "enough texts per run to resolve the score.\n"
+        )
     if not share.len():
-        return ("MAUVE's variance split (clustering vs sampling) is not recorded in these metrics files (it needs "
-                "at least 2 runs and 2 clustering seeds).\n")
-    line = (f"MAUVE variance split (one-way random-effects ANOVA estimates over runs × clustering seeds, the sampling "
-            f"part floored at 0): k-means clustering accounts for an estimated median {share.median():.0%} of the "
-            f"variance of one (run, clustering seed) score over {share.len()} conditions (range "
-            f"{share.min():.0%}–{share.max():.0%}); the rest is sampling. ")
+        return (
+            "MAUVE's variance split (clustering vs sampling) is not recorded in these metrics files (it needs "
+            "at least 2 runs and 2 clustering seeds).\n"
+        )
+    line = (
+        f"MAUVE variance split (one-way random-effects ANOVA estimates over runs × clustering seeds, the sampling "
+        f"part floored at 0): k-means clustering accounts for an estimated median {share.median():.0%} of the "
+        f"variance of one (run, clustering seed) score over {share.len()} conditions (range "
+        f"{share.min():.0%}–{share.max():.0%}); the rest is sampling. "
+    )
     ratio = share.filter(share < 1)
     needed = (ratio / (1 - ratio)).floor().cast(pl.Int64) + 1
     floored = share.len() - ratio.len()
-    why = ("the run means varied no more than their clustering noise predicts, so the estimate cannot separate "
-           "sampling from clustering there; with few runs this happens often even when sampling varies")
+    why = (
+        "the run means varied no more than their clustering noise predicts, so the estimate cannot separate "
+        "sampling from clustering there; with few runs this happens often even when sampling varies"
+    )
     if needed.len():
-        line += (f"A run's score averages its clustering seeds, which divides the clustering part by their number: "
-                 f"{needed.sort()[needed.len() // 2]} seeds (median over conditions; at most {needed.max()}) put it under the "
-                 "sampling part")
-        line += (f". In {floored} condition(s) the estimated sampling variance is 0 (floored): {why}, and no seed "
-                 "count is given.\n" if floored else ".\n")
+        line += (
+            f"A run's score averages its clustering seeds, which divides the clustering part by their number: "
+            f"{needed.sort()[needed.len() // 2]} seeds (median over conditions; at most {needed.max()}) put it under the "
+            "sampling part"
+        )
+        line += (
+            f". In {floored} condition(s) the estimated sampling variance is 0 (floored): {why}, and no seed "
+            "count is given.\n"
+            if floored
+            else ".\n"
+        )
     else:
-        line += (f"In every condition the estimated sampling variance is 0 (floored): {why}, so no seed count is "
-                 "given.\n")
+        line += (
+            f"In every condition the estimated sampling variance is 0 (floored): {why}, so no seed count is given.\n"
+        )
     return line
 
 
-def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensity: float, figures: list[str],
-            simulation: str | None = None, data: list[dict] | None = None, contrasts: pl.DataFrame | None = None,
-            lab: dict[str, str] | None = None, logs: dict[str, pl.DataFrame] | None = None) -> str:
+def summary(
+    frame: pl.DataFrame,
+    config: dict,
+    written: dict[str, str],
+    intensity: float,
+    figures: list[str],
+    simulation: str | None = None,
+    data: list[dict] | None = None,
+    contrasts: pl.DataFrame | None = None,
+    lab: dict[str, str] | None = None,
+    logs: dict[str, pl.DataFrame] | None = None,
+) -> str:
     """results/summary.md: provenance first, then the tables, the paired comparisons and the rest.
     `simulation`: the simulation study's summary.md (its table), included as a section; `data`: the data
     stage's records of the splits the study read, listed with their sources; `contrasts`: the paired
@@ -152,51 +207,94 @@ def summary(frame: pl.DataFrame, config: dict, written: dict[str, str], intensit
     rehearsal = rehearsal_stand_ins(config)
     parts = [
         "# Summary of the study\n",
-        *([f"**A rehearsal on stand-ins, whose numbers mean nothing**: {rehearsal}. It shows that the study runs end to "
-           "end, not what it finds.\n"] if rehearsal else []),
-        "## What this study found\n", findings_section(frame, contrasts, logs or {}),
-        "## Provenance\n", provenance_section(frame),
-        f"{models.height - untrained} trained models" + (f" and {untrained} {UNTRAINED_LABEL} models" if untrained else "") +
-        f", {frame.select('eval_set').unique().height} eval sets, {frame.height} evaluated "
+        *(
+            [
+                f"**A rehearsal on stand-ins, whose numbers mean nothing**: {rehearsal}. It shows that the study runs end to "
+                "end, not what it finds.\n"
+            ]
+            if rehearsal
+            else []
+        ),
+        "## What this study found\n",
+        findings_section(frame, contrasts, logs or {}),
+        "## Provenance\n",
+        provenance_section(frame),
+        f"{models.height - untrained} trained models"
+        + (f" and {untrained} {UNTRAINED_LABEL} models" if untrained else "")
+        + f", {frame.select('eval_set').unique().height} eval sets, {frame.height} evaluated "
         f"(model, eval set, sampling condition) combinations; objectives: {', '.join(objectives) or 'none'}; "
         f"decoders: {', '.join(decoders)}; headline perturbation: insertion at {intensity:g}.\n",
         "Each MAUVE / ROUGE cell is the mean over sampling runs ± 2 standard errors; an empty cell is a combination "
         "this configuration does not define. Bold marks the largest mean of a column, not a significant difference: "
-        "what is significant is the ✱ of the paired comparisons below." + (f" {UNTRAINED_LABEL}: the model as released, evaluated without training."
-                                                  if untrained else "")
-        + (" A MAUVE cell that reads \"too few texts (n)\" had n texts per side in a run, fewer than "
-           "evaluation.mauve.min_texts: it is not reported, compared or marked." if refused(frame).height else "") + "\n",
+        "what is significant is the ✱ of the paired comparisons below."
+        + (f" {UNTRAINED_LABEL}: the model as released, evaluated without training." if untrained else "")
+        + (
+            ' A MAUVE cell that reads "too few texts (n)" had n texts per side in a run, fewer than '
+            "evaluation.mauve.min_texts: it is not reported, compared or marked."
+            if refused(frame).height
+            else ""
+        )
+        + "\n",
         variance_line(frame),
-        "## Headline table\n", written.get("table1", ""),
-        "## Other metrics\n", written.get("metrics", ""),
-        "## Ablation\n", written.get("ablation", ""),
+        "## Headline table\n",
+        written.get("table1", ""),
+        "## Other metrics\n",
+        written.get("metrics", ""),
+        "## Ablation\n",
+        written.get("ablation", ""),
     ]
     if contrasts is not None:
         parts += ["## Paired comparisons\n", paired_section(contrasts)]
     parts += ["## Paper comparison\n", paper_comparison(frame, config, intensity)]
     if frame["tv_mean"].drop_nulls().len():
         tv = shown_objective(frame.filter(pl.col("tv_mean").is_not_null()))
-        parts += ["## Exact extrapolation error (builtin corpus)\n",
-                  "Total variation between the model's next-word law and the grammar's, on in-support (`test`) and "
-                  "out-of-support (`ood`) prefixes (lower is better):\n"]
-        rows, means, columns = pivot_cells(tv.with_columns(pl.col("train_intensity").cast(pl.Utf8).alias("train α"),
-                                                           pl.col("test_intensity").cast(pl.Utf8).alias("test α")),
-                                           ["objective", *(["decoder"] if len(decoders) > 1 else []), "train α", "test α"],
-                                           "eval_set", [("tv", "TV")])
-        parts.append("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n" +
-                     "\n".join("| " + " | ".join(r[c] for c in columns) + " |" for r in rows) + "\n")
+        parts += [
+            "## Exact extrapolation error (builtin corpus)\n",
+            "Total variation between the model's next-word law and the grammar's, on in-support (`test`) and "
+            "out-of-support (`ood`) prefixes (lower is better):\n",
+        ]
+        rows, means, columns = pivot_cells(
+            tv.with_columns(
+                pl.col("train_intensity").cast(pl.Utf8).alias("train α"),
+                pl.col("test_intensity").cast(pl.Utf8).alias("test α"),
+            ),
+            ["objective", *(["decoder"] if len(decoders) > 1 else []), "train α", "test α"],
+            "eval_set",
+            [("tv", "TV")],
+        )
+        parts.append(
+            "| "
+            + " | ".join(columns)
+            + " |\n|"
+            + "---|" * len(columns)
+            + "\n"
+            + "\n".join("| " + " | ".join(r[c] for c in columns) + " |" for r in rows)
+            + "\n"
+        )
     for experiment, text in (lab or {}).items():
-        parts += [f"## Theory lab: extrapolation uncertainty of `{experiment}` (paper Section 3)\n", text.strip() + "\n",
-                  f"Figure: `results/lab/{experiment}/figure.png`; table: `results/lab/{experiment}/uncertainty.csv`.\n"]
+        parts += [
+            f"## Theory lab: extrapolation uncertainty of `{experiment}` (paper Section 3)\n",
+            text.strip() + "\n",
+            f"Figure: `results/lab/{experiment}/figure.png`; table: `results/lab/{experiment}/uncertainty.csv`.\n",
+        ]
     if simulation:
         body = simulation.split("\n", 1)[1] if simulation.startswith("# ") else simulation
-        parts += ["## Simulation study (paper Section 4)\n", body.strip() + "\n",
-                  "Figure: `results/simulation/figure.png` (one panel per vocabulary size, MAE against intensity).\n"]
+        parts += [
+            "## Simulation study (paper Section 4)\n",
+            body.strip() + "\n",
+            "Figure: `results/simulation/figure.png` (one panel per vocabulary size, MAE against intensity).\n",
+        ]
     if data:
-        parts += ["## Data\n", "Each split the study read: its recipe's steps with the rows left after each, and the "
-                  "source and sha256 of every file (docs/usage.md, 'Configuring a study').\n", data_section(data)]
+        parts += [
+            "## Data\n",
+            "Each split the study read: its recipe's steps with the rows left after each, and the "
+            "source and sha256 of every file (docs/usage.md, 'Configuring a study').\n",
+            data_section(data),
+        ]
     if figures:
         parts += ["## Figures\n", "\n".join(f"- `{f}`" for f in figures) + "\n"]
-    parts.append("Tables are also in `results/report/tables/` as CSV, Markdown and LaTeX; the paired comparisons in "
-                 "`results/report/contrasts.csv`.\n")
+    parts.append(
+        "Tables are also in `results/report/tables/` as CSV, Markdown and LaTeX; the paired comparisons in "
+        "`results/report/contrasts.csv`.\n"
+    )
     return "\n".join(parts)

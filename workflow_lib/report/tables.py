@@ -29,22 +29,24 @@ PAPER_DECODER = "unbiased"  # the paper's: ancestral sampling, top_k 0, top_p 1,
 # 0.025). MLE's pair is Table 1's MLE and MLE (ours) rows; EMO's and Brier's perturbed rows are the Supplement's tables
 # (tex lines 831-879), their unperturbed rows Table 1's.
 PAPER_TABLE1 = {
-    ("facebook/opt-125m", "mle"): ([.83, .80, .44, .11], [.90, .87, .56, .13]),
-    ("facebook/opt-125m", "emo"): ([.80, .79, .49, .10], [.91, .90, .61, .14]),
-    ("facebook/opt-125m", "brier"): ([.71, .67, .40, .11], [.89, .91, .60, .15]),
-    ("gpt2", "mle"): ([.74, .74, .47, .10], [.89, .87, .57, .17]),
-    ("gpt2", "emo"): ([.82, .82, .58, .13], [.89, .90, .58, .17]),
-    ("gpt2", "brier"): ([.71, .74, .49, .11], [.90, .91, .67, .19]),
-    ("EleutherAI/gpt-neo-1.3B", "mle"): ([.82, .82, .54, .14], [.87, .87, .58, .17]),
-    ("EleutherAI/gpt-neo-1.3B", "emo"): ([.85, .85, .56, .13], [.88, .89, .62, .18]),
-    ("EleutherAI/gpt-neo-1.3B", "brier"): ([.79, .79, .51, .13], [.91, .88, .65, .22]),
+    ("facebook/opt-125m", "mle"): ([0.83, 0.80, 0.44, 0.11], [0.90, 0.87, 0.56, 0.13]),
+    ("facebook/opt-125m", "emo"): ([0.80, 0.79, 0.49, 0.10], [0.91, 0.90, 0.61, 0.14]),
+    ("facebook/opt-125m", "brier"): ([0.71, 0.67, 0.40, 0.11], [0.89, 0.91, 0.60, 0.15]),
+    ("gpt2", "mle"): ([0.74, 0.74, 0.47, 0.10], [0.89, 0.87, 0.57, 0.17]),
+    ("gpt2", "emo"): ([0.82, 0.82, 0.58, 0.13], [0.89, 0.90, 0.58, 0.17]),
+    ("gpt2", "brier"): ([0.71, 0.74, 0.49, 0.11], [0.90, 0.91, 0.67, 0.19]),
+    ("EleutherAI/gpt-neo-1.3B", "mle"): ([0.82, 0.82, 0.54, 0.14], [0.87, 0.87, 0.58, 0.17]),
+    ("EleutherAI/gpt-neo-1.3B", "emo"): ([0.85, 0.85, 0.56, 0.13], [0.88, 0.89, 0.62, 0.18]),
+    ("EleutherAI/gpt-neo-1.3B", "brier"): ([0.79, 0.79, 0.51, 0.13], [0.91, 0.88, 0.65, 0.22]),
 }
 PAPER_EVAL_SETS = ["wikitext2", "wikitext103", "webtext", "writingprompts"]
 # Why not bold only what the contrasts support: the contrasts compare a cell with its designed partners (perturbed
 # against not, an objective against MLE), never a column's best against every other row, so no test says which
 # cell is best. Bold stays descriptive and says so.
-BOLD_NOTE = ("Bold: the largest mean of its column, a description, not a significant difference (significance is the "
-             "✱ of the paired comparisons in results/summary.md)")
+BOLD_NOTE = (
+    "Bold: the largest mean of its column, a description, not a significant difference (significance is the "
+    "✱ of the paired comparisons in results/summary.md)"
+)
 
 
 def cell(mean, se) -> str:
@@ -97,8 +99,16 @@ def long_cells(frame: pl.DataFrame, row_keys: list[str], metrics: list[tuple[str
     return out, means, row_keys + [label for _, label in metrics]
 
 
-def write_table(rows: list[dict], means: list[dict], columns: list[str], stem: str, lower_is_better=(), caption: str = "",
-                unranked=(), groups: list | None = None) -> None:
+def write_table(
+    rows: list[dict],
+    means: list[dict],
+    columns: list[str],
+    stem: str,
+    lower_is_better=(),
+    caption: str = "",
+    unranked=(),
+    groups: list | None = None,
+) -> None:
     """CSV with the raw strings, Markdown and LaTeX (booktabs) with the best mean of each column in bold:
     the lowest for columns in `lower_is_better`, none for `unranked`; among rows of one `groups` value if given.
     The caption heads the Markdown and, as a comment, the LaTeX, so that what bold means travels with both."""
@@ -136,15 +146,25 @@ def write_table(rows: list[dict], means: list[dict], columns: list[str], stem: s
         return r"\textbf{" + value + "}" if is_best(row, mean, col, group) else value
 
     lines = [f"% {' '.join(caption.split())}"] if caption else []
-    lines += [r"\begin{tabular}{" + "l" * len(columns) + "}", r"\toprule", " & ".join(tex(c) for c in columns) + r" \\", r"\midrule"]
+    lines += [
+        r"\begin{tabular}{" + "l" * len(columns) + "}",
+        r"\toprule",
+        " & ".join(tex(c) for c in columns) + r" \\",
+        r"\midrule",
+    ]
     lines += [" & ".join(tex_cell(r, m, c, g) for c in columns) + r" \\" for r, m, g in zip(rows, means, groups)]
     lines += [r"\bottomrule", r"\end{tabular}"]
     with atomic_path(stem.with_suffix(".tex")) as tmp:
         tmp.write_text("\n".join(lines) + "\n")
 
 
-OTHER_METRICS = [("rouge2", "ROUGE-2"), ("rougeL", "ROUGE-L"), ("perplexity", "perplexity"), ("distinct_2", "distinct-2"),
-                 ("repetition", "repetition")]
+OTHER_METRICS = [
+    ("rouge2", "ROUGE-2"),
+    ("rougeL", "ROUGE-L"),
+    ("perplexity", "perplexity"),
+    ("distinct_2", "distinct-2"),
+    ("repetition", "repetition"),
+]
 
 
 def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list[str]) -> dict[str, str]:
@@ -157,33 +177,58 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
     frame = shown_objective(frame)
     untrained_note = f"; {UNTRAINED_LABEL}: the model as released, not trained here" if any_untrained else ""
     # Said in every caption with a MAUVE column when a cell shows it (report.resolution).
-    refused_note = ("; \"too few texts (n)\": MAUVE not reported, its runs had n texts per side, below "
-                    "evaluation.mauve.min_texts") if refused(frame).height else ""
+    refused_note = (
+        ('; "too few texts (n)": MAUVE not reported, its runs had n texts per side, below evaluation.mauve.min_texts')
+        if refused(frame).height
+        else ""
+    )
     metrics = [("mauve", "MAUVE"), ("rouge1", "ROUGE-1")]
     methods = method_frame(frame, intensity)
     specs = {
-        "table1": (methods, ["model", "objective", *decoder, "perturbation"], "eval_set", metrics,
-                   f"Table 1: MAUVE and ROUGE-1 (mean ± 2 SE over runs), without and with insertion at {intensity:g}"
-                   f"{untrained_note}{refused_note}. {BOLD_NOTE}."),
-        "emo_brier": (methods.filter(pl.col("objective").is_in(["emo", "brier"])), ["model", "objective", *decoder, "perturbation"],
-                      "eval_set", metrics, f"EMO and Brier without and with perturbation (MAUVE, ROUGE-1){refused_note}. "
-                      f"{BOLD_NOTE}."),
+        "table1": (
+            methods,
+            ["model", "objective", *decoder, "perturbation"],
+            "eval_set",
+            metrics,
+            f"Table 1: MAUVE and ROUGE-1 (mean ± 2 SE over runs), without and with insertion at {intensity:g}"
+            f"{untrained_note}{refused_note}. {BOLD_NOTE}.",
+        ),
+        "emo_brier": (
+            methods.filter(pl.col("objective").is_in(["emo", "brier"])),
+            ["model", "objective", *decoder, "perturbation"],
+            "eval_set",
+            metrics,
+            f"EMO and Brier without and with perturbation (MAUVE, ROUGE-1){refused_note}. {BOLD_NOTE}.",
+        ),
     }
     same = frame.filter(pl.col("train_intensity") == pl.col("test_intensity"))
     same = same.filter((pl.col("train_strategy") == pl.col("test_strategy")) | (pl.col("train_intensity") == 0))
     # The shared intensity-0 baseline is shown under each strategy that ran at some intensity > 0, and no other.
     ran = sorted(set(same.filter(pl.col("train_intensity") > 0)["train_strategy"].to_list())) or ["none"]
-    strategies = pl.concat([same.filter(pl.col("train_intensity") == 0).with_columns(pl.lit(s).alias("strategy"))
-                            for s in ran] +
-                           [same.filter(pl.col("train_intensity") > 0).with_columns(pl.col("train_strategy").alias("strategy"))])
-    strategies = strategies.with_columns(pl.col("train_intensity").map_elements(lambda x: f"{x:g}", return_dtype=pl.Utf8).alias("intensity"))
-    specs["strategies"] = (strategies, ["model", "objective", *decoder, "eval_set", "strategy"], "intensity", [("mauve", "MAUVE")],
-                           "Perturbation strategies: MAUVE (mean ± 2 SE) by intensity, same strategy and intensity at training and "
-                           f"sampling{refused_note}. {BOLD_NOTE}.")
+    strategies = pl.concat(
+        [same.filter(pl.col("train_intensity") == 0).with_columns(pl.lit(s).alias("strategy")) for s in ran]
+        + [same.filter(pl.col("train_intensity") > 0).with_columns(pl.col("train_strategy").alias("strategy"))]
+    )
+    strategies = strategies.with_columns(
+        pl.col("train_intensity").map_elements(lambda x: f"{x:g}", return_dtype=pl.Utf8).alias("intensity")
+    )
+    specs["strategies"] = (
+        strategies,
+        ["model", "objective", *decoder, "eval_set", "strategy"],
+        "intensity",
+        [("mauve", "MAUVE")],
+        "Perturbation strategies: MAUVE (mean ± 2 SE) by intensity, same strategy and intensity at training and "
+        f"sampling{refused_note}. {BOLD_NOTE}.",
+    )
     ablation = ablation_frame(frame, intensity)
-    specs["ablation"] = (ablation, ["model", "objective", *decoder, "eval_set"], "condition", [("mauve", "MAUVE")],
-                         f"Ablation: perturbation at training, at sampling, both, or neither (MAUVE, mean ± 2 SE){refused_note}. "
-                         f"{BOLD_NOTE}.")
+    specs["ablation"] = (
+        ablation,
+        ["model", "objective", *decoder, "eval_set"],
+        "condition",
+        [("mauve", "MAUVE")],
+        f"Ablation: perturbation at training, at sampling, both, or neither (MAUVE, mean ± 2 SE){refused_note}. "
+        f"{BOLD_NOTE}.",
+    )
     for name, (sub, rows_k, col_k, mets, caption) in specs.items():
         order = [e for e in eval_order if e in set(sub[col_k].to_list())] if col_k == "eval_set" else None
         if col_k == "intensity":
@@ -196,16 +241,31 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
 
     # Other metrics peers report, long (one row per eval set): 20 columns of a wide table do not read in Markdown.
     rank = {e: i for i, e in enumerate(eval_order)}
-    other = methods.filter(pl.any_horizontal(pl.col(f"{m}_mean" if m != "perplexity" else m).is_not_null() for m, _ in OTHER_METRICS))
-    other = other.with_columns(pl.col("eval_set").replace_strict(rank, default=len(rank), return_dtype=pl.Int64).alias("_order"))
-    other = other.sort(["_order", "eval_set", "model", "objective", pl.col("perturbation") != "no", "perturbation", "decoder", "seed"])
-    rows, means, columns = long_cells(other, ["eval_set", "model", "objective", "perturbation", "decoder"], OTHER_METRICS)
-    write_table(rows, means, columns, str(out / "metrics"), lower_is_better={"perplexity"},
-                unranked={"distinct-2", "repetition"}, groups=other["eval_set"].to_list(),
-                caption="Other metrics peers report (mean ± 2 SE over runs; perplexity of the model on the eval set's human "
-                        "text, which no sampling setting changes). Bold: the best mean per eval set (lowest perplexity), a "
-                        "description, not a significant difference (significance is the ✱ of the paired comparisons in "
-                        "results/summary.md); distinct-2 (share of distinct bigrams) and repetition are not ranked.")
+    other = methods.filter(
+        pl.any_horizontal(pl.col(f"{m}_mean" if m != "perplexity" else m).is_not_null() for m, _ in OTHER_METRICS)
+    )
+    other = other.with_columns(
+        pl.col("eval_set").replace_strict(rank, default=len(rank), return_dtype=pl.Int64).alias("_order")
+    )
+    other = other.sort(
+        ["_order", "eval_set", "model", "objective", pl.col("perturbation") != "no", "perturbation", "decoder", "seed"]
+    )
+    rows, means, columns = long_cells(
+        other, ["eval_set", "model", "objective", "perturbation", "decoder"], OTHER_METRICS
+    )
+    write_table(
+        rows,
+        means,
+        columns,
+        str(out / "metrics"),
+        lower_is_better={"perplexity"},
+        unranked={"distinct-2", "repetition"},
+        groups=other["eval_set"].to_list(),
+        caption="Other metrics peers report (mean ± 2 SE over runs; perplexity of the model on the eval set's human "
+        "text, which no sampling setting changes). Bold: the best mean per eval set (lowest perplexity), a "
+        "description, not a significant difference (significance is the ✱ of the paired comparisons in "
+        "results/summary.md); distinct-2 (share of distinct bigrams) and repetition are not ranked.",
+    )
     written["metrics"] = (out / "metrics.md").read_text()
     return written
 
@@ -228,10 +288,17 @@ def paper_comparison(frame: pl.DataFrame, config: dict, intensity: float) -> str
             for label, paper in (("no", plain), (f"insertion {intensity:g}", perturbed)):
                 ours = []
                 for paper_set, paper_value in zip(PAPER_EVAL_SETS, paper):
-                    hit = methods.filter((pl.col("model") == key) & (pl.col("objective") == objective)
-                                         & (pl.col("perturbation") == label) & (pl.col("eval_set") == sets.get(paper_set, "")))
-                    ours.append(f"{metric_cell(hit.row(0, named=True), 'mauve')[0]} (paper {paper_value:.2f})"
-                                if hit.height else f"(paper {paper_value:.2f})")
+                    hit = methods.filter(
+                        (pl.col("model") == key)
+                        & (pl.col("objective") == objective)
+                        & (pl.col("perturbation") == label)
+                        & (pl.col("eval_set") == sets.get(paper_set, ""))
+                    )
+                    ours.append(
+                        f"{metric_cell(hit.row(0, named=True), 'mauve')[0]} (paper {paper_value:.2f})"
+                        if hit.height
+                        else f"(paper {paper_value:.2f})"
+                    )
                 if any(not o.lstrip().startswith("(paper") for o in ours):
                     lines.append(f"| {key} | {objective} | {label} | " + " | ".join(ours) + " |")
     if not lines:
@@ -239,8 +306,11 @@ def paper_comparison(frame: pl.DataFrame, config: dict, intensity: float) -> str
     head = "| model | objective | perturbation | " + " | ".join(PAPER_EVAL_SETS) + " |\n|" + "---|" * 7 + "\n"
     intro = "MAUVE, ours (mean ± 2 SE) beside the paper's Table 1:\n\n"
     if stand_ins := rehearsal_stand_ins(config):
-        intro = (f"**Rehearsal: these numbers mean nothing.** The models are tiny random stand-ins ({stand_ins}) on random "
-                 "text; the table shows that every cell of the paper's Table 1 is computed, not how close it comes.\n\n" + intro)
+        intro = (
+            f"**Rehearsal: these numbers mean nothing.** The models are tiny random stand-ins ({stand_ins}) on random "
+            "text; the table shows that every cell of the paper's Table 1 is computed, not how close it comes.\n\n"
+            + intro
+        )
     return intro + head + "\n".join(lines) + "\n"
 
 
@@ -249,11 +319,16 @@ def report_view(config: dict) -> dict:
     datasets' paths and names): the tables job's config param holds only this, so that an edit anywhere else (a
     tracker, a training key, a comment) does not rerun the report."""
     used = {spec["dataset"] for spec in config.get("eval_sets", {}).values()}
-    return {"models": {key: {f: m[f] for f in ("source", "name", "stand_in_for") if f in m}
-                       for key, m in config["models"].items()},
-            "eval_sets": {es: {"dataset": spec["dataset"]} for es, spec in config.get("eval_sets", {}).items()},
-            "datasets": {ds: {f: config["datasets"][ds][f] for f in ("path", "name") if f in config["datasets"][ds]}
-                         for ds in sorted(used)}}
+    return {
+        "models": {
+            key: {f: m[f] for f in ("source", "name", "stand_in_for") if f in m} for key, m in config["models"].items()
+        },
+        "eval_sets": {es: {"dataset": spec["dataset"]} for es, spec in config.get("eval_sets", {}).items()},
+        "datasets": {
+            ds: {f: config["datasets"][ds][f] for f in ("path", "name") if f in config["datasets"][ds]}
+            for ds in sorted(used)
+        },
+    }
 
 
 def rehearsal_stand_ins(config: dict) -> str:
@@ -267,18 +342,22 @@ def examples(prompts_path: str, sample_paths: list[str], stem: str, prompt_index
 
     prompts = read_parquet(prompts_path).to_pylist()
     prompt = prompts[min(prompt_index, len(prompts) - 1)]
-    rows = [{"method": "human", "continuation": prompt["reference"][len(prompt["prefix"]):].strip()}]
-    conditions = {path: parse_path(str(path).replace("results/samples/", "results/metrics/").replace(".parquet", ".json"))
-                  for path in sample_paths}
+    rows = [{"method": "human", "continuation": prompt["reference"][len(prompt["prefix"]) :].strip()}]
+    conditions = {
+        path: parse_path(str(path).replace("results/samples/", "results/metrics/").replace(".parquet", ".json"))
+        for path in sample_paths
+    }
     several_decoders = len({c["decoder"] for c in conditions.values()}) > 1
     for path in sorted(sample_paths):
         fields = conditions[path]
         samples = read_parquet(path).to_pylist()
         text = next((s["text"] for s in samples if s["prompt_id"] == prompt["prompt_id"] and s["run"] == 0), "")
         objective = UNTRAINED_LABEL if fields["objective"] == UNTRAINED else fields["objective"]
-        label = (f"{fields['model']} {objective} train {fields['train_strategy']} {fields['train_intensity']}, "
-                 f"sample {fields['test_strategy']} {fields['test_intensity']} ({fields['test_mode']})"
-                 + (f", decoder {fields['decoder']}" if several_decoders else ""))
+        label = (
+            f"{fields['model']} {objective} train {fields['train_strategy']} {fields['train_intensity']}, "
+            f"sample {fields['test_strategy']} {fields['test_intensity']} ({fields['test_mode']})"
+            + (f", decoder {fields['decoder']}" if several_decoders else "")
+        )
         rows.append({"method": label, "continuation": text.strip()})
     columns = ["method", "continuation"]
     write_table(rows, [{} for _ in rows], columns, stem, caption=f"Prompt: {prompt['prefix']}")

@@ -80,5 +80,7 @@ def check_finite_logits(finite: torch.Tensor, what: str) -> None:
     from workflow_lib.cli import StageError
 
     if not bool(finite):
-        raise StageError(f"{what}: the model produced non-finite logits; nothing is written for it. Check its weights "
-                         "and its train_log.csv (a diverged training), or sampling.precision")
+        raise StageError(
+            f"{what}: the model produced non-finite logits; nothing is written for it. Check its weights "
+            "and its train_log.csv (a diverged training), or sampling.precision"
+        )

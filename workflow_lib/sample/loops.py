@@ -14,7 +14,9 @@ from workflow_lib.perturb.strategies import get as get_strategy
 from workflow_lib.sample.decoding import DRAW_PURPOSE, check_finite_logits, draw, step_keys, valid_logits
 
 
-def left_pad(values: torch.Tensor, offsets: torch.Tensor, pad_id: int, max_len: int | None = None) -> tuple[torch.Tensor, ...]:
+def left_pad(
+    values: torch.Tensor, offsets: torch.Tensor, pad_id: int, max_len: int | None = None
+) -> tuple[torch.Tensor, ...]:
     """Ragged rows -> left-padded ids, attention mask and position ids [B, L]. Rows longer than the model's
     context (`max_len`) keep their last max_len tokens."""
     lengths = offsets[1:] - offsets[:-1]
@@ -61,23 +63,52 @@ def with_generated(prompt_values, prompt_offsets, generated: torch.Tensor):
     return values, offsets
 
 
-def prefix_logits(model, prompt_values, prompt_offsets, generated: torch.Tensor, k: torch.Tensor, perturbation: dict,
-                  table, special, pad_id: int) -> torch.Tensor:
+def prefix_logits(
+    model,
+    prompt_values,
+    prompt_offsets,
+    generated: torch.Tensor,
+    k: torch.Tensor,
+    perturbation: dict,
+    table,
+    special,
+    pad_id: int,
+) -> torch.Tensor:
     """One step of Algorithm 2 without a cache: the next-token logits [B, V] of every prompt + generated row,
     freshly perturbed with the step's keys `k`, the whole batch left-padded (a prefix longer than the context
     keeps its last tokens) and recomputed."""
     values, offsets = with_generated(prompt_values, prompt_offsets, generated)
     if perturbation["intensity"] > 0:
-        out = perturb(values, offsets, perturbation["strategy"], perturbation["intensity"], table,
-                      KeyedRandom(k, offsets), special)
+        out = perturb(
+            values,
+            offsets,
+            perturbation["strategy"],
+            perturbation["intensity"],
+            table,
+            KeyedRandom(k, offsets),
+            special,
+        )
         values, offsets = out.values, out.offsets
     ids, mask, positions = left_pad(values, offsets, pad_id, context_length(model))
-    return model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=1).logits[:, -1]
+    return model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=1).logits[
+        :, -1
+    ]
 
 
 @torch.no_grad()
-def sample_exact(model, prompt_values, prompt_offsets, keys, new_tokens: int, perturbation: dict, table, special,
-                 pad_id: int, suppress: list[int], **draw_kw) -> torch.Tensor:
+def sample_exact(
+    model,
+    prompt_values,
+    prompt_offsets,
+    keys,
+    new_tokens: int,
+    perturbation: dict,
+    table,
+    special,
+    pad_id: int,
+    suppress: list[int],
+    **draw_kw,
+) -> torch.Tensor:
     """Algorithm 2: a fresh perturbation of the whole prefix at every step."""
     n_rows = len(prompt_offsets) - 1
     generated = torch.empty((n_rows, 0), dtype=torch.long, device=prompt_values.device)
@@ -94,8 +125,19 @@ def sample_exact(model, prompt_values, prompt_offsets, keys, new_tokens: int, pe
 
 
 @torch.no_grad()
-def sample_ancestral(model, prompt_values, prompt_offsets, keys, new_tokens: int, perturbation: dict, table, special,
-                     pad_id: int, suppress: list[int], decoder: dict | None = None) -> torch.Tensor:
+def sample_ancestral(
+    model,
+    prompt_values,
+    prompt_offsets,
+    keys,
+    new_tokens: int,
+    perturbation: dict,
+    table,
+    special,
+    pad_id: int,
+    suppress: list[int],
+    decoder: dict | None = None,
+) -> torch.Tensor:
     """Intensity 0 (Algorithm 2 with nothing perturbed): plain ancestral sampling with a key/value cache, as
     Hugging Face `generate` samples.
 
@@ -122,8 +164,13 @@ def sample_ancestral(model, prompt_values, prompt_offsets, keys, new_tokens: int
         generated[:, step] = token
         if step == new_tokens - 1:
             break
-        out = model(input_ids=token[:, None], attention_mask=mask[:, : width + step + 1], position_ids=position + step,
-                    past_key_values=past, use_cache=True)
+        out = model(
+            input_ids=token[:, None],
+            attention_mask=mask[:, : width + step + 1],
+            position_ids=position + step,
+            past_key_values=past,
+            use_cache=True,
+        )
         past, logits = out.past_key_values, out.logits[:, -1]
         finite &= valid_logits(logits)
     check_finite_logits(finite, "sampling (intensity 0)")
@@ -138,8 +185,19 @@ def cache_fits(model, longest_prompt: int, new_tokens: int) -> bool:
 
 
 @torch.no_grad()
-def sample_cached(model, prompt_values, prompt_offsets, keys, new_tokens: int, perturbation: dict, table, special,
-                  pad_id: int, suppress: list[int], **draw_kw) -> torch.Tensor:
+def sample_cached(
+    model,
+    prompt_values,
+    prompt_offsets,
+    keys,
+    new_tokens: int,
+    perturbation: dict,
+    table,
+    special,
+    pad_id: int,
+    suppress: list[int],
+    **draw_kw,
+) -> torch.Tensor:
     """One persistent perturbed prefix with its key/value cache; each new token is perturbed on arrival."""
     device, alpha, strategy = prompt_values.device, perturbation["intensity"], perturbation["strategy"]
     rule = get_strategy(strategy)
@@ -149,15 +207,19 @@ def sample_cached(model, prompt_values, prompt_offsets, keys, new_tokens: int, p
         values, offsets = out.values, out.offsets
     longest = int((offsets[1:] - offsets[:-1]).max()) + new_tokens * rule.fed_per_token
     if context_length(model) and longest > context_length(model):
-        raise ValueError(f"cached sampling needs {longest} positions but the model has {context_length(model)}: "
-                         "shorten sampling.new_tokens or the prompts, or use mode exact (it keeps the last tokens)")
+        raise ValueError(
+            f"cached sampling needs {longest} positions but the model has {context_length(model)}: "
+            "shorten sampling.new_tokens or the prompts, or use mode exact (it keeps the last tokens)"
+        )
     window = attention_window(model)
     if alpha > 0 and rule.masks_slots and window and longest > window:
         # A deleted token or an unused insertion slot is a masked slot in the cache; a windowed layer counts it,
         # so the model would see fewer tokens of the perturbed prefix than it should.
-        raise ValueError(f"cached sampling with {strategy} leaves masked slots in the key/value cache, and this model "
-                         f"attends to windows of {window} slots (local or sliding-window attention), so its context "
-                         "would shrink: use mode exact for this model")
+        raise ValueError(
+            f"cached sampling with {strategy} leaves masked slots in the key/value cache, and this model "
+            f"attends to windows of {window} slots (local or sliding-window attention), so its context "
+            "would shrink: use mode exact for this model"
+        )
     ids, mask, positions = left_pad(values, offsets, pad_id)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
     past, logits = out.past_key_values, out.logits[:, -1]
@@ -180,7 +242,7 @@ def sample_cached(model, prompt_values, prompt_offsets, keys, new_tokens: int, p
             synonym = table.sample(token.clamp(min=0), hash_uniform(k * 31 + 2), _torch_ops(device))
         chunk, chunk_mask = fed_chunk(rule, token, selected, synonym, pad_id, perturbing=alpha > 0)
         mask = torch.cat([mask, chunk_mask], dim=1)
-        positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -chunk.shape[1]:]
+        positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -chunk.shape[1] :]
         out = model(input_ids=chunk, attention_mask=mask, position_ids=positions, past_key_values=past, use_cache=True)
         past = out.past_key_values
         last_real = chunk_mask.sum(1) - 1  # -1: nothing fed, the view (and its next-token law) is unchanged

@@ -45,9 +45,21 @@ from workflow_lib.sample.loops import SAMPLERS, cache_fits, sample_ancestral
 log = logging.getLogger("workflow_lib.sample.sampler")
 
 
-def generate(model, tokenizer, prompts: list[str], prompt_ids: np.ndarray, runs: int, new_tokens: int, perturbation: dict,
-             table: SynonymTable | None, seed: int, mode: str = "exact", batch_size: int = 64, decoder: dict | None = None,
-             progress: bool = False) -> dict[str, np.ndarray]:
+def generate(
+    model,
+    tokenizer,
+    prompts: list[str],
+    prompt_ids: np.ndarray,
+    runs: int,
+    new_tokens: int,
+    perturbation: dict,
+    table: SynonymTable | None,
+    seed: int,
+    mode: str = "exact",
+    batch_size: int = 64,
+    decoder: dict | None = None,
+    progress: bool = False,
+) -> dict[str, np.ndarray]:
     """Continuations for every (prompt, run): arrays prompt_id, run, continuation_ids [n, new_tokens]."""
     from tqdm import tqdm
 
@@ -71,12 +83,27 @@ def generate(model, tokenizer, prompts: list[str], prompt_ids: np.ndarray, runs:
         sampler = SAMPLERS[mode]
         if perturbation["intensity"] == 0 and cache_fits(model, int(lengths.max()), new_tokens):
             sampler = sample_ancestral  # both modes' law at intensity 0, with a cache
-        generated = sampler(model, values, offsets, row_keys(seed, pids, run_ids), new_tokens, perturbation, table,
-                            special, pad_id, suppress, decoder=decoder or {})
+        generated = sampler(
+            model,
+            values,
+            offsets,
+            row_keys(seed, pids, run_ids),
+            new_tokens,
+            perturbation,
+            table,
+            special,
+            pad_id,
+            suppress,
+            decoder=decoder or {},
+        )
         out_prompt.append(pids.cpu().numpy())
         out_run.append(run_ids.cpu().numpy())
         out_ids.append(generated.cpu().numpy())
-    return {"prompt_id": np.concatenate(out_prompt), "run": np.concatenate(out_run), "continuation_ids": np.concatenate(out_ids)}
+    return {
+        "prompt_id": np.concatenate(out_prompt),
+        "run": np.concatenate(out_run),
+        "continuation_ids": np.concatenate(out_ids),
+    }
 
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -102,8 +129,10 @@ def load_model(path: str, device: str, precision: str = "fp32", revision: str | 
         raise StageError(f"{path}: cannot load a causal LM checkpoint ({str(error).splitlines()[0]})") from error
     bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
     if bad:
-        raise StageError(f"{path}: {len(bad)} weight tensors are not finite (first: {bad[0]}); the model diverged in "
-                         "training, so nothing is sampled or scored from it. Retrain it (see its train_log.csv)")
+        raise StageError(
+            f"{path}: {len(bad)} weight tensors are not finite (first: {bad[0]}); the model diverged in "
+            "training, so nothing is sampled or scored from it. Retrain it (see its train_log.csv)"
+        )
     return use_in_place_activations(model.to(device=device, dtype=PRECISIONS[precision]).eval())
 
 
@@ -115,15 +144,16 @@ def main() -> None:
     parser.add_argument("--synonyms", help="synonym table Parquet (perturbed sampling)")
     parser.add_argument("--perturbation", required=True, help="JSON: strategy, intensity")
     parser.add_argument("--settings", required=True, help="JSON: the sampling section and the seed")
-    parser.add_argument("--decoder", default="{}", help="JSON: temperature, top_k, top_p, typical_p (default: unbiased)")
+    parser.add_argument(
+        "--decoder", default="{}", help="JSON: temperature, top_k, top_p, typical_p (default: unbiased)"
+    )
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
 
     import pyarrow as pa
-    from workflow_lib.files import read_parquet
     from transformers import AutoTokenizer
 
-    from workflow_lib.files import write_parquet
+    from workflow_lib.files import read_parquet, write_parquet
 
     settings = parse_json_arg(args.settings, "sampling")
     perturbation = parse_json_arg(args.perturbation, "test perturbation")
@@ -133,21 +163,46 @@ def main() -> None:
     model = load_model(args.model, device, settings["precision"], args.revision)
     prompts = read_parquet(args.prompts)
     table = SynonymTable.from_arrow(read_parquet(args.synonyms)) if args.synonyms else None
-    out = generate(model, tokenizer, prompts.column("prefix").to_pylist(), prompts.column("prompt_id").to_numpy(),
-                   settings["runs"], settings["new_tokens"], perturbation, table, settings["seed"], settings["mode"],
-                   settings["batch_size"], decoder, progress=True)
+    out = generate(
+        model,
+        tokenizer,
+        prompts.column("prefix").to_pylist(),
+        prompts.column("prompt_id").to_numpy(),
+        settings["runs"],
+        settings["new_tokens"],
+        perturbation,
+        table,
+        settings["seed"],
+        settings["mode"],
+        settings["batch_size"],
+        decoder,
+        progress=True,
+    )
     ids = out["continuation_ids"]
     texts = tokenizer.batch_decode(ids.tolist(), skip_special_tokens=True)
     width = ids.shape[1]
-    write_parquet(pa.table({
-        "prompt_id": pa.array(out["prompt_id"].astype(np.int64)),
-        "run": pa.array(out["run"].astype(np.int32)),
-        "continuation_ids": pa.ListArray.from_arrays(pa.array(np.arange(0, ids.size + 1, width, dtype=np.int32)),
-                                                     pa.array(ids.reshape(-1).astype(np.int32))),
-        "text": pa.array(texts),
-    }), args.output)
-    log.info("%d continuations of %d tokens (%s mode, %s, decoder %s)", len(ids), width, settings["mode"], perturbation,
-             decoder or "unbiased")
+    write_parquet(
+        pa.table(
+            {
+                "prompt_id": pa.array(out["prompt_id"].astype(np.int64)),
+                "run": pa.array(out["run"].astype(np.int32)),
+                "continuation_ids": pa.ListArray.from_arrays(
+                    pa.array(np.arange(0, ids.size + 1, width, dtype=np.int32)),
+                    pa.array(ids.reshape(-1).astype(np.int32)),
+                ),
+                "text": pa.array(texts),
+            }
+        ),
+        args.output,
+    )
+    log.info(
+        "%d continuations of %d tokens (%s mode, %s, decoder %s)",
+        len(ids),
+        width,
+        settings["mode"],
+        perturbation,
+        decoder or "unbiased",
+    )
 
 
 if __name__ == "__main__":

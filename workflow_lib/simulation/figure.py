@@ -40,21 +40,37 @@ def simulation_figure(summary, path_stem: str) -> None:
                 ax.set_ylabel(f"MAE, {READING_TITLES[reading]}", fontsize=8)
             if panel[f"mae_{reading}_mean"].is_null().all():
                 reps = panel["replications"].max()
-                empty_panel(ax, f"no token unseen as a\nfirst element in any of\n{reps} replications:\nreading (a) is empty")
+                empty_panel(
+                    ax, f"no token unseen as a\nfirst element in any of\n{reps} replications:\nreading (a) is empty"
+                )
                 continue
             for rule in rules:
                 line = panel.filter(panel["synonyms"] == rule).sort("intensity")
-                ax.errorbar(line["intensity"].to_list(), line[f"mae_{reading}_mean"].to_list(),
-                            yerr=[0.0 if e is None else e for e in line[f"mae_{reading}_2se"].to_list()],
-                            markersize=4, capsize=2, linewidth=1.2, label=rule, **styles[rule])
+                ax.errorbar(
+                    line["intensity"].to_list(),
+                    line[f"mae_{reading}_mean"].to_list(),
+                    yerr=[0.0 if e is None else e for e in line[f"mae_{reading}_2se"].to_list()],
+                    markersize=4,
+                    capsize=2,
+                    linewidth=1.2,
+                    label=rule,
+                    **styles[rule],
+                )
             uniform = panel[f"uniform_{reading}_mean"].drop_nulls()
             if len(uniform):
                 ax.axhline(uniform[0], label="uniform 1/|V|", **UNIFORM_STYLE)
             if reading == "unseen_rows":
                 reps, total = panel["n_unseen_rows_reps"].max(), panel["replications"].max()
                 rows = panel["n_unseen_rows_mean"].max()
-                ax.text(0.98, 0.98, f"{rows:.1f} unseen rows on avg.\nin {reps}/{total} replications", fontsize=7,
-                        ha="right", va="top", transform=ax.transAxes)
+                ax.text(
+                    0.98,
+                    0.98,
+                    f"{rows:.1f} unseen rows on avg.\nin {reps}/{total} replications",
+                    fontsize=7,
+                    ha="right",
+                    va="top",
+                    transform=ax.transAxes,
+                )
             ax.tick_params(labelsize=8)
             if row == 1:
                 ax.set_xlabel("perturbation intensity α", fontsize=9)
@@ -65,8 +81,15 @@ def simulation_figure(summary, path_stem: str) -> None:
                 handles.append(h)
                 labels.append(lab)
     if handles:
-        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.955), ncol=len(labels), fontsize=9,
-                   frameon=False)
+        fig.legend(
+            handles,
+            labels,
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.955),
+            ncol=len(labels),
+            fontsize=9,
+            frameon=False,
+        )
     fig.suptitle("MAE of the estimated transition matrix against the truth (mean ± 2 SE)", fontsize=11, y=0.995)
     fig.tight_layout(rect=(0, 0, 1, 0.91))
     _save(fig, path_stem)

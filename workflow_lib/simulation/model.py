@@ -90,8 +90,15 @@ def dropout_masks(shape: tuple[int, int], p: float, generators: list[np.random.G
     return torch.from_numpy(keep).view(len(generators), *shape)
 
 
-def gradients(params, rows: torch.Tensor, targets: torch.Tensor | None, counts: torch.Tensor | None, n_units: int,
-              dropout: float, generators: list[np.random.Generator]) -> list[torch.Tensor]:
+def gradients(
+    params,
+    rows: torch.Tensor,
+    targets: torch.Tensor | None,
+    counts: torch.Tensor | None,
+    n_units: int,
+    dropout: float,
+    generators: list[np.random.Generator],
+) -> list[torch.Tensor]:
     """Gradients of each model's minibatch loss (sum of NLLs / n_units) with respect to its parameters.
 
     Written out by hand rather than through autograd: the [B, rows, V] logits are the only large array, and
@@ -123,8 +130,14 @@ def gradients(params, rows: torch.Tensor, targets: torch.Tensor | None, counts: 
     return [grad_E, grad_W1, grad_b1, grad_W2, grad_b2]
 
 
-def minibatch_gradients(params, cond: torch.Tensor, target: torch.Tensor, n_units: int, settings: ModelSettings,
-                        generators: list[np.random.Generator]) -> list[torch.Tensor]:
+def minibatch_gradients(
+    params,
+    cond: torch.Tensor,
+    target: torch.Tensor,
+    n_units: int,
+    settings: ModelSettings,
+    generators: list[np.random.Generator],
+) -> list[torch.Tensor]:
     """The gradients of one minibatch, cond and target [B, n]: per pair, or per token with pair counts."""
     if settings.dropout_masks == "pair":
         return gradients(params, cond, target, None, n_units, settings.dropout, generators)
@@ -142,8 +155,14 @@ def minibatch_loss(params, cond: torch.Tensor, target: torch.Tensor, n_units: in
     return nll / n_units
 
 
-def train_bigrams(cond: np.ndarray, target: np.ndarray, vocab_size: int, settings: ModelSettings,
-                  init_seeds: list[np.random.SeedSequence], train_seeds: list[np.random.SeedSequence]) -> np.ndarray:
+def train_bigrams(
+    cond: np.ndarray,
+    target: np.ndarray,
+    vocab_size: int,
+    settings: ModelSettings,
+    init_seeds: list[np.random.SeedSequence],
+    train_seeds: list[np.random.SeedSequence],
+) -> np.ndarray:
     """Train B = len(init_seeds) models on their own units and return their transition matrices [B, V, V].
 
     cond, target: [B, U, P] int arrays, U units of P (conditioning, target) pairs per model.
@@ -162,7 +181,7 @@ def train_bigrams(cond: np.ndarray, target: np.ndarray, vocab_size: int, setting
     for _ in range(settings.epochs):
         order = torch.from_numpy(np.stack([gen.permutation(U) for gen in generators]))
         for start in range(0, U, settings.batch_size):
-            units = order[:, start:start + settings.batch_size]
+            units = order[:, start : start + settings.batch_size]
             pick = units.unsqueeze(-1).expand(-1, -1, P)
             c = torch.gather(cond_t, 1, pick).reshape(B, -1)
             t = torch.gather(target_t, 1, pick).reshape(B, -1)

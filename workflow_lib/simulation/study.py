@@ -56,8 +56,9 @@ def intensity_key(intensity: float) -> int:
     return int(round(intensity * 1_000_000))
 
 
-def sample_truth(vocab_size: int, n_sequences: int, seq_len: int, concentration: float,
-                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def sample_truth(
+    vocab_size: int, n_sequences: int, seq_len: int, concentration: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """(M [V, V], sequences [n, L]): Dirichlet rows, uniform first tokens, then L-1 bigram steps."""
     M = rng.dirichlet(np.full(vocab_size, concentration), size=vocab_size)
     cumulative = np.cumsum(M, axis=1)
@@ -78,7 +79,8 @@ def empirical_bigram(x: np.ndarray, vocab_size: int) -> np.ndarray:
 
 def pair_counts(x: np.ndarray, vocab_size: int) -> np.ndarray:
     return np.bincount((x[:, :-1] * vocab_size + x[:, 1:]).ravel(), minlength=vocab_size * vocab_size).reshape(
-        vocab_size, vocab_size)
+        vocab_size, vocab_size
+    )
 
 
 def synonym_table(P: np.ndarray, x: np.ndarray, threshold_factor: float) -> SynonymTable:
@@ -119,8 +121,11 @@ def mae_readings(M_hat: np.ndarray, M: np.ndarray, x: np.ndarray) -> dict:
     unseen_rows = ~seen_pairs.any(1)
     error, uniform = np.abs(M_hat - M), np.abs(1.0 / V - M)
     out = {"n_unseen_rows": int(unseen_rows.sum()), "n_unseen_pairs": int((~seen_pairs).sum())}
-    for name, cells in (("unseen_rows", np.broadcast_to(unseen_rows[:, None], M.shape)), ("unseen_pairs", ~seen_pairs),
-                        ("all", np.ones_like(seen_pairs))):
+    for name, cells in (
+        ("unseen_rows", np.broadcast_to(unseen_rows[:, None], M.shape)),
+        ("unseen_pairs", ~seen_pairs),
+        ("all", np.ones_like(seen_pairs)),
+    ):
         empty = not cells.any()
         out[f"mae_{name}"] = None if empty else float(error[cells].mean())
         out[f"uniform_{name}"] = None if empty else float(uniform[cells].mean())
@@ -159,8 +164,13 @@ def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, 
     jobs, rows = [], []  # jobs: (row index, replication, cond, target)
     truths = {}
     for rep in range(settings["replications"]):
-        M, x = sample_truth(V, settings["n_sequences"], settings["seq_len"], settings["dirichlet"],
-                            np.random.default_rng(stream(seed, V, rep, TRUTH)))
+        M, x = sample_truth(
+            V,
+            settings["n_sequences"],
+            settings["seq_len"],
+            settings["dirichlet"],
+            np.random.default_rng(stream(seed, V, rep, TRUTH)),
+        )
         truths[rep] = (M, x)
         original = x[:, :-1]
         conditions = [("none", 0.0, original, 0, 0, 0, 0.0)]
@@ -176,9 +186,19 @@ def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, 
         for rule, alpha, copy, eligible, replaced, changed, mean_candidates in conditions:
             cond, target = units_of(original, copy, x, settings["batch_unit"])
             new_rows = int(unseen_rows[np.unique(copy)].sum())
-            rows.append({"vocab_size": V, "replication": rep, "synonyms": rule, "intensity": float(alpha),
-                         "n_eligible": eligible, "n_replaced": replaced, "n_changed": changed,
-                         "n_unseen_rows_perturbed": new_rows, "mean_synonyms": mean_candidates})
+            rows.append(
+                {
+                    "vocab_size": V,
+                    "replication": rep,
+                    "synonyms": rule,
+                    "intensity": float(alpha),
+                    "n_eligible": eligible,
+                    "n_replaced": replaced,
+                    "n_changed": changed,
+                    "n_unseen_rows_perturbed": new_rows,
+                    "mean_synonyms": mean_candidates,
+                }
+            )
             jobs.append((len(rows) - 1, rep, cond, target))
 
     units, pairs = jobs[0][2].shape
@@ -186,9 +206,15 @@ def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, 
     chunk = chunk or max(1, CHUNK_ELEMENTS // per_step)
     started = time.perf_counter()
     for first in range(0, len(jobs), chunk):
-        part = jobs[first:first + chunk]
-        M_hat = train_bigrams(np.stack([j[2] for j in part]), np.stack([j[3] for j in part]), V, model,
-                              [stream(seed, V, j[1], INIT) for j in part], [stream(seed, V, j[1], TRAIN) for j in part])
+        part = jobs[first : first + chunk]
+        M_hat = train_bigrams(
+            np.stack([j[2] for j in part]),
+            np.stack([j[3] for j in part]),
+            V,
+            model,
+            [stream(seed, V, j[1], INIT) for j in part],
+            [stream(seed, V, j[1], TRAIN) for j in part],
+        )
         for (index, rep, _, _), estimate in zip(part, M_hat):
             M, x = truths[rep]
             rows[index].update(mae_readings(estimate, M, x))
@@ -201,18 +227,29 @@ def expand_baseline(rows: list[dict], rules: list[str]) -> list[dict]:
     curve starts from it. Sorted by (rule, intensity, replication)."""
     out = []
     for row in rows:
-        for rule in (rules if row["synonyms"] == "none" else [row["synonyms"]]):
+        for rule in rules if row["synonyms"] == "none" else [row["synonyms"]]:
             out.append({**row, "synonyms": rule})
     return sorted(out, key=lambda r: (r["synonyms"], r["intensity"], r["replication"]))
 
 
 COLUMNS = {
-    "vocab_size": "Int32", "replication": "Int32", "synonyms": "String", "intensity": "Float64",
-    "mae_unseen_rows": "Float64", "mae_unseen_pairs": "Float64", "mae_all": "Float64",
-    "uniform_unseen_rows": "Float64", "uniform_unseen_pairs": "Float64", "uniform_all": "Float64",
-    "n_unseen_rows": "Int32", "n_unseen_pairs": "Int32",
-    "n_eligible": "Int32", "n_replaced": "Int32", "n_changed": "Int32",
-    "n_unseen_rows_perturbed": "Int32", "mean_synonyms": "Float64",
+    "vocab_size": "Int32",
+    "replication": "Int32",
+    "synonyms": "String",
+    "intensity": "Float64",
+    "mae_unseen_rows": "Float64",
+    "mae_unseen_pairs": "Float64",
+    "mae_all": "Float64",
+    "uniform_unseen_rows": "Float64",
+    "uniform_unseen_pairs": "Float64",
+    "uniform_all": "Float64",
+    "n_unseen_rows": "Int32",
+    "n_unseen_pairs": "Int32",
+    "n_eligible": "Int32",
+    "n_replaced": "Int32",
+    "n_changed": "Int32",
+    "n_unseen_rows_perturbed": "Int32",
+    "mean_synonyms": "Float64",
 }
 
 

@@ -68,7 +68,9 @@ def collate(rows, pad_id: int) -> dict[str, torch.Tensor]:
     return {
         "input_ids": torch.from_numpy(input_ids),
         "attention_mask": torch.from_numpy(mask),
-        "target_row": torch.from_numpy(np.concatenate([np.full(len(p), b) for b, (_, p, _) in enumerate(rows)]).astype(np.int64)),
+        "target_row": torch.from_numpy(
+            np.concatenate([np.full(len(p), b) for b, (_, p, _) in enumerate(rows)]).astype(np.int64)
+        ),
         "target_pos": torch.from_numpy(np.concatenate([p for _, p, _ in rows]).astype(np.int64)),
         "target_ids": torch.from_numpy(np.concatenate([t for _, _, t in rows]).astype(np.int64)),
     }

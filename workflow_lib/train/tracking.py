@@ -21,14 +21,20 @@ from pathlib import Path
 ENV = "PERTURBED_LM_TRACKING"
 PROJECT = "perturbed-lm"
 # tracker name -> (the module accelerate imports, the pip package that provides it)
-TRACKERS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"),
-            "mlflow": ("mlflow", "mlflow-skinny")}
+TRACKERS = {
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "wandb": ("wandb", "wandb"),
+    "mlflow": ("mlflow", "mlflow-skinny"),
+}
 
 
 def missing(report_to: list[str]) -> list[str]:
     """The trackers asked for whose package is not installed, each as 'name (pip install package)'."""
-    return [f"{name} (pip install {TRACKERS[name][1]})" for name in report_to
-            if importlib.util.find_spec(TRACKERS[name][0]) is None]
+    return [
+        f"{name} (pip install {TRACKERS[name][1]})"
+        for name in report_to
+        if importlib.util.find_spec(TRACKERS[name][0]) is None
+    ]
 
 
 def settings_from_env() -> dict:
@@ -40,7 +46,7 @@ def run_name(output: str) -> str:
     """results/models/<model>/<dataset>/<objective>/<synonyms>/<mode>/<strategy-intensity>/seed<n> -> the part
     after results/models/ (the job's wildcards, in path order)."""
     parts = Path(output).parts
-    return "/".join(parts[parts.index("models") + 1:]) if "models" in parts else Path(output).name
+    return "/".join(parts[parts.index("models") + 1 :]) if "models" in parts else Path(output).name
 
 
 def trackers(report_to: list[str], folder: str, run: str) -> list:

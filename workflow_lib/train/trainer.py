@@ -33,7 +33,9 @@ from workflow_lib.train.batches import EpochShuffle, TrainingRows, collate
 
 log = logging.getLogger("workflow_lib.train.trainer")
 logging.getLogger("accelerate").setLevel(logging.WARNING)  # its per-file checkpoint messages bury ours
-logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)  # "Removed shared tensor" (tied heads) per checkpoint
+logging.getLogger("accelerate.utils.other").setLevel(
+    logging.ERROR
+)  # "Removed shared tensor" (tied heads) per checkpoint
 
 
 # ---- model ---------------------------------------------------------------------------------------------------
@@ -47,8 +49,9 @@ def build_model(key: str, spec: dict, tokenizer, settings: dict):
 
     if spec["source"] == "scratch":
         arch = dict(spec.get("architecture", {}))
-        config = GPT2Config(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                            eos_token_id=tokenizer.eos_token_id, **arch)
+        config = GPT2Config(
+            vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **arch
+        )
         model = GPT2LMHeadModel(config)
     else:
         model = load_pretrained(key, spec)
@@ -58,8 +61,10 @@ def build_model(key: str, spec: dict, tokenizer, settings: dict):
     # train a different model than it samples from.
     for attribute in ("final_logit_softcapping", "logit_scale"):
         if getattr(model.config, attribute, None) not in (None, 1, 1.0):
-            raise StageError(f"models.{key}: {model.config.model_type} post-processes its logits ({attribute}); "
-                             "its training step is not supported")
+            raise StageError(
+                f"models.{key}: {model.config.model_type} post-processes its logits ({attribute}); "
+                "its training step is not supported"
+            )
     if settings["gradient_checkpointing"]:
         model.gradient_checkpointing_enable()
     return model
@@ -83,8 +88,15 @@ class TargetLogits(torch.nn.Module):
         self.lm = lm
 
     def forward(self, input_ids, attention_mask, target_row, target_pos):
-        return target_logits(self.lm, {"input_ids": input_ids, "attention_mask": attention_mask,
-                                       "target_row": target_row, "target_pos": target_pos})
+        return target_logits(
+            self.lm,
+            {
+                "input_ids": input_ids,
+                "attention_mask": attention_mask,
+                "target_row": target_row,
+                "target_pos": target_pos,
+            },
+        )
 
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "target_row", "target_pos")
@@ -102,8 +114,10 @@ def check_settings(settings: dict, n_rows: int, n_processes: int) -> None:
     """Hyperparameters that can only be checked against the data: before any step, naming the key."""
     per_step = settings["batch_size"] * n_processes
     if n_rows < per_step:
-        raise StageError(f"training.batch_size = {settings['batch_size']} (x {n_processes} processes) is larger than "
-                         f"the training data ({n_rows} rows); lower it or add data")
+        raise StageError(
+            f"training.batch_size = {settings['batch_size']} (x {n_processes} processes) is larger than "
+            f"the training data ({n_rows} rows); lower it or add data"
+        )
 
 
 def fingerprint(args, settings: dict, model_spec: dict, objective: dict, n_processes: int) -> str:
@@ -117,7 +131,9 @@ def fingerprint(args, settings: dict, model_spec: dict, objective: dict, n_proce
 # ---- training ------------------------------------------------------------------------------------------------
 
 
-def validation_losses(model, data: TrainingRows, pad_id: int, batch_size: int, accelerator, loss_fn, loss_params) -> dict:
+def validation_losses(
+    model, data: TrainingRows, pad_id: int, batch_size: int, accelerator, loss_fn, loss_params
+) -> dict:
     """NLL and the training objective's own loss per target token on the (unperturbed) validation rows.
 
     Process i takes rows i, i + N, ... and the sums are reduced, so the value does not depend on the number of
@@ -129,28 +145,50 @@ def validation_losses(model, data: TrainingRows, pad_id: int, batch_size: int, a
     module.eval()
     with torch.no_grad():
         for start in range(0, len(rows), batch_size):
-            batch = {k: v.to(accelerator.device) for k, v in collate([data[i] for i in rows[start : start + batch_size]], pad_id).items()}
+            batch = {
+                k: v.to(accelerator.device)
+                for k, v in collate([data[i] for i in rows[start : start + batch_size]], pad_id).items()
+            }
             logits, targets = module(**{k: batch[k] for k in MODEL_INPUTS}).float(), batch["target_ids"]
-            sums += torch.stack([torch.nn.functional.cross_entropy(logits, targets, reduction="sum").double(),
-                                 loss_fn(logits, targets, **loss_params).double() * len(targets),
-                                 torch.tensor(len(targets), dtype=torch.float64, device=accelerator.device)])
+            sums += torch.stack(
+                [
+                    torch.nn.functional.cross_entropy(logits, targets, reduction="sum").double(),
+                    loss_fn(logits, targets, **loss_params).double() * len(targets),
+                    torch.tensor(len(targets), dtype=torch.float64, device=accelerator.device),
+                ]
+            )
     module.train()
     sums = accelerator.reduce(sums, "sum")
     return {"nll": float(sums[0] / sums[2].clamp(min=1)), "objective": float(sums[1] / sums[2].clamp(min=1))}
 
 
-def diverged(key: str, what: str, value: float, step: int, total: int, resume: Path, checkpoint_step: int | None,
-             settings: dict, model_spec: dict) -> StageError:
+def diverged(
+    key: str,
+    what: str,
+    value: float,
+    step: int,
+    total: int,
+    resume: Path,
+    checkpoint_step: int | None,
+    settings: dict,
+    model_spec: dict,
+) -> StageError:
     """The error that stops a diverged run: where it happened, what is kept, what to check."""
-    kept = (f"the last good checkpoint is {resume / 'state'} (step {checkpoint_step}); a rerun with the same settings "
-            f"resumes from it, with other settings it starts afresh" if checkpoint_step else
-            f"no checkpoint was written yet (training.checkpoint_every = {settings['checkpoint_every']})")
-    dtype = f"models.{key}.load_dtype = {model_spec.get('load_dtype', 'float32')}; " if model_spec["source"] == "hf" else ""
+    kept = (
+        f"the last good checkpoint is {resume / 'state'} (step {checkpoint_step}); a rerun with the same settings "
+        f"resumes from it, with other settings it starts afresh"
+        if checkpoint_step
+        else f"no checkpoint was written yet (training.checkpoint_every = {settings['checkpoint_every']})"
+    )
+    dtype = (
+        f"models.{key}.load_dtype = {model_spec.get('load_dtype', 'float32')}; " if model_spec["source"] == "hf" else ""
+    )
     return StageError(
         f"models.{key}: training diverged: the {what} is {value} at step {step} of {total}; no model is written, {kept}. "
         f"Check training.learning_rate = {settings['learning_rate']}, training.mixed_precision = {settings['mixed_precision']} "
         f"(fp16 overflows; use bf16 or no), {dtype}training.max_grad_norm = {settings['max_grad_norm']} (0 = no clipping), "
-        "and the training data.")
+        "and the training data."
+    )
 
 
 def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
@@ -172,17 +210,24 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
     tracked = tracking.settings_from_env()
     run = tracking.run_name(args.output)
     on_main = PartialState(cpu=not torch.cuda.is_available()).is_main_process
-    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=resolve_precision(settings["mixed_precision"]),
-                              gradient_accumulation_steps=settings["gradient_accumulation_steps"],
-                              log_with=tracking.trackers(tracked["report_to"], tracked["dir"], run) if on_main and
-                              tracked["report_to"] else None)
+    accelerator = Accelerator(
+        cpu=not torch.cuda.is_available(),
+        mixed_precision=resolve_precision(settings["mixed_precision"]),
+        gradient_accumulation_steps=settings["gradient_accumulation_steps"],
+        log_with=tracking.trackers(tracked["report_to"], tracked["dir"], run)
+        if on_main and tracked["report_to"]
+        else None,
+    )
     n_proc, accum = accelerator.num_processes, settings["gradient_accumulation_steps"]
     global_batch = settings["batch_size"] * n_proc * accum
     if not accelerator.is_main_process:  # one copy of the progress messages in the log; errors from every process
         logging.getLogger("workflow_lib").setLevel(logging.WARNING)
     if n_proc > 1 and not torch.cuda.is_available() and accelerator.is_main_process:
-        log.warning("training.gpus = %d but there is no CUDA device: %d CPU processes (gloo) train data-parallel",
-                    settings["gpus"], n_proc)
+        log.warning(
+            "training.gpus = %d but there is no CUDA device: %d CPU processes (gloo) train data-parallel",
+            settings["gpus"],
+            n_proc,
+        )
     set_seed(settings["seed"])  # the same on every process: a scratch model starts from the same weights everywhere
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -192,9 +237,16 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
     # Own generators: a DataLoader draws a base seed from the global RNG whenever it starts an epoch, which
     # would shift the dropout masks of a resumed run. Prepared, process i takes batches i, i + N, ... of each
     # epoch's permutation, so N processes at batch b see the rows one process sees at batch N x b.
-    loader = accelerator.prepare(torch.utils.data.DataLoader(
-        data, batch_size=settings["batch_size"], sampler=sampler, drop_last=True,
-        collate_fn=lambda rows: collate(rows, pad_id), generator=torch.Generator()))
+    loader = accelerator.prepare(
+        torch.utils.data.DataLoader(
+            data,
+            batch_size=settings["batch_size"],
+            sampler=sampler,
+            drop_last=True,
+            collate_fn=lambda rows: collate(rows, pad_id),
+            generator=torch.Generator(),
+        )
+    )
     validation = TrainingRows(args.validation, settings["max_length"]) if args.validation else None
 
     lm = build_model(args.model_key, model_spec, tokenizer, settings)
@@ -207,14 +259,21 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
     # Only on float32 master weights: on float16 ones the loop's eps underflows to the NaN that stops the run,
     # naming load_dtype (diverged(); docs/usage.md, "Training"), where the fused kernel's float32 arithmetic goes on.
     fused = accelerator.device.type in ("cpu", "cuda") and all(p.dtype == torch.float32 for p in lm.parameters())
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": settings["weight_decay"]},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=settings["learning_rate"], fused=fused)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": settings["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=settings["learning_rate"],
+        fused=fused,
+    )
     steps_per_epoch = math.ceil(len(loader) / accum)  # optimizer steps; len(loader) is this process's shard
     total_steps = settings["epochs"] * steps_per_epoch
     # A prepared scheduler steps once per process at every optimizer step (as in run_clm_no_trainer), so it is sized
     # in process-steps: the linear schedule then reaches 0 at the last step whatever the number of processes.
-    scheduler = get_scheduler(settings["lr_scheduler"], optimizer, num_warmup_steps=settings["warmup_steps"] * n_proc,
-                              num_training_steps=total_steps * n_proc)
+    scheduler = get_scheduler(
+        settings["lr_scheduler"],
+        optimizer,
+        num_warmup_steps=settings["warmup_steps"] * n_proc,
+        num_training_steps=total_steps * n_proc,
+    )
     model, optimizer, scheduler = accelerator.prepare(TargetLogits(lm), optimizer, scheduler)
     set_seed(settings["seed"], device_specific=True)  # dropout: independent masks on each process
 
@@ -239,11 +298,22 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
 
     if tracked["report_to"]:
         accelerator.init_trackers(tracking.PROJECT, config=tracking.run_config(settings, model_spec, objective, run))
-    log.info("%d optimizer steps (%d per epoch): %d process(es) x batch %d x accumulation %d = global batch %d; "
-             "mixed precision %s; master weights %s", total_steps, steps_per_epoch, n_proc, settings["batch_size"], accum,
-             global_batch, accelerator.mixed_precision, next(lm.parameters()).dtype)
+    log.info(
+        "%d optimizer steps (%d per epoch): %d process(es) x batch %d x accumulation %d = global batch %d; "
+        "mixed precision %s; master weights %s",
+        total_steps,
+        steps_per_epoch,
+        n_proc,
+        settings["batch_size"],
+        accum,
+        global_batch,
+        accelerator.mixed_precision,
+        next(lm.parameters()).dtype,
+    )
     stop_after = int(os.environ.get("PERTURBED_LM_KILL_AT_STEP", "0"))  # tests: SIGKILL ourselves here
-    progress = tqdm(total=total_steps, initial=step, desc="train", disable=not accelerator.is_main_process, mininterval=2)
+    progress = tqdm(
+        total=total_steps, initial=step, desc="train", disable=not accelerator.is_main_process, mininterval=2
+    )
     model.train()
     window_tokens, window_start = 0, time.perf_counter()
     while step < total_steps:
@@ -256,8 +326,17 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
                 loss = loss_fn(model(**{k: batch[k] for k in MODEL_INPUTS}), batch["target_ids"], **loss_params)
                 mean_loss = float(accelerator.reduce(loss.detach(), "mean"))  # every process sees the same value
                 if not math.isfinite(mean_loss):
-                    raise diverged(args.model_key, f"{objective['loss']} loss", mean_loss, step + 1, total_steps, resume,
-                                   checkpoint_step, settings, model_spec)
+                    raise diverged(
+                        args.model_key,
+                        f"{objective['loss']} loss",
+                        mean_loss,
+                        step + 1,
+                        total_steps,
+                        resume,
+                        checkpoint_step,
+                        settings,
+                        model_spec,
+                    )
                 accelerator.backward(loss)
                 if accelerator.sync_gradients:  # max_grad_norm 0: no clipping (inf scales by exactly 1), the norm only
                     grad_norm = accelerator.clip_grad_norm_(model.parameters(), settings["max_grad_norm"] or math.inf)
@@ -269,18 +348,34 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
                 continue
             step += 1
             progress.update(1)
-            row = {"step": step, "epoch": epoch, "loss": mean_loss, "lr": scheduler.get_last_lr()[0],
-                   "grad_norm": float(grad_norm)}
+            row = {
+                "step": step,
+                "epoch": epoch,
+                "loss": mean_loss,
+                "lr": scheduler.get_last_lr()[0],
+                "grad_norm": float(grad_norm),
+            }
             if step % settings["log_every"] == 0 or step == total_steps:
                 row["tokens_per_s"] = window_tokens / (time.perf_counter() - window_start)
                 window_tokens, window_start = 0, time.perf_counter()
             every = settings["eval_every"] or steps_per_epoch  # 0: at the end of each epoch
             if validation is not None and (step % every == 0 or step == total_steps):
-                losses = validation_losses(model, validation, pad_id, settings["batch_size"], accelerator, loss_fn, loss_params)
+                losses = validation_losses(
+                    model, validation, pad_id, settings["batch_size"], accelerator, loss_fn, loss_params
+                )
                 row["validation_loss"], row["validation_objective"] = losses["nll"], losses["objective"]
                 if not math.isfinite(losses["nll"] + losses["objective"]):
-                    raise diverged(args.model_key, "validation loss", losses["nll"] + losses["objective"], step,
-                                   total_steps, resume, checkpoint_step, settings, model_spec)
+                    raise diverged(
+                        args.model_key,
+                        "validation loss",
+                        losses["nll"] + losses["objective"],
+                        step,
+                        total_steps,
+                        resume,
+                        checkpoint_step,
+                        settings,
+                        model_spec,
+                    )
                 if settings["select_best"] and losses[settings["select_by"]] < best["loss"]:
                     best = {"loss": losses[settings["select_by"]], "step": step, "by": settings["select_by"]}
                     save_model(accelerator, model, tokenizer, resume / "best")
@@ -298,10 +393,15 @@ def train(args, settings: dict, model_spec: dict, objective: dict) -> None:
         tracker.finish()
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        ran = {"processes": n_proc, "distributed": str(accelerator.distributed_type).split(".")[-1],
-               "device": accelerator.device.type, "mixed_precision": accelerator.mixed_precision,
-               "master_weights": str(next(lm.parameters()).dtype).replace("torch.", ""),
-               "global_batch": global_batch, "steps_per_epoch": steps_per_epoch}
+        ran = {
+            "processes": n_proc,
+            "distributed": str(accelerator.distributed_type).split(".")[-1],
+            "device": accelerator.device.type,
+            "mixed_precision": accelerator.mixed_precision,
+            "master_weights": str(next(lm.parameters()).dtype).replace("torch.", ""),
+            "global_batch": global_batch,
+            "steps_per_epoch": steps_per_epoch,
+        }
         write_outputs(args.output, accelerator, model, tokenizer, resume, log_rows, best, settings, ran)
         shutil.rmtree(resume, ignore_errors=True)
     accelerator.wait_for_everyone()
@@ -328,13 +428,16 @@ def save_checkpoint(accelerator, resume: Path, step: int, best: dict, log_rows: 
     if accelerator.is_main_process:
         shutil.rmtree(resume / "state", ignore_errors=True)
         os.replace(tmp, resume / "state")
-        (resume / "trainer_state.json.tmp").write_text(json.dumps({"step": step, "best": best, "log": log_rows,
-                                                                   "fingerprint": mark}))
+        (resume / "trainer_state.json.tmp").write_text(
+            json.dumps({"step": step, "best": best, "log": log_rows, "fingerprint": mark})
+        )
         os.replace(resume / "trainer_state.json.tmp", resume / "trainer_state.json")
     accelerator.wait_for_everyone()
 
 
-def write_outputs(output: str, accelerator, model, tokenizer, resume: Path, log_rows, best, settings, ran: dict) -> None:
+def write_outputs(
+    output: str, accelerator, model, tokenizer, resume: Path, log_rows, best, settings, ran: dict
+) -> None:
     """The final (or best) model in safetensors, its tokenizer, train_log.csv and a summary of what ran, atomically."""
     from workflow_lib.data.tokenization import save_tokenizer
     from workflow_lib.files import atomic_path
@@ -350,10 +453,19 @@ def write_outputs(output: str, accelerator, model, tokenizer, resume: Path, log_
             writer = csv.DictWriter(handle, fieldnames=fields)
             writer.writeheader()
             writer.writerows(log_rows)
-        (tmp / "train_summary.json").write_text(json.dumps({"settings": settings, "ran": ran, "steps": len(log_rows),
-                                                            "best": best,
-                                                            "final_loss": log_rows[-1]["loss"] if log_rows else None},
-                                                           indent=2, sort_keys=True))
+        (tmp / "train_summary.json").write_text(
+            json.dumps(
+                {
+                    "settings": settings,
+                    "ran": ran,
+                    "steps": len(log_rows),
+                    "best": best,
+                    "final_loss": log_rows[-1]["loss"] if log_rows else None,
+                },
+                indent=2,
+                sort_keys=True,
+            )
+        )
 
 
 def main() -> None:
@@ -368,8 +480,12 @@ def main() -> None:
     parser.add_argument("--resume-dir", required=True, help="checkpoints; kept when the job fails")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
-    train(args, parse_json_arg(args.settings, "training"), parse_json_arg(args.model, f"models.{args.model_key}"),
-          parse_json_arg(args.objective, "objectives"))
+    train(
+        args,
+        parse_json_arg(args.settings, "training"),
+        parse_json_arg(args.model, f"models.{args.model_key}"),
+        parse_json_arg(args.objective, "objectives"),
+    )
 
 
 if __name__ == "__main__":
