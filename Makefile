@@ -64,8 +64,13 @@ estimate: $(STAMP)
 dryrun: $(STAMP)
 	$(BIN)/snakemake -n $(SNAKEMAKE_ARGS)
 
+# The checks CI runs (.pre-commit-config.yaml runs them as git hooks; settings in pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
+	$(BIN)/snakefmt --check .
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test: install
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)

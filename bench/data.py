@@ -18,7 +18,7 @@ from pathlib import Path
 os.environ.setdefault("RAYON_NUM_THREADS", "1")  # the tokenizers library's thread pool: one core
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if hasattr(os, "sched_setaffinity"):
-    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -59,7 +59,7 @@ def main() -> None:
     tokenizer, t_bpe = timed(train_bpe, train_clean, 8192)
     (ids, _), t_tok = timed(token_ids, tokenizer, train_clean)
     blocks, t_group = timed(group_blocks, ids, 256)
-    (prompts, stats), t_prompts = timed(make_prompts, test_clean, list(range(len(test_clean))), max_prompts=4000)
+    (prompts, _stats), t_prompts = timed(make_prompts, test_clean, list(range(len(test_clean))), max_prompts=4000)
 
     rows = len(train_rows) + len(test_rows)
     words = sum(len(r.split()) for r in train_rows)
@@ -68,8 +68,8 @@ def main() -> None:
         "source": source,
         "rows": rows,
         "train_words": words,
-        "train_tokens": int(len(ids)),
-        "blocks": int(len(blocks)),
+        "train_tokens": len(ids),
+        "blocks": len(blocks),
         "prompts": prompts.height,
         "read_clean_rows_per_s": round(rows / (t_read + t_clean)),
         "bpe_train_seconds": round(t_bpe, 2),

@@ -71,7 +71,7 @@ def server_process(files: dict[str, bytes], range_support: bool, conn) -> None:
 
     with serve(files, range_support=range_support) as server:
         conn.send(server.port)
-        while (command := conn.recv()) != "stop":
+        while conn.recv() != "stop":
             server.settle()
             conn.send(list(server.requests))
 

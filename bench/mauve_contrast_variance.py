@@ -22,10 +22,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workflow_lib.evaluate.metrics import featurize, mauve_buckets, mauve_score  # noqa: E402
-from workflow_lib.report.contrasts import conditions, pairs  # noqa: E402
-from workflow_lib.report.joint_mauve import _counts, joint_contrast, mauve_from_counts, quantise  # noqa: E402
-from workflow_lib.report.statistics import paired_t  # noqa: E402
+from workflow_lib.evaluate.metrics import featurize, mauve_buckets, mauve_score
+from workflow_lib.report.contrasts import conditions, pairs
+from workflow_lib.report.joint_mauve import _counts, joint_contrast, mauve_from_counts, quantise
+from workflow_lib.report.statistics import paired_t
 
 
 def sample_features(results: Path, metrics_path: str, settings: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -31,7 +31,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402  (after the thread settings)
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -65,7 +65,7 @@ def paragraphs() -> tuple[list[str], list[str]]:
         for p in path.read_text(encoding="utf-8", errors="replace").split("\n\n")
         if len(p.split()) >= 40
     ]
-    cut = lambda t: " ".join(t.split()[:WORDS])  # noqa: E731
+    cut = lambda t: " ".join(t.split()[:WORDS])
     return [cut(t) for t in wiki[:WIKI_POOL]], [cut(t) for t in licence]
 
 
@@ -100,7 +100,7 @@ def main() -> None:
             p, rest = wiki_f[order[:n]], order[n:]
             scores["same"].append(float(mauve_result(p, wiki_f[rest[:n]], SETTINGS, rep).mauve))
             for k, (name, share) in enumerate(MIXES.items()):
-                m = int(round(share * n))
+                m = round(share * n)
                 other = wiki_f[rest[(k + 1) * n : (k + 1) * n + n - m]]
                 q = np.concatenate([other, lic_f[rng.choice(len(lic_f), m, replace=False)]])
                 scores[name].append(float(mauve_result(p, q, SETTINGS, rep).mauve))

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 if hasattr(os, "sched_setaffinity"):
-    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

@@ -24,9 +24,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
+import torch
 
-from workflow_lib.config import load_schema  # noqa: E402
+from workflow_lib.config import load_schema
 from workflow_lib.simulation.study import fit_vocabulary
 
 CORES = 2
@@ -99,9 +99,9 @@ def product_floor_seconds(vocab_sizes: list[int], settings: dict, fits_per_vocab
         B = 8
         hid, W2, grad = torch.randn(B, pairs, h), torch.randn(B, h, V), torch.randn(B, pairs, V)
         products = (
-            lambda: torch.bmm(hid, W2),
-            lambda: torch.bmm(hid.transpose(1, 2), grad),
-            lambda: torch.bmm(grad, W2.transpose(1, 2)),
+            lambda hid=hid, W2=W2: torch.bmm(hid, W2),
+            lambda hid=hid, grad=grad: torch.bmm(hid.transpose(1, 2), grad),
+            lambda grad=grad, W2=W2: torch.bmm(grad, W2.transpose(1, 2)),
         )
         seconds = 0.0
         for product in products:

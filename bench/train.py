@@ -215,9 +215,9 @@ def main() -> None:
             prefix = max(prefix, our_rate(root, "prefix", settings, arch))
             hf = max(hf, hf_rate(root, tokenizer, settings, arch, opts.steps, opts.device))
             if opts.device == "cpu":
-                for key in launched:
+                for key, best in launched.items():
                     processes, threads = map(int, key.split("x"))
-                    launched[key] = max(launched[key], launched_rate(root, processes, threads, settings, arch))
+                    launched[key] = max(best, launched_rate(root, processes, threads, settings, arch))
     result = {
         "device": opts.device,
         "model": opts.model,

@@ -11,7 +11,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-import support.study  # noqa: E402,F401 - first, to keep the environment as the session started (SESSION_ENV)
+import support.study  # noqa: F401 - first, to keep the environment as the session started (SESSION_ENV)
 
 
 @pytest.fixture(scope="module")

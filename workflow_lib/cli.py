@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("workflow_lib")
 
@@ -31,8 +31,8 @@ def run(main: Callable[[], None]) -> None:
     except (StageError, FileNotFoundError) as error:
         log.error("%s", error)
         sys.exit(1)
-    except Exception as error:  # noqa: BLE001 - every failure ends the job with its message as the last line
-        log.error("%s, with this traceback:", type(error).__name__, exc_info=True)
+    except Exception as error:
+        log.exception("%s, with this traceback:", type(error).__name__)
         log.error("%s", error)
         sys.exit(1)
 

@@ -10,8 +10,9 @@ Imports only the standard library, yaml and jsonschema: every cluster job re-par
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 

@@ -55,9 +55,11 @@ def _save(fig, path_stem: str) -> None:
 
 def line_style(i: int) -> dict:
     """The i-th line style: colour, dash pattern and marker (keyword arguments of plot and errorbar)."""
-    return dict(
-        color=PALETTE[i % len(PALETTE)], linestyle=LINESTYLES[i % len(LINESTYLES)], marker=MARKERS[i % len(MARKERS)]
-    )
+    return {
+        "color": PALETTE[i % len(PALETTE)],
+        "linestyle": LINESTYLES[i % len(LINESTYLES)],
+        "marker": MARKERS[i % len(MARKERS)],
+    }
 
 
 def bar_style(i: int) -> dict:
@@ -66,7 +68,7 @@ def bar_style(i: int) -> dict:
     color = PALETTE[i % len(PALETTE)]
     # Half-way to white: the hue stays recognisable, black on it stays readable.
     tint = "#" + "".join(f"{(int(color[k : k + 2], 16) + 255) // 2:02x}" for k in (1, 3, 5))
-    return dict(color=tint, edgecolor=color, hatch=HATCHES[i % len(HATCHES)])
+    return {"color": tint, "edgecolor": color, "hatch": HATCHES[i % len(HATCHES)]}
 
 
 def empty_panel(ax, text: str) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 PACKAGE = "workflow_lib"
@@ -55,7 +55,7 @@ def _parents(module: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-@lru_cache(maxsize=None)
+@cache
 def direct_imports(module: str) -> frozenset[str]:
     """Every module name imported anywhere in `module`'s source (absolute; relative imports resolved)."""
     path = module_path(module)
@@ -80,7 +80,7 @@ def direct_imports(module: str) -> frozenset[str]:
     return frozenset(names)
 
 
-@lru_cache(maxsize=None)
+@cache
 def module_closure(module: str) -> tuple[str, ...]:
     """`module`, every workflow_lib module it imports, transitively, and every package on the way (whose
     __init__.py runs first): all the files that `python -m module` executes from this package."""

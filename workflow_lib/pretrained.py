@@ -57,7 +57,7 @@ def package_folder(package: str) -> Path | None:
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def gguf_file(key: str, gguf: dict, workdir: Path) -> str | None:
@@ -119,9 +119,8 @@ def normalise_gguf(config: dict, workdir: Path) -> None:
                 f"config key models.{key}.name: a model with `gguf` loads its dequantised folder "
                 f"({PRETRAINED_DIR.format(model=key)}); remove `name` (a hub repo goes in gguf.repo)"
             )
-        if gguf_kind(key, gguf) == "url":
-            if urlparse(gguf["url"]).scheme not in ("http", "https"):
-                raise GGUFConfigError(f"config key models.{key}.gguf.url: not an http(s) URL: {gguf['url']!r}")
+        if gguf_kind(key, gguf) == "url" and urlparse(gguf["url"]).scheme not in ("http", "https"):
+            raise GGUFConfigError(f"config key models.{key}.gguf.url: not an http(s) URL: {gguf['url']!r}")
         gguf_file(key, gguf, workdir)
         spec["name"] = PRETRAINED_DIR.format(model=key)
         spec.pop("revision", None)

@@ -31,7 +31,7 @@ WORKFLOW_PATHS = ("Snakefile", "rules", "workflow_lib", "envs", "profiles", "rep
 
 def _git(*args: str) -> str | None:
     try:
-        done = subprocess.run(["git", *args], cwd=CODE_ROOT, capture_output=True, text=True, timeout=30)
+        done = subprocess.run(["git", *args], cwd=CODE_ROOT, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError):  # no git, or it hangs
         return None
     return done.stdout if done.returncode == 0 else None

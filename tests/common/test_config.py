@@ -463,8 +463,10 @@ def test_a_zero_shot_experiment_needs_no_train_dataset(tmp_path):
         ),
         (
             lambda e: e.update(test_perturbation={"intensities": [0.1]}),
-            "experiments.zero.train_dataset: required here (test_perturbation's distributional synonyms are learned from its "
-            "train split)",
+            (
+                "experiments.zero.train_dataset: required here (test_perturbation's distributional synonyms are learned from its "
+                "train split)"
+            ),
         ),
         (
             lambda e: e.update(train_dataset="held-out", objectives=["untrained", "mle"]),

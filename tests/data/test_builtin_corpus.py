@@ -63,7 +63,7 @@ def test_vocabulary_is_distinct_pseudo_english(grammar):
 
 
 def test_supports_split_the_compositions_and_keep_every_class(grammar):
-    ins, ood = map(lambda a: {tuple(r) for r in a.tolist()}, (grammar.in_support, grammar.out_of_support))
+    ins, ood = ({tuple(r) for r in a.tolist()} for a in (grammar.in_support, grammar.out_of_support))
     assert not ins & ood and len(ins | ood) == 4 * 4 * 4 and len(ood) == round(0.25 * 64)
     assert {s for s, _, _ in ins} == {o for _, _, o in ins} == set(range(4)) and {v for _, v, _ in ins} == set(range(4))
     for split, support in (("train", ins), ("validation", ins), ("test", ins), ("ood", ood)):

@@ -122,7 +122,14 @@ def test_a_split_with_fewer_rows_than_prompts_asked_names_its_files_and_format(t
     monkeypatch.chdir(tmp_path)
     doc = " ".join(f"word{i}" for i in range(120))
     (tmp_path / "docs.txt").write_text(f"{doc}\n{doc}\n{doc}\n")
-    settings = dict(prefix_words=20, reference_words=80, min_chars=100, extra_words=10, forbidden="==", max_prompts=30)
+    settings = {
+        "prefix_words": 20,
+        "reference_words": 80,
+        "min_chars": 100,
+        "extra_words": 10,
+        "forbidden": "==",
+        "max_prompts": 30,
+    }
     text = filled({"source": "local", "format": "text", "files": {"test": "docs.txt"}})
     table, meta = normalise("mine", text, "test")
     assert table.num_rows == 1

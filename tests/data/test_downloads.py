@@ -22,7 +22,26 @@ from test_recipes import mixce_webtext_reference
 
 pytestmark = pytest.mark.workflow
 
-WORDS = "the a of river stone quick light house ran over under and story night city wind old new".split()
+WORDS = [
+    "the",
+    "a",
+    "of",
+    "river",
+    "stone",
+    "quick",
+    "light",
+    "house",
+    "ran",
+    "over",
+    "under",
+    "and",
+    "story",
+    "night",
+    "city",
+    "wind",
+    "old",
+    "new",
+]
 HEAD_BYTES = 40_000
 WP_MEMBERS = ["writingPrompts/test.wp_source", "writingPrompts/test.wp_target"]
 

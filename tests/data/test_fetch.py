@@ -64,9 +64,8 @@ def test_unpinned_download_logs_the_value_to_pin(tmp_path, caplog):
 
 def test_wrong_sha256_fails_naming_the_key_and_leaves_nothing(tmp_path):
     output = tmp_path / "data.bin"
-    with serve({"data.bin": b"abc" * 1000}) as server:
-        with pytest.raises(StageError) as error:
-            fetch(server.url("data.bin"), output, sha256="0" * 64, what="datasets.d.files.test", **FAST)
+    with serve({"data.bin": b"abc" * 1000}) as server, pytest.raises(StageError) as error:
+        fetch(server.url("data.bin"), output, sha256="0" * 64, what="datasets.d.files.test", **FAST)
     message = str(error.value)
     assert "datasets.d.files.test" in message and server.url("data.bin") in message and sha(b"abc" * 1000) in message
     assert not output.exists() and not (tmp_path / "data.bin.part").exists()
@@ -101,9 +100,8 @@ def test_server_error_is_retried(tmp_path):
 
 
 def test_not_found_fails_at_once(tmp_path):
-    with serve({}) as server:
-        with pytest.raises(StageError) as error:
-            fetch(server.url("missing.txt"), tmp_path / "x.txt", sha256=None, what="datasets.d.files.test", **FAST)
+    with serve({}) as server, pytest.raises(StageError) as error:
+        fetch(server.url("missing.txt"), tmp_path / "x.txt", sha256=None, what="datasets.d.files.test", **FAST)
     message = str(error.value)
     assert "datasets.d.files.test" in message and server.url("missing.txt") in message and "404" in message
     assert len(server.requests) == 1 and not (tmp_path / "x.txt").exists()
@@ -112,16 +110,15 @@ def test_not_found_fails_at_once(tmp_path):
 @pytest.mark.parametrize("misbehaviour", [{"fail_always": {"x.bin": 503}}, {"drop_always": {"x.bin"}}])
 def test_retries_run_out_and_the_part_is_kept_for_later(tmp_path, misbehaviour):
     body = random_bytes(100_000)
-    with serve({"x.bin": body}, **misbehaviour) as server:
-        with pytest.raises(StageError) as error:
-            fetch(
-                server.url("x.bin"),
-                tmp_path / "x.bin",
-                sha256=sha(body),
-                what="datasets.d.files.test",
-                retries=2,
-                **FAST,
-            )
+    with serve({"x.bin": body}, **misbehaviour) as server, pytest.raises(StageError) as error:
+        fetch(
+            server.url("x.bin"),
+            tmp_path / "x.bin",
+            sha256=sha(body),
+            what="datasets.d.files.test",
+            retries=2,
+            **FAST,
+        )
     url = server.url("x.bin")
     assert str(error.value).startswith(f"datasets.d.files.test: could not download {url} after 3 attempts")
     assert len(server.requests) == 3 and not (tmp_path / "x.bin").exists()
@@ -197,16 +194,16 @@ def test_head_bytes_exactly_the_file_size_is_not_trimmed(tmp_path):
 
 
 def test_head_bytes_smaller_than_a_line_is_an_error(tmp_path):
-    with serve({"s.txt": b"x" * 1000 + b"\n"}) as server:
-        with pytest.raises(StageError, match=r"datasets\.d\.files\.test: head_bytes=100 is smaller than one line"):
-            fetch(
-                server.url("s.txt"),
-                tmp_path / "s.txt",
-                sha256=None,
-                head_bytes=100,
-                what="datasets.d.files.test",
-                **FAST,
-            )
+    too_small = r"datasets\.d\.files\.test: head_bytes=100 is smaller than one line"
+    with serve({"s.txt": b"x" * 1000 + b"\n"}) as server, pytest.raises(StageError, match=too_small):
+        fetch(
+            server.url("s.txt"),
+            tmp_path / "s.txt",
+            sha256=None,
+            head_bytes=100,
+            what="datasets.d.files.test",
+            **FAST,
+        )
     assert not (tmp_path / "s.txt").exists() and not (tmp_path / "s.txt.part").exists()
 
 

@@ -21,7 +21,7 @@ from workflow_lib.data import recipes
 from workflow_lib.data.prepare import normalise
 from workflow_lib.data.readers import read_rows
 
-WORDS = "the a of river stone quick light house ran over under and".split()
+WORDS = ["the", "a", "of", "river", "stone", "quick", "light", "house", "ran", "over", "under", "and"]
 
 
 def text(n_words: int, rng: random.Random, cr: bool = False) -> str:
@@ -49,11 +49,11 @@ def mixce_webtext_reference(folder, rows: int) -> dict[str, list[str]]:
         with open(folder / f"webtext.{datasplit}.txt", "w") as f:
             f.write("\n".join(outputs))
     with open(folder / "webtext.train.txt") as f:
-        train = [line.strip() for line in f.readlines()]
+        train = [line.strip() for line in f]
     with open(folder / "webtext.test.txt") as f:
-        test = [line.strip() for line in f.readlines()]
+        test = [line.strip() for line in f]
     with open(folder / "webtext.valid.txt") as f:
-        validation = [line.strip() for line in f.readlines()]
+        validation = [line.strip() for line in f]
     remain_test = rows - len(test)
     remain_validation = rows - len(validation)
     test += train[:remain_test]
@@ -174,7 +174,7 @@ def test_file_round_trip_is_pythons_reader(tmp_path):
     rows = ["plain row", "one\rtwo", "ends with cr\r", "crlf\r\ninside", " padded ", "", "last"]
     (tmp_path / "f.txt").write_text("\n".join(rows))
     with open(tmp_path / "f.txt") as f:
-        expected = [line.strip() for line in f.readlines()]
+        expected = [line.strip() for line in f]
     assert recipes.file_round_trip(rows) == expected
     assert recipes.file_round_trip([]) == []
 
@@ -251,7 +251,8 @@ def mixce_wikitext103_reference(folder, splits: dict[str, list[str]], rows: int)
         after_filter = [line.strip() for line in lines if 50 < len(line.strip().split()) < 1000]
         (folder / f"{datasplit}.txt").write_text("\n".join(after_filter))
     read = {
-        s: [line.strip() for line in open(folder / f"{s}.txt").readlines()] for s in ("train", "test", "validation")
+        s: [line.strip() for line in (folder / f"{s}.txt").read_text().splitlines()]
+        for s in ("train", "test", "validation")
     }
     train, test, validation = read["train"], read["test"], read["validation"]
     remain_test, remain_validation = rows - len(test), rows - len(validation)
@@ -304,7 +305,7 @@ def test_mixce_wikitext103_from_the_hub_is_mixces_script(tmp_path):
         }
     )
     for split in ("test", "validation", "train"):
-        table, meta = normalise("wikitext103", spec, split)
+        table, _meta = normalise("wikitext103", spec, split)
         assert table.column("text").to_pylist() == expected[split], split
     test = normalise("wikitext103", spec, "test")[1]
     assert test["top_up"]["rows"] > 0 and test["top_up_provenance"]["hub_split"] == "train"

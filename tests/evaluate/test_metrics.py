@@ -364,7 +364,7 @@ def test_evaluate_splits_mauve_variance_over_runs_and_clustering_seeds(cli_outpu
 
 
 def test_evaluate_writes_every_divergence_curve(cli_outputs):
-    result, curves, _, _ = cli_outputs
+    _result, curves, _, _ = cli_outputs
     points = FAST_MAUVE["discretization"] + 2  # mauve-text adds the two extreme points
     assert curves.num_rows == 2 * 2 * points
     assert {f.name: str(f.type) for f in curves.schema} == {

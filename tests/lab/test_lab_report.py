@@ -27,7 +27,13 @@ LAWS = np.array(
     ]
 )
 CONSTANTS = {
-    ("syn", "synonym", d): dict(alpha=1.0, alpha_proposition=0.4, C=float(d), C_proposition=0.1 * d, C_rows=0.05 * d)
+    ("syn", "synonym", d): {
+        "alpha": 1.0,
+        "alpha_proposition": 0.4,
+        "C": float(d),
+        "C_proposition": 0.1 * d,
+        "C_rows": 0.05 * d,
+    }
     for d in (0, 1)
 }
 

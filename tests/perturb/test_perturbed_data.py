@@ -58,7 +58,7 @@ def test_prefix_mode_scores_original_tokens_only(strategy):
         assert len(r["target_positions"]) == len(r["target_ids"])
         if strategy != "deletion":
             assert r["target_ids"] == orig[1:]
-            assert set(p + 1 for p in r["target_positions"]).isdisjoint(
+            assert {p + 1 for p in r["target_positions"]}.isdisjoint(
                 r["perturbed_positions"] if strategy == "insertion" else []
             )
         else:

@@ -73,7 +73,7 @@ def test_oracle_synonyms_are_the_grammar_classes():
     checked = 0
     for token in np.flatnonzero(table.has_synonyms(backend(np.zeros(0)))):
         word = word_of[token]
-        cands, weights = row(table, int(token))
+        cands, _weights = row(table, int(token))
         for c in cands:
             assert word_of[c].startswith(" ") == word.startswith(" ")  # same spelling convention
             assert class_of[word_of[c].strip()] == class_of[word.strip()] and word_of[c] != word

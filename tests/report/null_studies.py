@@ -10,7 +10,8 @@ Kept apart from the test so that the same functions give the numbers quoted in d
 from __future__ import annotations
 
 import argparse
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 

@@ -346,7 +346,7 @@ def _labels(paths, intensity=0.5):
 
 
 def test_labels_name_the_fields_that_vary_among_the_arms_they_concern():
-    both = dict(st="insertion", ti="0.5", tsyn="distributional", tst="insertion", tti="0.5")
+    both = {"st": "insertion", "ti": "0.5", "tsyn": "distributional", "tst": "insertion", "tti": "0.5"}
     # the training synonyms vary among the perturbed models (the unperturbed one's "none" does not count)
     assert _labels(
         [_metrics_path(), _metrics_path(syn="distributional", **both), _metrics_path(syn="oracle", **both)]
@@ -376,7 +376,7 @@ def test_labels_name_the_fields_that_vary_among_the_arms_they_concern():
         ("perturbation", "insertion 0.5 (replace-m1)", "no perturbation (replace-m1)"),
     ]
     # the sampling synonyms and mode vary among the perturbed samplings
-    sampled = dict(tst="insertion", tti="0.5")
+    sampled = {"tst": "insertion", "tti": "0.5"}
     assert _labels(
         [
             _metrics_path(),
@@ -533,7 +533,14 @@ def test_mauve_by_run_reads_the_run_ids_or_numbers_the_runs(tmp_path):
 
 
 def test_an_arm_without_its_baseline_and_another_intensity_make_no_pair():
-    arm = dict(syn="distributional", st="insertion", ti="0.5", tsyn="distributional", tst="insertion", tti="0.5")
+    arm = {
+        "syn": "distributional",
+        "st": "insertion",
+        "ti": "0.5",
+        "tsyn": "distributional",
+        "tst": "insertion",
+        "tti": "0.5",
+    }
     assert _labels([_metrics_path(**arm)]) == []
     other = dict(arm, ti="0.25", tti="0.25")  # insertion, but not at the headline intensity
     assert _labels([_metrics_path(), _metrics_path(**other)]) == []

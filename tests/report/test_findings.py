@@ -17,8 +17,10 @@ def test_perturbation_verdicts_follow_the_holm_corrected_contrasts():
         [{**r, "eval_set": "webtext"} for r in contrast_rows("perturbation", "mauve", [(0.05, 0.01), (0.04, 0.02)])]
     )
     assert contrast_findings(helped) == [
-        "**webtext**, perturbation against none (per objective and decoder, "
-        "Holm-corrected): MAUVE: helped in 2, hurt in 0, no detectable difference in 0 (of 2)."
+        (
+            "**webtext**, perturbation against none (per objective and decoder, "
+            "Holm-corrected): MAUVE: helped in 2, hurt in 0, no detectable difference in 0 (of 2)."
+        )
     ]
     hurt = contrasts_of(
         [{**r, "eval_set": "webtext"} for r in contrast_rows("perturbation", "mauve", [(-0.05, 0.01), (0.04, 0.4)])]
@@ -40,8 +42,10 @@ def test_perturbation_verdicts_follow_the_holm_corrected_contrasts():
         for r in contrast_rows("objective", "mauve", [(0.05, 0.01), (-0.03, 0.01), (0.01, 0.5)])
     ]
     assert contrast_findings(contrasts_of(objective)) == [
-        "**brier against MLE** (every eval set and condition): MAUVE helped in 1, hurt in 1, no detectable difference "
-        "in 1 (of 3)."
+        (
+            "**brier against MLE** (every eval set and condition): MAUVE helped in 1, hurt in 1, no detectable difference "
+            "in 1 (of 3)."
+        )
     ]
     assert contrast_findings(None)[0].startswith("No paired comparison was possible")
 
@@ -181,8 +185,10 @@ def test_one_mauve_cell_with_too_few_texts_is_singular():
         }
     )
     assert contrast_findings(rows, frame) == [
-        "**set0**, perturbation against none (per objective and decoder, Holm-corrected): MAUVE: helped in 1, hurt in 0, "
-        "no detectable difference in 0 (of 1), too few texts in 1 cell (not compared)."
+        (
+            "**set0**, perturbation against none (per objective and decoder, Holm-corrected): MAUVE: helped in 1, hurt in 0, "
+            "no detectable difference in 0 (of 1), too few texts in 1 cell (not compared)."
+        )
     ]
 
 
@@ -203,8 +209,10 @@ def test_an_objectives_too_few_cells_are_its_own_and_its_metrics_are_joined():
         }
     )
     assert contrast_findings(contrasts_of(objective), frame) == [
-        "**brier against MLE** (every eval set and condition): MAUVE helped in 1, hurt in 0, no detectable difference "
-        "in 0 (of 1), too few texts in 2 cells (not compared); ROUGE-1 no detectable difference in any of 1."
+        (
+            "**brier against MLE** (every eval set and condition): MAUVE helped in 1, hurt in 0, no detectable difference "
+            "in 0 (of 1), too few texts in 2 cells (not compared); ROUGE-1 no detectable difference in any of 1."
+        )
     ]
 
 
@@ -257,11 +265,13 @@ def test_mauves_standard_errors_enter_the_redraws():
 def test_two_conditions_are_compared_and_an_eval_set_without_them_stops_nothing():
     two = metrics([0.9, 0.8], [0.1, 0.2])
     assert mauve_tv_findings(two) == [
-        "**ood**: the data cannot tell whether MAUVE orders the 2 conditions as the exact TV to the true law does: with 2 "
-        "conditions the rank correlation's permutation p cannot go below 2/2 = 1.00 (Spearman ρ = 1.00, TV's direction "
-        "flipped so that 1 is full agreement; ρ between 1.00 and 1.00 when each condition's means are redrawn within "
-        "their standard errors). MAUVE's best (mle, training insertion 0, sampling insertion 0: 0.900) ranks 1 of 2 by TV "
-        "(0.100)."
+        (
+            "**ood**: the data cannot tell whether MAUVE orders the 2 conditions as the exact TV to the true law does: with 2 "
+            "conditions the rank correlation's permutation p cannot go below 2/2 = 1.00 (Spearman ρ = 1.00, TV's direction "
+            "flipped so that 1 is full agreement; ρ between 1.00 and 1.00 when each condition's means are redrawn within "
+            "their standard errors). MAUVE's best (mle, training insertion 0, sampling insertion 0: 0.900) ranks 1 of 2 by TV "
+            "(0.100)."
+        )
     ]
     lonely = metrics([0.7], [0.3]).with_columns(eval_set=pl.lit("aaa"))  # sorts first, one condition: no sentence
     lines = mauve_tv_findings(pl.concat([lonely, two]))
@@ -272,9 +282,11 @@ def test_two_conditions_are_compared_and_an_eval_set_without_them_stops_nothing(
 
 def test_a_constant_mauve_gives_no_numbers():
     assert mauve_tv_findings(metrics([0.5, 0.5, 0.5], [0.1, 0.2, 0.3])) == [
-        "**ood**: the data cannot tell whether MAUVE orders the 3 conditions as the exact TV to the true law does: one "
-        "of the two is the same in every condition. MAUVE's best (mle, training insertion 0, sampling insertion 0: "
-        "0.500) ranks 1 of 3 by TV (0.100)."
+        (
+            "**ood**: the data cannot tell whether MAUVE orders the 3 conditions as the exact TV to the true law does: one "
+            "of the two is the same in every condition. MAUVE's best (mle, training insertion 0, sampling insertion 0: "
+            "0.500) ranks 1 of 3 by TV (0.100)."
+        )
     ]
 
 
@@ -290,16 +302,22 @@ def test_the_findings_section_in_full():
     assert lines[:4] + lines[5:] == [
         "Generated from the numbers below (not written by hand).",
         "",
-        "- **set0**, perturbation against none (per objective and decoder, Holm-corrected): MAUVE: helped in 1, hurt in "
-        "0, no detectable difference in 0 (of 1), too few texts in 1 cell (not compared).",
+        (
+            "- **set0**, perturbation against none (per objective and decoder, Holm-corrected): MAUVE: helped in 1, hurt in "
+            "0, no detectable difference in 0 (of 1), too few texts in 1 cell (not compared)."
+        ),
         "- Size: 3 sampling runs of 30 prompts per eval set.",
-        "- MAUVE's k-means clustering accounts for an estimated median 50% of a single (run, clustering seed) score's "
-        "variance; the rest is sampling (see the Provenance section).",
-        "- **set0**: the data cannot tell whether MAUVE orders the 2 conditions as the exact TV to the true law does: "
-        "with 2 conditions the rank correlation's permutation p cannot go below 2/2 = 1.00 (Spearman ρ = 1.00, TV's "
-        "direction flipped so that 1 is full agreement; ρ between 1.00 and 1.00 when each condition's means are redrawn "
-        "within their standard errors). MAUVE's best (mle, training insertion 0, sampling insertion 0: 0.900) ranks 1 "
-        "of 2 by TV (0.100).",
+        (
+            "- MAUVE's k-means clustering accounts for an estimated median 50% of a single (run, clustering seed) score's "
+            "variance; the rest is sampling (see the Provenance section)."
+        ),
+        (
+            "- **set0**: the data cannot tell whether MAUVE orders the 2 conditions as the exact TV to the true law does: "
+            "with 2 conditions the rank correlation's permutation p cannot go below 2/2 = 1.00 (Spearman ρ = 1.00, TV's "
+            "direction flipped so that 1 is full agreement; ρ between 1.00 and 1.00 when each condition's means are redrawn "
+            "within their standard errors). MAUVE's best (mle, training insertion 0, sampling insertion 0: 0.900) ranks 1 "
+            "of 2 by TV (0.100)."
+        ),
     ]
     assert findings_section(frame, None, {}).splitlines()[2] == (
         "- No paired comparison was possible in this study, so nothing is said about what helped."

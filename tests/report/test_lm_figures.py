@@ -373,7 +373,7 @@ def test_no_panel_holds_more_than_five_lines_and_none_is_lost(every_figure):
         for ax in fig.axes:
             assert len(drawn_lines(ax)) <= MAX_LINES, ax.get_title()
         assert_legend_clear_of_axes(fig, expect_legend=False)  # the sweep has no ablation to draw
-    ablation, intensity, extrapolation, curves = every_figure
+    _ablation, _intensity, extrapolation, curves = every_figure
     # every training condition of each eval set is on some panel: 11 lines in each of the default study's two
     # rows; in the sweep's one row 12 perturbed ones and the unperturbed model once per sampling strategy
     labels = [c.get_label() for ax in extrapolation.axes for c in ax.containers]

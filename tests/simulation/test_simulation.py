@@ -80,7 +80,7 @@ def test_synonym_sets_match_the_definition(perturbation_case):
 
 
 def test_intensity_zero_copies_the_data(perturbation_case):
-    M, x, table = perturbation_case
+    _M, x, table = perturbation_case
     copy, eligible, replaced, changed = perturbed_copy(x, table, 0.0, np.random.default_rng(1))
     assert np.array_equal(copy, x[:, :-1]) and replaced == 0 and changed == 0 and eligible > 0
 
@@ -99,7 +99,7 @@ def test_replacements_have_rate_alpha_and_stay_in_the_synonym_set(perturbation_c
     # Occurrences with an empty set never change.
     empty = (np.diff(table.offsets) == 0).reshape(len(x), -1)
     assert np.array_equal(copy[:, 1:][empty], x[:, 1:-1][empty])
-    full, eligible_full, replaced_full, _ = perturbed_copy(x, table, 1.0, np.random.default_rng(2))
+    _full, eligible_full, replaced_full, _ = perturbed_copy(x, table, 1.0, np.random.default_rng(2))
     assert replaced_full == eligible_full == eligible
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator
 
 SEND_CHUNK = 64 * 1024
 

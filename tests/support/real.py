@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from support.served_study import run_served_study  # noqa: E402
-from workflow_lib.pretrained import package_folder  # noqa: E402
+from support.served_study import run_served_study
+from workflow_lib.pretrained import package_folder
 
 PORT = 38518  # the port configs/real-local.yaml names
 CONFIGS = [REPO / "configs/real.yaml", REPO / "configs/real-local.yaml"]

@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
-from support.served_study import run_served_study  # noqa: E402
-from support.standins import build  # noqa: E402
+from support.served_study import run_served_study
+from support.standins import build
 
 PORT = 38517  # the port configs/paper-rehearsal.yaml names
 CONFIGS = [REPO / "configs/paper.yaml", REPO / "configs/paper-rehearsal.yaml"]

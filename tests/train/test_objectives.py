@@ -76,7 +76,7 @@ def test_mixce_weight_is_stop_gradient():
     # d/dlogits [0.5 nll + 0.5 sg(p_y) nll] = (0.5 + 0.5 p_y) d nll: the weight itself gets no gradient.
     p_y = probs().float()[torch.arange(7), TARGETS]
     nll_grad = grad_of(
-        lambda l, t: torch.nn.functional.cross_entropy(l, t, reduction="none").mul((0.5 + 0.5 * p_y)).mean()
+        lambda l, t: torch.nn.functional.cross_entropy(l, t, reduction="none").mul(0.5 + 0.5 * p_y).mean()
     )
     assert torch.allclose(grad_of(objectives.mixce), nll_grad, atol=1e-6)
 
@@ -116,7 +116,7 @@ def test_proper_scoring_rules_are_minimised_by_the_truth(name, kw):
         q = torch.distributions.Dirichlet(torch.ones(6)).sample()
         ys = torch.arange(6)
 
-        def expected_loss(logits):
+        def expected_loss(logits, q=q, ys=ys):
             losses = torch.stack([objectives.get(name)(logits[None], y[None], **kw) for y in ys])
             return (q * losses).sum()
 

@@ -127,6 +127,6 @@ def test_two_processes_train_data_parallel_and_resume_exactly(workdir):
     assert "resuming from step 5" in log
     a, b = load_file(reference / "model.safetensors"), load_file(two / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    timeless = lambda rows: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rows]  # noqa: E731
+    timeless = lambda rows: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rows]
     assert timeless(log_rows(reference)) == timeless(log_rows(two))
     assert not checkpoints.exists()

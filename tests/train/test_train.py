@@ -105,7 +105,6 @@ def test_every_objective_learns_a_memorisable_set(data, tmp_path, objective):
 
 def test_prefix_mode_trains_from_explicit_targets(data, tmp_path):
     rows = TrainingRows(str(data / "prefix.parquet"), 64)
-    ids, pos, tgt = rows[0]
     batch = collate([rows[0], rows[1]], pad_id=0)
     assert len(batch["target_ids"]) == len(rows[0][2]) + len(rows[1][2])
     assert (batch["input_ids"][batch["target_row"], batch["target_pos"] + 1] != 0).all()
@@ -268,7 +267,7 @@ def test_a_checkpoint_of_other_settings_is_not_resumed(data, tmp_path):
     other = run_cli(data, tmp_path, settings={**SETTINGS, "epochs": 2, "learning_rate": 1e-3})
     assert other.returncode == 0, other.stderr
     assert "discarding the checkpoint" in other.stderr and "resuming" not in other.stderr
-    fresh = run_cli(data, tmp_path / "fresh", settings={**SETTINGS, "epochs": 2, "learning_rate": 1e-3})
+    run_cli(data, tmp_path / "fresh", settings={**SETTINGS, "epochs": 2, "learning_rate": 1e-3})
     assert losses(tmp_path) == losses(tmp_path / "fresh")
 
 

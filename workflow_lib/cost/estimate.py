@@ -221,8 +221,10 @@ def report(config: dict, gpu: Device, cpu: Device, gpus: int, cores: int, result
     elif measured:  # benchmarks of other jobs (another study in the same folder): no empty table
         parts += [
             "",
-            f"Predicted vs measured: none of this study's GPU jobs has a benchmark under "
-            f"{results / 'benchmarks'} yet ({len(measured)} files of other jobs).",
+            (
+                f"Predicted vs measured: none of this study's GPU jobs has a benchmark under "
+                f"{results / 'benchmarks'} yet ({len(measured)} files of other jobs)."
+            ),
         ]
     return "\n".join(parts) + "\n", rows
 

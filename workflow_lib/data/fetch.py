@@ -105,9 +105,14 @@ def fetch(
     transfer = Transfer(resumed_bytes=part.stat().st_size if part.exists() else 0)
     if transfer.resumed_bytes:
         log.info("%s: resuming %s from the %d bytes already in %s", what, url, transfer.resumed_bytes, part)
-    options = dict(
-        head_bytes=head_bytes, retries=retries, timeout=timeout, backoff=backoff, what=what, desc=output.name
-    )
+    options = {
+        "head_bytes": head_bytes,
+        "retries": retries,
+        "timeout": timeout,
+        "backoff": backoff,
+        "what": what,
+        "desc": output.name,
+    }
 
     with requests.Session() as session:
         download(session, url, part, transfer, **options)

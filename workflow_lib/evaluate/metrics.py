@@ -122,7 +122,7 @@ def mauve_buckets(n_p: int, n_q: int, settings: dict) -> int:
     """The histogram size: the library's auto rule capped at max_buckets, or an explicit int as given."""
     cap = settings.get("max_buckets", MAX_BUCKETS)
     if settings["num_buckets"] == "auto":
-        return min(cap, max(2, int(round(min(n_p, n_q) / 10))))
+        return min(cap, max(2, round(min(n_p, n_q) / 10)))
     if settings["num_buckets"] > cap:
         log.warning(
             "evaluation.mauve.num_buckets %d is above max_buckets %d; used as given", settings["num_buckets"], cap
@@ -458,9 +458,8 @@ def main() -> None:
             references, settings["featuriser"], settings["max_text_length"], settings["feature_batch_size"]
         )
         log.info("featurised %d human references with %s: %s", len(references), settings["featuriser"], features.shape)
-        with atomic_path(args.output) as tmp:
-            with open(tmp, "wb") as handle:
-                np.save(handle, features)
+        with atomic_path(args.output) as tmp, open(tmp, "wb") as handle:
+            np.save(handle, features)
     else:
         human = np.load(args.human_features)
         summary, curves, per_prompt, features = evaluate(

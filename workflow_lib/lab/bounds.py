@@ -11,7 +11,7 @@ the pair's TV on its support prefix; a violation is a bug.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import polars as pl

@@ -175,9 +175,8 @@ def main() -> None:
         settings,
     )
     out["label"] = np.array(args.model)
-    with atomic_path(args.output) as tmp:
-        with open(tmp, "wb") as handle:
-            np.savez(handle, **out)
+    with atomic_path(args.output) as tmp, open(tmp, "wb") as handle:
+        np.savez(handle, **out)
 
 
 if __name__ == "__main__":

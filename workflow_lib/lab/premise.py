@@ -25,7 +25,7 @@ Assumption UI holds for both classes: every pair of base members agrees on the s
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

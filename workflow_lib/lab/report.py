@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 import polars as pl
@@ -240,8 +240,10 @@ def markdown(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> str:
     """The summary's lab section: T's constants, the premise classes, the trained models, and the findings."""
     consts = constants_frame(premise)
     md = [
-        "**T's constants**, exact for the T that runs (alpha, C) beside the Proposition's statement (Prop.); "
-        "C on rows: the largest TV(T(.|X'), T(.|X0)) between a row and its own support prefix.",
+        (
+            "**T's constants**, exact for the T that runs (alpha, C) beside the Proposition's statement (Prop.); "
+            "C on rows: the largest TV(T(.|X'), T(.|X0)) between a row and its own support prefix."
+        ),
         "",
     ]
     md += _table(
@@ -263,12 +265,14 @@ def markdown(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> str:
     )
     md += [
         "",
-        "**Model classes that meet the premise** (pairs agree on the support; docs/theory.md, 'The theory lab'): "
-        "U_base(δ) and U_perturb(δ), exact sups over every prefix within δ of the support, the prefix that attains "
-        "them, and each theorem's verdict from them. 'On the lab's rows' is a descriptive sample, U_base / "
-        "U_perturb at the rows of each family at exactly δ, not U. Extrapolability: whether U_perturb(δ) = 0, "
-        "beside its premise SP_perturb; 'self-pairs only': no two distinct members agree on the support once "
-        "perturbed.",
+        (
+            "**Model classes that meet the premise** (pairs agree on the support; docs/theory.md, 'The theory lab'): "
+            "U_base(δ) and U_perturb(δ), exact sups over every prefix within δ of the support, the prefix that attains "
+            "them, and each theorem's verdict from them. 'On the lab's rows' is a descriptive sample, U_base / "
+            "U_perturb at the rows of each family at exactly δ, not U. Extrapolability: whether U_perturb(δ) = 0, "
+            "beside its premise SP_perturb; 'self-pairs only': no two distinct members agree on the support once "
+            "perturbed."
+        ),
         "",
     ]
     md += _table(
@@ -290,8 +294,10 @@ def markdown(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> str:
     )
     md += [
         "",
-        "**Global uncertainties and Contractivity** (U^∞ = U(L): no prefix lies farther than L from the "
-        "support; Assumption UI holds for both classes).",
+        (
+            "**Global uncertainties and Contractivity** (U^∞ = U(L): no prefix lies farther than L from the "
+            "support; Assumption UI holds for both classes)."
+        ),
         "",
     ]
     md += _table(
@@ -310,11 +316,13 @@ def markdown(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> str:
     )
     md += [
         "",
-        "**Trained models, descriptive**: max / mean pairwise TV over the group on each delta set (not U: the "
-        "models disagree on the support), its growth from delta 0, the max from half the draws (Monte Carlo "
-        "check), and the TV to the true law. Ĉ: the largest share, over the set's rows, of T's draws in which a "
-        "row's perturbed words differ from its support prefix's (the two share T's keys); a pair's TV on a row "
-        "exceeds its TV on the support prefix by at most twice that share (asserted).",
+        (
+            "**Trained models, descriptive**: max / mean pairwise TV over the group on each delta set (not U: the "
+            "models disagree on the support), its growth from delta 0, the max from half the draws (Monte Carlo "
+            "check), and the TV to the true law. Ĉ: the largest share, over the set's rows, of T's draws in which a "
+            "row's perturbed words differ from its support prefix's (the two share T's keys); a pair's TV on a row "
+            "exceeds its TV on the support prefix by at most twice that share (asserted)."
+        ),
         "",
     ]
     md += _table(

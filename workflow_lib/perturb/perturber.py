@@ -141,7 +141,7 @@ def perturb(
     if rule.needs_synonyms:
         eligible &= table.has_synonyms(xp)[xp.as_int(tokens)]
     picked, tokens = picked[eligible], tokens[eligible]
-    result = dict(strategy=strategy, n=n, picked=picked, orig_offsets=offsets, xp=xp)
+    result = {"strategy": strategy, "n": n, "picked": picked, "orig_offsets": offsets, "xp": xp}
 
     if rule.deletes:
         new_offsets = offsets - xp.searchsorted(picked, offsets, "left")

@@ -47,7 +47,7 @@ class SynonymTable:
             self.padded_cumulative[row, col] = self.keys - row
 
     @classmethod
-    def from_rows(cls, vocab_size: int, tokens, candidates: list, weights: list) -> "SynonymTable":
+    def from_rows(cls, vocab_size: int, tokens, candidates: list, weights: list) -> SynonymTable:
         """Build from per-token candidate lists (token id, [candidate ids], [weights])."""
         tokens = np.asarray(tokens, dtype=np.int64)
         if len(tokens) and (tokens.min() < 0 or tokens.max() >= vocab_size):
@@ -75,7 +75,7 @@ class SynonymTable:
         return cls(vocab_size, offsets, flat_c, keys)
 
     @classmethod
-    def uniform(cls, vocab_size: int, special_ids=()) -> "SynonymTable":
+    def uniform(cls, vocab_size: int, special_ids=()) -> SynonymTable:
         """Q0 uniform over the non-special vocabulary, the token itself included (the Proposition's law)."""
         allowed = np.setdiff1d(np.arange(vocab_size, dtype=np.int64), np.asarray(list(special_ids), dtype=np.int64))
         keys = np.arange(1, len(allowed) + 1, dtype=np.float64) / len(allowed)
@@ -101,7 +101,7 @@ class SynonymTable:
             idx = xp.minimum(xp.searchsorted(self.keys, tokens + u), self.offsets[tokens + 1] - 1)
         return self.candidates[idx]
 
-    def to(self, device) -> "SynonymTable":
+    def to(self, device) -> SynonymTable:
         """The table as torch tensors on `device` (for perturbing on the sampling device)."""
         import torch
 
@@ -139,7 +139,7 @@ class SynonymTable:
         ).replace_schema_metadata({"vocab_size": str(self.vocab_size)})
 
     @classmethod
-    def from_arrow(cls, table) -> "SynonymTable":
+    def from_arrow(cls, table) -> SynonymTable:
         vocab_size = int(table.schema.metadata[b"vocab_size"])
         tokens = table.column("token").to_numpy()
         cands = table.column("candidates").to_pylist()

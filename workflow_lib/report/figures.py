@@ -19,10 +19,10 @@ from typing import NamedTuple
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
-import numpy as np  # noqa: E402
-import polars as pl  # noqa: E402
+import matplotlib.pyplot as plt
+import matplotlib.ticker
+import numpy as np
+import polars as pl
 
 from workflow_lib.figures import Panel, _save, assign_styles, bar_style, empty_panel, legend_below, split_panels
 from workflow_lib.report.conditions import ABLATION, ablation_frame, parse_model_dir, shown_objective

@@ -28,6 +28,7 @@ The swaps and resamples are seeded by the comparison's identity: a rerun writes 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 from pathlib import Path
 from typing import NamedTuple
@@ -94,7 +95,7 @@ def quantise(blocks: list[np.ndarray], buckets: int, settings: dict, seed: int) 
     labels = np.empty(len(order), dtype=np.int64)
     labels[order] = kmeans.index.search(data, 1)[1].reshape(-1)
     bounds = np.cumsum([0, *(len(b) for b in blocks)])
-    return [labels[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return [labels[lo:hi] for lo, hi in itertools.pairwise(bounds)]
 
 
 def mauve_from_counts(p_counts: np.ndarray, q_counts: np.ndarray, discretization: int, scaling: float) -> np.ndarray:

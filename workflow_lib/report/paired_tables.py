@@ -85,24 +85,26 @@ def paired_section(frame: pl.DataFrame) -> str:
     lines = [f"- {s}" for s in study_sentences(frame)]
     lines += [
         "",
-        f"✱ marks a contrast whose Holm-corrected p (over its family and metric's table) is below {ALPHA:g}. "
-        "Difference = A − B with its 95% interval, which is per row and not corrected for the table's other "
-        f"rows (the mark is). MAUVE: {JOINT} (the human text and both arms' samples clustered together, once per "
-        "clustering seed, and both MAUVEs computed from that quantisation; a swap exchanges the arms' continuations "
-        "of a (prompt, run), which share prompt and seed), percentile bootstrap interval over prompts, descriptive "
-        f"only; without those results, {PAIRED_T} (t interval). ROUGE "
-        f"and perplexity: {PERMUTATION} (docs/method.md §4): with no difference, a prompt's two values are "
-        "exchangeable, so swapping them at random (for ROUGE, flipping the sign of the prompt's difference; for "
-        "perplexity, swapping its NLL and tokens) draws from the exact null distribution; p = (1 + swaps as "
-        "extreme as the data)/(B + 1), or the share of all 2^n swaps when 2^n ≤ B, and a row stops once "
-        f"{STOP_AFTER} swaps reach its statistic (p = {STOP_AFTER}/swaps drawn; Besag and Clifford 1991). "
-        f"Each is exact at any number of prompts. B per table in its heading: at least {RESAMPLES}, and "
-        f"{RESAMPLES_PER_COMPARISON} per comparison, so that the smallest p, 1/(B + 1), survives Holm's "
-        "correction. Their interval is the t interval over prompts (perplexity: of its linearisation). "
-        f'"not testable (why)" is a contrast with no p, never a finding of no difference: fewer than '
-        f"{MIN_RUNS} runs, every run moved by the same amount (no spread to test), or too few prompts for any "
-        f"swap to reach p < {ALPHA:g}; it takes no part in Holm's correction. MAUVE is compared only where both "
-        "sides had enough texts per run to resolve it. Higher is better except for perplexity.",
+        (
+            f"✱ marks a contrast whose Holm-corrected p (over its family and metric's table) is below {ALPHA:g}. "
+            "Difference = A − B with its 95% interval, which is per row and not corrected for the table's other "
+            f"rows (the mark is). MAUVE: {JOINT} (the human text and both arms' samples clustered together, once per "
+            "clustering seed, and both MAUVEs computed from that quantisation; a swap exchanges the arms' continuations "
+            "of a (prompt, run), which share prompt and seed), percentile bootstrap interval over prompts, descriptive "
+            f"only; without those results, {PAIRED_T} (t interval). ROUGE "
+            f"and perplexity: {PERMUTATION} (docs/method.md §4): with no difference, a prompt's two values are "
+            "exchangeable, so swapping them at random (for ROUGE, flipping the sign of the prompt's difference; for "
+            "perplexity, swapping its NLL and tokens) draws from the exact null distribution; p = (1 + swaps as "
+            "extreme as the data)/(B + 1), or the share of all 2^n swaps when 2^n ≤ B, and a row stops once "
+            f"{STOP_AFTER} swaps reach its statistic (p = {STOP_AFTER}/swaps drawn; Besag and Clifford 1991). "
+            f"Each is exact at any number of prompts. B per table in its heading: at least {RESAMPLES}, and "
+            f"{RESAMPLES_PER_COMPARISON} per comparison, so that the smallest p, 1/(B + 1), survives Holm's "
+            "correction. Their interval is the t interval over prompts (perplexity: of its linearisation). "
+            f'"not testable (why)" is a contrast with no p, never a finding of no difference: fewer than '
+            f"{MIN_RUNS} runs, every run moved by the same amount (no spread to test), or too few prompts for any "
+            f"swap to reach p < {ALPHA:g}; it takes no part in Holm's correction. MAUVE is compared only where both "
+            "sides had enough texts per run to resolve it. Higher is better except for perplexity."
+        ),
         "",
     ]
     shown = shown_objective(frame)

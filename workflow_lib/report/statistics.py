@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 

@@ -35,9 +35,11 @@ def _file_source(record: dict) -> str:
 def _sources(provenance: dict, source: str) -> list[str]:
     if source == "hf":
         return [
-            f"hub dataset {provenance['path']} ({provenance.get('name')}), split {provenance.get('hub_split')}, "
-            f"revision {provenance.get('revision') or 'unpinned (latest)'}, datasets fingerprint "
-            f"`{provenance.get('fingerprint')}`"
+            (
+                f"hub dataset {provenance['path']} ({provenance.get('name')}), split {provenance.get('hub_split')}, "
+                f"revision {provenance.get('revision') or 'unpinned (latest)'}, datasets fingerprint "
+                f"`{provenance.get('fingerprint')}`"
+            )
         ]
     if source == "builtin":
         return [f"builtin language, grammar seed {provenance.get('seed')}, {provenance.get('n_docs')} documents"]
@@ -209,8 +211,10 @@ def summary(
         "# Summary of the study\n",
         *(
             [
-                f"**A rehearsal on stand-ins, whose numbers mean nothing**: {rehearsal}. It shows that the study runs end to "
-                "end, not what it finds.\n"
+                (
+                    f"**A rehearsal on stand-ins, whose numbers mean nothing**: {rehearsal}. It shows that the study runs end to "
+                    "end, not what it finds.\n"
+                )
             ]
             if rehearsal
             else []
@@ -250,10 +254,12 @@ def summary(
         tv = shown_objective(frame.filter(pl.col("tv_mean").is_not_null()))
         parts += [
             "## Exact extrapolation error (builtin corpus)\n",
-            "Total variation between the model's next-word law and the grammar's, on in-support (`test`) and "
-            "out-of-support (`ood`) prefixes (lower is better):\n",
+            (
+                "Total variation between the model's next-word law and the grammar's, on in-support (`test`) and "
+                "out-of-support (`ood`) prefixes (lower is better):\n"
+            ),
         ]
-        rows, means, columns = pivot_cells(
+        rows, _means, columns = pivot_cells(
             tv.with_columns(
                 pl.col("train_intensity").cast(pl.Utf8).alias("train α"),
                 pl.col("test_intensity").cast(pl.Utf8).alias("test α"),
@@ -287,8 +293,10 @@ def summary(
     if data:
         parts += [
             "## Data\n",
-            "Each split the study read: its recipe's steps with the rows left after each, and the "
-            "source and sha256 of every file (docs/usage.md, 'Configuring a study').\n",
+            (
+                "Each split the study read: its recipe's steps with the rows left after each, and the "
+                "source and sha256 of every file (docs/usage.md, 'Configuring a study').\n"
+            ),
             data_section(data),
         ]
     if figures:

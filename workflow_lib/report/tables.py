@@ -190,8 +190,10 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
             ["model", "objective", *decoder, "perturbation"],
             "eval_set",
             metrics,
-            f"Table 1: MAUVE and ROUGE-1 (mean ± 2 SE over runs), without and with insertion at {intensity:g}"
-            f"{untrained_note}{refused_note}. {BOLD_NOTE}.",
+            (
+                f"Table 1: MAUVE and ROUGE-1 (mean ± 2 SE over runs), without and with insertion at {intensity:g}"
+                f"{untrained_note}{refused_note}. {BOLD_NOTE}."
+            ),
         ),
         "emo_brier": (
             methods.filter(pl.col("objective").is_in(["emo", "brier"])),
@@ -217,8 +219,10 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         ["model", "objective", *decoder, "eval_set", "strategy"],
         "intensity",
         [("mauve", "MAUVE")],
-        "Perturbation strategies: MAUVE (mean ± 2 SE) by intensity, same strategy and intensity at training and "
-        f"sampling{refused_note}. {BOLD_NOTE}.",
+        (
+            "Perturbation strategies: MAUVE (mean ± 2 SE) by intensity, same strategy and intensity at training and "
+            f"sampling{refused_note}. {BOLD_NOTE}."
+        ),
     )
     ablation = ablation_frame(frame, intensity)
     specs["ablation"] = (
@@ -226,8 +230,10 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         ["model", "objective", *decoder, "eval_set"],
         "condition",
         [("mauve", "MAUVE")],
-        f"Ablation: perturbation at training, at sampling, both, or neither (MAUVE, mean ± 2 SE){refused_note}. "
-        f"{BOLD_NOTE}.",
+        (
+            f"Ablation: perturbation at training, at sampling, both, or neither (MAUVE, mean ± 2 SE){refused_note}. "
+            f"{BOLD_NOTE}."
+        ),
     )
     for name, (sub, rows_k, col_k, mets, caption) in specs.items():
         order = [e for e in eval_order if e in set(sub[col_k].to_list())] if col_k == "eval_set" else None

@@ -8,7 +8,7 @@ from workflow_lib.figures import _save, assign_styles, empty_panel
 RULE_ORDER = ["oracle", "empirical"]
 # The uniform predictor is a reference, not a method: thin, gray, dotted, no markers (gray is no palette colour,
 # so it never shares colour and dash pattern with a rule's line).
-UNIFORM_STYLE = dict(linestyle=":", color="0.45", linewidth=1.0)
+UNIFORM_STYLE = {"linestyle": ":", "color": "0.45", "linewidth": 1.0}
 READING_TITLES = {"unseen_rows": "(a) unseen rows", "unseen_pairs": "(b) unseen pairs"}
 
 

@@ -46,7 +46,7 @@ class ModelSettings:
     dropout_masks: str = "pair"
 
     @classmethod
-    def from_config(cls, settings: dict) -> "ModelSettings":
+    def from_config(cls, settings: dict) -> ModelSettings:
         return cls(**{k: settings[k] for k in cls.__dataclass_fields__ if k in settings})
 
 
@@ -108,7 +108,7 @@ def gradients(
     [B, r, V] (row r stands for counts[b, r].sum() pairs, counts[b, r, v] of them with target v).
     """
     E, W1, b1, W2, b2 = params
-    B, V, d = E.shape
+    _B, _V, d = E.shape
     emb = torch.gather(E, 1, rows.unsqueeze(-1).expand(-1, -1, d))
     hid = torch.relu(torch.baddbmm(b1.unsqueeze(1), emb, W1))
     if dropout > 0:  # inverted dropout: kept units scaled by 1 / (1 - p)

@@ -53,7 +53,7 @@ def stream(seed: int, vocab_size: int, replication: int, kind: int, *extra: int)
 
 
 def intensity_key(intensity: float) -> int:
-    return int(round(intensity * 1_000_000))
+    return round(intensity * 1_000_000)
 
 
 def sample_truth(

@@ -58,12 +58,16 @@ def markdown(summary: pl.DataFrame) -> str:
     lines = [
         "# Simulation study (paper Section 4)",
         "",
-        "MAE of the estimated transition matrix, mean ± 2 SE over replications; Δ = paired difference to "
-        "intensity 0. (a) rows never seen as a first element of a training pair, (b) pairs never seen. "
-        "'n/a' under (a): no replication left an unseen row.",
+        (
+            "MAE of the estimated transition matrix, mean ± 2 SE over replications; Δ = paired difference to "
+            "intensity 0. (a) rows never seen as a first element of a training pair, (b) pairs never seen. "
+            "'n/a' under (a): no replication left an unseen row."
+        ),
         "",
-        "| V | synonyms | alpha | reps | reps with (a) | rows (a) | MAE (a) | Δ (a) | uniform (a) | pairs (b) "
-        "| MAE (b) | Δ (b) | uniform (b) |",
+        (
+            "| V | synonyms | alpha | reps | reps with (a) | rows (a) | MAE (a) | Δ (a) | uniform (a) | pairs (b) "
+            "| MAE (b) | Δ (b) | uniform (b) |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary.iter_rows(named=True):

@@ -20,7 +20,7 @@ class Ragged:
     offsets: np.ndarray
 
     @classmethod
-    def from_arrow(cls, column) -> "Ragged":
+    def from_arrow(cls, column) -> Ragged:
         column = column.combine_chunks()
         return cls(column.values.to_numpy(zero_copy_only=False), column.offsets.to_numpy().astype(np.int64))
 

@@ -9,7 +9,7 @@ model's precision: the scores involve p_y**alpha and sums over the vocabulary.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
