@@ -23,6 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workflow_lib.evaluate.metrics import featurize, mauve_buckets, mauve_score
+from workflow_lib.layout import parse
 from workflow_lib.report.contrasts import conditions, pairs
 from workflow_lib.report.joint_mauve import _counts, joint_contrast, mauve_from_counts, quantise
 from workflow_lib.report.statistics import paired_t
@@ -32,8 +33,9 @@ def sample_features(results: Path, metrics_path: str, settings: dict) -> tuple[n
     """(prompt ids, runs, features) of the samples behind a metrics file, featurised as the evaluation does."""
     import polars as pl
 
-    samples = Path(metrics_path.replace("/metrics/", "/samples/").removesuffix(".json") + ".parquet")
-    eval_set = Path(metrics_path).relative_to(results / "metrics").parts[7]
+    located = parse(metrics_path)
+    samples = results.parent / located.moved("samples")
+    eval_set = located.eval_set
     prompts = pl.read_parquet(results / "prompts" / f"{eval_set}.parquet")
     frame = (
         pl.read_parquet(samples).join(prompts.select("prompt_id", "prefix"), on="prompt_id").sort(["run", "prompt_id"])

@@ -14,8 +14,9 @@ if workflow.basedir not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 
 from snakemake.utils import update_config
 
+from workflow_lib.constants import NO_TRAIN_DATASET, UNTRAINED
+from workflow_lib.cost.devices import check_cost
 from workflow_lib.config import (
-    NO_TRAIN_DATASET,
     ConfigError,
     dataset_splits,
     embedding_model,
@@ -24,10 +25,22 @@ from workflow_lib.config import (
     validate_config,
 )
 from workflow_lib.data.downloads import archive_path, fetched, split_paths, unpacked_dir
+from workflow_lib.layout import (
+    NO_STRATEGY,
+    SYNONYMS,
+    applied_strategy,
+    evaluation_of,
+    evaluation_template,
+    perturbed_path,
+    perturbed_template,
+    run_of,
+    run_template,
+    synonym_path,
+    train_condition_of,
+)
 from workflow_lib.pretrained import GGUF_DOWNLOAD, PRETRAINED_DIR, gguf_file, gguf_models, gguf_settings
 from workflow_lib.data.downloads import members as archive_members
 from workflow_lib.grid import (
-    UNTRAINED,
     curve_inputs,
     curve_targets,
     example_inputs,
@@ -60,6 +73,7 @@ from workflow_lib.perturb.strategies import wildcard_pattern as strategy_wildcar
 update_config(config, typed_overrides(workflow.config_settings.config))
 try:
     validate_config(config, workdir=Path.cwd())
+    check_cost(config["cost"])
 except ConfigError as error:
     print(f"Invalid configuration: {error}", file=sys.stderr)
     sys.exit(1)
@@ -88,16 +102,16 @@ wildcard_constraints:
     objective=_names([*config["objectives"], UNTRAINED]),
     decoder=_names(config["decoders"]),
     synonyms="embedding|distributional|uniform|oracle",
-    psynonyms="embedding|distributional|uniform|oracle|none",
-    mode="augment|prefix",
-    strategy=strategy_wildcards(),
-    intensity=r"[0-9]+(\.[0-9]+)?",
+    train_synonyms="embedding|distributional|uniform|oracle|none",
+    train_mode="augment|prefix",
+    train_strategy=strategy_wildcards(),
+    train_intensity=r"[0-9]+(\.[0-9]+)?",
     copies=r"[0-9]+",
     seed=r"[0-9]+",
-    tsynonyms="embedding|distributional|uniform|oracle|none",
-    tstrategy=strategy_wildcards(),
-    tintensity=r"[0-9]+(\.[0-9]+)?",
-    smode="exact|cached",
+    test_synonyms="embedding|distributional|uniform|oracle|none",
+    test_strategy=strategy_wildcards(),
+    test_intensity=r"[0-9]+(\.[0-9]+)?",
+    test_mode="exact|cached",
     featuriser=r"[A-Za-z0-9_.-]+",
     pair=r"[0-9a-f]{16}",
     figure="ablation|intensity|extrapolation",
@@ -239,28 +253,27 @@ def perturb_inputs(wildcards):
         "tokens": f"results/tokens/{wildcards.tokenizer}/{wildcards.dataset}/train.parquet",
         "tokenizer": f"results/tokenizers/{wildcards.tokenizer}",
     }
-    if wildcards.psynonyms != "none":
-        inputs["synonyms"] = f"results/synonyms/{wildcards.tokenizer}/{wildcards.dataset}/{wildcards.psynonyms}.parquet"
+    cond = train_condition_of(wildcards)
+    if cond.synonyms != NO_STRATEGY:
+        inputs["synonyms"] = synonym_path(wildcards.tokenizer, wildcards.dataset, cond.synonyms)
     return inputs
 
 
 def perturb_condition(wildcards):
+    cond = train_condition_of(wildcards)
     return {
-        "mode": wildcards.mode,
-        "strategy": "insertion" if wildcards.strategy == "none" else wildcards.strategy,
-        "intensity": float(wildcards.intensity),
-        "copies": int(wildcards.copies),
+        "mode": cond.mode,
+        "strategy": applied_strategy(cond.strategy),
+        "intensity": float(cond.intensity),
+        "copies": cond.copies,
         "seed": int(wildcards.seed),
     }
-
-
-TRAIN_CONDITION = "{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}"
 
 
 def train_inputs(wildcards):
     tokenizer = MODELS[wildcards.model]["tokenizer"]
     inputs = {
-        "train": f"results/perturbed/{tokenizer}/{wildcards.dataset}/{wildcards.psynonyms}/{wildcards.mode}-m{wildcards.copies}/{wildcards.strategy}-{wildcards.intensity}/seed{wildcards.seed}.parquet",
+        "train": perturbed_path(tokenizer, wildcards.dataset, train_condition_of(wildcards), wildcards.seed),
         "tokenizer": f"results/tokenizers/{tokenizer}",
         **pretrained_input(wildcards.model),
     }
@@ -306,17 +319,14 @@ def launcher(wildcards):
     )
 
 
-MODEL_DIR = f"results/models/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"
-SAMPLE_CONDITION = "{eval_set}/{decoder}/{tsynonyms}/{tstrategy}-{tintensity}-{smode}"
-# The outputs of the GPU rules, which also key their predicted cost (predicted_runtime, predicted_mem).
-MODEL_OUTPUT = f"results/models/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"
-SAMPLES_OUTPUT = f"results/samples/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.parquet"
-METRICS_OUTPUT = f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json"
-PERPLEXITY_OUTPUT = f"results/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}"
+# The outputs of the GPU rules (workflow_lib/layout.py's layouts with the rules' wildcards), which also key their
+# predicted cost (predicted_runtime, predicted_mem).
+MODEL_OUTPUT = run_template("models")
+SAMPLES_OUTPUT = evaluation_template("samples")
+METRICS_OUTPUT = evaluation_template("metrics")
+PERPLEXITY_OUTPUT = run_template("perplexity")
 FEATURES_OUTPUT = "results/features/{featuriser}/{eval_set}.npy"
-EXTRAPOLATION_OUTPUT = (
-    f"results/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.json"
-)
+EXTRAPOLATION_OUTPUT = evaluation_template("extrapolation")
 
 
 def featuriser_id():
@@ -328,7 +338,7 @@ def model_source(wildcards):
     """What a job loads: the trained model's folder, or for an untrained model its checkpoint (hub id or folder)."""
     if wildcards.objective == UNTRAINED:
         return MODELS[wildcards.model]["name"]
-    return MODEL_DIR.format(**wildcards)
+    return run_of(wildcards).folder()
 
 
 def model_input(wildcards):
@@ -346,14 +356,14 @@ def model_options(wildcards):
 
 def sample_inputs(wildcards):
     inputs = {**model_input(wildcards), "prompts": f"results/prompts/{wildcards.eval_set}.parquet"}
-    if wildcards.tsynonyms != "none":
-        tokenizer = MODELS[wildcards.model]["tokenizer"]
-        inputs["synonyms"] = f"results/synonyms/{tokenizer}/{wildcards.dataset}/{wildcards.tsynonyms}.parquet"
+    test = evaluation_of(wildcards).test
+    if test.synonyms != NO_STRATEGY:
+        inputs["synonyms"] = synonym_path(MODELS[wildcards.model]["tokenizer"], wildcards.dataset, test.synonyms)
     return inputs
 
 
 def sampling_settings(wildcards):
-    return {**config["sampling"], "mode": wildcards.smode, "seed": config["seed"]}
+    return {**config["sampling"], "mode": evaluation_of(wildcards).test.mode, "seed": config["seed"]}
 
 
 def decoder_settings(wildcards):
@@ -365,10 +375,7 @@ PERPLEXITY_JOBS = perplexity_jobs(config)
 
 def perplexity_eval_sets(wildcards) -> list[str]:
     """The eval sets one perplexity job scores: every one its model is evaluated on."""
-    condition = TRAIN_CONDITION.format(**wildcards)
-    return PERPLEXITY_JOBS[
-        f"results/perplexity/{wildcards.model}/{wildcards.dataset}/{wildcards.objective}/{condition}"
-    ]
+    return PERPLEXITY_JOBS[run_of(wildcards).folder("perplexity")]
 
 
 def perplexity_inputs(wildcards):
@@ -387,8 +394,8 @@ def perplexity_settings(wildcards=None):
 
 
 def test_perturbation(wildcards):
-    strategy = "insertion" if wildcards.tstrategy == "none" else wildcards.tstrategy
-    return {"strategy": strategy, "intensity": float(wildcards.tintensity)}
+    test = evaluation_of(wildcards).test
+    return {"strategy": applied_strategy(test.strategy), "intensity": float(test.intensity)}
 
 
 def extrapolation_params(wildcards):

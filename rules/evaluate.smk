@@ -22,18 +22,18 @@ rule features:
 
 rule evaluate:
     input:
-        samples=f"results/samples/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.parquet",
+        samples=SAMPLES_OUTPUT,
         prompts="results/prompts/{eval_set}.parquet",
         human=lambda w: f"results/features/{featuriser_id()}/{w.eval_set}.npy",
     output:
         json=METRICS_OUTPUT,
-        per_prompt=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.prompts.parquet",
-        curves=f"results/metrics/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.curves.parquet",
+        per_prompt=evaluation_template("metrics", ".prompts.parquet"),
+        curves=evaluation_template("metrics", ".curves.parquet"),
         features=features_sidecar(METRICS_OUTPUT),  # the path report.joint_mauve reads back
     log:
-        f"results/logs/evaluate/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.log",
+        evaluation_template("logs/evaluate", ".log"),
     benchmark:
-        f"results/benchmarks/evaluate/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.tsv"
+        evaluation_template("benchmarks/evaluate", ".tsv")
     conda:
         "../envs/evaluate.yaml"
     resources:
@@ -55,9 +55,9 @@ rule perplexity:
     output:
         directory(PERPLEXITY_OUTPUT),
     log:
-        f"results/logs/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.log",
+        run_template("logs/perplexity", ".log"),
     benchmark:
-        f"results/benchmarks/perplexity/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.tsv"
+        run_template("benchmarks/perplexity", ".tsv")
     conda:
         "../envs/train.yaml"
     resources:
@@ -79,9 +79,9 @@ rule extrapolation:
     output:
         EXTRAPOLATION_OUTPUT,
     log:
-        f"results/logs/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.log",
+        evaluation_template("logs/extrapolation", ".log"),
     benchmark:
-        f"results/benchmarks/extrapolation/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.tsv"
+        evaluation_template("benchmarks/extrapolation", ".tsv")
     conda:
         "../envs/evaluate.yaml"
     resources:

@@ -20,11 +20,11 @@ rule lab_laws:
         unpack(model_input),
         sets="results/lab/sets/{dataset}.parquet",
     output:
-        f"results/lab/laws/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.npz",
+        run_template("lab/laws", ".npz"),
     log:
-        f"results/logs/lab/laws/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.log",
+        run_template("logs/lab/laws", ".log"),
     benchmark:
-        f"results/benchmarks/lab/laws/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.tsv"
+        run_template("benchmarks/lab/laws", ".tsv")
     conda:
         "../envs/evaluate.yaml"
     resources:

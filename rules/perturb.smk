@@ -2,7 +2,7 @@ rule synonyms:
     input:
         unpack(synonym_inputs),
     output:
-        "results/synonyms/{tokenizer}/{dataset}/{synonyms}.parquet",
+        SYNONYMS,
     log:
         "results/logs/synonyms/{tokenizer}/{dataset}/{synonyms}.log",
     benchmark:
@@ -21,12 +21,12 @@ rule perturb:
     input:
         unpack(perturb_inputs),
     output:
-        parquet="results/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.parquet",
-        meta="results/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.json",
+        parquet=perturbed_template(".parquet"),
+        meta=perturbed_template(".json"),
     log:
-        "results/logs/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.log",
+        perturbed_template(".log", kind="logs/perturbed"),
     benchmark:
-        "results/benchmarks/perturbed/{tokenizer}/{dataset}/{psynonyms}/{mode}-m{copies}/{strategy}-{intensity}/seed{seed}.tsv"
+        perturbed_template(".tsv", kind="benchmarks/perturbed")
     conda:
         "../envs/data.yaml"
     params:

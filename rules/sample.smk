@@ -4,9 +4,9 @@ rule sample:
     output:
         SAMPLES_OUTPUT,
     log:
-        f"results/logs/sample/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.log",
+        evaluation_template("logs/sample", ".log"),
     benchmark:
-        f"results/benchmarks/sample/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}/{SAMPLE_CONDITION}.tsv"
+        evaluation_template("benchmarks/sample", ".tsv")
     conda:
         "../envs/train.yaml"
     resources:

@@ -4,9 +4,9 @@ rule train:
     output:
         directory(MODEL_OUTPUT),
     log:
-        f"results/logs/train/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.log",
+        run_template("logs/train", ".log"),
     benchmark:
-        f"results/benchmarks/train/{{model}}/{{dataset}}/{{objective}}/{TRAIN_CONDITION}.tsv"
+        run_template("benchmarks/train", ".tsv")
     conda:
         "../envs/train.yaml"
     # One core per process; each process runs one thread (OMP_NUM_THREADS=1): processes, not threads, scale it.
@@ -23,6 +23,6 @@ rule train:
         settings=lambda w: as_json(training_settings(w)),
         validation=lambda w, input: f"--validation {input.validation}" if "validation" in input.keys() else "",
         # Not an output: snakemake must not delete it when the job fails, so a rerun resumes from it.
-        resume=lambda w, output: output[0].replace("results/models/", "results/checkpoints/", 1),
+        resume=lambda w: run_of(w).folder("checkpoints"),
     shell:
         "OMP_NUM_THREADS=1 {params.launch} -m workflow_lib.train.trainer --train {input.train} {params.validation} --tokenizer {input.tokenizer} --model-key {wildcards.model} --model {params.model:q} --objective {params.objective:q} --settings {params.settings:q} --resume-dir {params.resume} --output {output} 2> {log}"

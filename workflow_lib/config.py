@@ -1,39 +1,42 @@
-"""Config checks that run at Snakefile parse time, before any job.
+"""The config, read at Snakefile parse time before any job: refused with one line naming its key, or normalised.
 
-The JSON schema (rules/schemas/config.schema.yaml) states types, ranges and defaults; snakemake's `validate`
-applies it and fills the defaults. Its raw error is a page of schema internals, so `check_schema` first finds
-the most relevant error and names the config key and the allowed values in one line. `check_references`
-then checks what a schema cannot: names that refer to other sections, splits a dataset has, local files and
-folders, and whether a scratch model's architecture can be built.
-Imports only the standard library, yaml and jsonschema: every cluster job re-parses the Snakefile.
+`validate_config` is three steps, each a function of its own:
+- `check_input`: the config as written. The JSON schema (rules/schemas/config.schema.yaml) states types, ranges
+  and defaults; its raw error is a page of schema internals, so `check_schema` finds the most relevant error and
+  names the config key and the allowed values in one line. Reserved names are refused here too.
+- `normalise`: fills what the config leaves out, in place (snakemake's `config` must hold it): the schema's
+  defaults, each experiment's seeds and train dataset, the predefined objectives and decoders, MixCE's row count,
+  a study's one report intensity, a GGUF model's dequantised folder. It refuses only what it cannot fill.
+- `check`: what a schema cannot say, on the normalised config, changing nothing: names that refer to other
+  sections, splits a dataset has, local files and folders, whether a scratch model's architecture can be built.
+The cost section's devices are checked by the cost model (`workflow_lib.cost.devices.check_cost`), which
+sits above this module. Imports only the standard library, yaml and jsonschema: every cluster job re-parses the
+Snakefile.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from workflow_lib.constants import (
+    BUILTIN_SPLITS,
+    FEATURISERS,
+    NO_TRAIN_DATASET,
+    PREDEFINED_DECODERS,
+    PREDEFINED_OBJECTIVES,
+    UNTRAINED,
+)
 from workflow_lib.pretrained import GGUFConfigError, normalise_gguf
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "rules" / "schemas" / "config.schema.yaml"
-BUILTIN_SPLITS = ("train", "validation", "test", "ood")
-PREDEFINED_OBJECTIVES = {
-    "mle": {"loss": "mle"},
-    "brier": {"loss": "brier"},
-    "mixce": {"loss": "mixce", "eta": 0.5},
-    "tvd": {"loss": "tvd", "gamma": 0.5, "min_weight": 0.2, "mix": 0.5},
-    "emo": {"loss": "emo"},
-}
-UNTRAINED = "untrained"  # an experiment's objective that evaluates the pretrained model as it is: no training job
-NO_TRAIN_DATASET = "none"  # the train_dataset of a zero-shot experiment that names none (its output paths say so)
-PREDEFINED_DECODERS = {"unbiased": {}}  # ancestral sampling from the model's law: the paper's
 # transformers' warpers refuse an int where they take a float (TemperatureLogitsWarper(2) raises), and JSON
 # schema's `number` admits `temperature: 2`: these settings are made floats where the config is read.
 DECODER_FLOAT_KEYS = ("temperature", "top_p", "typical_p")
-FEATURISERS = ("minilm", "gpt2-large")  # by name; anything else is a local model folder
 # GPT2Config keys the workflow sets from the tokenizer: a user's value would be overwritten or clash.
 SET_FROM_TOKENIZER = ("vocab_size", "bos_token_id", "eos_token_id")
 # GPT2Config is a strict dataclass: it refuses an int where it declares a float (and a float where it declares
@@ -188,14 +191,11 @@ def check_recipe(name: str, ds: dict) -> None:
             raise ConfigError(
                 f"{key}.top_up: dataset {name!r} has no split {ds['top_up']!r}; allowed: {', '.join(splits)}"
             )
-    if ds.get("recipe") == "mixce":
-        if ds.get("cleaning", "none") not in MIXCE_CLEANINGS:
-            raise ConfigError(
-                f"{key}.recipe: 'mixce' filters MixCE's cleaned text, so cleaning must be one of "
-                f"{', '.join(map(repr, MIXCE_CLEANINGS))}, not {ds.get('cleaning', 'none')!r}"
-            )
-        if ds.get("max_rows") is None:
-            ds["max_rows"] = MIXCE_ROWS
+    if ds.get("recipe") == "mixce" and ds.get("cleaning", "none") not in MIXCE_CLEANINGS:
+        raise ConfigError(
+            f"{key}.recipe: 'mixce' filters MixCE's cleaned text, so cleaning must be one of "
+            f"{', '.join(map(repr, MIXCE_CLEANINGS))}, not {ds.get('cleaning', 'none')!r}"
+        )
 
 
 def _need(name: str, section: dict, key: str, what: str) -> None:
@@ -278,14 +278,11 @@ def table_intensities(config: dict) -> list[float]:
 
 
 def check_report_intensity(config: dict) -> None:
-    """report.intensity must be one the study runs. Where the study has exactly one, it is that one (derived);
+    """report.intensity must be one the study runs (`normalise` has made it the study's one where it has one);
     where it has several and report.intensity is none of them, the config is refused, naming them."""
     candidates = table_intensities(config)
     chosen = float(config["report"]["intensity"])
     if not candidates or chosen in candidates:
-        return
-    if len(candidates) == 1:
-        config["report"]["intensity"] = candidates[0]
         return
     raise ConfigError(
         f"config key report.intensity: {chosen:g} is not an intensity of this study, so Table 1 would have "
@@ -294,14 +291,10 @@ def check_report_intensity(config: dict) -> None:
     )
 
 
-def check_references(config: dict, workdir: Path | None = None) -> None:
-    """Cross-section checks: every referenced name exists, splits exist, local files and folders are there,
-    scratch architectures can be built."""
+def check(config: dict, workdir: Path | None = None) -> None:
+    """Cross-section checks of a normalised config, which they do not change: every referenced name exists,
+    splits exist, local files and folders are there, scratch architectures can be built."""
     workdir = Path(workdir or ".")
-    try:
-        normalise_gguf(config, workdir)
-    except GGUFConfigError as error:
-        raise ConfigError(str(error)) from None
     datasets = config["datasets"]
     for name, ds in datasets.items():
         check_recipe(name, ds)
@@ -391,6 +384,10 @@ def check_references(config: dict, workdir: Path | None = None) -> None:
     check_lab(config)
     check_local_names(config, workdir)
     check_report_intensity(config)
+    from workflow_lib.train.tracking import missing
+
+    if absent := missing(config["training"]["report_to"]):
+        raise ConfigError(f"config key training.report_to: not installed: {', '.join(absent)}")
 
 
 def check_train_dataset(name: str, exp: dict, datasets: dict) -> None:
@@ -492,44 +489,57 @@ def typed_overrides(overrides: Mapping) -> dict:
     return {key: typed(value, False) for key, value in overrides.items()}
 
 
-def validate_config(config: dict, workdir: Path | None = None) -> dict:
-    """Validate, fill defaults in place (through snakemake's validate), check references. Returns config."""
+def check_input(config: dict) -> None:
+    """The config as written: the schema (one line naming the key), and the names the workflow reserves."""
     check_schema(config)
-    from snakemake.utils import validate
-
-    validate(config, str(SCHEMA_PATH))
     if NO_TRAIN_DATASET in config["datasets"]:
         raise ConfigError(
             f"config key datasets.{NO_TRAIN_DATASET}: the name is reserved (a zero-shot experiment's "
             "paths use it in place of a train dataset)"
         )
-    for exp in config["experiments"].values():
-        exp.setdefault("seeds", [config["seed"]])
-        exp.setdefault("train_dataset", NO_TRAIN_DATASET)
     if UNTRAINED in config.get("objectives", {}):
         raise ConfigError(
             f"config key objectives.{UNTRAINED}: the name is reserved for models evaluated without training"
         )
-    config["objectives"] = {**PREDEFINED_OBJECTIVES, **config.get("objectives", {})}
     neutral = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "typical_p": 1.0}
     if any(config.get("decoders", {}).get("unbiased", {}).get(k, v) != v for k, v in neutral.items()):
         raise ConfigError(
             "config key decoders.unbiased: the name is reserved for the model's own law (the paper's "
             "sampling); give a truncated or tempered decoder another name"
         )
+
+
+def normalise(config: dict, workdir: Path | None = None) -> dict:
+    """Fill what a checked config leaves out, in place; returns it. Idempotent."""
+    from snakemake.utils import validate
+
+    validate(config, str(SCHEMA_PATH))  # the schema's defaults
+    for exp in config["experiments"].values():
+        exp.setdefault("seeds", [config["seed"]])
+        exp.setdefault("train_dataset", NO_TRAIN_DATASET)
+    config["objectives"] = {**PREDEFINED_OBJECTIVES, **config.get("objectives", {})}
     config["decoders"] = {name: {} for name in PREDEFINED_DECODERS} | {
         name: {k: float(v) if k in DECODER_FLOAT_KEYS else v for k, v in decoder.items()}
         for name, decoder in config.get("decoders", {}).items()
     }
-    check_references(config, workdir)
-    from workflow_lib.train.tracking import missing
-
-    if absent := missing(config["training"]["report_to"]):
-        raise ConfigError(f"config key training.report_to: not installed: {', '.join(absent)}")
-    from workflow_lib.cost.devices import check_cost
-
+    # A predefined decoder is its definition, however a config spells its neutral values (check_input refuses others).
+    config["decoders"].update(copy.deepcopy(PREDEFINED_DECODERS))
     try:
-        check_cost(config["cost"])
-    except ValueError as error:
-        raise ConfigError(f"config key {error}") from None
+        normalise_gguf(config, Path(workdir or "."))
+    except GGUFConfigError as error:
+        raise ConfigError(str(error)) from None
+    for ds in config["datasets"].values():
+        if ds.get("recipe") == "mixce" and ds.get("max_rows") is None:
+            ds["max_rows"] = MIXCE_ROWS
+    candidates = table_intensities(config)
+    if len(candidates) == 1 and float(config["report"]["intensity"]) not in candidates:
+        config["report"]["intensity"] = candidates[0]  # a study of one perturbed intensity reports that one
+    return config
+
+
+def validate_config(config: dict, workdir: Path | None = None) -> dict:
+    """Check the config as written, normalise it in place, check the result. Returns config."""
+    check_input(config)
+    normalise(config, workdir)
+    check(config, workdir)
     return config

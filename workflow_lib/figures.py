@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -150,7 +151,12 @@ def _cue(i: int) -> tuple:
     return PALETTE[i % len(PALETTE)], LINESTYLES[i % len(LINESTYLES)]
 
 
-def assign_styles(panels: Iterable[Sequence[Hashable]], order: Sequence[Hashable] = ()) -> dict[Hashable, dict]:
+K = TypeVar("K", bound=Hashable)  # a series' key (its style's)
+G = TypeVar("G", bound=Hashable)  # a panel's group
+T = TypeVar("T")  # a panel's item
+
+
+def assign_styles(panels: Iterable[Sequence[K]], order: Sequence[K] = ()) -> dict[K, dict]:
     """key -> line_style for every series of a figure, given the keys each panel shows.
 
     A key keeps one style in every panel. Its style is the one at its place in `order` (then in order of first
@@ -162,11 +168,11 @@ def assign_styles(panels: Iterable[Sequence[Hashable]], order: Sequence[Hashable
     keys = list(dict.fromkeys([*order, *(k for keys in panels for k in keys)]))
     wanted = {k: i for i, k in enumerate(keys)}
     shown = {k for keys in panels for k in keys}
-    neighbours: dict[Hashable, set] = {k: set() for k in shown}
+    neighbours: dict[K, set[K]] = {k: set() for k in shown}
     for panel in panels:
         for k in panel:
             neighbours[k].update(other for other in panel if other != k)
-    index: dict[Hashable, int] = {}
+    index: dict[K, int] = {}
     for k in (k for k in keys if k in shown):
         taken = {_cue(index[n]) for n in neighbours[k] if n in index}
         # With at most _PERIOD - 1 neighbours a free style is always within one period.
@@ -175,11 +181,11 @@ def assign_styles(panels: Iterable[Sequence[Hashable]], order: Sequence[Hashable
 
 
 @dataclass(frozen=True)
-class Panel:
+class Panel(Generic[G, T]):
     """One panel's share of a figure's series: a group (e.g. an objective), part `part` of `parts`."""
 
-    group: Hashable
-    items: list
+    group: G
+    items: list[T]
     part: int = 1
     parts: int = 1
 
@@ -188,10 +194,10 @@ class Panel:
         return name if self.parts == 1 else f"{name} ({self.part}/{self.parts})"
 
 
-def split_panels(items: Iterable, group: Callable[[object], Hashable], max_lines: int = MAX_LINES) -> list[Panel]:
+def split_panels(items: Iterable[T], group: Callable[[T], G], max_lines: int = MAX_LINES) -> list[Panel[G, T]]:
     """The items grouped by `group(item)` (groups and items in the order given), a group of more than
     `max_lines` items cut into as few panels as hold it, of near-equal size (11 -> 4, 4, 3)."""
-    groups: dict[Hashable, list] = {}
+    groups: dict[G, list[T]] = {}
     for item in items:
         groups.setdefault(group(item), []).append(item)
     panels = []

@@ -1,46 +1,35 @@
-"""The experiment grid: which conditions a config asks for, and the output paths that name them.
+"""The experiment grid: which conditions a config asks for, and the target paths of the study.
 
-Experiment identity lives in output paths, so this module is where a condition becomes a path. It is
-used by rules/common.smk (targets, wildcard values) and by tests that recount the jobs a config plans.
-Standard library only: it runs at Snakefile parse time.
+The conditions and their paths are workflow_lib/layout.py's (the only code that writes or reads a result path);
+this module says which of them a config asks for. It is used by rules/common.smk (targets, wildcard values), the
+cost model (every job) and tests that recount the jobs a config plans. Standard library only: it runs at
+Snakefile parse time.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass
+
+from workflow_lib.constants import FEATURISERS, UNTRAINED
+from workflow_lib.layout import (
+    BASELINE,
+    Evaluation,
+    ModelRun,
+    SamplingCondition,
+    TrainCondition,
+    fmt_intensity,
+    lab_law_path,
+    perturbed_path,
+    scored_path,
+    synonym_path,
+)
 
 
 def featuriser_id(name: str) -> str:
     """A path-safe name for the featuriser `evaluation.featuriser` (a local folder is named by its last component):
     the `featuriser` wildcard of results/features/."""
-    return name if name in ("minilm", "gpt2-large") else f"local-{os.path.basename(os.path.normpath(name))}"
-
-
-def fmt_intensity(x: float) -> str:
-    """Plain decimal, shortest exact form: 0.025 -> '0.025', 0 -> '0', 1e-05 -> '0.00001'."""
-    text = f"{x:.12f}".rstrip("0").rstrip(".")
-    return text or "0"
-
-
-@dataclass(frozen=True, order=True)
-class TrainCondition:
-    """One training-data perturbation. Intensity 0 is the baseline, one condition whatever the strategy."""
-
-    synonyms: str
-    mode: str
-    copies: int
-    strategy: str
-    intensity: str
-
-    @property
-    def path(self) -> str:
-        return f"{self.synonyms}/{self.mode}-m{self.copies}/{self.strategy}-{self.intensity}"
-
-    @property
-    def is_baseline(self) -> bool:
-        return float(self.intensity) == 0.0
+    return name if name in FEATURISERS else f"local-{os.path.basename(os.path.normpath(name))}"
 
 
 def train_conditions(experiment: dict) -> list[TrainCondition]:
@@ -58,31 +47,19 @@ def train_conditions(experiment: dict) -> list[TrainCondition]:
     return sorted(out)
 
 
-def perturbed_path(tokenizer: str, dataset: str, cond: TrainCondition, seed: int) -> str:
-    return f"results/perturbed/{tokenizer}/{dataset}/{cond.path}/seed{seed}.parquet"
-
-
-def synonym_path(tokenizer: str, dataset: str, source: str) -> str:
-    return f"results/synonyms/{tokenizer}/{dataset}/{source}.parquet"
-
-
-UNTRAINED = "untrained"  # config.UNTRAINED: evaluated as it is, with the baseline condition's path and no training
-
-
 def trained_objectives(experiment: dict) -> list[str]:
     return [o for o in experiment.get("objectives", ["mle"]) if o != UNTRAINED]
 
 
-def model_runs(experiment: dict) -> list[tuple[str, str, TrainCondition, int]]:
-    """(model, objective, train condition, seed) of every model an experiment evaluates: each trained objective
-    under every training condition, and an untrained model once, under the baseline condition's name."""
-    baseline = TrainCondition("none", "augment", 1, "none", "0")
+def model_runs(experiment: dict) -> list[ModelRun]:
+    """Every model an experiment evaluates: each trained objective under every training condition, and an
+    untrained model once, under the baseline condition's name."""
     out = []
     for model, objective, seed in itertools.product(
         experiment["models"], experiment.get("objectives", ["mle"]), experiment["seeds"]
     ):
-        for cond in [baseline] if objective == UNTRAINED else train_conditions(experiment):
-            out.append((model, objective, cond, seed))
+        for cond in [BASELINE] if objective == UNTRAINED else train_conditions(experiment):
+            out.append(ModelRun(model, experiment["train_dataset"], objective, cond, seed))
     return out
 
 
@@ -109,44 +86,26 @@ def synonym_targets(config: dict) -> list[str]:
     return sorted(out)
 
 
-def model_path(model: str, dataset: str, objective: str, cond: TrainCondition, seed: int) -> str:
-    return f"results/models/{model}/{dataset}/{objective}/{cond.path}/seed{seed}"
+def trained_runs(config: dict) -> list[ModelRun]:
+    """The model runs training writes (an untrained model has none), once each."""
+    runs = {run for exp in config["experiments"].values() for run in model_runs(exp) if run.objective != UNTRAINED}
+    return sorted(runs, key=lambda run: run.folder())
 
 
 def model_targets(config: dict) -> list[str]:
-    """The model folders training writes (an untrained model has none)."""
-    out = set()
-    for exp in config["experiments"].values():
-        for model, objective, cond, seed in model_runs(exp):
-            if objective != UNTRAINED:
-                out.add(model_path(model, exp["train_dataset"], objective, cond, seed))
-    return sorted(out)
+    """The model folders training writes."""
+    return [run.folder() for run in trained_runs(config)]
 
 
 def curve_inputs(config: dict, model: str, dataset: str) -> list[str]:
     """The trained model folders of one (model, dataset): one training-curves figure shows them all."""
-    return [m for m in model_targets(config) if m.split("/")[2:4] == [model, dataset]]
+    return [run.folder() for run in trained_runs(config) if (run.model, run.dataset) == (model, dataset)]
 
 
 def curve_targets(config: dict) -> list[str]:
     """One training-curves figure per (model, dataset) that trains."""
-    pairs = {tuple(m.split("/")[2:4]) for m in model_targets(config)}
+    pairs = {(run.model, run.dataset) for run in trained_runs(config)}
     return sorted(f"results/report/figures/training/{model}/{dataset}.png" for model, dataset in pairs)
-
-
-@dataclass(frozen=True, order=True)
-class SamplingCondition:
-    """One way of sampling: a decoder and a sampling-time perturbation (intensity 0 is the decoder alone)."""
-
-    decoder: str
-    synonyms: str
-    strategy: str
-    intensity: str
-    mode: str
-
-    @property
-    def path(self) -> str:
-        return f"{self.decoder}/{self.synonyms}/{self.strategy}-{self.intensity}-{self.mode}"
 
 
 def sampling_conditions(experiment: dict) -> list[SamplingCondition]:
@@ -167,50 +126,43 @@ def sampling_conditions(experiment: dict) -> list[SamplingCondition]:
     return sorted(out)
 
 
-def evaluation_runs(config: dict) -> list[tuple[str, str, SamplingCondition]]:
-    """(model folder, eval set, sampling condition) for every evaluation the config asks for; an untrained
-    model's folder is a name only (its samples come from the pretrained checkpoint)."""
+def evaluation_runs(config: dict) -> list[Evaluation]:
+    """Every evaluation the config asks for, once each; an untrained model's folder is a name only (its samples
+    come from the pretrained checkpoint)."""
     out = set()
     for exp in config["experiments"].values():
-        for model, objective, cond, seed in model_runs(exp):
+        for run in model_runs(exp):
             for eval_set, test in itertools.product(exp["eval_sets"], sampling_conditions(exp)):
-                out.add((model_path(model, exp["train_dataset"], objective, cond, seed), eval_set, test))
-    return sorted(out)
+                out.add(Evaluation(run, eval_set, test))
+    return sorted(out, key=lambda ev: (ev.run.folder(), ev.eval_set, ev.test))
 
 
 def perplexity_jobs(config: dict) -> dict[str, list[str]]:
     """{perplexity folder: its eval sets}: one job per evaluated model scores the human text of every eval set the
     model is evaluated on (loading the model once), into <folder>/<eval set>.json and .prompts.parquet."""
     jobs: dict[str, set[str]] = {}
-    for model_dir, eval_set, _ in evaluation_runs(config):
-        jobs.setdefault(model_dir.replace("results/models/", "results/perplexity/", 1), set()).add(eval_set)
+    for ev in evaluation_runs(config):
+        jobs.setdefault(ev.run.folder("perplexity"), set()).add(ev.eval_set)
     return {folder: sorted(sets) for folder, sets in sorted(jobs.items())}
 
 
 def perplexity_targets(config: dict) -> list[str]:
     """Perplexity of every evaluated model on every eval set's human text (one per model, not per sampling): the
     JSON files inside the perplexity folders."""
-    return sorted(f"{folder}/{es}.json" for folder, sets in perplexity_jobs(config).items() for es in sets)
-
-
-def sample_path(model_dir: str, eval_set: str, test: SamplingCondition) -> str:
-    return f"{model_dir.replace('results/models/', 'results/samples/', 1)}/{eval_set}/{test.path}.parquet"
-
-
-def metrics_path(model_dir: str, eval_set: str, test: SamplingCondition) -> str:
-    return f"{model_dir.replace('results/models/', 'results/metrics/', 1)}/{eval_set}/{test.path}.json"
+    runs = {(ev.run, ev.eval_set) for ev in evaluation_runs(config)}
+    return sorted(scored_path(run, eval_set) for run, eval_set in runs)
 
 
 def metric_targets(config: dict) -> list[str]:
-    return sorted({metrics_path(*run) for run in evaluation_runs(config)})
+    return sorted({ev.path("metrics") for ev in evaluation_runs(config)})
 
 
 def extrapolation_targets(config: dict) -> list[str]:
     """The exact TV evaluation, for eval sets of a builtin dataset."""
     out = set()
-    for model_dir, eval_set, test in evaluation_runs(config):
-        if config["datasets"][config["eval_sets"][eval_set]["dataset"]]["source"] == "builtin":
-            out.add(f"{model_dir.replace('results/models/', 'results/extrapolation/', 1)}/{eval_set}/{test.path}.json")
+    for ev in evaluation_runs(config):
+        if config["datasets"][config["eval_sets"][ev.eval_set]["dataset"]]["source"] == "builtin":
+            out.add(ev.path("extrapolation"))
     return sorted(out)
 
 
@@ -236,24 +188,19 @@ def report_figures(config: dict) -> list[str]:
 def example_inputs(config: dict) -> tuple[str, list[str]]:
     """The eval set of the example-generations table (the first experiment's first) and its sample files."""
     eval_set = next(iter(config["experiments"].values()))["eval_sets"][0]
-    samples = sorted({sample_path(m, es, t) for m, es, t in evaluation_runs(config) if es == eval_set})
+    samples = sorted({ev.path("samples") for ev in evaluation_runs(config) if ev.eval_set == eval_set})
     return eval_set, samples
 
 
-def lab_models(experiment: dict) -> list[tuple[str, str, TrainCondition, int]]:
+def lab_models(experiment: dict) -> list[ModelRun]:
     """The theory lab's group: an experiment's trained models (every model, objective and seed)."""
-    return [run for run in model_runs(experiment) if run[1] != UNTRAINED]
-
-
-def lab_law_path(model_dir: str) -> str:
-    """Where the lab writes one model's next-word laws: results/lab/laws/<model>/<dataset>/<objective>/...npz."""
-    return model_dir.replace("results/models/", "results/lab/laws/", 1) + ".npz"
+    return [run for run in model_runs(experiment) if run.objective != UNTRAINED]
 
 
 def lab_inputs(config: dict, experiment: str) -> dict:
     """The lab job of one experiment: its prefix sets and the laws of every model of its group."""
     exp = config["experiments"][experiment]
-    laws = [lab_law_path(model_path(m, exp["train_dataset"], o, c, s)) for m, o, c, s in lab_models(exp)]
+    laws = [lab_law_path(run) for run in lab_models(exp)]
     return {"prefixes": f"results/lab/sets/{exp['train_dataset']}.parquet", "laws": sorted(laws)}
 
 

@@ -62,7 +62,7 @@ def direct_imports(module: str) -> frozenset[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     # A relative import counts from the package that holds the module; a package's __init__ is its own package.
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    names = set()
+    names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
@@ -73,6 +73,7 @@ def direct_imports(module: str) -> frozenset[str]:
                     raise ValueError(f"{path}: relative import beyond the top-level package")
                 base_name = ".".join([*base, node.module] if node.module else base)
             else:
+                assert node.module is not None, "an absolute `from` import always names its module"
                 base_name = node.module
             names.add(base_name)
             # `from workflow_lib.lab import laws` imports a submodule, not a name.
@@ -110,7 +111,7 @@ def code_digest(module: str) -> str:
 
 def third_party_imports(module: str) -> set[str]:
     """Top-level names of the modules outside the standard library and workflow_lib that `module` may import."""
-    names = set()
+    names: set[str] = set()
     for current in module_closure(module):
         names.update(name.split(".")[0] for name in direct_imports(current))
     return {n for n in names if n != PACKAGE and n not in sys.stdlib_module_names and n != "__future__"}

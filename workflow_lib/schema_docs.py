@@ -39,7 +39,8 @@ def type_of(node: dict, defs: dict) -> str:
     if "const" in node:
         return f"`{json.dumps(node['const'])}`"
     if "oneOf" in node or "anyOf" in node:
-        return " or ".join(type_of(option, defs) for option in node.get("oneOf", node.get("anyOf")))
+        options = node["oneOf"] if "oneOf" in node else node["anyOf"]
+        return " or ".join(type_of(option, defs) for option in options)
     if "enum" in node and "type" not in node:
         return ", ".join(
             sorted({type(v).__name__.replace("str", "string").replace("NoneType", "null") for v in node["enum"]})

@@ -9,7 +9,8 @@ import pytest
 import yaml
 from support.study import REPO, snakemake, tiny_config, write_config
 
-from workflow_lib.config import ConfigError, typed_overrides, validate_config
+from workflow_lib.config import ConfigError, normalise, typed_overrides, validate_config
+from workflow_lib.config import check as check_normalised
 
 
 def check(config: dict, tmp_path: Path | None = None) -> dict:
@@ -429,6 +430,26 @@ def test_report_intensity_is_derived_when_the_study_has_one_and_refused_when_it_
     replaced = perturbed_at(0.05)
     replaced["experiments"]["p0"]["train_perturbation"]["strategies"] = ["replacement"]
     assert check(replaced)["report"]["intensity"] == 0.025
+
+
+def test_check_only_refuses_and_normalise_only_fills():
+    """`check` reads a normalised config without changing it, and refuses what `normalise` would have filled (it
+    does not fill it itself); `normalise` is idempotent."""
+    raw = perturbed_at(0.05)
+    raw["datasets"]["mixed"] = {"source": "builtin", "recipe": "mixce", "cleaning": "webtext"}
+    filled = normalise(copy.deepcopy(raw), Path("."))
+    assert filled["report"]["intensity"] == 0.05 and filled["datasets"]["mixed"]["max_rows"] == 5000
+    assert filled["experiments"]["p0"]["seeds"] == [filled["seed"]] and "mle" in filled["objectives"]
+    assert filled["decoders"] == {"unbiased": {}}
+    frozen = copy.deepcopy(filled)
+    check_normalised(filled, Path("."))
+    assert filled == frozen
+    assert normalise(copy.deepcopy(filled), Path(".")) == frozen
+    unfilled = copy.deepcopy(frozen)
+    unfilled["report"]["intensity"] = 0.025  # what the config says; normalise makes it the study's one
+    with pytest.raises(ConfigError, match="config key report.intensity: 0.025 is not an intensity of this study"):
+        check_normalised(unfilled, Path("."))
+    assert unfilled["report"]["intensity"] == 0.025
 
 
 def zero_shot_config(tmp_path: Path) -> dict:

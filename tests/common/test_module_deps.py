@@ -140,3 +140,33 @@ def test_the_code_digest_follows_content_not_paths_or_mtimes(fake_package, tmp_p
     module_deps.direct_imports.cache_clear()
     module_deps.module_closure.cache_clear()
     assert code_digest("workflow_lib.stage.job") == before
+
+
+def unit_graph() -> dict[str, set[str]]:
+    """Which part of workflow_lib imports which (a subpackage or a top-level module is one part), anywhere in its
+    source, functions included."""
+    import pkgutil
+
+    import workflow_lib
+
+    def unit(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    graph: dict[str, set[str]] = {}
+    for info in pkgutil.walk_packages(workflow_lib.__path__, "workflow_lib."):
+        for name in module_deps.direct_imports(info.name):
+            if name.startswith("workflow_lib.") and module_deps._is_module(name) and unit(name) != unit(info.name):
+                graph.setdefault(unit(info.name), set()).add(unit(name))
+    return graph
+
+
+def test_the_package_is_layered_without_an_import_cycle():
+    """No part imports, even inside a function, a part that imports it back: constants at the bottom, the config
+    check below the cost model that reads it (issue 33: config.py imported cost.devices)."""
+    import graphlib
+
+    graph = unit_graph()
+    order = list(graphlib.TopologicalSorter(graph).static_order())  # CycleError names the cycle
+    assert "workflow_lib.constants" not in graph  # imports nothing of the package
+    assert order.index("workflow_lib.config") < order.index("workflow_lib.cost")
+    assert "workflow_lib.cost" not in graph["workflow_lib.config"]

@@ -13,10 +13,10 @@ from support.study import REPO, tiny_config
 from workflow_lib.config import ConfigError, validate_config
 from workflow_lib.cost import jobs as cost_jobs
 from workflow_lib.cost import slurm
-from workflow_lib.cost.devices import DEVICES, device
+from workflow_lib.cost.devices import DEVICES, check_cost, device
 from workflow_lib.cost.estimate import benchmark_key, compare, load_config, memory_flags, rule_table
 from workflow_lib.cost.shapes import KNOWN, from_config
-from workflow_lib.grid import SamplingCondition, TrainCondition
+from workflow_lib.layout import SamplingCondition, TrainCondition
 
 
 def config_of(**changes) -> dict:
@@ -143,10 +143,10 @@ def test_slurm_runtime_is_the_prediction_times_safety_and_attempt():
 
 
 def test_config_refuses_an_unknown_device_or_override_by_name():
-    with pytest.raises(ConfigError, match="cost.device: unknown device 'a100'"):
-        config_of(cost={"device": "a100"})
-    with pytest.raises(ConfigError, match=r"cost.devices.h100: unknown keys \['tflops'\]"):
-        config_of(cost={"devices": {"h100": {"tflops": 1}}})
+    with pytest.raises(ConfigError, match="config key cost.device: unknown device 'a100'"):
+        check_cost(config_of(cost={"device": "a100"})["cost"])
+    with pytest.raises(ConfigError, match=r"config key cost.devices.h100: unknown keys \['tflops'\]"):
+        check_cost(config_of(cost={"devices": {"h100": {"tflops": 1}}})["cost"])
 
 
 def test_predicted_vs_measured_reads_benchmark_files(tmp_path):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workflow_lib.grid import TrainCondition, fmt_intensity, train_conditions
+from workflow_lib.grid import train_conditions
+from workflow_lib.layout import TrainCondition, fmt_intensity
 from workflow_lib.perturb.synonym_table import SynonymTable
 from workflow_lib.perturb.training_data import perturb_blocks
 

@@ -70,9 +70,9 @@ def test_the_papers_strategies_derive_what_the_other_stages_need():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"name": "Swap", "keep": "token", "insert": "token"}, "lower-case letters only"),
+        ({"name": "swap/2", "keep": "token", "insert": "token"}, "a name as the config writes one"),
         ({"name": "none", "keep": "synonym"}, "not 'none'"),
-        ({"name": "shift-1", "keep": "synonym"}, "lower-case letters only"),
+        ({"name": "-shift", "keep": "synonym"}, "a name as the config writes one"),
         ({"name": "move", "keep": None, "insert": "token"}, "moves it"),
         ({"name": "same", "keep": "token"}, "changes nothing"),
         ({"name": "odd", "keep": "antonym"}, "keep must be one of"),

@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from workflow_lib.cli import StageError
-from workflow_lib.config import PREDEFINED_OBJECTIVES
+from workflow_lib.constants import PREDEFINED_OBJECTIVES
 from workflow_lib.data.tokenization import train_bpe
 from workflow_lib.files import write_parquet
 from workflow_lib.perturb.synonym_table import SynonymTable

@@ -52,7 +52,14 @@ class Device:
 
 # Seconds a GPU job pays before its first FLOP (interpreter, torch + transformers imports, CUDA context): the
 # imports as --calibrate measured them on the development machine (3.7-4.7 s) plus an assumed 5 s of CUDA start.
-GPU_FIXED_S = {"train": 9.0, "sample": 9.0, "evaluate": 10.0, "perplexity": 9.0, "features": 9.0, "extrapolation": 9.0}
+GPU_FIXED_S: dict[str, float] = {
+    "train": 9.0,
+    "sample": 9.0,
+    "evaluate": 10.0,
+    "perplexity": 9.0,
+    "features": 9.0,
+    "extrapolation": 9.0,
+}
 
 DEVICES = {
     "a100-40gb": Device(
@@ -152,14 +159,19 @@ def assumptions(dev: Device) -> str:
 
 
 def check_cost(cost: dict) -> None:
-    """The config's `cost` section names devices that exist and overrides only what a device has (ValueError)."""
+    """The config's `cost` section names devices that exist and overrides only what a device has. Run beside
+    `validate_config` (rules/common.smk, `load_config` of the estimate), which checks everything else."""
+    from workflow_lib.config import ConfigError
+
     for name, overrides in cost.get("devices", {}).items():
         unknown = set(overrides) - TUNABLE
         if unknown:
-            raise ValueError(f"cost.devices.{name}: unknown keys {sorted(unknown)}; allowed: {sorted(TUNABLE)}")
+            raise ConfigError(
+                f"config key cost.devices.{name}: unknown keys {sorted(unknown)}; allowed: {sorted(TUNABLE)}"
+            )
     for key in ("device", "cpu"):
         if cost[key] not in DEVICES and cost[key] not in cost.get("devices", {}):
-            raise ValueError(
-                f"cost.{key}: unknown device {cost[key]!r}: one of {', '.join(DEVICES)}, or a name "
+            raise ConfigError(
+                f"config key cost.{key}: unknown device {cost[key]!r}: one of {', '.join(DEVICES)}, or a name "
                 "defined under cost.devices"
             )

@@ -39,11 +39,14 @@ def load_config(paths: list[str], workdir: Path) -> dict:
     from snakemake.utils import update_config
 
     from workflow_lib.config import validate_config
+    from workflow_lib.cost.devices import check_cost
 
     config: dict = {}
     for path in paths:
         update_config(config, yaml.safe_load(Path(path).read_text()) or {})
-    return validate_config(config, workdir=workdir)
+    validate_config(config, workdir=workdir)
+    check_cost(config["cost"])
+    return config
 
 
 def rule_table(jobs: list[Job], gpus: int, cores: int) -> list[dict]:
@@ -62,7 +65,7 @@ def rule_table(jobs: list[Job], gpus: int, cores: int) -> list[dict]:
         for job in known:
             for part, seconds in job.parts.items():
                 parts[part] = parts.get(part, 0.0) + seconds * max(job.devices, 1)
-        top = max(parts, key=parts.get) if parts else ""
+        top = max(parts, key=parts.__getitem__) if parts else ""
         rows.append(
             {
                 "rule": rule,
@@ -159,7 +162,9 @@ def fmt(column: str, value) -> str:
     return str(value)
 
 
-def report(config: dict, gpu: Device, cpu: Device, gpus: int, cores: int, results: Path, workdir: Path) -> str:
+def report(
+    config: dict, gpu: Device, cpu: Device, gpus: int, cores: int, results: Path, workdir: Path
+) -> tuple[str, list[dict]]:
     jobs = plan_jobs(config, gpu, cpu, workdir)
     rows = rule_table(jobs, gpus, cores)
     device_hours = sum(r["device_hours"] for r in rows if r["on"] == "GPU")

@@ -21,9 +21,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workflow_lib.constants import UNTRAINED
 from workflow_lib.cost import sizes
 from workflow_lib.cost.devices import Device
 from workflow_lib.cost.shapes import Shape, featuriser_shape, model_shape
+from workflow_lib.layout import parse
 from workflow_lib.perturb.strategies import get as get_strategy
 
 GPU_RULES = ("train", "sample", "evaluate", "perplexity", "features", "extrapolation")
@@ -237,26 +239,20 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
     jobs = []
     train_gpus = {m: {**config["training"], **spec.get("training", {})}["gpus"] for m, spec in config["models"].items()}
     for exp in config["experiments"].values():
-        for model, objective, cond, seed in grid.model_runs(exp):
-            if objective != grid.UNTRAINED:
-                key = grid.model_path(model, exp["train_dataset"], objective, cond, seed)
+        for run in grid.model_runs(exp):
+            if run.objective != UNTRAINED:
+                device = on(train_gpus[run.model])
                 jobs.append(
-                    train_job(config, key, model, exp["train_dataset"], cond, seed, on(train_gpus[model]), workdir)
+                    train_job(config, run.folder(), run.model, run.dataset, run.train, run.seed, device, workdir)
                 )
     jobs = list({j.key: j for j in jobs}.values())
     s, e = config["sampling"], config["evaluation"]
-    for model_dir, eval_set, test in grid.evaluation_runs(config):
-        model = model_dir.split("/")[2]
-        jobs.append(
-            sample_job(
-                config, grid.sample_path(model_dir, eval_set, test), model, eval_set, test, on(s["gpus"]), workdir
-            )
-        )
-        jobs.append(
-            evaluate_job(config, grid.metrics_path(model_dir, eval_set, test), model, eval_set, on(e["gpus"]), workdir)
-        )
+    for ev in grid.evaluation_runs(config):
+        model, eval_set = ev.run.model, ev.eval_set
+        jobs.append(sample_job(config, ev.path("samples"), model, eval_set, ev.test, on(s["gpus"]), workdir))
+        jobs.append(evaluate_job(config, ev.path("metrics"), model, eval_set, on(e["gpus"]), workdir))
     for folder, eval_sets in grid.perplexity_jobs(config).items():
-        model = folder.split("/")[2]
+        model = parse(folder).run.model
         shape, tpw = (
             model_shape(config, model, workdir),
             sizes.tokens_per_word(config, config["models"][model]["tokenizer"]),
@@ -278,7 +274,7 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
                 e["gpus"],
             )
         )
-    for eval_set in sorted({es for _, es, _ in grid.evaluation_runs(config)}):
+    for eval_set in sorted({ev.eval_set for ev in grid.evaluation_runs(config)}):
         p = sizes.eval_set_prompts(config, eval_set, workdir)
         jobs.append(
             scoring_job(
@@ -296,8 +292,9 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
         )
     x = e["extrapolation"]
     for path in grid.extrapolation_targets(config):
-        parts = path.split("/")
-        model, eval_set, intensity = parts[2], parts[-4], float(parts[-1].split("-")[1])
+        located = parse(path)
+        assert located.test is not None and located.eval_set is not None  # an evaluation's path
+        model, eval_set, intensity = located.run.model, located.eval_set, float(located.test.intensity)
         p = sizes.eval_set_prompts(config, eval_set, workdir)
         prefixes = (p["reference_words"] - p["prefix_words"]) // x["stride"] + 1
         draws = x["draws"] if intensity > 0 else 1

@@ -35,11 +35,24 @@ def planned(config: dict) -> dict[str, Job]:
     return _PLANS[key]
 
 
+def planned_job(config: dict, output: str) -> Job:
+    """The planned job that writes `output`. A rule's output the plan lacks raises: the rules and the cost model
+    build their paths through one layout (workflow_lib/layout.py), so a miss is a bug or a target outside the
+    config, not a job to guess a time for."""
+    jobs = planned(config)
+    if output not in jobs:
+        raise KeyError(
+            f"{output}: the cost model plans no job that writes it (is it a target of this config?), so its SLURM "
+            "runtime and memory are unknown"
+        )
+    return jobs[output]
+
+
 def runtime_minutes(config: dict, output: str, attempt: int = 1) -> int:
     """The predicted time x cost.safety x attempt, in whole minutes, at least cost.min_minutes."""
     cost = config["cost"]
-    job = planned(config).get(output)
-    if job is None or job.unknown:
+    job = planned_job(config, output)
+    if job.unknown:
         return cost["unknown_minutes"] * attempt
     return max(cost["min_minutes"], math.ceil(job.seconds * cost["safety"] / 60)) * attempt
 
@@ -47,8 +60,8 @@ def runtime_minutes(config: dict, output: str, attempt: int = 1) -> int:
 def mem_mb(config: dict, output: str, attempt: int = 1) -> int:
     """Host memory: a base for the interpreter and libraries, plus three float32 copies of the checkpoint (loading
     holds the file and the model, a cast a third), plus the optimizer states when training runs on the CPU."""
-    job = planned(config).get(output)
-    if job is None or job.unknown:
+    job = planned_job(config, output)
+    if job.unknown:
         return 2 * HOST_BASE_MB * attempt
     optimizer = ADAM_BYTES_PER_PARAM * job.params if job.rule == "train" and not job.devices else 0
     return math.ceil(HOST_BASE_MB + (3 * 4 * job.params + optimizer) / 1e6) * attempt

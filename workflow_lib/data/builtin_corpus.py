@@ -342,9 +342,9 @@ def build_grammar(
         raise ValueError(f"words_per_class: {n_content} content words exceed the limit {MAX_CONTENT_WORDS}")
     if not 0 < ood_fraction < 1:
         raise ValueError(f"ood_fraction must be in (0, 1), not {ood_fraction}")
-    for name, value in (("p_adj", p_adj), ("p_adv", p_adv)):
-        if not 0 <= value <= 1:
-            raise ValueError(f"{name} must be in [0, 1], not {value}")
+    for name, probability in (("p_adj", p_adj), ("p_adv", p_adv)):
+        if not 0 <= probability <= 1:
+            raise ValueError(f"{name} must be in [0, 1], not {probability}")
     total = n_noun_classes * n_verb_classes * n_noun_classes
     n_held = round(ood_fraction * total)
     if n_held < 1 or total - n_held < max(n_noun_classes, n_verb_classes):

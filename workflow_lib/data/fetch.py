@@ -30,6 +30,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import requests
 import urllib3
@@ -105,7 +106,7 @@ def fetch(
     transfer = Transfer(resumed_bytes=part.stat().st_size if part.exists() else 0)
     if transfer.resumed_bytes:
         log.info("%s: resuming %s from the %d bytes already in %s", what, url, transfer.resumed_bytes, part)
-    options = {
+    options: dict[str, Any] = {
         "head_bytes": head_bytes,
         "retries": retries,
         "timeout": timeout,
@@ -238,10 +239,11 @@ def request_once(
 
         start = 0
         if status == 206:
-            start, _, total = content_range(response.headers.get("Content-Range"))
-            if start != have:
+            first, _, total = content_range(response.headers.get("Content-Range"))
+            if first is None or first != have:
                 restart(part, transfer)
-                raise Interrupted(f"asked for bytes from {have}, the server sent bytes from {start}")
+                raise Interrupted(f"asked for bytes from {have}, the server sent bytes from {first}")
+            start = first
             transfer.remote_size = total or transfer.remote_size
         else:
             if have:

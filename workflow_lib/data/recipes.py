@@ -71,7 +71,8 @@ def _head_filtered(rows: list[str], cleaning: str, need: int) -> tuple[list[str]
     """The first `need` filtered rows of `rows`, cleaning only as many raw rows as that takes (a WikiText-103
     top-up needs a few hundred of train's 1.8M rows, and Moses detokenisation is the slow step).
     Returns them and the number of raw rows read."""
-    chunk, start, out = max(2 * need, 256), 0, []
+    chunk, start = max(2 * need, 256), 0
+    out: list[str] = []
     while len(out) < need and start < len(rows):
         # A chunk's rows are filtered independently of the next chunk's (each row is its own line; a row's
         # carriage returns split only that row), so chunking does not change which rows come first.
@@ -81,7 +82,12 @@ def _head_filtered(rows: list[str], cleaning: str, need: int) -> tuple[list[str]
 
 
 def mixce(
-    split: str, load: Callable[[str], list[str]], cleaning: str, max_rows: int, top_up: str | None, splits: list[str]
+    split: str,
+    load: Callable[[str], list[str]],
+    cleaning: str,
+    max_rows: int | None,
+    top_up: str | None,
+    splits: list[str],
 ) -> tuple[list[str], list[dict], dict | None]:
     """MixCE's order for one split: filter, then cut test and validation to `max_rows`, then top them up.
 
@@ -91,6 +97,7 @@ def mixce(
     """
     rows, steps = mixce_filtered(load(split), cleaning)
     if split == top_up:
+        assert max_rows is not None, "a top-up split gives rows up to max_rows (the config sets it for mixce)"
         given = sum(_deficit(s, load, cleaning, max_rows) for s in TOP_UP_ORDER if s in splits and s != top_up)
         if given:
             rows = rows[given:]

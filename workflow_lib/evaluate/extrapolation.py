@@ -40,7 +40,7 @@ def word_token_ids(tokenizer, vocabulary) -> np.ndarray:
 
 
 def evaluation_prefixes(references: list[str], start: int, stride: int) -> list[list[str]]:
-    out = []
+    out: list[list[str]] = []
     for ref in references:
         words = ref.split()
         out.extend(words[:t] for t in range(start, len(words), stride))

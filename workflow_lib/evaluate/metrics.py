@@ -42,6 +42,7 @@ import logging
 import re
 from collections import Counter
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -111,7 +112,7 @@ def featurize(
     return np.concatenate(out).astype(np.float32)
 
 
-def mean_2se(values) -> tuple[float, float]:
+def mean_2se(values) -> tuple[float, float | None]:
     values = np.asarray(values, dtype=np.float64)
     if len(values) < 2:  # no spread from one run; None keeps the JSON valid
         return float(values.mean()), None
@@ -308,8 +309,10 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
     import pyarrow as pa
 
     # Row order feeds MAUVE (its k-means seeding sees the features in this order): the samples file's order, kept.
-    frame = pl.from_arrow(samples).join(
-        pl.from_arrow(prompts).select("prompt_id", "prefix", "reference"), on="prompt_id", maintain_order="left"
+    frame = cast(pl.DataFrame, pl.from_arrow(samples)).join(
+        cast(pl.DataFrame, pl.from_arrow(prompts)).select("prompt_id", "prefix", "reference"),
+        on="prompt_id",
+        maintain_order="left",
     )
     order = {int(p): i for i, p in enumerate(prompts.column("prompt_id").to_pylist())}
     model_text = (frame["prefix"] + frame["text"]).to_list()  # the shared prefix plus the continuation, as EMO
@@ -340,7 +343,10 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
     rouge = rouge_f(prediction.to_list(), reference.to_list())
 
     seeds = [seed + k for k in range(settings["mauve"].get("kmeans_seeds", KMEANS_SEEDS))]
-    by_seed, rouge_per_run, curves, buckets = [], {name: [] for name in ROUGE_TYPES}, [], set()
+    seed_scores: list = []
+    rouge_per_run: dict[str, list[float]] = {name: [] for name in ROUGE_TYPES}
+    curves: list = []
+    buckets: set = set()
     for r in runs:
         rows = np.flatnonzero(run_of_row == r)
         for name in ROUGE_TYPES:
@@ -354,7 +360,7 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
         curves.append(run_curves)
         buckets.add(num_buckets)
         log.info("run %s: MAUVE %s over %d clustering seeds", r, " ".join(f"{s:.3f}" for s in scores), len(seeds))
-        by_seed.append(scores)
+        seed_scores.append(scores)
     common = {
         "kmeans_seeds": seeds,
         "mauve_texts": texts,
@@ -380,7 +386,7 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
         curves = [curve_schema().empty_table()]
         features = pa.nulls(frame.height, pa.list_(pa.float32()))  # read by no one: its contrasts are not tested
     else:
-        by_seed = np.asarray(by_seed, dtype=np.float64)
+        by_seed = np.asarray(seed_scores, dtype=np.float64)
         if not np.isfinite(by_seed).all():
             raise StageError("evaluation: MAUVE is not finite for these samples; no metric is written")
         summary = {
@@ -390,6 +396,7 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
             "num_buckets": buckets.pop() if len(buckets) == 1 else sorted(buckets),
             **common,
         }
+        assert q_all is not None, "a scored cell has its features (status None)"
         features = pa.FixedSizeListArray.from_arrays(pa.array(q_all.astype(np.float32).ravel()), q_all.shape[1])
 
     diversity = text_stats(*continuation_tokens(samples), run_index, len(runs))

@@ -35,7 +35,7 @@ def build_sets(grammar, settings: dict):
 
     lex = prefix_sets.lexicon(grammar, settings["seed"])
     base = prefix_sets.base_prefixes(grammar, settings["prefixes"], settings["length"], settings["seed"])
-    columns = {k: [] for k in ("family", "delta", "base", "ids", "distance", "truth")}
+    columns: dict[str, list] = {k: [] for k in ("family", "delta", "base", "ids", "distance", "truth")}
     for s in prefix_sets.delta_sets(
         grammar, lex, base, sorted(settings["deltas"]), settings["last"], settings["seed"], tries=settings["tries"]
     ):

@@ -19,11 +19,11 @@ SELECT, DRAW = 0, 1  # purposes of the keyed uniforms: replace this position?  w
 _GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
-def splitmix64(x: np.ndarray) -> np.ndarray:
+def splitmix64(values: np.ndarray | np.integer) -> np.ndarray:
     """The splitmix64 finaliser on uint64 with wrapping arithmetic; bit-identical to `perturb.backends.splitmix64`
     (its torch int64 twin), so both sides of the lab can share keys."""
     with np.errstate(over="ignore"):
-        x = np.asarray(x).astype(np.uint64) + _GOLDEN
+        x = np.asarray(values).astype(np.uint64) + _GOLDEN
         x = (x ^ (x >> np.uint64(30))) * _MIX1
         x = (x ^ (x >> np.uint64(27))) * _MIX2
         return x ^ (x >> np.uint64(31))

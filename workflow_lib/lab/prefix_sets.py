@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import product
+from typing import cast
 
 import numpy as np
 
@@ -90,9 +91,9 @@ def _support_automaton(grammar: BuiltinGrammar) -> tuple[int, np.ndarray, np.nda
     adv_ok, end_ok = grammar.p_adv > 0, grammar.p_adv < 1
     adjs = range(grammar.adj0, grammar.adv_class)
     states: dict[object, int] = {"start": 0}
-    edges: list[tuple[int, int, int]] = []
+    edges: list[tuple[int, int, int | np.integer]] = []
 
-    def edge(src: object, dst: object, cls: int) -> None:
+    def edge(src: object, dst: object, cls: int | np.integer) -> None:
         edges.append((states.setdefault(src, len(states)), states.setdefault(dst, len(states)), cls))
 
     edge("start", "det0", 0)
@@ -202,7 +203,7 @@ def _has_completion(mass: np.ndarray, comp: np.ndarray, present: np.ndarray) -> 
     s, v, o = np.moveaxis(comp, -1, 0)
     return np.select(
         [present[..., 2], present[..., 1], present[..., 0]],
-        [mass[s, v, o], mass.any(2)[s, v], mass.any((1, 2))[s]],
+        [mass[s, v, o], cast(np.ndarray, mass.any(2))[s, v], cast(np.ndarray, mass.any((1, 2)))[s]],
         default=True,
     )
 
@@ -231,12 +232,14 @@ def _composition_candidates(
     comp = np.where(present, grammar.word_class[base[rows, column]] - first_class, 0)
     changeable = present & window[rows, column]
     is_current = np.arange(n_sentences) == current[:, None]  # [r, S]
-    options, option_slot, option_class = [], [], []
+    option_parts: list[np.ndarray] = []
+    option_slot: list[int] = []
+    option_class: list[int] = []
     for slot, count in enumerate((n_noun, n_verb, n_noun)):
         new = np.repeat(comp[:, :, None, :], count, axis=2)  # [r, S, count, 3]: the slot set to each class
         new[..., slot] = np.arange(count)
         seen_part = present[:, :, None, :]
-        options.append(
+        option_parts.append(
             changeable[..., slot, None]
             & (new[..., slot] != comp[..., slot, None])
             & ~_has_completion(in_mass, new, seen_part)
@@ -244,8 +247,8 @@ def _composition_candidates(
         )
         option_slot += [slot] * count
         option_class += (first_class[slot] + np.arange(count)).tolist()
-    options = np.concatenate(options, axis=2)  # [r, S, n_options]
-    ok, sentences = _choose_positions(rng, options.any(axis=2), delta)  # [r], [r, delta]
+    options = np.concatenate(option_parts, axis=2)  # [r, S, n_options]
+    ok, sentences = _choose_positions(rng, cast(np.ndarray, options.any(axis=2)), delta)  # [r], [r, delta]
     picks = np.argmin(np.where(options, rng.random(options.shape), np.inf), axis=2)  # [r, S]
     ok_rows, sentences = np.flatnonzero(ok)[:, None], sentences[ok]
     chosen = picks[ok_rows, sentences]  # [m, delta] option index of each chosen sentence

@@ -26,6 +26,7 @@ Assumption UI holds for both classes: every pair of base members agrees on the s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict
 
 import numpy as np
 
@@ -150,6 +151,14 @@ def worst_prefixes(
     return worst[1:]
 
 
+class ClassSups(TypedDict):
+    """`class_sups`' result: the two sups per delta (over the spread) and whether distinct pairs are admissible."""
+
+    U_base: np.ndarray
+    U_perturb: np.ndarray
+    admissible: bool
+
+
 def class_sups(
     grammar: BuiltinGrammar,
     lex: prefix_sets.Lexicon,
@@ -159,7 +168,7 @@ def class_sups(
     last: int,
     support_prefix: np.ndarray,
     deltas: Sequence[int],
-) -> dict[str, np.ndarray | bool]:
+) -> ClassSups:
     """Per delta, sup over every prefix X' with d(X', X) <= delta of 1[X' outside A] (U_base / spread) and of
     P_T(X~ outside A | X') over admissible pairs (U_perturb / spread; 0 when only a member paired with itself is
     admissible), and whether distinct pairs are admissible. Both sups are attained at X'_delta (`worst_prefixes`):

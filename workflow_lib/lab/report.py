@@ -20,6 +20,7 @@ import argparse
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import polars as pl
@@ -75,7 +76,7 @@ def sups_frame(premise: pl.DataFrame) -> pl.DataFrame:
 
 
 def _span(values: pl.Series) -> str:
-    low, high = values.min(), values.max()
+    low, high = cast(float, values.min()), cast(float, values.max())
     return f"{low:.3f}" if abs(high - low) < 5e-4 else f"{low:.3f} to {high:.3f}"
 
 
@@ -129,7 +130,7 @@ def findings(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> list[
     consts = constants_frame(premise).filter(pl.col("delta") > 0)
     for (name,), part in consts.group_by("perturbation", maintain_order=True):
         r = part.row(0, named=True)
-        worst = part["C_rows"].max()
+        worst = cast(float, part["C_rows"].max())
         if r["q0"] == "uniform":
             lines.append(
                 f"- **T = {name}** (uniform replacement of the last {r['last']} of {length} words, beta = {r['beta']}): "
@@ -140,7 +141,7 @@ def findings(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> list[
         else:
             lines.append(
                 f"- **T = {name}** (class replacement, beta = {r['beta']}): alpha(T) = {r['alpha']:.0f} and "
-                f"C = {part['C'].max():.0f} for delta >= 1 (a changed function word or a held-out class "
+                f"C = {cast(float, part['C'].max()):.0f} for delta >= 1 (a changed function word or a held-out class "
                 "sequence is never restored); on the rows TV(T(.|X'), T(.|X0)) is 0 exactly where every "
                 f"change keeps its class, else 1 (max {worst:.0f})."
             )
@@ -151,7 +152,9 @@ def findings(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> list[
         if not off.height:
             continue
         g, deltas = off.row(0, named=True), off["delta"].to_list()
-        rows_top = premise.filter((pl.col("class") == cls) & (pl.col("perturbation") == name))["U_perturb_rows"].max()
+        rows_top = cast(
+            float, premise.filter((pl.col("class") == cls) & (pl.col("perturbation") == name))["U_perturb_rows"].max()
+        )
         if g["admissible"]:
             reach = (
                 f"U_perturb(delta) = {', '.join(f'{u:.3f}' for u in off['U_perturb'])} at delta = "
@@ -411,7 +414,8 @@ def figure(trained: pl.DataFrame, premise: pl.DataFrame, stem: str) -> None:
             )
         rows = cls.filter(pl.col("family") == family)
         sups = sups_frame(cls).filter(pl.col("delta").is_in(rows["delta"].unique().to_list()))
-        drawn, hidden = {}, []
+        drawn: dict[str, list[float]] = {}
+        hidden: list[list[str]] = []
         lines = {UNPERTURBED: sups.group_by("delta").agg(pl.col("U_base").max()).sort("delta").rename({"U_base": "U"})}
         lines |= {
             name: sups.filter(pl.col("perturbation") == name).sort("delta").rename({"U_perturb": "U"})
@@ -524,7 +528,7 @@ def main() -> None:
     if missing:
         raise StageError(f"{args.prefixes}: missing columns {sorted(missing)}")
     models = [_read_model(path) for path in args.laws]
-    check_models(models, args.laws, rows=prefixes.height, words=prefixes["truth"].list.len().max())
+    check_models(models, args.laws, rows=prefixes.height, words=cast(int | None, prefixes["truth"].list.len().max()))
     from workflow_lib.lab import prefix_sets
     from workflow_lib.lab.laws import grammar_of
     from workflow_lib.lab.theorems import premise_table

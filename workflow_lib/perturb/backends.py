@@ -16,10 +16,12 @@ class _Numpy:
         self.rng = rng
 
     def rand(self, n: int) -> np.ndarray:
+        assert self.rng is not None, "random draws need a numpy Generator"
         return self.rng.random(n)
 
     def rand_at(self, picked: np.ndarray, purpose: int) -> np.ndarray:
         """Uniforms for the picked tokens (one draw of the stream each; `purpose` only matters for keyed draws)."""
+        assert self.rng is not None, "random draws need a numpy Generator"
         return self.rng.random(len(picked))
 
     def select(self, n: int, p: float) -> np.ndarray:
@@ -28,6 +30,7 @@ class _Numpy:
         geometric draws: O(selected) work instead of O(n)."""
         if p >= 1.0:
             return np.arange(n, dtype=np.int64)
+        assert self.rng is not None, "random draws need a numpy Generator"
         chunk = int(n * p + 6 * np.sqrt(n * p) + 16)
         found, last = [], -1
         while True:

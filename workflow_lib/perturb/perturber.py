@@ -153,6 +153,7 @@ def perturb(
     if not rule.inserts:
         return Perturbed(values, offsets, **result)
     inserted = synonyms if rule.insert == "synonym" else xp.cast_like(tokens, values)
+    assert inserted is not None, "inserting synonyms needs them drawn (Strategy.needs_synonyms)"
 
     # The insertion. Gaps of sequence s are numbered offsets[s] + s + g, g = 0..len(s): one increasing index over
     # the batch, in which the gap just before flat token i is i + seq(i).

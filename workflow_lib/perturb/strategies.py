@@ -25,7 +25,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-NAME = re.compile(r"[a-z]+")  # output paths hold `<strategy>-<intensity>`, and the report parses them back
+from workflow_lib import layout
+
+NAME = re.compile(layout.NAME)  # the config's names (its schema): output paths hold it, layout.py reads it back
 KEEP = ("token", "synonym", None)
 INSERT = (None, "token", "synonym")
 
@@ -41,7 +43,10 @@ class Strategy:
 
     def __post_init__(self) -> None:
         if not NAME.fullmatch(self.name) or self.name == "none":
-            raise ValueError(f"strategy name {self.name!r}: lower-case letters only, and not 'none' (the baseline)")
+            raise ValueError(
+                f"strategy name {self.name!r}: a name as the config writes one (a letter or digit, then letters, "
+                "digits, '_', '.' or '-'), and not 'none' (the baseline)"
+            )
         if self.keep not in KEEP or self.insert not in INSERT:
             raise ValueError(f"strategy {self.name!r}: keep must be one of {KEEP}, insert one of {INSERT}")
         if self.keep is None and self.insert is not None:
@@ -100,7 +105,7 @@ def get(name: str) -> Strategy:
 
 def wildcard_pattern() -> str:
     """The regular expression of the `strategy` wildcards: every registered name, and `none` (intensity 0)."""
-    return "|".join([*STRATEGIES, "none"])
+    return "|".join(re.escape(name) for name in [*STRATEGIES, "none"])
 
 
 register(

@@ -1,39 +1,18 @@
 """A result path's condition, and the frames built from it that the tables, figures and contrasts share.
 
-workflow_lib.grid writes the paths; `parse_path` reads one back, so a table works for whatever subset of the grid
-a config defines.
+workflow_lib/layout.py writes the paths and reads them back; `parse_path` is its reading as the report's columns,
+so a table works for whatever subset of the grid a config defines.
 """
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 
-from workflow_lib.grid import UNTRAINED
+from workflow_lib.constants import UNTRAINED
+from workflow_lib.layout import EVALUATION_NAMES, RUN_NAMES, parse
 
-_MODEL = (
-    r"(?P<model>[^/]+)/(?P<dataset>[^/]+)/(?P<objective>[^/]+)/(?P<train_synonyms>[^/]+)/"
-    r"(?P<train_mode>[^/]+)-m(?P<copies>\d+)/(?P<train_strategy>[a-z]+)-(?P<train_intensity>[0-9.]+)/seed(?P<seed>\d+)/"
-)
-PATH = re.compile(
-    r"results/(?P<kind>metrics|extrapolation)/" + _MODEL + r"(?P<eval_set>[^/]+)/(?P<decoder>[A-Za-z0-9_.-]+)/"
-    r"(?P<test_synonyms>[^/]+)/(?P<test_strategy>[a-z]+)-(?P<test_intensity>[0-9.]+)-(?P<test_mode>[a-z]+)\.json$"
-)
-PERPLEXITY_PATH = re.compile(r"results/(?P<kind>perplexity)/" + _MODEL + r"(?P<eval_set>[^/]+)\.json$")
-MODEL_DIR = re.compile(r"results/models/" + _MODEL + "$")
-MODEL_KEYS = [
-    "model",
-    "dataset",
-    "objective",
-    "train_synonyms",
-    "train_mode",
-    "copies",
-    "train_strategy",
-    "train_intensity",
-    "seed",
-]
-KEYS = MODEL_KEYS + ["eval_set", "decoder", "test_synonyms", "test_strategy", "test_intensity", "test_mode"]
+MODEL_KEYS = RUN_NAMES
+KEYS = EVALUATION_NAMES
 ABLATION = ["NoPerturb", "TrainPerturb", "TestPerturb", "Both"]
 UNTRAINED_LABEL = "untrained (zero-shot)"
 
@@ -42,17 +21,24 @@ UNTRAINED_LABEL = "untrained (zero-shot)"
 
 
 def parse_path(path: str) -> dict:
-    """The condition a metrics, extrapolation or perplexity path names, and its kind."""
-    match = PATH.search(str(path)) or PERPLEXITY_PATH.search(str(path))
-    if match is None:
+    """The condition a metrics, extrapolation or perplexity path names (the report's columns), and its kind."""
+    try:
+        located = parse(path)
+    except ValueError:
+        located = None
+    kinds = ("metrics", "extrapolation", "perplexity")
+    if located is None or located.kind not in kinds or located.eval_set is None or located.suffix != ".json":
         raise ValueError(f"{path}: not a metrics, extrapolation or perplexity path of this workflow")
-    return match.groupdict()
+    return {"kind": located.kind, **located.columns()}
 
 
 def parse_model_dir(path: str) -> dict | None:
     """The training condition a model folder names; None for a folder outside results/models."""
-    match = MODEL_DIR.search(str(path).rstrip("/") + "/")
-    return match.groupdict() if match else None
+    try:
+        located = parse(str(path))
+    except ValueError:
+        return None
+    return located.columns() if located.kind == "models" and not located.suffix else None
 
 
 def typed(frame: pl.DataFrame) -> pl.DataFrame:

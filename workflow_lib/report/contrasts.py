@@ -35,15 +35,15 @@ import argparse
 import json
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from workflow_lib.cli import StageError, run
+from workflow_lib.constants import UNTRAINED
 from workflow_lib.files import atomic_path
-from workflow_lib.grid import UNTRAINED
 from workflow_lib.report.conditions import KEYS, MODEL_KEYS, parse_path, typed
 from workflow_lib.report.statistics import (
     ALPHA,
@@ -297,7 +297,9 @@ def _joint_estimate(result: dict) -> Estimate | None:
     """A report.joint_mauve job's result as an Estimate; None when its MAUVE could not resolve (too few texts)."""
     if result.get("status"):
         return None
-    return Estimate(*(result[k] for k in ("difference", "low", "high", "p", "n")), result.get("untested"))
+    return Estimate(
+        result["difference"], result["low"], result["high"], result["p"], result["n"], result.get("untested")
+    )
 
 
 def compare(
@@ -311,9 +313,12 @@ def compare(
     files = files or StudyFiles()
     identity = pair_identity(pair)
     rows = []
-    permutations = None
+    permutations: Permutations | None = None
 
     def row(metric: str, estimate: Estimate, method: str, draws: int | None = None) -> None:
+        if method == PERMUTATION:
+            assert permutations is not None, "permutation rows come after the swaps are set"
+            draws = permutations.draws
         fields = estimate._asdict()
         untested = fields.pop("untested")
         rows.append(
@@ -323,7 +328,7 @@ def compare(
             | {
                 "method": method,
                 "not_testable": untested,
-                "resamples": permutations.draws if method == PERMUTATION else draws,
+                "resamples": draws,
             }
         )
 
@@ -396,7 +401,9 @@ def designed_mauve(
     }
 
 
-def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES, mauve: list[str] = ()) -> pl.DataFrame:
+def contrasts(
+    paths: list[str], intensity: float, resamples: int = RESAMPLES, mauve: Sequence[str] = ()
+) -> pl.DataFrame:
     """The study's paired comparisons (columns COLUMNS), sorted, Holm-corrected per (family, metric).
     `resamples`: the least permutation B; a table of m comparisons gets resamples_for(m, resamples). A pair of
     a family and kind (metrics: the ROUGE tables; perplexity) is one row of each of that kind's tables, so m is
@@ -404,7 +411,7 @@ def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES, ma
     report.joint_mauve's jobs, named by pair id; a metrics pair without one falls back to the paired t."""
     files = StudyFiles()
     designed = pairs(conditions(paths), intensity)
-    table_size = defaultdict(int)
+    table_size: defaultdict[tuple[str, str], int] = defaultdict(int)
     for pair in designed:
         table_size[(pair["family"], pair["kind"])] += 1
     for (family, kind), m in sorted(table_size.items()):

@@ -222,7 +222,8 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
     perturbed = same.filter((pl.col("train_intensity") > 0) & (pl.col("train_strategy") == pl.col("test_strategy")))
     eval_sets = sorted(set(same["eval_set"].to_list()))
     groups = ["objective", *_varying(same, ["model"])]
-    rows, shown = [], []
+    rows: list[list[Panel[tuple | None, Line]]] = []
+    shown: list[str] = []
     for es in eval_sets:
         sub = perturbed.filter(pl.col("eval_set") == es)
         shared = ["objective", *_varying(same.filter(pl.col("eval_set") == es), SHARED_FIELDS)]
@@ -299,7 +300,8 @@ def extrapolation_figure(frame: pl.DataFrame, stem: str, intensity: float | None
     sub = shown_objective(frame.filter(pl.col("tv_mean").is_not_null()))
     laws = sorted(set(sub["eval_set"].to_list())) or ["(none)"]
     groups = ["objective", *_varying(sub, ["model"])]
-    rows, titles = [], []
+    rows: list[list[Panel[tuple | None, Line]]] = []
+    titles = []
     for es in laws:
         part = sub.filter(pl.col("eval_set") == es)
         titles.append(f"{es} ({part['tv_law'][0]})" if part.height else es)

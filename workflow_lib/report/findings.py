@@ -17,6 +17,8 @@ Nothing here is written by hand: a sentence whose numbers are missing is left ou
 
 from __future__ import annotations
 
+from typing import cast
+
 import polars as pl
 
 from workflow_lib.report.contrasts import METRICS
@@ -97,8 +99,12 @@ def size_findings(frame: pl.DataFrame, logs: dict[str, pl.DataFrame]) -> list[st
     runs, prompts = frame["runs"].drop_nulls(), frame["prompts"].drop_nulls()
     line = (
         (
-            f"Size: {runs.min()}" + (f"-{runs.max()}" if runs.max() != runs.min() else "") + " sampling runs of "
-            f"{prompts.min()}" + (f"-{prompts.max()}" if prompts.max() != prompts.min() else "") + " prompts per eval "
+            f"Size: {cast(int, runs.min())}"
+            + (f"-{cast(int, runs.max())}" if runs.max() != runs.min() else "")
+            + " sampling runs of "
+            f"{cast(int, prompts.min())}"
+            + (f"-{cast(int, prompts.max())}" if prompts.max() != prompts.min() else "")
+            + " prompts per eval "
             "set."
         )
         if runs.len() and prompts.len()
@@ -106,7 +112,7 @@ def size_findings(frame: pl.DataFrame, logs: dict[str, pl.DataFrame]) -> list[st
     )
     lines = [line]
     if logs:
-        steps = [int(log["step"].max()) for log in logs.values() if log.height]
+        steps = [int(cast(float, log["step"].max())) for log in logs.values() if log.height]
         falling = [
             path
             for path, log in logs.items()
@@ -134,7 +140,8 @@ def size_findings(frame: pl.DataFrame, logs: dict[str, pl.DataFrame]) -> list[st
     share = resolved(frame)["mauve_clustering_share"].drop_nulls()
     if share.len():
         lines.append(
-            f"MAUVE's k-means clustering accounts for an estimated median {share.median():.0%} of a single "
+            "MAUVE's k-means clustering accounts for an estimated median "
+            f"{cast(float, share.median()):.0%} of a single "
             "(run, clustering seed) score's variance; the rest is sampling (see the Provenance section)."
         )
     return lines

@@ -31,7 +31,7 @@ import hashlib
 import itertools
 import logging
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -193,14 +193,14 @@ def joint_contrast(
         return JointMauve(ma, mb, Estimate(observed, None, None, None if untested else p, n, untested), buckets)
     la, lb = flat_a.reshape(k, runs, n), flat_b.reshape(k, runs, n)
     chunk = max(1, CHUNK_ELEMENTS // (k * units))
-    replicates = []
+    batches: list[np.ndarray] = []
     for start in range(0, resamples, chunk):
         idx = bootstrap_indices(n, min(chunk, resamples - start), identity, start)  # [rows, n]
         ba, bb = score(
             h[:, idx].transpose(1, 0, 2), la[:, :, idx].transpose(2, 0, 1, 3), lb[:, :, idx].transpose(2, 0, 1, 3)
         )
-        replicates.append((ba - bb).mean((1, 2)))
-    replicates = np.concatenate(replicates)
+        batches.append((ba - bb).mean((1, 2)))
+    replicates = np.concatenate(batches)
     if not (np.isfinite(observed) and np.isfinite(replicates).all()):
         raise ValueError("joint MAUVE: a non-finite score; no estimate is made")
     low, high = np.quantile(replicates, [0.025, 0.975])
@@ -229,8 +229,8 @@ def aligned(human: np.ndarray, prompt_ids: np.ndarray, a, b) -> tuple[np.ndarray
     set's reference features, row k the prompt `prompt_ids[k]`."""
     import polars as pl
 
-    frames = [pl.from_arrow(t.select(["prompt_id", "run"])).with_row_index("row") for t in (a, b)]
-    runs = np.intersect1d(*(f["run"].unique().to_numpy() for f in frames))
+    frames = [cast(pl.DataFrame, pl.from_arrow(t.select(["prompt_id", "run"]))).with_row_index("row") for t in (a, b)]
+    runs = np.intersect1d(frames[0]["run"].unique().to_numpy(), frames[1]["run"].unique().to_numpy())
     both = frames[0].join(frames[1], on=["prompt_id", "run"], suffix="_b").filter(pl.col("run").is_in(runs.tolist()))
     complete = both.group_by("prompt_id").len().filter(pl.col("len") == len(runs))["prompt_id"]
     both = both.filter(pl.col("prompt_id").is_in(complete.implode())).sort(["run", "prompt_id"])

@@ -4,6 +4,7 @@ per (family, metric) of `contrasts.csv` (report.contrasts computes them; this mo
 from __future__ import annotations
 
 from collections import Counter
+from typing import cast
 
 import polars as pl
 
@@ -75,7 +76,7 @@ def _swaps_heading(part: pl.DataFrame) -> str:
     if all(b == 2**n for b, n in drawn.select("resamples", "n").rows()):
         counts = sorted(set(drawn["resamples"].to_list()))
         return f", all {'/'.join(map(str, counts))} swaps (exact)"
-    return f", B = {drawn['resamples'].max()}"
+    return f", B = {cast(int, drawn['resamples'].max())}"
 
 
 def paired_section(frame: pl.DataFrame) -> str:

@@ -8,6 +8,8 @@ each testing the column. A table without the column (a file written before the f
 
 from __future__ import annotations
 
+from typing import cast
+
 import polars as pl
 
 STATUS = "mauve_status"
@@ -40,9 +42,11 @@ def refusal_sentence(frame: pl.DataFrame) -> str | None:
     texts = out["mauve_texts"].drop_nulls() if "mauve_texts" in out.columns else pl.Series([], dtype=pl.Int64)
     floor = out["mauve_min_texts"].drop_nulls() if "mauve_min_texts" in out.columns else pl.Series([], dtype=pl.Int64)
     counts = (
-        (f"{texts.min()}" + (f"-{texts.max()}" if texts.max() != texts.min() else "")) if texts.len() else "too few"
+        (f"{cast(int, texts.min())}" + (f"-{cast(int, texts.max())}" if texts.max() != texts.min() else ""))
+        if texts.len()
+        else "too few"
     )
-    under = f", under the floor evaluation.mauve.min_texts = {floor.max()}" if floor.len() else ""
+    under = f", under the floor evaluation.mauve.min_texts = {cast(int, floor.max())}" if floor.len() else ""
     # the evaluated cells: scored, or refused (a refused cell has no score: workflow_lib.evaluate.metrics)
     measured = (
         frame.filter(pl.col("mauve_mean").is_not_null() | _flagged(frame)).height

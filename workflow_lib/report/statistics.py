@@ -122,7 +122,7 @@ class Permutations(NamedTuple):
     seeded by `identity`, drawn at most `chunk_elements` mask entries at a time."""
 
     n: int
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count on purpose; nothing calls that method
     identity: str
     chunk_elements: int = CHUNK_ELEMENTS
 

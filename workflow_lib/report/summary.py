@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import polars as pl
 
-from workflow_lib.grid import UNTRAINED
+from workflow_lib.constants import UNTRAINED
 from workflow_lib.report.collect import version_column
 from workflow_lib.report.conditions import KEYS, UNTRAINED_LABEL, shown_objective
 from workflow_lib.report.paired_tables import paired_section
@@ -153,9 +154,10 @@ def variance_line(frame: pl.DataFrame) -> str:
         )
     line = (
         f"MAUVE variance split (one-way random-effects ANOVA estimates over runs × clustering seeds, the sampling "
-        f"part floored at 0): k-means clustering accounts for an estimated median {share.median():.0%} of the "
+        f"part floored at 0): k-means clustering accounts for an estimated median "
+        f"{cast(float, share.median()):.0%} of the "
         f"variance of one (run, clustering seed) score over {share.len()} conditions (range "
-        f"{share.min():.0%}–{share.max():.0%}); the rest is sampling. "
+        f"{cast(float, share.min()):.0%}–{cast(float, share.max()):.0%}); the rest is sampling. "
     )
     ratio = share.filter(share < 1)
     needed = (ratio / (1 - ratio)).floor().cast(pl.Int64) + 1
@@ -167,7 +169,8 @@ def variance_line(frame: pl.DataFrame) -> str:
     if needed.len():
         line += (
             f"A run's score averages its clustering seeds, which divides the clustering part by their number: "
-            f"{needed.sort()[needed.len() // 2]} seeds (median over conditions; at most {needed.max()}) put it under the "
+            f"{needed.sort()[needed.len() // 2]} seeds (median over conditions; at most "
+            f"{cast(int, needed.max())}) put it under the "
             "sampling part"
         )
         line += (

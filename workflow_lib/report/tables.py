@@ -11,14 +11,14 @@ from pathlib import Path
 
 import polars as pl
 
+from workflow_lib.constants import UNTRAINED
 from workflow_lib.files import atomic_path
-from workflow_lib.grid import UNTRAINED
+from workflow_lib.layout import parse
 from workflow_lib.report.conditions import (
     ABLATION,
     UNTRAINED_LABEL,
     ablation_frame,
     method_frame,
-    parse_path,
     shown_objective,
 )
 from workflow_lib.report.resolution import refused
@@ -116,15 +116,15 @@ def write_table(
     best = {}
     for col in columns:
         for group in set(groups):
-            values = [m.get(col) for m, g in zip(means, groups) if g == group and m.get(col) is not None]
+            values = [v for m, g in zip(means, groups) if g == group and (v := m.get(col)) is not None]
             if values and col not in unranked:
                 best[(group, col)] = min(values) if col in lower_is_better else max(values)
 
     def is_best(row, mean, col, group):
         return bool(row.get(col)) and (group, col) in best and mean.get(col) == best[(group, col)]
 
-    stem = Path(stem)
-    with atomic_path(stem.with_suffix(".csv")) as tmp:
+    path = Path(stem)
+    with atomic_path(path.with_suffix(".csv")) as tmp:
         pl.DataFrame(rows, schema={c: pl.Utf8 for c in columns}, orient="row").write_csv(tmp)
 
     def text(row, mean, col, group):
@@ -135,7 +135,7 @@ def write_table(
     md += ["| " + " | ".join(text(r, m, c, g) for c in columns) + " |" for r, m, g in zip(rows, means, groups)]
     if not rows:
         md.append("| " + " | ".join(["(no data in this study)"] + [""] * (len(columns) - 1)) + " |")
-    with atomic_path(stem.with_suffix(".md")) as tmp:
+    with atomic_path(path.with_suffix(".md")) as tmp:
         tmp.write_text((f"{caption}\n\n" if caption else "") + "\n".join(md) + "\n")
 
     def tex(value: str) -> str:
@@ -154,7 +154,7 @@ def write_table(
     ]
     lines += [" & ".join(tex_cell(r, m, c, g) for c in columns) + r" \\" for r, m, g in zip(rows, means, groups)]
     lines += [r"\bottomrule", r"\end{tabular}"]
-    with atomic_path(stem.with_suffix(".tex")) as tmp:
+    with atomic_path(path.with_suffix(".tex")) as tmp:
         tmp.write_text("\n".join(lines) + "\n")
 
 
@@ -349,10 +349,7 @@ def examples(prompts_path: str, sample_paths: list[str], stem: str, prompt_index
     prompts = read_parquet(prompts_path).to_pylist()
     prompt = prompts[min(prompt_index, len(prompts) - 1)]
     rows = [{"method": "human", "continuation": prompt["reference"][len(prompt["prefix"]) :].strip()}]
-    conditions = {
-        path: parse_path(str(path).replace("results/samples/", "results/metrics/").replace(".parquet", ".json"))
-        for path in sample_paths
-    }
+    conditions = {path: parse(str(path)).columns() for path in sample_paths}
     several_decoders = len({c["decoder"] for c in conditions.values()}) > 1
     for path in sorted(sample_paths):
         fields = conditions[path]

@@ -6,6 +6,8 @@ keeps a key/value cache; `sample_ancestral` is plain ancestral sampling with a k
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from workflow_lib.perturb.backends import KeyedRandom, hash_uniform
@@ -206,9 +208,10 @@ def sample_cached(
         out = perturb(values, offsets, strategy, alpha, table, KeyedRandom(keys, offsets), special)
         values, offsets = out.values, out.offsets
     longest = int((offsets[1:] - offsets[:-1]).max()) + new_tokens * rule.fed_per_token
-    if context_length(model) and longest > context_length(model):
+    context = context_length(model)
+    if context and longest > context:
         raise ValueError(
-            f"cached sampling needs {longest} positions but the model has {context_length(model)}: "
+            f"cached sampling needs {longest} positions but the model has {context}: "
             "shorten sampling.new_tokens or the prompts, or use mode exact (it keeps the last tokens)"
         )
     window = attention_window(model)
@@ -274,4 +277,4 @@ def _torch_ops(device):
     return _Torch(None, device)
 
 
-SAMPLERS = {"exact": sample_exact, "cached": sample_cached}
+SAMPLERS: dict[str, Callable[..., torch.Tensor]] = {"exact": sample_exact, "cached": sample_cached}

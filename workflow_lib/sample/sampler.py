@@ -133,7 +133,9 @@ def load_model(path: str, device: str, precision: str = "fp32", revision: str | 
             f"{path}: {len(bad)} weight tensors are not finite (first: {bad[0]}); the model diverged in "
             "training, so nothing is sampled or scored from it. Retrain it (see its train_log.csv)"
         )
-    return use_in_place_activations(model.to(device=device, dtype=PRECISIONS[precision]).eval())
+    # transformers defines PreTrainedModel.to under @wraps(torch.nn.Module.to), which mypy reads as wanting `self`
+    model = model.to(device=device, dtype=PRECISIONS[precision])  # type: ignore[call-arg]  # @wraps(Module.to) typing
+    return use_in_place_activations(model.eval())
 
 
 def main() -> None:

@@ -112,12 +112,13 @@ def gradients(
     emb = torch.gather(E, 1, rows.unsqueeze(-1).expand(-1, -1, d))
     hid = torch.relu(torch.baddbmm(b1.unsqueeze(1), emb, W1))
     if dropout > 0:  # inverted dropout: kept units scaled by 1 / (1 - p)
-        hid = hid.mul_(dropout_masks(tuple(hid.shape[1:]), dropout, generators)).mul_(1.0 / (1.0 - dropout))
+        hid = hid.mul_(dropout_masks((hid.shape[1], hid.shape[2]), dropout, generators)).mul_(1.0 / (1.0 - dropout))
     # n_units * dloss/dlogits, built in place; the 1/n_units goes on the small products below instead.
     grad = torch.softmax(torch.baddbmm(b2.unsqueeze(1), hid, W2), -1)
     if targets is not None:
         grad.scatter_add_(2, targets.unsqueeze(-1), torch.full(targets.shape + (1,), -1.0))
     else:
+        assert counts is not None, "either targets or counts"
         grad.mul_(counts.sum(-1, keepdim=True)).sub_(counts)
     grad_W2 = torch.bmm(hid.transpose(1, 2), grad).mul_(1.0 / n_units)
     grad_b2 = grad.sum(1).mul_(1.0 / n_units)

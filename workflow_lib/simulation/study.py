@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from typing import cast
 
 import numpy as np
 
@@ -118,9 +119,12 @@ def mae_readings(M_hat: np.ndarray, M: np.ndarray, x: np.ndarray) -> dict:
     """The three MAE readings of one estimate and the uniform predictor's, with the cell counts."""
     V = M.shape[0]
     seen_pairs = pair_counts(x, V) > 0
-    unseen_rows = ~seen_pairs.any(1)
+    unseen_rows = ~cast(np.ndarray, seen_pairs.any(1))
     error, uniform = np.abs(M_hat - M), np.abs(1.0 / V - M)
-    out = {"n_unseen_rows": int(unseen_rows.sum()), "n_unseen_pairs": int((~seen_pairs).sum())}
+    out: dict[str, int | float | None] = {
+        "n_unseen_rows": int(unseen_rows.sum()),
+        "n_unseen_pairs": int((~seen_pairs).sum()),
+    }
     for name, cells in (
         ("unseen_rows", np.broadcast_to(unseen_rows[:, None], M.shape)),
         ("unseen_pairs", ~seen_pairs),
@@ -182,7 +186,7 @@ def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, 
                 rng = np.random.default_rng(stream(seed, V, rep, PERTURB, intensity_key(alpha)))
                 copy, eligible, replaced, changed = perturbed_copy(x, table, alpha, rng)
                 conditions.append((rule, alpha, copy, eligible, replaced, changed, mean_candidates))
-        unseen_rows = ~pair_counts(x, V).any(1)
+        unseen_rows = ~cast(np.ndarray, pair_counts(x, V).any(1))
         for rule, alpha, copy, eligible, replaced, changed, mean_candidates in conditions:
             cond, target = units_of(original, copy, x, settings["batch_unit"])
             new_rows = int(unseen_rows[np.unique(copy)].sum())

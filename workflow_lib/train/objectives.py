@@ -33,13 +33,13 @@ def _nll_and_probs(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.T
 
 
 @register("mle")
-def mle(logits, targets, **_):
+def mle(logits, targets, **_unused):
     """The log score: mean negative log-likelihood."""
     return F.cross_entropy(logits.float(), targets)
 
 
 @register("alpha_power")
-def alpha_power(logits, targets, alpha: float = 2.0, **_):
+def alpha_power(logits, targets, alpha: float = 2.0, **_unused):
     """Minus the alpha-power score S = alpha p_y^(alpha-1) - (alpha-1) sum_v p_v^alpha, strictly proper for
     alpha > 1; alpha = 2 is the Brier score (up to the constant 1)."""
     _, p_y, logp = _nll_and_probs(logits, targets)
@@ -49,21 +49,21 @@ def alpha_power(logits, targets, alpha: float = 2.0, **_):
 
 
 @register("brier")
-def brier(logits, targets, **_):
+def brier(logits, targets, **_unused):
     """sum_v p_v^2 - 2 p_y: minus the Brier score (the alpha-power score at alpha = 2)."""
     _, p_y, logp = _nll_and_probs(logits, targets)
     return (logp.exp().pow(2).sum(-1) - 2 * p_y).mean()
 
 
 @register("mixce")
-def mixce(logits, targets, eta: float = 0.5, **_):
+def mixce(logits, targets, eta: float = 0.5, **_unused):
     """MixCE (Zhang et al. 2023): eta * NLL + (1 - eta) * sg(p_y) * NLL; eta = 1 is MLE."""
     nll, p_y, _ = _nll_and_probs(logits, targets)
     return (eta * nll + (1 - eta) * p_y.detach() * nll).mean()
 
 
 @register("tvd")
-def tvd(logits, targets, gamma: float = 0.5, min_weight: float = 0.2, mix: float = 0.5, **_):
+def tvd(logits, targets, gamma: float = 0.5, min_weight: float = 0.2, mix: float = 0.5, **_unused):
     """TaiLr's total-variation weighting (Ji et al. 2023) mixed with MLE as EMO's baseline does:
     w = sg(p_y / (gamma + (1 - gamma) p_y)) clamped to [min_weight, 1]; loss = mix NLL + (1 - mix) w NLL."""
     nll, p_y, _ = _nll_and_probs(logits, targets)
@@ -72,7 +72,7 @@ def tvd(logits, targets, gamma: float = 0.5, min_weight: float = 0.2, mix: float
 
 
 @register("emo")
-def emo(logits, targets, cost_embedding: torch.Tensor | None = None, **_):
+def emo(logits, targets, cost_embedding: torch.Tensor | None = None, **_unused):
     """EMO (Ren et al. 2024): with E = the row-normalised frozen output embedding taken before training,
     emo_t = 1 - <E_y, p E>, loss_t = 0.5 (NLL_t + sg(NLL_t / (emo_t + 1e-10)) emo_t)."""
     if cost_embedding is None:

@@ -71,7 +71,7 @@ def trackers(report_to: list[str], folder: str, run: str) -> list:
 
 def run_config(settings: dict, model_spec: dict, objective: dict, run: str) -> dict:
     """The run's configuration, flat and scalar (TensorBoard's hparams and MLflow's params take scalars only)."""
-    flat = {"run": run}
+    flat: dict[str, int | float | str] = {"run": run}
     for prefix, values in (("training", settings), ("model", model_spec), ("objective", objective)):
         for key, value in values.items():
             flat[f"{prefix}.{key}"] = value if isinstance(value, (int, float, str, bool)) else json.dumps(value)

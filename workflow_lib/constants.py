@@ -1,0 +1,27 @@
+"""The names the workflow's modules share: one home for each, imported everywhere else.
+
+Standard library only, and importing nothing of the package: the config check, the grid, the rules, the report and
+the cost model all read these, and it sits below every one of them.
+"""
+
+from __future__ import annotations
+
+# An experiment's objective that evaluates a pretrained model as it is: no training job, the baseline condition's
+# paths. A name a user's `objectives` may not take.
+UNTRAINED = "untrained"
+# The train_dataset of a zero-shot experiment that names none (its output paths say so). A reserved dataset name.
+NO_TRAIN_DATASET = "none"
+# The splits of a builtin dataset.
+BUILTIN_SPLITS = ("train", "validation", "test", "ood")
+# Featurisers by name (docs/method.md §4); any other `evaluation.featuriser` is a local model folder.
+FEATURISERS = ("minilm", "gpt2-large")
+# The objectives every config has; a config's `objectives` adds to them.
+PREDEFINED_OBJECTIVES: dict[str, dict] = {
+    "mle": {"loss": "mle"},
+    "brier": {"loss": "brier"},
+    "mixce": {"loss": "mixce", "eta": 0.5},
+    "tvd": {"loss": "tvd", "gamma": 0.5, "min_weight": 0.2, "mix": 0.5},
+    "emo": {"loss": "emo"},
+}
+# The decoders every config has: `unbiased`, ancestral sampling from the model's law (the paper's).
+PREDEFINED_DECODERS: dict[str, dict] = {"unbiased": {}}
