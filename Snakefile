@@ -27,4 +27,4 @@ include: "rules/report.smk"
 rule all:
     default_target: True
     input:
-        all_targets(),
+        all_targets(config),

@@ -18,7 +18,6 @@ from workflow_lib.constants import NO_TRAIN_DATASET, UNTRAINED
 from workflow_lib.cost.devices import check_cost
 from workflow_lib.config import (
     ConfigError,
-    dataset_splits,
     embedding_model,
     local_files,
     typed_overrides,
@@ -28,7 +27,6 @@ from workflow_lib.data.downloads import archive_path, fetched, split_paths, unpa
 from workflow_lib.layout import (
     NO_STRATEGY,
     SYNONYMS,
-    applied_strategy,
     evaluation_of,
     evaluation_template,
     perturbed_path,
@@ -41,8 +39,11 @@ from workflow_lib.layout import (
 from workflow_lib.pretrained import GGUF_DOWNLOAD, PRETRAINED_DIR, gguf_file, gguf_models, gguf_settings
 from workflow_lib.data.downloads import members as archive_members
 from workflow_lib.grid import (
+    REPORT_TABLES,
+    all_targets,
     curve_inputs,
-    curve_targets,
+    data_records,
+    dataset_splits,
     example_inputs,
     extrapolation_targets,
     featuriser_id as grid_featuriser_id,
@@ -52,21 +53,28 @@ from workflow_lib.grid import (
     model_targets,
     perplexity_jobs,
     perplexity_targets,
-    perturbed_targets,
-    report_figures,
-    synonym_targets,
-    trained_objectives,
+    simulation_fits,
+    simulation_summary_input,
 )
 
 # A rule's `code` param, code_digest("workflow_lib.<stage>.<module>"): the sha256 of the files `python -m <module>`
 # runs (found by a static import scan), compared by value: an edit reruns the rule's jobs, a clone, move or touch does not.
 from workflow_lib.module_deps import code_digest
+from workflow_lib.files import write_argument_file
 from workflow_lib.report.contrasts import designed_mauve
 from workflow_lib.evaluate.metrics import mauve_never_resolves
 from workflow_lib.report.joint_mauve import features_sidecar
 from workflow_lib.report.tables import report_view
 from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, runtime_minutes as predicted_minutes
 from workflow_lib.train.tracking import ENV as TRACKING_ENV
+from workflow_lib.data.settings import prompt_cap, prompt_settings
+from workflow_lib.perturb.settings import perturb_settings, synonym_settings
+from workflow_lib.train.settings import launcher, tracking_settings, training_processes, training_settings
+from workflow_lib.sample.settings import decoder_settings, sampling_settings, test_perturbation
+from workflow_lib.evaluate.settings import evaluation_settings, extrapolation_settings, perplexity_settings
+from workflow_lib.lab.settings import lab_settings
+from workflow_lib.report.settings import report_settings
+from workflow_lib.simulation.settings import simulation_settings
 from workflow_lib.perturb.strategies import wildcard_pattern as strategy_wildcards
 
 # Nested `--config` values arrive as strings (`--config 'sampling={runs: 5}'`): typed before validation.
@@ -210,24 +218,6 @@ def prompts_inputs(wildcards):
     return {"data": f"{split}.parquet", "source": f"{split}.json"}
 
 
-def prompt_cap(eval_set):
-    """The most prompts an eval set keeps (None: all)."""
-    return EVAL_SETS[eval_set]["max_prompts"] or config["prompts"]["max_prompts"]
-
-
-def prompt_settings(wildcards):
-    es, p = EVAL_SETS[wildcards.eval_set], config["prompts"]
-    return {
-        "prefix_words": es["prefix_words"],
-        "reference_words": p["reference_words"],
-        "min_chars": p["min_chars"],
-        "extra_words": p["extra_words"],
-        "forbidden": p["forbidden"],
-        "max_prompts": prompt_cap(wildcards.eval_set),
-        "min_prompts": p["min_prompts"],
-    }
-
-
 def synonym_inputs(wildcards):
     inputs = {"tokenizer": f"results/tokenizers/{wildcards.tokenizer}"}
     if wildcards.synonyms == "distributional":
@@ -235,17 +225,6 @@ def synonym_inputs(wildcards):
     if wildcards.synonyms == "embedding":
         inputs.update(pretrained_input(embedding_model(config, wildcards.tokenizer)))
     return inputs
-
-
-def synonym_settings(wildcards):
-    """Everything that changes a synonym table, for the CLI and for the rerun triggers."""
-    settings = {"k": config["synonyms"]["k"], "min_count": config["synonyms"]["min_count"]}
-    if wildcards.synonyms == "embedding":
-        key = embedding_model(config, wildcards.tokenizer)
-        settings["model"] = {"key": key, **MODELS[key]}
-    if wildcards.synonyms == "oracle":
-        settings["builtin"] = DATASETS[wildcards.dataset]["builtin"]
-    return settings
 
 
 def perturb_inputs(wildcards):
@@ -259,17 +238,6 @@ def perturb_inputs(wildcards):
     return inputs
 
 
-def perturb_condition(wildcards):
-    cond = train_condition_of(wildcards)
-    return {
-        "mode": cond.mode,
-        "strategy": applied_strategy(cond.strategy),
-        "intensity": float(cond.intensity),
-        "copies": cond.copies,
-        "seed": int(wildcards.seed),
-    }
-
-
 def train_inputs(wildcards):
     tokenizer = MODELS[wildcards.model]["tokenizer"]
     inputs = {
@@ -277,46 +245,15 @@ def train_inputs(wildcards):
         "tokenizer": f"results/tokenizers/{tokenizer}",
         **pretrained_input(wildcards.model),
     }
-    if training_settings(wildcards)["validation"] and "validation" in dataset_splits(DATASETS[wildcards.dataset]):
+    settings = training_settings(config, wildcards.model, wildcards.seed)
+    if settings["validation"] and "validation" in dataset_splits(DATASETS[wildcards.dataset]):
         inputs["validation"] = f"results/tokens/{tokenizer}/{wildcards.dataset}/validation.parquet"
     return inputs
 
 
-def training_processes(wildcards):
-    return max(training_settings(wildcards)["gpus"], 1)
-
-
-# The trackers (training.report_to, tracking_dir) reach the training jobs through the environment, not params:
-# turning one on must not retrain a finished model (workflow_lib/train/tracking.py).
-TRACKING_KEYS = ("report_to", "tracking_dir")
-os.environ[TRACKING_ENV] = json.dumps(
-    {"report_to": config["training"]["report_to"], "dir": config["training"]["tracking_dir"]}
-)
-
-
-def training_settings(wildcards):
-    """The top-level `training` section with the model's overrides and the run's seed (the trackers left out)."""
-    settings = {**config["training"], **MODELS[wildcards.model].get("training", {}), "seed": int(wildcards.seed)}
-    return {k: v for k, v in settings.items() if k not in TRACKING_KEYS}
-
-
-def launcher(wildcards):
-    """How a training job starts: `python` for one process, `accelerate launch` with every setting explicit for N.
-
-    One process needs no launcher: the trainer's `Accelerator` is given the device and the mixed precision itself,
-    and `accelerate launch` would only cost its own interpreter (about 3 s a job). `training.gpus: N` (N > 1)
-    starts N data-parallel processes (--multi_gpu: torchrun), all settings on the command line, so no user's
-    ~/.cache accelerate config changes a run. Whether they use GPUs is decided in the job, where the hardware
-    is, not here on the submit host: without CUDA the trainer joins them over gloo on the CPU, with a warning."""
-    settings = training_settings(wildcards)
-    processes = training_processes(wildcards)
-    if processes == 1:
-        return "python"
-    precision = "no" if settings["mixed_precision"] == "auto" else settings["mixed_precision"]
-    return (
-        f"accelerate launch --multi_gpu --num_processes {processes} --num_machines 1 --mixed_precision {precision} "
-        "--dynamo_backend no --main_process_port 0"
-    )
+# The trackers reach the training jobs through the environment, not params: turning one on must not retrain a
+# finished model (workflow_lib/train/tracking.py).
+os.environ[TRACKING_ENV] = json.dumps(tracking_settings(config))
 
 
 # The outputs of the GPU rules (workflow_lib/layout.py's layouts with the rules' wildcards), which also key their
@@ -362,14 +299,6 @@ def sample_inputs(wildcards):
     return inputs
 
 
-def sampling_settings(wildcards):
-    return {**config["sampling"], "mode": evaluation_of(wildcards).test.mode, "seed": config["seed"]}
-
-
-def decoder_settings(wildcards):
-    return config["decoders"][wildcards.decoder]
-
-
 PERPLEXITY_JOBS = perplexity_jobs(config)
 
 
@@ -385,52 +314,37 @@ def perplexity_inputs(wildcards):
     }
 
 
-def perplexity_settings(wildcards=None):
-    return {
-        "batch_size": config["sampling"]["batch_size"],
-        "precision": config["sampling"]["precision"],
-        "seed": config["seed"],
-    }
-
-
-def test_perturbation(wildcards):
-    test = evaluation_of(wildcards).test
-    return {"strategy": applied_strategy(test.strategy), "intensity": float(test.intensity)}
-
-
-def extrapolation_params(wildcards):
-    es = EVAL_SETS[wildcards.eval_set]
-    return {
-        "builtin": DATASETS[es["dataset"]]["builtin"],
-        "split": es["split"],
-        "settings": {**config["evaluation"]["extrapolation"], "seed": config["seed"]},
-    }
-
-
-def lab_settings(*keys):
-    """The lab settings a rule's job uses (so that only they trigger its rerun), with the top-level seed."""
-    return {**{k: config["lab"][k] for k in keys}, "seed": config["seed"]}
-
-
-def evaluation_settings(wildcards=None):
-    return {**config["evaluation"], "seed": config["seed"]}
-
-
-REPORT_TABLES = ["table1", "metrics", "emo_brier", "strategies", "ablation"]
-
 # The designed MAUVE contrasts (pair id -> the pair, its identity and B), one mauve_contrast job each: each clusters
 # the human text and both conditions' samples jointly (workflow_lib.report.joint_mauve). None on an eval set whose
 # prompt cap is under MAUVE's floor (its cells are all "too few texts").
 MAUVE_CONTRASTS = designed_mauve(
     metric_targets(config),
     config["report"]["intensity"],
-    unresolvable=[e for e in EVAL_SETS if mauve_never_resolves(prompt_cap(e), config["evaluation"]["mauve"])],
+    unresolvable=[e for e in EVAL_SETS if mauve_never_resolves(prompt_cap(config, e), config["evaluation"]["mauve"])],
 )
 MAUVE_CONTRAST_OUTPUT = "results/report/mauve/{pair}.json"
 
 
 def mauve_contrast_targets():
     return [MAUVE_CONTRAST_OUTPUT.format(pair=p) for p in sorted(MAUVE_CONTRASTS)]
+
+
+# The argument files of the gather jobs (rules/report.smk, argument_file): the paths each reads, in its order.
+ARGUMENT_FILE = "results/report/args/{name}.txt"
+ARGUMENT_LISTS = {
+    "collect": metric_targets(config) + extrapolation_targets(config) + perplexity_targets(config),
+    "contrasts": [*metric_targets(config), *perplexity_targets(config), "--mauve", *mauve_contrast_targets()],
+    "tables": [
+        *["--data", *data_records(config)],
+        *["--lab", *[t for t in lab_targets(config) if t.endswith(".md")]],
+        *["--models", *model_targets(config)],
+    ],
+    "examples": example_inputs(config)[1],
+}
+
+
+def argument_file(name):
+    return ARGUMENT_FILE.format(name=name)
 
 
 def mauve_contrast_inputs(wildcards):
@@ -445,91 +359,5 @@ def mauve_contrast_inputs(wildcards):
     }
 
 
-def report_settings():
-    return {
-        "intensity": config["report"]["intensity"],
-        "eval_order": list(EVAL_SETS),
-        "figures": [f"results/report/figures/{f}.png" for f in report_figures(config)],
-    }
-
-
-# ---- targets ---------------------------------------------------------------------------------------------
-
-
-def token_targets():
-    out = set()
-    for exp in EXPERIMENTS.values():
-        if not trained_objectives(exp):  # untrained models only: nothing is trained on the train dataset
-            continue
-        splits = dataset_splits(DATASETS[exp["train_dataset"]])
-        for model in exp["models"]:
-            for split in config["tokenize"]["splits"]:
-                if split in splits:
-                    out.add(f"results/tokens/{MODELS[model]['tokenizer']}/{exp['train_dataset']}/{split}.parquet")
-    return sorted(out)
-
-
-def data_records():
-    """The records of every split the study reads (train data and eval sets): the summary lists their sources."""
-    out = set()
-    for exp in EXPERIMENTS.values():
-        splits = dataset_splits(DATASETS[exp["train_dataset"]]) if trained_objectives(exp) else []
-        out.update(f"results/data/{exp['train_dataset']}/{s}.json" for s in config["tokenize"]["splits"] if s in splits)
-        out.update(f"results/data/{EVAL_SETS[es]['dataset']}/{EVAL_SETS[es]['split']}.json" for es in exp["eval_sets"])
-    return sorted(out)
-
-
-def prompt_targets():
-    return sorted({f"results/prompts/{es}.parquet" for exp in EXPERIMENTS.values() for es in exp["eval_sets"]})
-
-
-def simulation_settings():
-    """Everything in `simulation` that changes a fit (the vocabulary size is the job's wildcard)."""
-    settings = {k: v for k, v in config["simulation"].items() if k not in ("enabled", "vocab_sizes")}
-    settings["seed"] = config["seed"] if settings["seed"] is None else settings["seed"]
-    return settings
-
-
-def simulation_fits():
-    return [f"results/simulation/V{v}.parquet" for v in sorted(config["simulation"]["vocab_sizes"])]
-
-
-def simulation_targets():
-    if not config["simulation"]["enabled"]:
-        return []
-    return [f"results/simulation/{f}" for f in ("summary.csv", "summary.md", "figure.png", "figure.pdf")]
-
-
-def simulation_summary_input():
-    """The tables rule's `simulation` input: the simulation summary, which results/summary.md includes."""
-    return ["results/simulation/summary.md"] if config["simulation"]["enabled"] else []
-
-
-def all_targets():
-    return (
-        token_targets()
-        + prompt_targets()
-        + synonym_targets(config)
-        + perturbed_targets(config)
-        + model_targets(config)
-        + metric_targets(config)
-        + extrapolation_targets(config)
-        + list(PERPLEXITY_JOBS)
-        + report_targets()
-        + simulation_targets()
-        + lab_targets(config)
-    )
-
-
-def training_curve_targets():
-    return curve_targets(config)
-
-
 def training_curve_inputs(wildcards):
     return curve_inputs(config, wildcards.model, wildcards.dataset)
-
-
-def report_targets():
-    tables = [f"results/report/tables/{t}.md" for t in [*REPORT_TABLES, "examples"]]
-    figures = [f"results/report/figures/{f}.png" for f in report_figures(config)]
-    return ["results/summary.md", "results/report/contrasts.csv", *tables, *figures, *training_curve_targets()]

@@ -106,7 +106,7 @@ rule prompts:
         "../envs/data.yaml"
     params:
         code=code_digest("workflow_lib.data.prepare"),
-        settings=lambda w: as_json(prompt_settings(w)),
+        settings=lambda w: as_json(prompt_settings(config, w.eval_set)),
     shell:
         "python -m workflow_lib.data.prepare prompts --eval-set {wildcards.eval_set} --input {input.data} --source {input.source} --settings {params.settings:q} --output {output.parquet} --meta {output.meta} 2> {log}"
 

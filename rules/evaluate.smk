@@ -15,7 +15,7 @@ rule features:
         mem_mb=predicted_mem(FEATURES_OUTPUT),
     params:
         code=code_digest("workflow_lib.evaluate.metrics"),
-        settings=lambda w: as_json(evaluation_settings()),
+        settings=lambda w: as_json(evaluation_settings(config)),
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics features --prompts {input.prompts} --settings {params.settings:q} --output {output} 2> {log}"
 
@@ -42,7 +42,7 @@ rule evaluate:
         mem_mb=predicted_mem(METRICS_OUTPUT),
     params:
         code=code_digest("workflow_lib.evaluate.metrics"),
-        settings=lambda w: as_json(evaluation_settings()),
+        settings=lambda w: as_json(evaluation_settings(config)),
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics evaluate --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} --curves {output.curves} --features {output.features} 2> {log}"
 
@@ -68,7 +68,7 @@ rule perplexity:
         code=code_digest("workflow_lib.evaluate.perplexity"),
         model=model_options,
         prompts=lambda w: " ".join(f"{es}=results/prompts/{es}.parquet" for es in perplexity_eval_sets(w)),
-        settings=lambda w: as_json(perplexity_settings(w)),
+        settings=lambda w: as_json(perplexity_settings(config)),
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.perplexity {params.model} --prompts {params.prompts} --settings {params.settings:q} --output-dir {output} 2> {log}"
 
@@ -91,11 +91,11 @@ rule extrapolation:
     params:
         code=code_digest("workflow_lib.evaluate.extrapolation"),
         model=model_options,
-        perturbation=lambda w: as_json(test_perturbation(w)),
-        decoder=lambda w: as_json(decoder_settings(w)),
-        builtin=lambda w: as_json(extrapolation_params(w)["builtin"]),
-        split=lambda w: extrapolation_params(w)["split"],
-        settings=lambda w: as_json(extrapolation_params(w)["settings"]),
+        perturbation=lambda w: as_json(test_perturbation(evaluation_of(w).test)),
+        decoder=lambda w: as_json(decoder_settings(config, evaluation_of(w).test)),
+        builtin=lambda w: as_json(extrapolation_settings(config, w.eval_set)["builtin"]),
+        split=lambda w: extrapolation_settings(config, w.eval_set)["split"],
+        settings=lambda w: as_json(extrapolation_settings(config, w.eval_set)["settings"]),
         synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.extrapolation {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --builtin {params.builtin:q} --split {params.split} --settings {params.settings:q} --output {output} 2> {log}"

@@ -10,7 +10,7 @@ rule lab_sets:
     params:
         code=code_digest("workflow_lib.lab.laws"),
         builtin=lambda w: as_json(DATASETS[w.dataset]["builtin"]),
-        settings=lambda w: as_json(lab_settings("prefixes", "length", "deltas", "last", "tries")),
+        settings=lambda w: as_json(lab_settings(config, "prefixes", "length", "deltas", "last", "tries")),
     shell:
         "python -m workflow_lib.lab.laws sets --builtin {params.builtin:q} --settings {params.settings:q} --output {output} 2> {log}"
 
@@ -33,7 +33,7 @@ rule lab_laws:
         code=code_digest("workflow_lib.lab.laws"),
         model=model_options,
         builtin=lambda w: as_json(DATASETS[w.dataset]["builtin"]),
-        settings=lambda w: as_json(lab_settings("last", "draws", "perturbations")),
+        settings=lambda w: as_json(lab_settings(config, "last", "draws", "perturbations")),
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.lab.laws laws {params.model} --sets {input.sets} --builtin {params.builtin:q} --settings {params.settings:q} --output {output} 2> {log}"
 
@@ -68,7 +68,7 @@ rule lab:
     params:
         code=code_digest("workflow_lib.lab.report"),
         builtin=lambda w: as_json(DATASETS[EXPERIMENTS[w.experiment]["train_dataset"]]["builtin"]),
-        settings=lambda w: as_json(lab_settings("last", "length", "draws", "premise_draws", "perturbations")),
+        settings=lambda w: as_json(lab_settings(config, "last", "length", "draws", "premise_draws", "perturbations")),
         stem=lambda w, output: output.png.removesuffix(".png"),
     shell:
         "python -m workflow_lib.lab.report --prefixes {input.prefixes} --laws {input.laws} --builtin {params.builtin:q} --settings {params.settings:q} --csv {output.csv} --premise {output.premise} --markdown {output.markdown} --figure {params.stem} 2> {log}"

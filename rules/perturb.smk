@@ -11,7 +11,7 @@ rule synonyms:
         "../envs/data.yaml"
     params:
         code=code_digest("workflow_lib.perturb.synonyms"),
-        settings=lambda w: as_json(synonym_settings(w)),
+        settings=lambda w: as_json(synonym_settings(config, w.tokenizer, w.dataset, w.synonyms)),
         tokens=lambda w, input: f"--tokens {input.tokens}" if "tokens" in input.keys() else "",
     shell:
         "python -m workflow_lib.perturb.synonyms --source {wildcards.synonyms} --tokenizer {input.tokenizer} {params.tokens} --settings {params.settings:q} --output {output} 2> {log}"
@@ -31,7 +31,7 @@ rule perturb:
         "../envs/data.yaml"
     params:
         code=code_digest("workflow_lib.perturb.training_data"),
-        condition=lambda w: as_json(perturb_condition(w)),
+        condition=lambda w: as_json(perturb_settings(train_condition_of(w), w.seed)),
         synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
         key=lambda w, output: output.parquet,
     shell:

@@ -1,7 +1,25 @@
+# The paths a gather job reads, one a line, for argparse's @file: on the command line they would pass the kernel's
+# limit for one argument (128 KiB) in a large study. The list is the job's params, so a change rewrites the file
+# (and reruns the job that reads it); an unchanged list leaves it alone.
+rule argument_file:
+    output:
+        ARGUMENT_FILE,
+    log:
+        "results/logs/report/args/{name}.log",
+    wildcard_constraints:
+        name=_names(ARGUMENT_LISTS),
+    localrule: True
+    params:
+        arguments=lambda w: ARGUMENT_LISTS[w.name],
+    run:
+        write_argument_file(params.arguments, output[0], log=log[0])
+
+
 rule collect_metrics:
     input:
         metrics=metric_targets(config) + extrapolation_targets(config),
         perplexity=list(PERPLEXITY_JOBS),
+        arguments=argument_file("collect"),
     output:
         "results/report/metrics.csv",
     log:
@@ -10,10 +28,8 @@ rule collect_metrics:
         "../envs/evaluate.yaml"
     params:
         code=code_digest("workflow_lib.report.build"),
-        # The JSON files inside the perplexity folders (one per model and eval set).
-        perplexity=perplexity_targets(config),
     shell:
-        "python -m workflow_lib.report.build collect --output {output} {input.metrics} {params.perplexity} 2> {log}"
+        "python -m workflow_lib.report.build collect --output {output} @{input.arguments} 2> {log}"
 
 
 rule mauve_contrast:
@@ -29,7 +45,7 @@ rule mauve_contrast:
         "../envs/evaluate.yaml"
     params:
         code=code_digest("workflow_lib.report.joint_mauve"),
-        settings=lambda w: as_json(evaluation_settings()),
+        settings=lambda w: as_json(evaluation_settings(config)),
         resamples=lambda w: MAUVE_CONTRASTS[w.pair]["resamples"],
         identity=lambda w: MAUVE_CONTRASTS[w.pair]["identity"],
     shell:
@@ -44,6 +60,7 @@ rule contrasts:
         sidecars=[m.replace(".json", ".prompts.parquet") for m in metric_targets(config)],
         perplexity=list(PERPLEXITY_JOBS),
         mauve=mauve_contrast_targets(),
+        arguments=argument_file("contrasts"),
     output:
         "results/report/contrasts.csv",
     log:
@@ -53,19 +70,19 @@ rule contrasts:
     params:
         code=code_digest("workflow_lib.report.contrasts"),
         intensity=config["report"]["intensity"],
-        perplexity=perplexity_targets(config),
     shell:
-        "python -m workflow_lib.report.contrasts --intensity {params.intensity} --output {output} {input.metrics} {params.perplexity} --mauve {input.mauve} 2> {log}"
+        "python -m workflow_lib.report.contrasts --intensity {params.intensity} --output {output} @{input.arguments} 2> {log}"
 
 
 rule tables:
     input:
         metrics="results/report/metrics.csv",
         contrasts="results/report/contrasts.csv",
-        simulation=simulation_summary_input(),
-        data=data_records(),
+        simulation=simulation_summary_input(config),
+        data=data_records(config),
         lab=[t for t in lab_targets(config) if t.endswith(".md")],
         models=model_targets(config),
+        arguments=argument_file("tables"),
     output:
         summary=report("results/summary.md", caption="../report/summary.rst", category="Summary"),
         tables=[
@@ -86,9 +103,9 @@ rule tables:
     params:
         code=code_digest("workflow_lib.report.build"),
         config=lambda w: as_json(report_view(config)),
-        settings=lambda w: as_json(report_settings()),
+        settings=lambda w: as_json(report_settings(config)),
     shell:
-        "python -m workflow_lib.report.build tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} --data {input.data} --contrasts {input.contrasts} --lab {input.lab} --models {input.models} 2> {log}"
+        "python -m workflow_lib.report.build tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} --contrasts {input.contrasts} @{input.arguments} 2> {log}"
 
 
 rule figure:
@@ -117,6 +134,7 @@ rule examples:
     input:
         prompts=f"results/prompts/{example_inputs(config)[0]}.parquet",
         samples=example_inputs(config)[1],
+        arguments=argument_file("examples"),
     output:
         report(
             "results/report/tables/examples.md",
@@ -134,7 +152,7 @@ rule examples:
     params:
         code=code_digest("workflow_lib.report.build"),
     shell:
-        "python -m workflow_lib.report.build examples --prompts {input.prompts} --stem results/report/tables/examples {input.samples} 2> {log}"
+        "python -m workflow_lib.report.build examples --prompts {input.prompts} --stem results/report/tables/examples @{input.arguments} 2> {log}"
 
 
 rule training_curves:

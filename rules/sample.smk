@@ -16,9 +16,9 @@ rule sample:
     params:
         code=code_digest("workflow_lib.sample.sampler"),
         model=model_options,
-        perturbation=lambda w: as_json(test_perturbation(w)),
-        decoder=lambda w: as_json(decoder_settings(w)),
-        settings=lambda w: as_json(sampling_settings(w)),
+        perturbation=lambda w: as_json(test_perturbation(evaluation_of(w).test)),
+        decoder=lambda w: as_json(decoder_settings(config, evaluation_of(w).test)),
+        settings=lambda w: as_json(sampling_settings(config, evaluation_of(w).test)),
         synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.sample.sampler {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --settings {params.settings:q} --output {output} 2> {log}"

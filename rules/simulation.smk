@@ -14,14 +14,14 @@ rule simulation_fit:
         mem_mb=4000,
     params:
         code=code_digest("workflow_lib.simulation.study"),
-        settings=lambda w: as_json(simulation_settings()),
+        settings=lambda w: as_json(simulation_settings(config)),
     shell:
         "python -m workflow_lib.simulation.study fit --vocab-size {wildcards.vocab} --settings {params.settings:q} --threads {threads} --output {output} 2> {log}"
 
 
 rule simulation_summary:
     input:
-        fits=simulation_fits(),
+        fits=simulation_fits(config),
     output:
         csv="results/simulation/summary.csv",
         markdown=report(

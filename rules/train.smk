@@ -10,17 +10,17 @@ rule train:
     conda:
         "../envs/train.yaml"
     # One core per process; each process runs one thread (OMP_NUM_THREADS=1): processes, not threads, scale it.
-    threads: training_processes
+    threads: lambda w: training_processes(config, w.model)
     resources:
-        gpu=lambda w: training_settings(w)["gpus"],
+        gpu=lambda w: training_settings(config, w.model, w.seed)["gpus"],
         runtime=predicted_runtime(MODEL_OUTPUT),
         mem_mb=predicted_mem(MODEL_OUTPUT),
     params:
         code=code_digest("workflow_lib.train.trainer"),
-        launch=launcher,
+        launch=lambda w: launcher(config, w.model, w.seed),
         model=lambda w: as_json(MODELS[w.model]),
         objective=lambda w: as_json(config["objectives"][w.objective]),
-        settings=lambda w: as_json(training_settings(w)),
+        settings=lambda w: as_json(training_settings(config, w.model, w.seed)),
         validation=lambda w, input: f"--validation {input.validation}" if "validation" in input.keys() else "",
         # Not an output: snakemake must not delete it when the job fails, so a rerun resumes from it.
         resume=lambda w: run_of(w).folder("checkpoints"),

@@ -24,13 +24,13 @@ from typing import Any
 import yaml
 
 from workflow_lib.constants import (
-    BUILTIN_SPLITS,
     FEATURISERS,
     NO_TRAIN_DATASET,
     PREDEFINED_DECODERS,
     PREDEFINED_OBJECTIVES,
     UNTRAINED,
 )
+from workflow_lib.grid import dataset_splits
 from workflow_lib.pretrained import GGUFConfigError, normalise_gguf
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "rules" / "schemas" / "config.schema.yaml"
@@ -114,16 +114,6 @@ def check_schema(config: dict, schema: dict | None = None) -> None:
     if error is not None:
         # For propertyNames errors the path points at the parent; the bad name is the instance.
         raise ConfigError(_describe(error, schema))
-
-
-def dataset_splits(dataset: dict) -> list[str]:
-    """The split names a dataset offers, whatever its source."""
-    source = dataset["source"]
-    if source == "builtin":
-        return list(BUILTIN_SPLITS)
-    if source == "hf":
-        return list(dataset.get("splits", {}))
-    return list(dataset.get("files", {}))
 
 
 def local_files(dataset: dict, split: str) -> list[str]:

@@ -64,6 +64,18 @@ def write_json(obj, path: str | os.PathLike) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def write_argument_file(arguments: list[str], path: str | os.PathLike, log: str | os.PathLike | None = None) -> None:
+    """An argument file for argparse's `@file` (one argument a line): how a gather job gets its list of paths, which
+    on its command line would pass the kernel's limit for one argument (128 KiB) in a large study."""
+    if any("\n" in a or a == "" for a in arguments):
+        raise ValueError(f"{path}: an argument file cannot hold an empty argument or a newline")
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(f"{a}\n" for a in arguments))
+    if log is not None:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text(f"{len(arguments)} arguments written to {path}\n")
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

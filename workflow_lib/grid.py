@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 
-from workflow_lib.constants import FEATURISERS, UNTRAINED
+from workflow_lib.constants import BUILTIN_SPLITS, FEATURISERS, UNTRAINED
 from workflow_lib.layout import (
     BASELINE,
     Evaluation,
@@ -24,6 +24,16 @@ from workflow_lib.layout import (
     scored_path,
     synonym_path,
 )
+
+
+def dataset_splits(dataset: dict) -> list[str]:
+    """The split names a dataset offers, whatever its source."""
+    source = dataset["source"]
+    if source == "builtin":
+        return list(BUILTIN_SPLITS)
+    if source == "hf":
+        return list(dataset.get("splits", {}))
+    return list(dataset.get("files", {}))
 
 
 def featuriser_id(name: str) -> str:
@@ -210,3 +220,78 @@ def lab_targets(config: dict) -> list[str]:
         for name in config.get("lab", {}).get("experiments", [])
         for f in ("uncertainty.csv", "premise.csv", "uncertainty.md", "figure.png", "figure.pdf")
     ]
+
+
+# ---- the study's targets (rules/common.smk: rule all) -------------------------------------------------------
+
+REPORT_TABLES = ["table1", "metrics", "emo_brier", "strategies", "ablation"]
+
+
+def token_targets(config: dict) -> list[str]:
+    out = set()
+    for exp in config["experiments"].values():
+        if not trained_objectives(exp):  # untrained models only: nothing is trained on the train dataset
+            continue
+        splits = dataset_splits(config["datasets"][exp["train_dataset"]])
+        for model in exp["models"]:
+            tokenizer = config["models"][model]["tokenizer"]
+            for split in config["tokenize"]["splits"]:
+                if split in splits:
+                    out.add(f"results/tokens/{tokenizer}/{exp['train_dataset']}/{split}.parquet")
+    return sorted(out)
+
+
+def data_records(config: dict) -> list[str]:
+    """The records of every split the study reads (train data and eval sets): the summary lists their sources."""
+    out: set[str] = set()
+    eval_sets = config["eval_sets"]
+    for exp in config["experiments"].values():
+        dataset = exp["train_dataset"]
+        splits = dataset_splits(config["datasets"][dataset]) if trained_objectives(exp) else []
+        out.update(f"results/data/{dataset}/{s}.json" for s in config["tokenize"]["splits"] if s in splits)
+        out.update(f"results/data/{eval_sets[es]['dataset']}/{eval_sets[es]['split']}.json" for es in exp["eval_sets"])
+    return sorted(out)
+
+
+def prompt_targets(config: dict) -> list[str]:
+    return sorted(
+        {f"results/prompts/{es}.parquet" for exp in config["experiments"].values() for es in exp["eval_sets"]}
+    )
+
+
+def simulation_fits(config: dict) -> list[str]:
+    return [f"results/simulation/V{v}.parquet" for v in sorted(config["simulation"]["vocab_sizes"])]
+
+
+def simulation_targets(config: dict) -> list[str]:
+    if not config["simulation"]["enabled"]:
+        return []
+    return [f"results/simulation/{f}" for f in ("summary.csv", "summary.md", "figure.png", "figure.pdf")]
+
+
+def simulation_summary_input(config: dict) -> list[str]:
+    """The tables rule's `simulation` input: the simulation summary, which results/summary.md includes."""
+    return ["results/simulation/summary.md"] if config["simulation"]["enabled"] else []
+
+
+def report_targets(config: dict) -> list[str]:
+    tables = [f"results/report/tables/{t}.md" for t in [*REPORT_TABLES, "examples"]]
+    figures = [f"results/report/figures/{f}.png" for f in report_figures(config)]
+    return ["results/summary.md", "results/report/contrasts.csv", *tables, *figures, *curve_targets(config)]
+
+
+def all_targets(config: dict) -> list[str]:
+    """Every file `snakemake` (rule all) builds for a config."""
+    return (
+        token_targets(config)
+        + prompt_targets(config)
+        + synonym_targets(config)
+        + perturbed_targets(config)
+        + model_targets(config)
+        + metric_targets(config)
+        + extrapolation_targets(config)
+        + list(perplexity_jobs(config))
+        + report_targets(config)
+        + simulation_targets(config)
+        + lab_targets(config)
+    )

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.workflow
 PAPER = REPO / "configs/paper.yaml"
 PLAN_SECONDS = 10  # CPU seconds (measured: about 3.5)
 REPORT_RULES = {
+    "argument_file",
     "collect_metrics",
     "mauve_contrast",
     "contrasts",
@@ -270,6 +271,18 @@ def test_paper_config_plans_offline_in_seconds_with_the_expected_jobs(paper_work
     readme = (REPO / "README.md").read_text()
     assert f"and the simulation): {total} jobs." in readme, total
     assert f"{total} jobs in all" in (REPO / "docs/studies.md").read_text()
+
+
+def test_no_job_of_the_paper_study_has_a_command_line_over_2000_characters(paper_workdir):
+    """A gather job's paths reach it in an argument file (rules/report.smk, argument_file), not on its command line,
+    whose length would grow with the study (the kernel refuses one argument over 128 KiB; the contrasts job's
+    command was 42,150 characters)."""
+    result, _ = dry_run(paper_workdir, "--printshellcmds")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    commands = [job.text for job in planned_jobs(output) if "python -m workflow_lib" in job.text]
+    longest = max(len(line) for text in commands for line in text.splitlines() if "python -m workflow_lib" in line)
+    assert len(commands) > 600 and longest <= 2000, longest
 
 
 def test_paper_config_requests_gpus_and_multi_gpu_training(paper_workdir):

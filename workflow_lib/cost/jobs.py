@@ -27,6 +27,7 @@ from workflow_lib.cost.devices import Device
 from workflow_lib.cost.shapes import Shape, featuriser_shape, model_shape
 from workflow_lib.layout import parse
 from workflow_lib.perturb.strategies import get as get_strategy
+from workflow_lib.train.settings import training_settings
 
 GPU_RULES = ("train", "sample", "evaluate", "perplexity", "features", "extrapolation")
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -78,7 +79,7 @@ def load_seconds(dev: Device, shape: Shape, job: Job) -> float:
 def train_job(
     config: dict, key: str, model: str, dataset: str, cond, seed: int, dev: Device, workdir: Path | None
 ) -> Job:
-    settings = {**config["training"], **config["models"][model].get("training", {})}
+    settings = training_settings(config, model, seed)  # what the training job reads
     gpus = settings["gpus"]
     job = Job("train", key, model, gpus)
     shape = model_shape(config, model, workdir)
@@ -237,11 +238,10 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
         return gpu if gpus else cpu
 
     jobs = []
-    train_gpus = {m: {**config["training"], **spec.get("training", {})}["gpus"] for m, spec in config["models"].items()}
     for exp in config["experiments"].values():
         for run in grid.model_runs(exp):
             if run.objective != UNTRAINED:
-                device = on(train_gpus[run.model])
+                device = on(training_settings(config, run.model, run.seed)["gpus"])
                 jobs.append(
                     train_job(config, run.folder(), run.model, run.dataset, run.train, run.seed, device, workdir)
                 )

@@ -93,7 +93,9 @@ def training_rows(
     copies = cond.copies + 1 if cond.mode == "augment" else cond.copies
     alpha = float(cond.intensity)
     stretch = get_strategy(cond.strategy).length_factor(alpha) if alpha > 0 else 1.0
-    max_length = {**config["training"], **config["models"][model].get("training", {})}["max_length"]
+    from workflow_lib.train.settings import training_settings
+
+    max_length = training_settings(config, model, 0)["max_length"]
     length = min(block * stretch, max_length) if cond.copies else block
     perturbed = blocks * (copies - 1 if cond.mode == "augment" else copies)
     original = blocks if cond.mode == "augment" else 0
@@ -105,7 +107,7 @@ def validation_tokens(config: dict, model: str, dataset: str, workdir: Path | No
     found = _row_tokens(workdir, f"results/tokens/{tokenizer}/{dataset}/validation.parquet")
     if found:
         return found[1]
-    from workflow_lib.config import dataset_splits
+    from workflow_lib.grid import dataset_splits
 
     if "validation" not in dataset_splits(config["datasets"][dataset]):
         return 0.0

@@ -26,7 +26,8 @@ log = logging.getLogger("workflow_lib.report.build")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m workflow_lib.report.build")
+    # @FILE: arguments read from FILE, one a line (the workflow's gather jobs get their paths so).
+    parser = argparse.ArgumentParser(prog="python -m workflow_lib.report.build", fromfile_prefix_chars="@")
     sub = parser.add_subparsers(dest="command", required=True)
     co = sub.add_parser("collect")
     co.add_argument("--output", required=True)

@@ -444,7 +444,8 @@ def read_contrasts(path: str) -> pl.DataFrame:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m workflow_lib.report.contrasts")
+    # @FILE: arguments read from FILE, one a line (the workflow's contrasts job gets its paths so).
+    parser = argparse.ArgumentParser(prog="python -m workflow_lib.report.contrasts", fromfile_prefix_chars="@")
     parser.add_argument("--intensity", type=float, required=True, help="the headline intensity (insertion)")
     parser.add_argument("--output", required=True, help="CSV of the paired comparisons")
     parser.add_argument(
