@@ -96,3 +96,19 @@ def test_a_citation_of_a_missing_file_is_caught():
         "rules/common.smk",
     }
     assert not (REPO / "workflow_lib/no_such.py").exists()
+
+
+def test_the_git_hooks_run_what_make_lint_and_ci_run():
+    """.pre-commit-config.yaml's hooks and `make lint` (which .ci/run runs) name the same tools, with the venv's
+    pinned versions; and the reformat commit git blame skips is named."""
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("\nlint: ")[1].split("\n\n")[0]
+    linted = {line.split()[0].removeprefix("$(BIN)/") for line in recipe.splitlines()[1:] if line.strip()}
+    hooks = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())["repos"][0]["hooks"]
+    hooked = {hook["entry"].split()[0].removeprefix(".venv/bin/") for hook in hooks}
+    assert linted == hooked == {"snakemake", "snakefmt", "ruff", "mypy"}
+    pinned = (REPO / "requirements.txt").read_text()
+    assert all(re.search(rf"^{tool}==", pinned, flags=re.MULTILINE) for tool in hooked)
+    assert "make lint" in (REPO / ".ci/run").read_text()
+    revs = [line for line in (REPO / ".git-blame-ignore-revs").read_text().splitlines() if not line.startswith("#")]
+    assert revs and all(re.fullmatch(r"[0-9a-f]{40}", rev) for rev in revs)
