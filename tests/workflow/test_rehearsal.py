@@ -1,7 +1,7 @@
 """`make rehearsal`: configs/paper.yaml with configs/paper-rehearsal.yaml is the paper's study, only smaller.
 
 - The overlay changes only where things come from and how big they are (its keys, checked), and the rehearsal
-  plans the same rules with the same job counts as the paper's study (447 jobs), but for its 220 MAUVE contrasts:
+  plans the same rules with the same job counts as the paper's study (451 jobs), but for its 220 MAUVE contrasts:
   at the rehearsal's 8 prompts, under MAUVE's floor, there is no MAUVE to contrast.
 - The post-run checks (support.rehearsal_checks) hold on a finished rehearsal: `make rehearsal` runs
   `test_finished_rehearsal_holds_the_papers_study` with PERTURBED_LM_REHEARSAL set to its folder; without it,
@@ -105,7 +105,7 @@ def test_rehearsal_plans_the_papers_jobs(tmp_path):
     # One mauve_contrast job per designed MAUVE contrast in the paper's study; none at the rehearsal's 8 prompts, under
     # MAUVE's floor of 50 texts (every MAUVE cell there is "too few texts": evaluate.metrics.mauve_never_resolves).
     assert paper.pop("mauve_contrast") == 220 and "mauve_contrast" not in rehearsal
-    assert rehearsal == paper and sum(paper.values()) == 447
+    assert rehearsal == paper and sum(paper.values()) == 451
 
 
 def test_served_stand_ins_repeat_byte_for_byte_and_are_shaped_as_the_originals():
