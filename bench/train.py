@@ -82,21 +82,11 @@ def launched_rate(root: Path, processes: int, threads: int, settings: dict, arch
     out = root / f"launch-{processes}x{threads}"
     shutil.rmtree(out, ignore_errors=True)
     settings = {**settings, "batch_size": settings["batch_size"] // processes, "gpus": processes, "log_every": 5}
-    multi = ["--multi_gpu"] if processes > 1 else []
+    from workflow_lib.train.settings import accelerate_launch
+
+    accelerate = str(Path(sys.executable).parent / "accelerate")
     cmd = [
-        str(Path(sys.executable).parent / "accelerate"),
-        "launch",
-        *multi,
-        "--num_processes",
-        str(processes),
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        settings["mixed_precision"],
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        "0",
+        *accelerate_launch(processes, settings["mixed_precision"], accelerate),
         "-m",
         "workflow_lib.train.trainer",
         "--train",

@@ -1,3 +1,10 @@
+from workflow_lib.data.downloads import archive_path
+from workflow_lib.data.downloads import members as archive_members
+from workflow_lib.data.settings import prompt_settings
+from workflow_lib.layout import DATA, PROMPTS, TOKENIZER, TOKENS
+from workflow_lib.pretrained import GGUF_DOWNLOAD, PRETRAINED_DIR, gguf_settings
+
+
 # No `code` input, unlike every other rule: a fetched file is its URL's bytes, checked against its sha256, so a
 # workflow_lib edit must neither download it again nor miss the output cache (whose key would include the code).
 rule fetch:
@@ -11,8 +18,8 @@ rule fetch:
     conda:
         "../envs/data.yaml"
     params:
-        url=lambda w: fetch_entry(w)["url"],
-        options=fetch_options,
+        url=lambda w: inputs.fetch_entry(w)["url"],
+        options=inputs.fetch_options,
     shell:
         "python -m workflow_lib.data.fetch download --what datasets.{wildcards.dataset} --url {params.url:q} {params.options} --output {output} 2> {log}"
 
@@ -35,10 +42,10 @@ rule unpack:
 
 rule download:
     input:
-        data=download_inputs,
+        data=inputs.download,
     output:
-        parquet="results/data/{dataset}/{split}.parquet",
-        meta="results/data/{dataset}/{split}.json",
+        parquet=f"{DATA}.parquet",
+        meta=f"{DATA}.json",
     log:
         "results/logs/data/download/{dataset}/{split}.log",
     # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE); snakemake allows no benchmark here.
@@ -56,9 +63,9 @@ rule download:
 
 rule tokenizer:
     input:
-        unpack(tokenizer_inputs),
+        unpack(inputs.tokenizer),
     output:
-        directory("results/tokenizers/{tokenizer}"),
+        directory(TOKENIZER),
     log:
         "results/logs/tokenizers/{tokenizer}.log",
     benchmark:
@@ -75,10 +82,10 @@ rule tokenizer:
 
 rule tokenize:
     input:
-        tokenizer="results/tokenizers/{tokenizer}",
-        data="results/data/{dataset}/{split}.parquet",
+        tokenizer=TOKENIZER,
+        data=f"{DATA}.parquet",
     output:
-        "results/tokens/{tokenizer}/{dataset}/{split}.parquet",
+        TOKENS,
     log:
         "results/logs/tokens/{tokenizer}/{dataset}/{split}.log",
     # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE); snakemake allows no benchmark here.
@@ -94,9 +101,9 @@ rule tokenize:
 
 rule prompts:
     input:
-        unpack(prompts_inputs),
+        unpack(inputs.prompts),
     output:
-        parquet="results/prompts/{eval_set}.parquet",
+        parquet=PROMPTS,
         meta="results/prompts/{eval_set}.json",
     log:
         "results/logs/prompts/{eval_set}.log",
@@ -134,7 +141,7 @@ rule fetch_gguf:
 # `name` (workflow_lib/pretrained.py).
 rule dequantise:
     input:
-        unpack(gguf_inputs),
+        unpack(inputs.gguf),
     output:
         directory(PRETRAINED_DIR.format(model="{gguf_model}")),
     log:

@@ -1,3 +1,8 @@
+from workflow_lib.evaluate.settings import evaluation_settings, extrapolation_settings, perplexity_settings
+from workflow_lib.layout import evaluation_of, prompts_path
+from workflow_lib.sample.settings import decoder_settings, test_perturbation
+
+
 rule features:
     input:
         prompts="results/prompts/{eval_set}.parquet",
@@ -24,12 +29,12 @@ rule evaluate:
     input:
         samples=SAMPLES_OUTPUT,
         prompts="results/prompts/{eval_set}.parquet",
-        human=lambda w: f"results/features/{featuriser_id()}/{w.eval_set}.npy",
+        human=lambda w: FEATURES_OUTPUT.format(featuriser=inputs.featuriser_id(), eval_set=w.eval_set),
     output:
         json=METRICS_OUTPUT,
         per_prompt=evaluation_template("metrics", ".prompts.parquet"),
         curves=evaluation_template("metrics", ".curves.parquet"),
-        features=features_sidecar(METRICS_OUTPUT),  # the path report.joint_mauve reads back
+        features=evaluation_template("metrics", ".features.parquet"),  # a mauve_contrast job's input
     log:
         evaluation_template("logs/evaluate", ".log"),
     benchmark:
@@ -51,7 +56,7 @@ rule evaluate:
 # on, each into <folder>/<eval set>.json and <eval set>.prompts.parquet.
 rule perplexity:
     input:
-        unpack(perplexity_inputs),
+        unpack(inputs.perplexity),
     output:
         directory(PERPLEXITY_OUTPUT),
     log:
@@ -66,8 +71,8 @@ rule perplexity:
         mem_mb=predicted_mem(PERPLEXITY_OUTPUT),
     params:
         code=code_digest("workflow_lib.evaluate.perplexity"),
-        model=model_options,
-        prompts=lambda w: " ".join(f"{es}=results/prompts/{es}.parquet" for es in perplexity_eval_sets(w)),
+        model=inputs.model_options,
+        prompts=lambda w: " ".join(f"{es}={prompts_path(es)}" for es in inputs.perplexity_eval_sets(w)),
         settings=lambda w: as_json(perplexity_settings(config)),
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.perplexity {params.model} --prompts {params.prompts} --settings {params.settings:q} --output-dir {output} 2> {log}"
@@ -75,7 +80,7 @@ rule perplexity:
 
 rule extrapolation:
     input:
-        unpack(sample_inputs),
+        unpack(inputs.sample),
     output:
         EXTRAPOLATION_OUTPUT,
     log:
@@ -90,7 +95,7 @@ rule extrapolation:
         mem_mb=predicted_mem(EXTRAPOLATION_OUTPUT),
     params:
         code=code_digest("workflow_lib.evaluate.extrapolation"),
-        model=model_options,
+        model=inputs.model_options,
         perturbation=lambda w: as_json(test_perturbation(evaluation_of(w).test)),
         decoder=lambda w: as_json(decoder_settings(config, evaluation_of(w).test)),
         builtin=lambda w: as_json(extrapolation_settings(config, w.eval_set)["builtin"]),

@@ -1,3 +1,7 @@
+from workflow_lib.grid import lab_inputs
+from workflow_lib.lab.settings import lab_settings
+
+
 rule lab_sets:
     output:
         "results/lab/sets/{dataset}.parquet",
@@ -17,7 +21,7 @@ rule lab_sets:
 
 rule lab_laws:
     input:
-        unpack(model_input),
+        unpack(inputs.model),
         sets="results/lab/sets/{dataset}.parquet",
     output:
         run_template("lab/laws", ".npz"),
@@ -31,7 +35,7 @@ rule lab_laws:
         gpu=config["evaluation"]["gpus"],
     params:
         code=code_digest("workflow_lib.lab.laws"),
-        model=model_options,
+        model=inputs.model_options,
         builtin=lambda w: as_json(DATASETS[w.dataset]["builtin"]),
         settings=lambda w: as_json(lab_settings(config, "last", "draws", "perturbations")),
     shell:

@@ -1,6 +1,10 @@
+from workflow_lib.layout import SYNONYMS, perturbed_template, train_condition_of
+from workflow_lib.perturb.settings import perturb_settings, synonym_settings
+
+
 rule synonyms:
     input:
-        unpack(synonym_inputs),
+        unpack(inputs.synonyms),
     output:
         SYNONYMS,
     log:
@@ -19,7 +23,7 @@ rule synonyms:
 
 rule perturb:
     input:
-        unpack(perturb_inputs),
+        unpack(inputs.perturb),
     output:
         parquet=perturbed_template(".parquet"),
         meta=perturbed_template(".json"),

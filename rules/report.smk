@@ -1,3 +1,20 @@
+from workflow_lib.evaluate.settings import evaluation_settings
+from workflow_lib.files import write_argument_file
+from workflow_lib.grid import (
+    REPORT_TABLES,
+    data_records,
+    example_inputs,
+    extrapolation_targets,
+    lab_targets,
+    metric_targets,
+    model_targets,
+    simulation_summary_input,
+)
+from workflow_lib.layout import prompts_path
+from workflow_lib.report.settings import report_settings
+from workflow_lib.report.tables import report_view
+
+
 # The paths a gather job reads, one a line, for argparse's @file: on the command line they would pass the kernel's
 # limit for one argument (128 KiB) in a large study. The list is the job's params, so a change rewrites the file
 # (and reruns the job that reads it); an unchanged list leaves it alone.
@@ -7,10 +24,10 @@ rule argument_file:
     log:
         "results/logs/report/args/{name}.log",
     wildcard_constraints:
-        name=_names(ARGUMENT_LISTS),
+        name=_names(inputs.argument_lists),
     localrule: True
     params:
-        arguments=lambda w: ARGUMENT_LISTS[w.name],
+        arguments=lambda w: inputs.argument_lists[w.name],
     run:
         write_argument_file(params.arguments, output[0], log=log[0])
 
@@ -18,7 +35,7 @@ rule argument_file:
 rule collect_metrics:
     input:
         metrics=metric_targets(config) + extrapolation_targets(config),
-        perplexity=list(PERPLEXITY_JOBS),
+        perplexity=list(inputs.perplexity_jobs),
         arguments=argument_file("collect"),
     output:
         "results/report/metrics.csv",
@@ -34,7 +51,7 @@ rule collect_metrics:
 
 rule mauve_contrast:
     input:
-        unpack(mauve_contrast_inputs),
+        unpack(inputs.mauve_contrast),
     output:
         MAUVE_CONTRAST_OUTPUT,
     log:
@@ -46,10 +63,10 @@ rule mauve_contrast:
     params:
         code=code_digest("workflow_lib.report.joint_mauve"),
         settings=lambda w: as_json(evaluation_settings(config)),
-        resamples=lambda w: MAUVE_CONTRASTS[w.pair]["resamples"],
-        identity=lambda w: MAUVE_CONTRASTS[w.pair]["identity"],
+        resamples=lambda w: inputs.mauve_contrasts[w.pair]["resamples"],
+        identity=lambda w: inputs.mauve_contrasts[w.pair]["identity"],
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.report.joint_mauve --a {input.a} --b {input.b} --human {input.human} --prompts {input.prompts} --settings {params.settings:q} --resamples {params.resamples} --identity {params.identity:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.report.joint_mauve --a {input.a} --b {input.b} --features-a {input.features_a} --features-b {input.features_b} --human {input.human} --prompts {input.prompts} --settings {params.settings:q} --resamples {params.resamples} --identity {params.identity:q} --output {output} 2> {log}"
 
 
 rule contrasts:
@@ -57,9 +74,9 @@ rule contrasts:
         # The metrics JSON and their per-prompt sidecars, listed so that they are inputs too (contrasts reads them
         # beside each JSON); the perplexity folders hold both files of each eval set.
         metrics=metric_targets(config),
-        sidecars=[m.replace(".json", ".prompts.parquet") for m in metric_targets(config)],
-        perplexity=list(PERPLEXITY_JOBS),
-        mauve=mauve_contrast_targets(),
+        sidecars=inputs.metric_sidecars(),
+        perplexity=list(inputs.perplexity_jobs),
+        mauve=inputs.mauve_contrast_targets(),
         arguments=argument_file("contrasts"),
     output:
         "results/report/contrasts.csv",
@@ -132,7 +149,7 @@ rule figure:
 
 rule examples:
     input:
-        prompts=f"results/prompts/{example_inputs(config)[0]}.parquet",
+        prompts=prompts_path(example_inputs(config)[0]),
         samples=example_inputs(config)[1],
         arguments=argument_file("examples"),
     output:
@@ -157,7 +174,7 @@ rule examples:
 
 rule training_curves:
     input:
-        models=training_curve_inputs,
+        models=inputs.training_curves,
     output:
         png=report(
             "results/report/figures/training/{model}/{dataset}.png",

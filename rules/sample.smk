@@ -1,6 +1,10 @@
+from workflow_lib.layout import evaluation_of
+from workflow_lib.sample.settings import decoder_settings, sampling_settings, test_perturbation
+
+
 rule sample:
     input:
-        unpack(sample_inputs),
+        unpack(inputs.sample),
     output:
         SAMPLES_OUTPUT,
     log:
@@ -15,7 +19,7 @@ rule sample:
         mem_mb=predicted_mem(SAMPLES_OUTPUT),
     params:
         code=code_digest("workflow_lib.sample.sampler"),
-        model=model_options,
+        model=inputs.model_options,
         perturbation=lambda w: as_json(test_perturbation(evaluation_of(w).test)),
         decoder=lambda w: as_json(decoder_settings(config, evaluation_of(w).test)),
         settings=lambda w: as_json(sampling_settings(config, evaluation_of(w).test)),

@@ -1,3 +1,7 @@
+from workflow_lib.grid import simulation_fits
+from workflow_lib.simulation.settings import simulation_settings
+
+
 rule simulation_fit:
     output:
         "results/simulation/V{vocab}.parquet",

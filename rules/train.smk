@@ -1,6 +1,16 @@
+from workflow_lib.layout import run_of
+from workflow_lib.train.settings import launcher, tracking_settings, training_processes, training_settings
+from workflow_lib.train.tracking import ENV as TRACKING_ENV
+
+# The trackers reach the train jobs through their environment, not params: turning one on must not retrain a
+# finished model (workflow_lib/train/tracking.py). Set here rather than as a prefix of the shell command, whose
+# text is the rule's code: an edited command would retrain every finished model once.
+os.environ[TRACKING_ENV] = json.dumps(tracking_settings(config))
+
+
 rule train:
     input:
-        unpack(train_inputs),
+        unpack(inputs.train),
     output:
         directory(MODEL_OUTPUT),
     log:

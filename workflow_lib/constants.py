@@ -6,6 +6,11 @@ the cost model all read these, and it sits below every one of them.
 
 from __future__ import annotations
 
+# The config's names (the schema's pattern for a dataset, model, eval set, decoder, strategy, ...): output paths
+# hold them, and workflow_lib/layout.py reads them back. Here, not in layout.py, because the perturbation
+# strategies check their names with it: a job's code digest (module_deps.code_digest) then does not include the
+# layout, whose edits would otherwise rerun every sampling job.
+NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 # An experiment's objective that evaluates a pretrained model as it is: no training job, the baseline condition's
 # paths. A name a user's `objectives` may not take.
 UNTRAINED = "untrained"

@@ -14,6 +14,7 @@ import os
 from workflow_lib.constants import BUILTIN_SPLITS, FEATURISERS, UNTRAINED
 from workflow_lib.layout import (
     BASELINE,
+    DATA,
     Evaluation,
     ModelRun,
     SamplingCondition,
@@ -21,8 +22,10 @@ from workflow_lib.layout import (
     fmt_intensity,
     lab_law_path,
     perturbed_path,
+    prompts_path,
     scored_path,
     synonym_path,
+    tokens_path,
 )
 
 
@@ -237,7 +240,7 @@ def token_targets(config: dict) -> list[str]:
             tokenizer = config["models"][model]["tokenizer"]
             for split in config["tokenize"]["splits"]:
                 if split in splits:
-                    out.add(f"results/tokens/{tokenizer}/{exp['train_dataset']}/{split}.parquet")
+                    out.add(tokens_path(tokenizer, exp["train_dataset"], split))
     return sorted(out)
 
 
@@ -248,15 +251,13 @@ def data_records(config: dict) -> list[str]:
     for exp in config["experiments"].values():
         dataset = exp["train_dataset"]
         splits = dataset_splits(config["datasets"][dataset]) if trained_objectives(exp) else []
-        out.update(f"results/data/{dataset}/{s}.json" for s in config["tokenize"]["splits"] if s in splits)
-        out.update(f"results/data/{eval_sets[es]['dataset']}/{eval_sets[es]['split']}.json" for es in exp["eval_sets"])
+        out.update(DATA.format(dataset=dataset, split=s) + ".json" for s in config["tokenize"]["splits"] if s in splits)
+        out.update(DATA.format(**eval_sets[es]) + ".json" for es in exp["eval_sets"])
     return sorted(out)
 
 
 def prompt_targets(config: dict) -> list[str]:
-    return sorted(
-        {f"results/prompts/{es}.parquet" for exp in config["experiments"].values() for es in exp["eval_sets"]}
-    )
+    return sorted({prompts_path(es) for exp in config["experiments"].values() for es in exp["eval_sets"]})
 
 
 def simulation_fits(config: dict) -> list[str]:

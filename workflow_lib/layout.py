@@ -20,6 +20,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from workflow_lib.constants import NAME
+
 # The layouts. {kind} is the results folder of a kind of result (models, samples, metrics, ...).
 TRAIN = "{synonyms}/{mode}-m{copies}/{strategy}-{intensity}"
 TEST = "{decoder}/{synonyms}/{strategy}-{intensity}-{mode}"
@@ -28,6 +30,11 @@ EVALUATION = "{run}/{eval_set}/{test}{suffix}"
 SCORED = "{run}/{eval_set}{suffix}"  # one model run on one eval set's human text (perplexity)
 PERTURBED = "results/{kind}/{tokenizer}/{dataset}/{train}/seed{seed}{suffix}"  # kind: perturbed (logs/...)
 SYNONYMS = "results/synonyms/{tokenizer}/{dataset}/{synonyms}.parquet"  # a synonym table: also the rule's template
+# The data stages' layouts (also their rules' templates).
+DATA = "results/data/{dataset}/{split}"  # .parquet, and its provenance record .json
+TOKENIZER = "results/tokenizers/{tokenizer}"
+TOKENS = "results/tokens/{tokenizer}/{dataset}/{split}.parquet"
+PROMPTS = "results/prompts/{eval_set}.parquet"
 
 # The results folders of each layout, and the suffix of the file each writes (a folder has none).
 RUN_KINDS = {"models": "", "checkpoints": "", "perplexity": "", "lab/laws": ".npz"}
@@ -48,7 +55,6 @@ TEST_NAMES |= {"intensity": "test_intensity", "mode": "test_mode"}
 RUN_NAMES = ["model", "dataset", "objective", *TRAIN_NAMES.values(), "seed"]
 EVALUATION_NAMES = [*RUN_NAMES, "eval_set", *TEST_NAMES.values()]
 
-NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"  # the schema's name of a dataset, model, eval set, decoder, ...
 NUMBER = r"[0-9]+(?:\.[0-9]+)?"  # an intensity, as fmt_intensity writes it
 INTEGER = r"[0-9]+"
 MODE = r"[a-z]+"  # the schema's modes (augment, prefix; exact, cached): no '-', which ends a strategy's name
@@ -152,6 +158,26 @@ def perturbed_path(tokenizer: str, dataset: str, cond: TrainCondition, seed: int
     return PERTURBED.format(kind="perturbed", train=cond.path, suffix=suffix, **names)
 
 
+def sidecar(path: str, suffix: str) -> str:
+    """The file beside a result's JSON that holds more of the same result: a metrics JSON's per-prompt scores
+    (.prompts.parquet) or features (.features.parquet), a perplexity JSON's per-prompt NLL. Also on a template."""
+    if suffix not in EVALUATION_SUFFIXES + SCORED_SUFFIXES or not path.endswith(".json"):
+        raise ValueError(f"{path}: no {suffix} sidecar in this workflow's layout (workflow_lib/layout.py)")
+    return path.removesuffix(".json") + suffix
+
+
+def prompts_path(eval_set: str) -> str:
+    return PROMPTS.format(eval_set=eval_set)
+
+
+def tokenizer_path(tokenizer: str) -> str:
+    return TOKENIZER.format(tokenizer=tokenizer)
+
+
+def tokens_path(tokenizer: str, dataset: str, split: str) -> str:
+    return TOKENS.format(tokenizer=tokenizer, dataset=dataset, split=split)
+
+
 def lab_law_path(run: ModelRun) -> str:
     """Where the lab writes one model's next-word laws."""
     return run.folder("lab/laws") + RUN_KINDS["lab/laws"]
@@ -229,6 +255,15 @@ def _alternatives(names) -> str:
 
 _TRAIN_TYPES = {"mode": MODE, "copies": INTEGER, "intensity": NUMBER}
 _TEST_TYPES = {"mode": MODE, "intensity": NUMBER}
+
+
+def condition_constraints(names: Mapping[str, str]) -> dict[str, str]:
+    """The rules' wildcard constraints of every condition field (by its one name) and the seed: the type the parser
+    reads it with, or `names[name]` (the alternatives a config may use, e.g. the registered strategies). A new field
+    of TRAIN or TEST gets its constraint here, with its type."""
+    types = {TRAIN_NAMES[f]: _TRAIN_TYPES.get(f, NAME) for f in TRAIN_NAMES}
+    types |= {TEST_NAMES[f]: _TEST_TYPES.get(f, NAME) for f in TEST_NAMES}
+    return {**types, "seed": INTEGER, **names}
 
 
 def _run_regex(kinds) -> str:

@@ -129,3 +129,19 @@ def test_the_cost_model_refuses_an_output_it_did_not_plan():
         slurm.runtime_minutes(config, unplanned)
     with pytest.raises(KeyError, match="the cost model plans no job that writes it"):
         slurm.mem_mb(config, unplanned)
+
+
+def test_a_sidecar_is_the_same_result_with_another_suffix_of_its_layout():
+    """The metrics JSON's features and per-prompt files, the rules' templates included; a suffix the layout has not
+    (or a path that is not a result JSON) raises instead of naming a file nothing writes."""
+    metrics = layout.evaluation_template("metrics")
+    assert layout.sidecar(metrics, ".features.parquet") == layout.evaluation_template("metrics", ".features.parquet")
+    run = ModelRun("tiny", "synthetic", "mle", layout.BASELINE, 42)
+    scored = layout.scored_path(run, "webtext")
+    assert parse(layout.sidecar(scored, ".prompts.parquet")) == Located(
+        "perplexity", run, "webtext", None, ".prompts.parquet"
+    )
+    with pytest.raises(ValueError, match="no .npz sidecar"):
+        layout.sidecar(metrics, ".npz")
+    with pytest.raises(ValueError, match="no .prompts.parquet sidecar"):
+        layout.sidecar(run.folder(), ".prompts.parquet")

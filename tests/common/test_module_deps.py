@@ -170,3 +170,20 @@ def test_the_package_is_layered_without_an_import_cycle():
     assert "workflow_lib.constants" not in graph  # imports nothing of the package
     assert order.index("workflow_lib.config") < order.index("workflow_lib.cost")
     assert "workflow_lib.cost" not in graph["workflow_lib.config"]
+
+
+def test_the_costly_jobs_code_leaves_out_the_workflows_data_model():
+    """A job reruns when a file its module runs changes (code_digest): the data model that only plans the study
+    (layout, grid, inputs, config) is outside the closure of every GPU job, so a refactor of the plan does not
+    retrain or resample a finished study. The sampler pulled in layout.py through the strategies' name pattern."""
+    planning = {"workflow_lib.layout", "workflow_lib.grid", "workflow_lib.inputs", "workflow_lib.config"}
+    for module in (
+        "workflow_lib.train.trainer",
+        "workflow_lib.sample.sampler",
+        "workflow_lib.evaluate.metrics",
+        "workflow_lib.evaluate.perplexity",
+        "workflow_lib.evaluate.extrapolation",
+        "workflow_lib.perturb.training_data",
+        "workflow_lib.report.joint_mauve",
+    ):
+        assert planning.isdisjoint(module_closure(module)), module

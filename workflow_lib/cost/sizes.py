@@ -14,6 +14,7 @@ import math
 from functools import cache
 from pathlib import Path
 
+from workflow_lib.layout import prompts_path, tokens_path
 from workflow_lib.perturb.strategies import get as get_strategy
 
 # Words per sentence of the builtin grammar at its default settings (measured: 200 documents of 20 sentences).
@@ -104,7 +105,7 @@ def training_rows(
 
 def validation_tokens(config: dict, model: str, dataset: str, workdir: Path | None = Path(".")) -> float:
     tokenizer = config["models"][model]["tokenizer"]
-    found = _row_tokens(workdir, f"results/tokens/{tokenizer}/{dataset}/validation.parquet")
+    found = _row_tokens(workdir, tokens_path(tokenizer, dataset, "validation"))
     if found:
         return found[1]
     from workflow_lib.grid import dataset_splits
@@ -138,7 +139,7 @@ def _read_prompt_words(path: str) -> tuple[int, float, float]:
 def eval_set_prompts(config: dict, eval_set: str, workdir: Path | None = Path(".")) -> dict:
     """{prompts, prefix_words, reference_words, source}: the prompts file when it exists, else the config (the
     prompt cap, and the builtin split's documents where fewer)."""
-    found = _prompt_words(workdir, f"results/prompts/{eval_set}.parquet")
+    found = _prompt_words(workdir, prompts_path(eval_set))
     if found:
         return {"prompts": found[0], "prefix_words": found[1], "reference_words": found[2], "source": "data"}
     es = config["eval_sets"][eval_set]

@@ -25,9 +25,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from workflow_lib import layout
+from workflow_lib.constants import NAME as NAME_PATTERN
 
-NAME = re.compile(layout.NAME)  # the config's names (its schema): output paths hold it, layout.py reads it back
+NAME = re.compile(NAME_PATTERN)  # the config's names (its schema): output paths hold it, layout.py reads it back
 KEEP = ("token", "synonym", None)
 INSERT = (None, "token", "synonym")
 

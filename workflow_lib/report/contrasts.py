@@ -44,6 +44,7 @@ import polars as pl
 from workflow_lib.cli import StageError, run
 from workflow_lib.constants import UNTRAINED
 from workflow_lib.files import atomic_path
+from workflow_lib.layout import sidecar
 from workflow_lib.report.conditions import KEYS, MODEL_KEYS, parse_path, typed
 from workflow_lib.report.statistics import (
     ALPHA,
@@ -216,7 +217,7 @@ def pairs(frame: pl.DataFrame, intensity: float) -> list[dict]:
 
 
 def _sidecar(path: str) -> Path:
-    return Path(path).with_name(Path(path).name.removesuffix(".json") + ".prompts.parquet")
+    return Path(sidecar(str(path), ".prompts.parquet"))
 
 
 class StudyFiles:

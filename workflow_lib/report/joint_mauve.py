@@ -218,11 +218,6 @@ def pair_id(pair: dict) -> str:
     return hashlib.sha256(f"{pair['family']}|{pair['path_a']}|{pair['path_b']}".encode()).hexdigest()[:16]
 
 
-def features_sidecar(metrics_path: str) -> str:
-    """The evaluate step's per-sample features beside its metrics JSON."""
-    return metrics_path.removesuffix(".json") + ".features.parquet"
-
-
 def aligned(human: np.ndarray, prompt_ids: np.ndarray, a, b) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(human [n, d], a [R, n, d], b [R, n, d], runs) over the runs both feature tables have and the prompts every
     one of those runs has on both sides. `a`, `b`: pyarrow tables (prompt_id, run, features); `human`: the eval
@@ -262,8 +257,10 @@ def main() -> None:
     from workflow_lib.files import read_parquet, write_json
 
     parser = argparse.ArgumentParser(prog="python -m workflow_lib.report.joint_mauve")
-    parser.add_argument("--a", required=True, help="metrics JSON of condition A (its .features.parquet beside it)")
+    parser.add_argument("--a", required=True, help="metrics JSON of condition A")
     parser.add_argument("--b", required=True, help="metrics JSON of condition B")
+    parser.add_argument("--features-a", required=True, help="A's per-sample features (the evaluate job's)")
+    parser.add_argument("--features-b", required=True, help="B's per-sample features")
     parser.add_argument("--human", required=True, help="the eval set's reference features (.npy)")
     parser.add_argument("--prompts", required=True, help="the eval set's prompts (their order is the features' rows)")
     parser.add_argument("--settings", required=True, help="JSON: the evaluation settings (mauve, seed)")
@@ -283,8 +280,8 @@ def main() -> None:
         human, a, b, runs = aligned(
             np.load(args.human),
             read_parquet(args.prompts, columns=["prompt_id"]).column(0).to_numpy(),
-            read_parquet(features_sidecar(args.a)),
-            read_parquet(features_sidecar(args.b)),
+            read_parquet(args.features_a),
+            read_parquet(args.features_b),
         )
         buckets = mauve_buckets(a.shape[1], a.shape[1], settings["mauve"])
         try:

@@ -1,6 +1,6 @@
 """The settings a training job reads, and how it starts: the rule and the cost model call these.
 
-Standard library only: rules/common.smk imports it at parse time.
+Standard library only: rules/train.smk imports it at parse time.
 """
 
 from __future__ import annotations
@@ -32,12 +32,16 @@ def launcher(config: dict, model: str, seed: int) -> str:
     processes = training_processes(config, model)
     if processes == 1:
         return "python"
-    precision = training_settings(config, model, seed)["mixed_precision"]
-    precision = "no" if precision == "auto" else precision
-    return (
-        f"accelerate launch --multi_gpu --num_processes {processes} --num_machines 1 --mixed_precision {precision} "
-        "--dynamo_backend no --main_process_port 0"
-    )
+    return " ".join(accelerate_launch(processes, training_settings(config, model, seed)["mixed_precision"]))
+
+
+def accelerate_launch(processes: int, mixed_precision: str, accelerate: str = "accelerate") -> list[str]:
+    """`accelerate launch` with every setting explicit (bench/train.py runs it with one process too)."""
+    precision = "no" if mixed_precision == "auto" else mixed_precision
+    multi = ["--multi_gpu"] if processes > 1 else []
+    return [accelerate, "launch", *multi, "--num_processes", str(processes), "--num_machines", "1"] + [
+        *["--mixed_precision", precision, "--dynamo_backend", "no", "--main_process_port", "0"]
+    ]
 
 
 def tracking_settings(config: dict) -> dict:

@@ -6,7 +6,7 @@ the job's settings as the run's configuration. Each optimizer step logs what `tr
 row: the objective's own loss, the learning rate, the gradient norm, tokens/s (every log_every steps) and, at each
 evaluation, the validation NLL and objective loss.
 
-The trackers are not params of the train rule: turning one on must not retrain a finished model. rules/common.smk
+The trackers are not params of the train rule: turning one on must not retrain a finished model. rules/train.smk
 passes `training.report_to` and `training.tracking_dir` to the jobs in the environment (PERTURBED_LM_TRACKING),
 and a training that runs logs to them.
 """
@@ -38,7 +38,7 @@ def missing(report_to: list[str]) -> list[str]:
 
 
 def settings_from_env() -> dict:
-    """{report_to, dir} as rules/common.smk set them; none when the job runs outside the workflow."""
+    """{report_to, dir} as rules/train.smk sets them; none when the job runs outside the workflow."""
     return json.loads(os.environ.get(ENV, "{}")) or {"report_to": [], "dir": "results/tracking"}
 
 

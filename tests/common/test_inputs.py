@@ -1,0 +1,96 @@
+"""The rules' input functions (workflow_lib/inputs.py) as plain functions of the config, on the default study and
+the paper's: each job reads the file the rule upstream writes, under the condition its wildcards name."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from support.study import REPO
+
+from workflow_lib import grid, layout
+from workflow_lib.config import validate_config
+from workflow_lib.inputs import Inputs
+
+
+@pytest.fixture(scope="module", params=["config.yaml", "configs/paper.yaml"])
+def study(request) -> tuple[dict, Inputs]:
+    config = validate_config(yaml.safe_load((REPO / request.param).read_text()), workdir=REPO)
+    return config, Inputs(config, REPO)
+
+
+class Wildcards(dict):
+    """Snakemake's wildcards: read by name or as attributes."""
+
+    __getattr__ = dict.__getitem__
+
+
+def wildcards_of(path: str) -> Wildcards:
+    """The wildcards the rule writing `path` matches, as Snakemake would pass them."""
+    return Wildcards(layout.parse(path).columns())
+
+
+def test_a_sampling_job_reads_its_model_its_prompts_and_its_test_synonyms(study):
+    config, inputs = study
+    saw_synonyms = saw_none = False
+    for evaluation in grid.evaluation_runs(config):
+        w = wildcards_of(evaluation.path("samples"))
+        got = inputs.sample(w)
+        assert got["prompts"] == f"results/prompts/{evaluation.eval_set}.parquet"
+        if evaluation.run.objective != grid.UNTRAINED:
+            assert got["model"] == evaluation.run.folder("models")
+        if evaluation.test.synonyms == layout.NO_STRATEGY:
+            assert "synonyms" not in got
+            saw_none = True
+        else:
+            tokenizer = config["models"][evaluation.run.model]["tokenizer"]
+            assert got["synonyms"] == layout.synonym_path(tokenizer, evaluation.run.dataset, evaluation.test.synonyms)
+            saw_synonyms = True
+    assert saw_synonyms and saw_none
+
+
+def test_a_train_job_reads_the_perturbed_data_of_its_condition(study):
+    config, inputs = study
+    for folder in grid.model_targets(config):
+        run = layout.parse(folder).run
+        w = wildcards_of(folder)
+        got = inputs.train(w)
+        tokenizer = config["models"][run.model]["tokenizer"]
+        assert got["train"] == layout.perturbed_path(tokenizer, run.dataset, run.train, run.seed)
+        assert got["tokenizer"] == f"results/tokenizers/{tokenizer}"
+        splits = grid.dataset_splits(config["datasets"][run.dataset])
+        assert ("validation" in got) == ("validation" in splits and config["training"]["validation"])
+
+
+def test_a_tokenizer_job_reads_what_its_source_needs(study):
+    """A tokenizer trained on a dataset reads its train split; a model's or the hub's reads no data (the paper's
+    gpt-neo tokenizer has no dataset: this raised a KeyError once)."""
+    config, inputs = study
+    for name, spec in config["tokenizers"].items():
+        got = inputs.tokenizer(Wildcards(tokenizer=name))
+        if spec["source"] == "train":
+            assert got == {"train": f"results/data/{spec['dataset']}/train.parquet"}
+        else:
+            assert "train" not in got
+
+
+def test_the_contrasts_read_each_metrics_sidecar_and_each_mauve_pair_reads_planned_samples(study):
+    config, inputs = study
+    metrics = grid.metric_targets(config)
+    sidecars = inputs.metric_sidecars()
+    assert [s.removesuffix(".prompts.parquet") for s in sidecars] == [m.removesuffix(".json") for m in metrics]
+    assert all(layout.parse(s).columns() == layout.parse(m).columns() for s, m in zip(sidecars, metrics))
+    planned = set(metrics)
+    for pair in inputs.mauve_contrasts:
+        got = inputs.mauve_contrast(Wildcards(pair=pair))
+        assert {got["a"], got["b"]} <= planned
+        assert got["human"].endswith(f"/{inputs.mauve_contrasts[pair]['eval_set']}.npy")
+    assert inputs.argument_lists["contrasts"][-len(inputs.mauve_contrasts) - 1] == "--mauve"
+
+
+def test_a_perplexity_job_scores_every_eval_set_its_model_is_evaluated_on(study):
+    config, inputs = study
+    for folder, eval_sets in inputs.perplexity_jobs.items():
+        w = wildcards_of(folder)
+        assert inputs.perplexity(w)["prompts"] == [f"results/prompts/{es}.parquet" for es in eval_sets]
+        expected = {e.eval_set for e in grid.evaluation_runs(config) if e.run == layout.parse(folder).run}
+        assert set(eval_sets) == expected

@@ -1,0 +1,244 @@
+"""What each job reads: its input paths and the options that name them, from the config and the job's wildcards.
+
+The rules' input functions (`rules/common.smk` makes one `Inputs(config)` and the rules call its methods), kept
+here so that they are plain functions of the config, tested without Snakemake (tests/common/test_inputs.py). A
+path comes from `layout.py` or from the stage that writes it, never spelled twice. `wildcards` is Snakemake's
+object (or anything with the same attributes).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from workflow_lib.config import embedding_model, local_files
+from workflow_lib.constants import UNTRAINED
+from workflow_lib.data.downloads import fetched, split_paths, unpacked_dir
+from workflow_lib.data.settings import prompt_cap
+from workflow_lib.evaluate.metrics import mauve_never_resolves
+from workflow_lib.grid import (
+    curve_inputs,
+    data_records,
+    dataset_splits,
+    example_inputs,
+    extrapolation_targets,
+    featuriser_id,
+    lab_targets,
+    metric_targets,
+    model_targets,
+    perplexity_jobs,
+    perplexity_targets,
+)
+from workflow_lib.layout import (
+    DATA,
+    NO_STRATEGY,
+    evaluation_of,
+    perturbed_path,
+    prompts_path,
+    run_of,
+    sidecar,
+    synonym_path,
+    tokenizer_path,
+    tokens_path,
+    train_condition_of,
+)
+from workflow_lib.pretrained import gguf_file
+from workflow_lib.report.contrasts import designed_mauve
+from workflow_lib.train.settings import training_settings
+
+# The gather jobs' argument files (rules/report.smk, argument_file): the paths each reads, in its order.
+ARGUMENT_FILE = "results/report/args/{name}.txt"
+MAUVE_CONTRAST_OUTPUT = "results/report/mauve/{pair}.json"
+FEATURES_OUTPUT = "results/features/{featuriser}/{eval_set}.npy"
+
+
+def argument_file(name: str) -> str:
+    return ARGUMENT_FILE.format(name=name)
+
+
+class Inputs:
+    """The input functions of one study's rules."""
+
+    def __init__(self, config: dict, workdir: Path) -> None:
+        self.config = config
+        self.workdir = workdir
+        self.models = config["models"]
+        self.datasets = config["datasets"]
+
+    # ---- data ----------------------------------------------------------------------------------------------
+
+    def download(self, wildcards: Any) -> list[str]:
+        """A split's files; under recipe mixce every split's, since a top-up reads one split to build another."""
+        ds = self.datasets[wildcards.dataset]
+        splits = dataset_splits(ds) if ds["recipe"] == "mixce" else [wildcards.split]
+        if ds["source"] == "local":
+            return sorted({f for split in splits for f in local_files(ds, split)})
+        if ds["source"] == "url":
+            if ds.get("archive"):
+                return [unpacked_dir(wildcards.dataset)]
+            return sorted({f for split in splits for f in split_paths(wildcards.dataset, ds, split)})
+        return []
+
+    def fetch_entry(self, wildcards: Any) -> dict:
+        return fetched(self.datasets[wildcards.dataset])[wildcards.file]
+
+    def fetch_options(self, wildcards: Any) -> str:
+        entry = self.fetch_entry(wildcards)
+        options = [f"--sha256 {entry['sha256']}" if entry.get("sha256") else ""]
+        options.append(f"--head-bytes {entry['head_bytes']}" if entry.get("head_bytes") else "")
+        return " ".join(filter(None, options))
+
+    def pretrained(self, model: str) -> dict:
+        """A GGUF model's dequantised folder, as the input of a job that loads the pretrained checkpoint (the
+        dequantise rule writes it); nothing for a hub id or a folder that is already there."""
+        return {"pretrained": self.models[model]["name"]} if self.models[model].get("gguf") else {}
+
+    def gguf(self, wildcards: Any) -> dict:
+        """The GGUF file the dequantise job reads: fetched, local or packaged (a hub repo's the job downloads)."""
+        path = gguf_file(wildcards.gguf_model, self.models[wildcards.gguf_model]["gguf"], self.workdir)
+        return {"gguf": path} if path else {}
+
+    def tokenizer(self, wildcards: Any) -> dict:
+        tok = self.config["tokenizers"][wildcards.tokenizer]
+        if tok["source"] == "model":
+            return self.pretrained(tok["model"])
+        if tok["source"] == "train":
+            return {"train": DATA.format(dataset=tok["dataset"], split="train") + ".parquet"}
+        return {}
+
+    def prompts(self, wildcards: Any) -> dict:
+        """The split's rows and its provenance record (whose files and format an error about too few rows names)."""
+        es = self.config["eval_sets"][wildcards.eval_set]
+        split = DATA.format(dataset=es["dataset"], split=es["split"])
+        return {"data": f"{split}.parquet", "source": f"{split}.json"}
+
+    # ---- perturb and train ---------------------------------------------------------------------------------
+
+    def synonyms(self, wildcards: Any) -> dict:
+        inputs = {"tokenizer": tokenizer_path(wildcards.tokenizer)}
+        if wildcards.synonyms == "distributional":
+            inputs["tokens"] = tokens_path(wildcards.tokenizer, wildcards.dataset, "train")
+        if wildcards.synonyms == "embedding":
+            inputs.update(self.pretrained(embedding_model(self.config, wildcards.tokenizer)))
+        return inputs
+
+    def perturb(self, wildcards: Any) -> dict:
+        inputs = {
+            "tokens": tokens_path(wildcards.tokenizer, wildcards.dataset, "train"),
+            "tokenizer": tokenizer_path(wildcards.tokenizer),
+        }
+        cond = train_condition_of(wildcards)
+        if cond.synonyms != NO_STRATEGY:
+            inputs["synonyms"] = synonym_path(wildcards.tokenizer, wildcards.dataset, cond.synonyms)
+        return inputs
+
+    def train(self, wildcards: Any) -> dict:
+        tokenizer = self.models[wildcards.model]["tokenizer"]
+        inputs = {
+            "train": perturbed_path(tokenizer, wildcards.dataset, train_condition_of(wildcards), wildcards.seed),
+            "tokenizer": tokenizer_path(tokenizer),
+            **self.pretrained(wildcards.model),
+        }
+        settings = training_settings(self.config, wildcards.model, wildcards.seed)
+        if settings["validation"] and "validation" in dataset_splits(self.datasets[wildcards.dataset]):
+            inputs["validation"] = tokens_path(tokenizer, wildcards.dataset, "validation")
+        return inputs
+
+    # ---- sample and evaluate -------------------------------------------------------------------------------
+
+    def model_source(self, wildcards: Any) -> str:
+        """What a job loads: the trained model's folder, or for an untrained model its checkpoint (hub id or folder)."""
+        if wildcards.objective == UNTRAINED:
+            return self.models[wildcards.model]["name"]
+        return run_of(wildcards).folder()
+
+    def model(self, wildcards: Any) -> dict:
+        """The model as a job input, when it is a file: a trained folder, or an untrained model's local folder."""
+        source = self.model_source(wildcards)
+        built = wildcards.objective != UNTRAINED or self.models[wildcards.model].get("gguf")  # a rule writes it
+        return {"model": source} if built or os.path.isdir(source) else {}
+
+    def model_options(self, wildcards: Any) -> str:
+        """--model, and --revision for an untrained hub model pinned to one."""
+        revision = self.models[wildcards.model].get("revision") if wildcards.objective == UNTRAINED else None
+        return f"--model {self.model_source(wildcards)}" + (f" --revision {revision}" if revision else "")
+
+    def sample(self, wildcards: Any) -> dict:
+        inputs = {**self.model(wildcards), "prompts": prompts_path(wildcards.eval_set)}
+        test = evaluation_of(wildcards).test
+        if test.synonyms != NO_STRATEGY:
+            tokenizer = self.models[wildcards.model]["tokenizer"]
+            inputs["synonyms"] = synonym_path(tokenizer, wildcards.dataset, test.synonyms)
+        return inputs
+
+    def featuriser_id(self) -> str:
+        """A path-safe name for the featuriser (a local folder is named by its last component)."""
+        return featuriser_id(self.config["evaluation"]["featuriser"])
+
+    @cached_property
+    def perplexity_jobs(self) -> dict[str, list[str]]:
+        return perplexity_jobs(self.config)
+
+    def perplexity_eval_sets(self, wildcards: Any) -> list[str]:
+        """The eval sets one perplexity job scores: every one its model is evaluated on."""
+        return self.perplexity_jobs[run_of(wildcards).folder("perplexity")]
+
+    def perplexity(self, wildcards: Any) -> dict:
+        eval_sets = self.perplexity_eval_sets(wildcards)
+        return {**self.model(wildcards), "prompts": [prompts_path(es) for es in eval_sets]}
+
+    # ---- report --------------------------------------------------------------------------------------------
+
+    @cached_property
+    def mauve_contrasts(self) -> dict[str, dict]:
+        """The designed MAUVE contrasts (pair id -> the pair, its identity and B), one mauve_contrast job each: each
+        clusters the human text and both conditions' samples jointly (workflow_lib.report.joint_mauve). None on an
+        eval set whose prompt cap is under MAUVE's floor (its cells are all "too few texts")."""
+        mauve = self.config["evaluation"]["mauve"]
+        unresolvable = [e for e in self.config["eval_sets"] if mauve_never_resolves(prompt_cap(self.config, e), mauve)]
+        return designed_mauve(
+            metric_targets(self.config), self.config["report"]["intensity"], unresolvable=unresolvable
+        )
+
+    def metric_sidecars(self) -> list[str]:
+        """The per-prompt sidecar of every metrics JSON (the contrasts read them beside each JSON)."""
+        return [sidecar(path, ".prompts.parquet") for path in metric_targets(self.config)]
+
+    def mauve_contrast_targets(self) -> list[str]:
+        return [MAUVE_CONTRAST_OUTPUT.format(pair=p) for p in sorted(self.mauve_contrasts)]
+
+    def mauve_contrast(self, wildcards: Any) -> dict:
+        pair = self.mauve_contrasts[wildcards.pair]
+        return {
+            "a": pair["path_a"],
+            "b": pair["path_b"],
+            "features_a": sidecar(pair["path_a"], ".features.parquet"),
+            "features_b": sidecar(pair["path_b"], ".features.parquet"),
+            "prompts": prompts_path(pair["eval_set"]),
+            "human": FEATURES_OUTPUT.format(featuriser=self.featuriser_id(), eval_set=pair["eval_set"]),
+        }
+
+    @cached_property
+    def argument_lists(self) -> dict[str, list[str]]:
+        """The paths each gather job reads, in its order (written to its argument file)."""
+        config = self.config
+        return {
+            "collect": metric_targets(config) + extrapolation_targets(config) + perplexity_targets(config),
+            "contrasts": [
+                *metric_targets(config),
+                *perplexity_targets(config),
+                "--mauve",
+                *self.mauve_contrast_targets(),
+            ],
+            "tables": [
+                *["--data", *data_records(config)],
+                *["--lab", *[t for t in lab_targets(config) if t.endswith(".md")]],
+                *["--models", *model_targets(config)],
+            ],
+            "examples": example_inputs(config)[1],
+        }
+
+    def training_curves(self, wildcards: Any) -> list[str]:
+        return curve_inputs(self.config, wildcards.model, wildcards.dataset)
