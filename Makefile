@@ -45,16 +45,16 @@ run: $(STAMP)
 
 # The paper's whole study (configs/paper.yaml) on CPU, on stand-ins, then checked; results in results/rehearsal/.
 rehearsal: $(STAMP)
-	$(BIN)/python tests/support/rehearsal.py --cores $(CORES) $(SNAKEMAKE_ARGS)
+	$(BIN)/python -m tools.rehearsal --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # configs/real.yaml (SmolLM2-135M fine-tuned on WikiText-2, tested in and out of domain) without the network: the
 # same files served on a loopback port (configs/real-local.yaml), then checked; results in results/real/.
 real: $(SMOLLM2)
-	$(BIN)/python tests/support/real.py --cores $(CORES) $(SNAKEMAKE_ARGS)
+	$(BIN)/python -m tools.real --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The same at CI's size (configs/real-ci.yaml), in results/real-ci/.
 real-ci: $(SMOLLM2)
-	$(BIN)/python tests/support/real.py --ci --workdir results/real-ci --cores $(CORES) $(SNAKEMAKE_ARGS)
+	$(BIN)/python -m tools.real --ci --workdir results/real-ci --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # What a study will cost, before it runs: `make estimate CONFIG=configs/paper.yaml ESTIMATE_ARGS="--device h100 --gpus 4"`
 # (docs/cluster.md, "What a study costs"; --calibrate measures this machine first).

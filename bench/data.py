@@ -11,24 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import time
-from pathlib import Path
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")  # the tokenizers library's thread pool: one core
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from shared import REPO, timed
+
 WIKI = REPO.parent / "shared" / "data" / "wikitext-2-raw"
-
-
-def timed(fn, *args, **kwargs):
-    start = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - start
 
 
 def main() -> None:

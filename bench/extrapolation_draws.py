@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -35,9 +34,7 @@ if hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 import numpy as np
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from shared import REPO
 
 MODEL = "models/tiny/synthetic/{}/{}/augment-m1/{}/seed42"
 NONE, PERTURB, PERTURB_04 = (

@@ -1,6 +1,6 @@
 """Benchmark of workflow_lib.data.fetch on a loopback server: what resumable, verified downloads cost over a plain loop.
 
-The server is tests/support/httpserver.py in a child process (so it does not share the benchmark's GIL). Measured:
+The server is tools/httpserver.py in a child process (so it does not share the benchmark's GIL). Measured:
 fetch() of 200 MB of random bytes (median of 3) against a plain `requests` iter_content loop into nothing
 (the floor: no file, no checksum, no progress bar) and the same loop into a file (the floor with the disk);
 sha256_file on the result; a head_bytes=8 MiB fetch of a 200 MB jsonl-like file with and without Range
@@ -22,23 +22,14 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+from shared import REPO, timed
 
 MB = 1_000_000
 SIZE = 200 * MB
 HEAD = 8 << 20
 REPEAT = 3
-
-
-def timed(fn, *args, **kwargs):
-    start = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - start
 
 
 def median_timed(repeat: int, remove: Path | None, fn, *args, **kwargs):
@@ -67,7 +58,7 @@ def jsonl_like(n_bytes: int) -> bytes:
 
 def server_process(files: dict[str, bytes], range_support: bool, conn) -> None:
     """Serve `files` until told to stop; answer "requests" with what the server has seen so far."""
-    from support.httpserver import serve
+    from tools.httpserver import serve
 
     with serve(files, range_support=range_support) as server:
         conn.send(server.port)

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import shared  # noqa: F401 - the repository on sys.path
 
 from workflow_lib.evaluate.metrics import featurize, mauve_buckets, mauve_score
 from workflow_lib.layout import parse

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # faiss and BLAS thread pools: one core, as bench/mauve_seeds.py
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -32,9 +30,8 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
+from shared import REPO
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 DATA = REPO.parent / "shared" / "data"
 
 SIZES = (10, 20, 30, 50, 75, 100, 200, 400)

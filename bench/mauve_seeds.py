@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # faiss and BLAS thread pools: one core, as bench/data.py
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -26,9 +24,7 @@ if hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 import numpy as np
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import shared  # noqa: F401 - the repository on sys.path
 
 N, DIM, SHIFT, BASE_SEED = 1000, 1024, 0.1, 1
 SETTINGS = {"num_buckets": "auto", "kmeans_num_redo": 5, "kmeans_max_iter": 500, "discretization": 25, "scaling": 5}

@@ -3,7 +3,7 @@
 Tokens: WikiText-2 raw valid+test from ../shared/data through a BPE trained on them, repeated to 2.4M tokens
 (otherwise the builtin corpus), cut into 256-token blocks; synonyms: the distributional table of that
 stream. Each strategy at the paper's intensity 0.025 runs through the vectorised perturber (numpy, and
-torch on the CPU) and through the per-token Python loop of tests/support/reference_perturb.py (on a 100k-token
+torch on the CPU) and through the per-token Python loop of tools/reference_perturb.py (on a 100k-token
 slice, scaled). Last line: `perturb: {json}`.
 
     python bench/perturb.py
@@ -14,9 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -24,10 +22,8 @@ if hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 import numpy as np
+from shared import REPO, best_of
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 WIKI = REPO.parent / "shared" / "data" / "wikitext-2-raw"
 TARGET_TOKENS = 2_400_000
 INTENSITY = 0.025
@@ -52,19 +48,10 @@ def token_stream() -> tuple[np.ndarray, list[int], str]:
     return np.tile(ids, reps)[:TARGET_TOKENS].astype(np.int32), sorted(set(tokenizer.all_special_ids)), source
 
 
-def best_of(fn, repeat: int = 3) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def main() -> None:
     import torch
-    from support.reference_perturb import perturb_loop
 
+    from tools.reference_perturb import perturb_loop
     from workflow_lib.perturb.perturber import STRATEGIES, perturb
     from workflow_lib.perturb.synonyms import distributional_synonyms
 

@@ -2,7 +2,7 @@
 
 Models: the default study's tiny GPT-2 trained for `--steps` steps on the builtin corpus (a trained model has the
 peaked laws that bf16 rounding moves most), and the tiny random checkpoints of every family the tests use
-(tests/support/families.py: GPT-2, OPT, GPT-Neo, Llama, GPT-NeoX, saved as their hub originals). For each model, the
+(tools/families.py: GPT-2, OPT, GPT-Neo, Llama, GPT-NeoX, saved as their hub originals). For each model, the
 law at every position of 200 held-out texts, computed with the weights in float32 (as `load_model(...,
 "fp32")`) and in bfloat16 (as `load_model(..., "bf16")`); TV = 0.5 sum |p32 - p16|. Last line:
 `precision: {json}`.
@@ -14,15 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+from shared import TINY
 
 
 def law_tv(folder: Path | str, texts: list[str], max_length: int = 64) -> np.ndarray:
@@ -91,7 +87,7 @@ def train_tiny(root: Path, texts: list[str], steps: int) -> Path:
     train(
         args,
         settings,
-        {"source": "scratch", "architecture": {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 256}},
+        {"source": "scratch", "architecture": TINY},
         {"loss": "mle"},
     )
     return root / "trained"
@@ -109,8 +105,8 @@ def summary(tv: np.ndarray) -> dict:
 
 def main() -> None:
     import torch
-    from support.families import FAMILIES, make_checkpoint
 
+    from tools.families import FAMILIES, make_checkpoint
     from workflow_lib.data.builtin_corpus import build_grammar
 
     parser = argparse.ArgumentParser()

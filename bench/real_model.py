@@ -25,16 +25,12 @@ import argparse
 import csv
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+from shared import REPO
 
 
 def matmul_peak(size: int = 1024, repeats: int = 5) -> float:
@@ -191,8 +187,7 @@ def main() -> None:
         root = Path(tmp)
         model = opts.model
         if model is None:
-            from support.gguf_files import smollm2_gguf
-
+            from tools.gguf_files import smollm2_gguf
             from workflow_lib.data.gguf import dequantise
 
             model = root / "smollm2"

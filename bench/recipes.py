@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,8 +26,8 @@ from pathlib import Path
 if hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from shared import REPO
+
 WIKI = REPO.parent / "shared" / "data" / "wikitext-2-raw"
 
 

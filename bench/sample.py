@@ -22,17 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from shared import GPT2_SMALL, TINY
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-TINY = {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 256}
-GPT2_SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024}
 NEAR_BOUND = 4e-6  # the former checked cache's CDF tolerance
 
 

@@ -19,11 +19,9 @@ import argparse
 import json
 import multiprocessing
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
+import shared  # noqa: F401 - the repository on sys.path
 import torch
 
 from workflow_lib.config import load_schema

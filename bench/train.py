@@ -22,12 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-TINY = {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 256}
-GPT2_SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024}
+from shared import GPT2_SMALL, REPO, TINY
 
 
 def make_data(root: Path, vocab: int, block: int):

@@ -70,9 +70,9 @@ rule lab:
     conda:
         "../envs/evaluate.yaml"
     params:
-        code=code_digest("workflow_lib.lab.report"),
+        code=code_digest("workflow_lib.lab.verdicts"),
         builtin=lambda w: as_json(DATASETS[EXPERIMENTS[w.experiment]["train_dataset"]]["builtin"]),
         settings=lambda w: as_json(lab_settings(config, "last", "length", "draws", "premise_draws", "perturbations")),
         stem=lambda w, output: output.png.removesuffix(".png"),
     shell:
-        "python -m workflow_lib.lab.report --prefixes {input.prefixes} --laws {input.laws} --builtin {params.builtin:q} --settings {params.settings:q} --csv {output.csv} --premise {output.premise} --markdown {output.markdown} --figure {params.stem} 2> {log}"
+        "python -m workflow_lib.lab.verdicts --prefixes {input.prefixes} --laws {input.laws} --builtin {params.builtin:q} --settings {params.settings:q} --csv {output.csv} --premise {output.premise} --markdown {output.markdown} --figure {params.stem} 2> {log}"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.study import REPO, snakemake, tiny_config, write_config
 
+from tools.workflow_runs import REPO, snakemake, tiny_config, write_config
 from workflow_lib.config import ConfigError, normalise, typed_overrides, validate_config
 from workflow_lib.config import check as check_normalised
 

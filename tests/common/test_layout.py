@@ -9,8 +9,8 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.study import REPO
 
+from tools.workflow_runs import REPO
 from workflow_lib import grid, layout
 from workflow_lib.layout import (
     EVALUATION_KINDS,
@@ -115,8 +115,7 @@ def test_the_grid_plans_only_paths_of_the_layout():
 
 def test_the_cost_model_refuses_an_output_it_did_not_plan():
     """A rule's output the plan lacks is an error naming it, not a guessed SLURM time (it was unknown_minutes)."""
-    from support.study import tiny_config
-
+    from tools.workflow_runs import tiny_config
     from workflow_lib.config import validate_config
     from workflow_lib.cost import slurm
 

@@ -7,7 +7,8 @@ import tomllib
 
 import pytest
 import yaml
-from support.study import REPO
+
+from tools.workflow_runs import REPO
 
 PAPER = "Perturbation is All You Need for Extrapolating Language Models"
 

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import yaml
-from support.study import REPO
 
+from tools.workflow_runs import REPO
 from workflow_lib.config import SCHEMA_PATH
 from workflow_lib.schema_docs import DOCS, render
 

@@ -28,7 +28,7 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """(socket, log, environment of the server): a server with torch and transformers preloaded, as the rehearsal's."""
-    from support.study import warm_server
+    from tools.workflow_runs import warm_server
 
     log = tmp_path_factory.mktemp("warm") / "server.log"
     env = environment(dict(os.environ))
@@ -59,7 +59,7 @@ def test_only_python_dash_m_of_a_workflow_module_is_handed_over():
 
 
 def test_a_sample_job_writes_the_same_bytes_warm_and_cold_in_a_fraction_of_the_time(server, tmp_path):
-    from support.families import make_checkpoint
+    from tools.families import make_checkpoint
 
     model = make_checkpoint(tmp_path / "hub", "gpt2", TEXTS)
     pq.write_table(

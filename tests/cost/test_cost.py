@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-from support.study import REPO, tiny_config
 
+from tools.workflow_runs import REPO, tiny_config
 from workflow_lib.config import ConfigError, validate_config
 from workflow_lib.cost import jobs as cost_jobs
 from workflow_lib.cost import slurm

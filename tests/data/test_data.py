@@ -7,8 +7,8 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support.study import tiny_builtin
 
+from tools.workflow_runs import tiny_builtin
 from workflow_lib.cli import StageError
 from workflow_lib.config import validate_config
 from workflow_lib.data.prepare import build_prompts, normalise

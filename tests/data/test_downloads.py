@@ -16,9 +16,10 @@ import tarfile
 
 import pyarrow.parquet as pq
 import pytest
-from support.httpserver import serve
-from support.study import snakemake, tiny_config, write_config
 from test_recipes import mixce_webtext_reference
+
+from tools.httpserver import serve
+from tools.workflow_runs import snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 

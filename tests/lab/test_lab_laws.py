@@ -35,9 +35,9 @@ def sets(grammar):
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_laws_of_a_checkpoint_are_distributions_and_the_coupling_bounds_them(tmp_path, grammar, sets, family):
-    from support.families import make_checkpoint
     from transformers import AutoTokenizer
 
+    from tools.families import make_checkpoint
     from workflow_lib.sample.sampler import load_model
 
     texts = grammar.generate("train", n_docs=30, sentences_per_doc=12, seed=7)
@@ -75,9 +75,9 @@ def test_laws_of_a_checkpoint_are_distributions_and_the_coupling_bounds_them(tmp
 def test_the_half_draws_law_is_the_law_of_the_first_half_of_the_draws(tmp_path, grammar, sets):
     """Draws are keyed by their index, so the first 2 of 4 draws are the 2 draws of a run with draws = 2: its laws
     are the 4-draw run's `laws_half`. "none" is one draw (its half is itself), and `differs` counts draws."""
-    from support.families import make_checkpoint
     from transformers import AutoTokenizer
 
+    from tools.families import make_checkpoint
     from workflow_lib.sample.sampler import load_model
 
     folder = make_checkpoint(tmp_path, "gpt2", grammar.generate("train", n_docs=30, sentences_per_doc=12, seed=7))
@@ -104,9 +104,9 @@ def test_the_jobs_command_line_writes_the_sets_and_the_laws_the_functions_comput
     import sys
 
     import pyarrow.parquet as pq
-    from support.families import make_checkpoint
     from transformers import AutoTokenizer
 
+    from tools.families import make_checkpoint
     from workflow_lib.lab import laws as job
     from workflow_lib.sample.sampler import load_model
 

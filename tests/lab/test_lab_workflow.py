@@ -7,7 +7,8 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from support.study import (
+
+from tools.workflow_runs import (
     LAB,
     dry_run_of_tiny_study_with,
     lab_settings,

@@ -10,7 +10,7 @@ import pytest
 from workflow_lib.report.collect import collect, read_metrics
 from workflow_lib.report.contrasts import COLUMNS
 from workflow_lib.report.figures import FIGURES
-from workflow_lib.report.summary import summary
+from workflow_lib.report.summary import StudyResults, summary
 from workflow_lib.report.tables import paper_comparison, report_view, tables
 
 BASE = "results/metrics/tiny/syn/{obj}/{syn}/augment-m1/{st}-{ti}/seed1/{es}/{decoder}/{tsyn}/{tst}-{tti}-exact.json"
@@ -111,7 +111,7 @@ def test_bold_is_said_to_be_the_largest_mean_not_a_significant_difference(study,
     assert "a description, not a significant difference" in written["metrics"]
     config = {"models": {"tiny": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}}
     assert "Bold marks the largest mean of a column, not a significant difference" in summary(
-        study, config, written, 0.025, []
+        StudyResults(study, written), config, 0.025
     )
 
 
@@ -143,12 +143,12 @@ def test_figures_are_written_and_not_empty(study, tmp_path):
 def test_summary_says_what_ran_and_has_no_paper_match(study, tmp_path):
     written = tables(study, str(tmp_path / "tables"), 0.025, ["test", "ood"])
     config = {"models": {"tiny": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}}
-    text = summary(study, config, written, 0.025, ["results/report/figures/ablation.png"])
+    text = summary(StudyResults(study, written, ["results/report/figures/ablation.png"]), config, 0.025)
     assert "## Headline table" in text and "No model and eval set of this study is one of the paper's" in text
     assert "Exact extrapolation error" in text and "0.200 ± 0.010" in text
     assert "Simulation study" not in text
     simulation = "# Simulation study (paper Section 4)\n\n| V | synonyms |\n|---|---|\n| 50 | oracle |\n"
-    text = summary(study, config, written, 0.025, [], simulation)
+    text = summary(StudyResults(study, written, simulation=simulation), config, 0.025)
     assert "## Simulation study (paper Section 4)\n\n| V | synonyms |\n|---|---|\n| 50 | oracle |" in text
     assert "results/simulation/figure.png" in text and text.count("# Simulation study") == 1
 
@@ -242,7 +242,7 @@ def test_summary_lists_every_splits_source_checksums_and_steps(study, tmp_path):
             "fingerprint": "abc123",
         },
     }
-    text = summary(study, config, written, 0.025, [], None, [wiki, web])
+    text = summary(StudyResults(study, written, data=[wiki, web]), config, 0.025)
     data = text.split("## Data\n", 1)[1]
     assert data.index("**webtext/test**") < data.index("**wikitext103/test**")
     assert "load 5000 → clean and 50 < words < 1000 (webtext) 4712 → top-up from train 5000" in data
@@ -251,7 +251,7 @@ def test_summary_lists_every_splits_source_checksums_and_steps(study, tmp_path):
     assert f"webtext.train.jsonl (first 8388608 bytes, whole lines): sha256 `{'2' * 64}` (pinned)" in data
     assert "hub dataset Salesforce/wikitext (wikitext-103-raw-v1), split test, revision unpinned (latest)" in data
     assert f"sha256 of the rows `{'e' * 64}`" in data
-    assert "## Data" not in summary(study, config, written, 0.025, [])
+    assert "## Data" not in summary(StudyResults(study, written), config, 0.025)
 
 
 def test_a_record_is_named_by_its_path_not_by_the_study_that_cached_it(tmp_path):
@@ -442,7 +442,7 @@ def test_summary_opens_with_findings_then_provenance_and_has_the_paired_comparis
         + contrast_rows("perturbation", "rouge1", [(0.01, 0.01)])
     )
     contrasts = pl.DataFrame(rows, schema=COLUMNS, orient="row")
-    text = summary(decoders, config, written, 0.025, [], contrasts=contrasts)
+    text = summary(StudyResults(decoders, written, contrasts=contrasts), config, 0.025)
     head = text.split("## Headline table")[0]
     assert text.startswith("# Summary of the study\n\n## What this study found\n")
     assert text.index("## What this study found") < text.index("## Provenance") < text.index("## Headline table")
@@ -462,7 +462,7 @@ def test_summary_opens_with_findings_then_provenance_and_has_the_paired_comparis
     assert "✱ marks a contrast whose Holm-corrected p" in paired
     assert "| tiny | mle | set0 | insertion 0.025 vs no perturbation | +0.050 [+0.040, +0.060] | 0.010 | ✱ |" in paired
     assert "| tiny | mle | set1 | insertion 0.025 vs no perturbation | +0.020 [+0.010, +0.030] | 0.200 |  |" in paired
-    assert "## Paired comparisons" not in summary(decoders, config, written, 0.025, [])
+    assert "## Paired comparisons" not in summary(StudyResults(decoders, written), config, 0.025)
 
 
 def test_the_tables_cli_reads_contrasts(decoders, tmp_path, monkeypatch):

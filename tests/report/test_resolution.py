@@ -20,7 +20,7 @@ from workflow_lib.report.contrasts import contrasts
 from workflow_lib.report.findings import contrast_findings, findings_section, mauve_tv_findings
 from workflow_lib.report.resolution import refusal_sentence, refused, resolved
 from workflow_lib.report.statistics import MIN_RUNS, paired_t
-from workflow_lib.report.summary import summary
+from workflow_lib.report.summary import StudyResults, summary
 from workflow_lib.report.tables import tables
 
 TOO_FEW = {"mauve_status": "too few texts (20)", "mauve_texts": 20, "mauve_min_texts": 50, "num_buckets": None}
@@ -73,7 +73,7 @@ def test_the_summary_says_plainly_when_mauve_is_not_resolvable(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     config = {"models": {"mle": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}}
     few = study(tmp_path / "few", TOO_FEW)
-    text = summary(few, config, tables(few, str(tmp_path / "few/tables"), 0.025, ["test"]), 0.025, [])
+    text = summary(StudyResults(few, tables(few, str(tmp_path / "few/tables"), 0.025, ["test"])), config, 0.025)
     found = text.split("## What this study found\n", 1)[1].split("\n## ", 1)[0]
     assert (
         "- MAUVE is not resolvable in this study: its runs have 20 texts per side, under the floor "
@@ -83,7 +83,9 @@ def test_the_summary_says_plainly_when_mauve_is_not_resolvable(tmp_path, monkeyp
     assert 'A MAUVE cell that reads "too few texts (n)"' in text
     assert "MAUVE's variance split (clustering vs sampling) is not reported: no MAUVE cell" in text
     enough = study(tmp_path / "enough", ENOUGH)
-    text = summary(enough, config, tables(enough, str(tmp_path / "enough/tables"), 0.025, ["test"]), 0.025, [])
+    text = summary(
+        StudyResults(enough, tables(enough, str(tmp_path / "enough/tables"), 0.025, ["test"])), config, 0.025
+    )
     assert "not resolvable" not in text and "too few texts" not in text and "is not reported" not in text
     assert refusal_sentence(enough) is None
     # some cells refused, some kept: counted

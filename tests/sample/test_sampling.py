@@ -246,9 +246,9 @@ class ForwardWidths:
 def family_lm():
     """family -> (model, tokenizer): the tests' tiny random checkpoints of GPT-2 and of a Llama (untied head,
     grouped-query attention, rotary positions, BOS prepended, no pad token), built in memory."""
-    from support.families import make_config, make_tokenizer
     from transformers import AutoModelForCausalLM
 
+    from tools.families import make_config, make_tokenizer
     from workflow_lib.data.builtin_corpus import build_grammar
 
     corpus = build_grammar(seed=3, words_per_class=4).generate("train", 20, 8, 0)
@@ -385,8 +385,9 @@ def test_intensity_zero_draws_follow_the_models_law(family_lm):
 def test_intensity_zero_beyond_the_context_keeps_the_uncached_sampler(family_lm, monkeypatch):
     """prompt + new_tokens - 1 positions fit: the cache; one more token: exact mode recomputes (keeping the last
     tokens of the prefix, as it always did) and cached mode refuses."""
-    from support.families import make_config
     from transformers import AutoModelForCausalLM
+
+    from tools.families import make_config
 
     built, prompts = family_lm
     _, tokenizer = built["gpt2"]

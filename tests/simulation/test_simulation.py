@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 from scipy import stats
-from support.study import planned_rules, snakemake, tiny_config, write_config
 
+from tools.workflow_runs import planned_rules, snakemake, tiny_config, write_config
 from workflow_lib.config import ConfigError, check_schema
 from workflow_lib.simulation.model import (
     ModelSettings,
@@ -237,7 +237,7 @@ def test_figure_tells_the_rules_apart_by_colour_and_dashes(monkeypatch):
     name, so a study running only `empirical` draws it as one running both does; the uniform line is gray."""
     from matplotlib.colors import to_hex
 
-    from workflow_lib.figures import PALETTE, line_style
+    from workflow_lib.plotting import PALETTE, line_style
     from workflow_lib.simulation import figure
 
     saved = []

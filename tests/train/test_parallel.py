@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from safetensors.torch import load_file
-from support.study import snakemake, tiny_builtin, tiny_config, write_config
+
+from tools.workflow_runs import snakemake, tiny_builtin, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 

@@ -6,8 +6,8 @@ import csv
 import os
 
 import pytest
-from support.study import planned_rules, snakemake, tiny_builtin, tiny_config, write_config
 
+from tools.workflow_runs import planned_rules, snakemake, tiny_builtin, tiny_config, write_config
 from workflow_lib.config import ConfigError, validate_config
 from workflow_lib.train import tracking
 

@@ -274,8 +274,9 @@ def test_a_checkpoint_of_other_settings_is_not_resumed(data, tmp_path):
 def test_float16_master_weights_diverge_and_stop_the_run(data, tmp_path):
     """OPT-125M is saved in float16: trained on float16 master weights (load_dtype: float16), AdamW's eps underflows
     and the first zero gradient makes a NaN weight. The run must stop, not write a model; in float32 it trains."""
-    from support.families import make_checkpoint
     from transformers import AutoTokenizer
+
+    from tools.families import make_checkpoint
 
     texts = [" the cat sat on the mat .", " a dog ran in the park .", " the bird sang a song ."] * 40
     folder = make_checkpoint(tmp_path / "hub", "opt", texts)

@@ -22,8 +22,8 @@ import time
 
 import pytest
 import yaml
-from support.study import REPO, SNAKEMAKE, tiny_config, write_config
 
+from tools.workflow_runs import REPO, SNAKEMAKE, tiny_config, write_config
 from workflow_lib.config import validate_config
 from workflow_lib.cost.slurm import planned, runtime_minutes
 from workflow_lib.module_deps import third_party_imports

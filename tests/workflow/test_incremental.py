@@ -18,9 +18,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from support.plans import planned_jobs
-from support.study import REPO, SNAKEMAKE, copy_workflow, tiny_config, write_config
 
+from tools.plans import planned_jobs
+from tools.workflow_runs import REPO, SNAKEMAKE, copy_workflow, tiny_config, write_config
 from workflow_lib.module_deps import module_closure, module_path
 
 pytestmark = pytest.mark.workflow

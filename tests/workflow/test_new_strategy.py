@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.study import REPO, SNAKEMAKE, WORKFLOW_CODE, copy_workflow, tiny_config, write_config
+
+from tools.workflow_runs import REPO, SNAKEMAKE, WORKFLOW_CODE, copy_workflow, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 

@@ -13,9 +13,9 @@ import subprocess
 
 import pytest
 import yaml
-from support.plans import job_stats, planned_jobs
-from support.study import REPO, SNAKEMAKE
 
+from tools.plans import job_stats, planned_jobs
+from tools.workflow_runs import REPO, SNAKEMAKE
 from workflow_lib.config import validate_config
 
 pytestmark = pytest.mark.workflow

@@ -20,8 +20,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from support.plans import job_stats
-from support.study import REPO, SNAKEMAKE
+
+from tools.plans import job_stats
+from tools.workflow_runs import REPO, SNAKEMAKE
 
 pytestmark = pytest.mark.workflow
 
@@ -213,7 +214,7 @@ def test_finished_real_study_holds():
     problems = row_problems(metrics, list(real["eval_sets"]))
     problems += provenance_problems(results, real)
     problems += summary_problems((results / "summary.md").read_text())
-    from support.browser import check_report, chromium
+    from tools.browser import check_report, chromium
 
     if chromium():
         problems += check_report(workdir / "report.html", REPORT_CATEGORIES, screenshot=workdir / "report.png")

@@ -3,7 +3,7 @@
 - The overlay changes only where things come from and how big they are (its keys, checked), and the rehearsal
   plans the same rules with the same job counts as the paper's study (451 jobs), but for its 220 MAUVE contrasts:
   at the rehearsal's 8 prompts, under MAUVE's floor, there is no MAUVE to contrast.
-- The post-run checks (support.rehearsal_checks) hold on a finished rehearsal: `make rehearsal` runs
+- The post-run checks (tools.rehearsal_checks) hold on a finished rehearsal: `make rehearsal` runs
   `test_finished_rehearsal_holds_the_papers_study` with PERTURBED_LM_REHEARSAL set to its folder; without it,
   that test is skipped. Every check is shown failing on doctored input here, so none of them can pass vacuously.
 """
@@ -19,8 +19,9 @@ import polars as pl
 import pytest
 import yaml
 from support import rehearsal_checks as checks
-from support.plans import job_stats
-from support.study import REPO, SNAKEMAKE
+
+from tools.plans import job_stats
+from tools.workflow_runs import REPO, SNAKEMAKE
 
 pytestmark = pytest.mark.workflow
 
@@ -97,7 +98,7 @@ def plan(workdir: Path, *configs: Path) -> dict[str, int]:
 
 
 def test_rehearsal_plans_the_papers_jobs(tmp_path):
-    from support.standins import build
+    from tools.standins import build
 
     (tmp_path / "paper").mkdir()
     build(tmp_path / "rehearsal/standins")  # planning checks that the featuriser folder holds a model
@@ -355,9 +356,9 @@ def test_finished_rehearsal_holds_the_papers_study(paper):
 
 @pytest.mark.rehearsal
 def test_finished_rehearsals_report_opens_in_a_browser():
-    """The rehearsal's HTML report in headless Chromium (tests/support/browser.py): every category of the paper's
+    """The rehearsal's HTML report in headless Chromium (tools/browser.py): every category of the paper's
     study rendered; no script error, broken caption or undecodable figure."""
-    from support.browser import CATEGORIES, check_report, chromium
+    from tools.browser import CATEGORIES, check_report, chromium
 
     folder = os.environ.get("PERTURBED_LM_REHEARSAL")
     if not folder:

@@ -6,5 +6,5 @@
 - `premise`: model classes that meet the theorems' premise, and their U_base(delta), U_perturb(delta) as exact sups.
 - `theorems`: each theorem's verdict from those sups, in the premise table (the lab's rows beside them as a sample).
 - `bounds`: the trained models' disagreement and TV to the truth (descriptive), and the coupling assertion.
-- `report`: the `lab` rule: the tables, their findings and the figure.
+- `verdicts`: the `lab` rule: the tables, their findings and the figure.
 """

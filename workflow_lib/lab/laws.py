@@ -6,7 +6,7 @@ writes one model's next-word law on every prefix: unperturbed ("none"), and for 
 perturbed law E_{X~ ~ T(.|X)} P(.|X~), averaged over `draws` draws of T. The draws are keyed by the config
 seed, the support prefix a row was made from and the draw, so every model of a group, and every delta version
 of one prefix, sees the same replacements: pairwise differences are then differences of the models, not of
-Monte Carlo noise. workflow_lib.lab.report turns the laws of a group into U(delta) and the bounds.
+Monte Carlo noise. workflow_lib.lab.verdicts turns the laws of a group into U(delta) and the bounds.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from workflow_lib.cli import parse_json_arg, run
 from workflow_lib.files import atomic_path
 from workflow_lib.report.collect import collect, read_metrics
 from workflow_lib.report.contrasts import read_contrasts
-from workflow_lib.report.summary import data_record, summary
+from workflow_lib.report.summary import StudyResults, data_record, summary
 from workflow_lib.report.tables import examples, tables
 
 log = logging.getLogger("workflow_lib.report.build")
@@ -93,16 +93,18 @@ def main() -> None:
 
             tmp.write_text(
                 summary(
-                    frame,
+                    StudyResults(
+                        frame,
+                        written,
+                        figures=settings.get("figures", []),
+                        simulation=simulation,
+                        data=records,
+                        contrasts=contrasts,
+                        lab={Path(path).parent.name: Path(path).read_text() for path in args.lab},
+                        logs={path: read_train_log(path) for path in args.models},
+                    ),
                     config,
-                    written,
                     settings["intensity"],
-                    settings.get("figures", []),
-                    simulation,
-                    records,
-                    contrasts,
-                    {Path(path).parent.name: Path(path).read_text() for path in args.lab},
-                    {path: read_train_log(path) for path in args.models},
                 )
             )
 

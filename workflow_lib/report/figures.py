@@ -1,7 +1,7 @@
 """Figures of the language-model study, from the tidy metrics table of workflow_lib.report.collect.collect, and the
 training curves of the model folders.
 
-Each function writes STEM.png and STEM.pdf (figures._save: deterministic files). Lines follow workflow_lib.figures:
+Each function writes STEM.png and STEM.pdf (plotting._save: deterministic files). Lines follow workflow_lib.plotting:
 colour-blind-safe colours, each paired with its own dash pattern and marker so that a greyscale print still tells
 them apart; one panel per objective (cut further where an objective has more than five lines), never more than
 five lines in a panel, and a condition drawn in the same style in every panel and figure (a training condition is
@@ -24,7 +24,7 @@ import matplotlib.ticker
 import numpy as np
 import polars as pl
 
-from workflow_lib.figures import Panel, _save, assign_styles, bar_style, empty_panel, legend_below, split_panels
+from workflow_lib.plotting import Panel, _save, assign_styles, bar_style, empty_panel, legend_below, split_panels
 from workflow_lib.report.conditions import ABLATION, ablation_frame, parse_model_dir, shown_objective
 from workflow_lib.report.resolution import refused, resolved
 

@@ -5,6 +5,7 @@ split and the paired comparisons of `contrasts`.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -186,23 +187,29 @@ def variance_line(frame: pl.DataFrame) -> str:
     return line
 
 
-def summary(
-    frame: pl.DataFrame,
-    config: dict,
-    written: dict[str, str],
-    intensity: float,
-    figures: list[str],
-    simulation: str | None = None,
-    data: list[dict] | None = None,
-    contrasts: pl.DataFrame | None = None,
-    lab: dict[str, str] | None = None,
-    logs: dict[str, pl.DataFrame] | None = None,
-) -> str:
-    """results/summary.md: provenance first, then the tables, the paired comparisons and the rest.
-    `simulation`: the simulation study's summary.md (its table), included as a section; `data`: the data
-    stage's records of the splits the study read, listed with their sources; `contrasts`: the paired
-    comparisons of workflow_lib.report.contrasts; `lab`: the theory lab's uncertainty.md of each lab experiment;
-    `logs`: each trained model folder's train_log.csv (the findings say whether validation was still falling)."""
+@dataclass(frozen=True)
+class StudyResults:
+    """What the summary reads of a finished study: its metrics table and the rest of what the tables job is given.
+    `written`: the tables' Markdown by name (report.tables); `figures`: the report's figure paths; `simulation`: the
+    simulation study's summary.md (its table), included as a section; `data`: the data stage's records of the
+    splits the study read, listed with their sources; `contrasts`: the paired comparisons of
+    workflow_lib.report.contrasts; `lab`: the theory lab's uncertainty.md of each lab experiment; `logs`: each
+    trained model folder's train_log.csv (the findings say whether validation was still falling)."""
+
+    frame: pl.DataFrame
+    written: dict[str, str]
+    figures: list[str] = field(default_factory=list)
+    simulation: str | None = None
+    data: list[dict] = field(default_factory=list)
+    contrasts: pl.DataFrame | None = None
+    lab: dict[str, str] = field(default_factory=dict)
+    logs: dict[str, pl.DataFrame] = field(default_factory=dict)
+
+
+def summary(results: StudyResults, config: dict, intensity: float) -> str:
+    """results/summary.md: provenance first, then the tables, the paired comparisons and the rest."""
+    frame, written, figures, simulation = results.frame, results.written, results.figures, results.simulation
+    data, contrasts, lab, logs = results.data, results.contrasts, results.lab, results.logs
     from workflow_lib.report.findings import findings_section
 
     models = frame.select(KEYS[:9]).unique()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from workflow_lib.figures import _save, assign_styles, empty_panel
+from workflow_lib.plotting import _save, assign_styles, empty_panel
 
-# A synonym rule's style is fixed by its place here, whichever rules a study runs (workflow_lib.figures).
+# A synonym rule's style is fixed by its place here, whichever rules a study runs (workflow_lib.plotting).
 RULE_ORDER = ["oracle", "empirical"]
 # The uniform predictor is a reference, not a method: thin, gray, dotted, no markers (gray is no palette colour,
 # so it never shares colour and dash pattern with a rule's line).
@@ -17,7 +17,7 @@ def simulation_figure(summary, path_stem: str) -> None:
 
     `summary`: the polars table of workflow_lib.simulation.summary.summarize. One column of panels per
     vocabulary size; top row reading (a), bottom row reading (b); one line per synonym rule (at most two, in
-    the colour-blind-safe styles of workflow_lib.figures); the gray dotted line is the uniform predictor 1/|V|
+    the colour-blind-safe styles of workflow_lib.plotting); the gray dotted line is the uniform predictor 1/|V|
     on the same cells. (a): rows of tokens never seen as the first element of a training pair; (b): pairs never
     seen. A panel whose reading is empty says so in text.
     """

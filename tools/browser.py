@@ -8,7 +8,7 @@ lets the report's app render, optionally saving a screenshot of its first page. 
   template value such as `{{ snakemake.wildcards.x }}` that rendered empty);
 - figures whose image does not decode in the browser.
 
-    python tests/support/browser.py results/report.html [--category Tables ...] [--screenshot report.png]
+    python tools/browser.py results/report.html [--category Tables ...] [--screenshot report.png]
     # exit 1 if anything is broken
 """
 

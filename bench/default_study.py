@@ -4,7 +4,7 @@ Every job of the default study runs on one thread, so a job's wall seconds are w
 sum over the study, divided by the cores, is the least wall time the study could take. Run it after a study,
 e.g. after `rm -rf results && time make run`. Last line: `study: {json}`.
 
-    python bench/study.py [--results results]
+    python bench/default_study.py [--results results]
 """
 
 from __future__ import annotations

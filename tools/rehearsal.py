@@ -1,15 +1,15 @@
 """`make rehearsal`: the paper's whole study (configs/paper.yaml) run on CPU on stand-ins, then checked.
 
-    python tests/support/rehearsal.py [--cores 2] [--workdir results/rehearsal] [--keep-going]
+    python tools/rehearsal.py [--cores 2] [--workdir results/rehearsal] [--keep-going]
 
-1. builds the stand-ins (`support.standins`) under <workdir>/standins/ (once; reused after);
+1. builds the stand-ins (`tools.standins`) under <workdir>/standins/ (once; reused after);
 2. serves MixCE's WebText and WritingPrompts stand-ins from a loopback HTTP server on 127.0.0.1:38517, at the
    URL paths of the originals, for as long as the study runs;
 3. runs snakemake with `--configfile configs/paper.yaml configs/paper-rehearsal.yaml` in <workdir>, then writes
    its HTML report;
 4. runs the post-run checks (tests/workflow/test_rehearsal.py, on <workdir>).
 
-Steps 2-4 are support.served_study's, which `make real` shares.
+Steps 2-4 are tools.served_study's, which `make real` shares.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
-from support.served_study import run_served_study
-from support.standins import build
+from tools.served_study import run_served_study
+from tools.standins import build
 
 PORT = 38517  # the port configs/paper-rehearsal.yaml names
 CONFIGS = [REPO / "configs/paper.yaml", REPO / "configs/paper-rehearsal.yaml"]

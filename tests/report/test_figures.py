@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 from matplotlib.colors import to_hex
 
-from workflow_lib import figures as shared_figures
-from workflow_lib.figures import MAX_LINES, OKABE_ITO, PALETTE, assign_styles, line_style, split_panels
+from workflow_lib import plotting as shared_figures
+from workflow_lib.plotting import MAX_LINES, OKABE_ITO, PALETTE, assign_styles, line_style, split_panels
 from workflow_lib.report import figures as lm_figures
 from workflow_lib.report.collect import SCHEMA
 
@@ -48,7 +48,7 @@ def frame(rows: list[dict]) -> pl.DataFrame:
 
 @pytest.fixture
 def figures(monkeypatch):
-    """The figures the functions save, still open to inspect (figures._save is where they would be written)."""
+    """The figures the functions save, still open to inspect (plotting._save is where they would be written)."""
     saved = []
     monkeypatch.setattr(lm_figures, "_save", lambda fig, stem: saved.append(fig))
     return saved

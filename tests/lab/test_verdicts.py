@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from workflow_lib.cli import StageError
-from workflow_lib.lab import bounds, perturbation, report
+from workflow_lib.lab import bounds, perturbation, verdicts
 from workflow_lib.lab.laws import build_sets, grammar_of
 
 # Four rows of one family: two support prefixes (delta 0) and their delta-1 versions (same base).
@@ -224,7 +224,7 @@ def run_cli(monkeypatch, folder, laws, settings=SETTINGS):
             str(folder / "out/fig"),
         ],
     )
-    report.main()
+    verdicts.main()
 
 
 def test_cli_writes_both_tables_the_markdown_and_the_figure(lab_files, monkeypatch):
@@ -317,13 +317,13 @@ def test_figure_is_deterministic_with_at_most_five_lines_a_panel(lab_files, monk
     folder, laws = lab_files
     run_cli(monkeypatch, folder, laws)
     trained, premise = pl.read_csv(folder / "out/u.csv"), pl.read_csv(folder / "out/p.csv")
-    report.figure(trained, premise, str(tmp_path / "a"))
-    report.figure(trained, premise, str(tmp_path / "b"))
+    verdicts.figure(trained, premise, str(tmp_path / "a"))
+    verdicts.figure(trained, premise, str(tmp_path / "b"))
     for ext in ("png", "pdf"):
         assert (tmp_path / f"a.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes()
     saved = []
-    monkeypatch.setattr("workflow_lib.figures._save", lambda fig, stem: saved.append(fig))
-    report.figure(trained, premise, "unused")
+    monkeypatch.setattr("workflow_lib.plotting._save", lambda fig, stem: saved.append(fig))
+    verdicts.figure(trained, premise, "unused")
     (fig,) = saved
     assert all(len([x for x in ax.get_lines() if not x.get_label().startswith("_")]) <= 5 for ax in fig.axes)
     top = {line.get_label(): line for line in fig.axes[0].get_lines()}
@@ -338,29 +338,31 @@ def test_figure_is_deterministic_with_at_most_five_lines_a_panel(lab_files, monk
 
 
 def test_cells_rows_and_tables_render_as_markdown():
-    assert report._num(0.12345) == "0.123" and report._num(0.12345, 1) == "0.1" and report._num(2) == "2.000"
-    assert report._num(None) == "—" and report._num(float("nan")) == "—"
-    assert report._row(["a", 1, None]) == "| a | 1 | None |"
-    assert report._table(["x", "y"], [[1, 2], [3, 4]]) == ["| x | y |", "|---|---|", "| 1 | 2 |", "| 3 | 4 |"]
+    assert verdicts._num(0.12345) == "0.123" and verdicts._num(0.12345, 1) == "0.1" and verdicts._num(2) == "2.000"
+    assert verdicts._num(None) == "—" and verdicts._num(float("nan")) == "—"
+    assert verdicts._row(["a", 1, None]) == "| a | 1 | None |"
+    assert verdicts._table(["x", "y"], [[1, 2], [3, 4]]) == ["| x | y |", "|---|---|", "| 1 | 2 |", "| 3 | 4 |"]
 
 
 def test_a_span_is_one_number_when_the_values_agree_to_three_decimals():
-    assert report._span(pl.Series([0.2, 0.2002])) == "0.200"
-    assert report._span(pl.Series([0.2, 0.2005])) == "0.200 to 0.201"  # 5e-4 apart: a span
-    assert report._span(pl.Series([-0.3, 0.3])) == "-0.300 to 0.300"  # apart though |high + low| is 0
-    assert report._span(pl.Series([0.0, 5e-4])) == "0.000 to 0.001"  # exactly 5e-4 apart: a span
+    assert verdicts._span(pl.Series([0.2, 0.2002])) == "0.200"
+    assert verdicts._span(pl.Series([0.2, 0.2005])) == "0.200 to 0.201"  # 5e-4 apart: a span
+    assert verdicts._span(pl.Series([-0.3, 0.3])) == "-0.300 to 0.300"  # apart though |high + low| is 0
+    assert verdicts._span(pl.Series([0.0, 5e-4])) == "0.000 to 0.001"  # exactly 5e-4 apart: a span
 
 
 def test_verdicts_by_delta_group_the_deltas_that_read_alike():
-    assert report._by_delta(["holds", "holds", "holds"], [1, 2, 4]) == "holds"
-    assert report._by_delta(["vacuous"], [1]) == "vacuous"
-    assert report._by_delta(["holds", "vacuous", "holds"], [1, 2, 4]) == "holds (delta 1, 4), vacuous (delta 2)"
-    assert report._by_delta(["vacuous", "holds"], [1, 2]) == "vacuous (delta 1), holds (delta 2)"
+    assert verdicts._by_delta(["holds", "holds", "holds"], [1, 2, 4]) == "holds"
+    assert verdicts._by_delta(["vacuous"], [1]) == "vacuous"
+    assert verdicts._by_delta(["holds", "vacuous", "holds"], [1, 2, 4]) == "holds (delta 1, 4), vacuous (delta 2)"
+    assert verdicts._by_delta(["vacuous", "holds"], [1, 2]) == "vacuous (delta 1), holds (delta 2)"
 
 
 def test_extrapolability_names_its_premise_only_where_it_holds():
-    assert report._extrapolability("holds", "holds") == "holds, SP_perturb holds"
-    assert report._extrapolability("not applicable (SP_perturb fails)", "fails") == "not applicable (SP_perturb fails)"
+    assert verdicts._extrapolability("holds", "holds") == "holds, SP_perturb holds"
+    assert (
+        verdicts._extrapolability("not applicable (SP_perturb fails)", "fails") == "not applicable (SP_perturb fails)"
+    )
 
 
 def _sups(rows):
@@ -389,9 +391,9 @@ def test_the_row_sample_and_the_sups_frame_pick_their_own_class_t_and_delta():
             ("off", "uniform", 1, "syn", True, 1.0, 1.0, 0.9, 0.91, 0.92),
         ]
     )
-    assert report._rows_sample(premise, "unseen", "uniform", 1) == "fun 0.300 / 0.400; syn 0.100 / 0.200"
-    assert report._rows_sample(premise, "unseen", "uniform", 2) == "syn 0.500 / 0.600"
-    sups = report.sups_frame(premise)
+    assert verdicts._rows_sample(premise, "unseen", "uniform", 1) == "fun 0.300 / 0.400; syn 0.100 / 0.200"
+    assert verdicts._rows_sample(premise, "unseen", "uniform", 2) == "syn 0.500 / 0.600"
+    sups = verdicts.sups_frame(premise)
     assert sups.select("class", "perturbation", "delta", "family").rows() == [
         ("unseen", "uniform", 1, "syn"),
         ("unseen", "uniform", 2, "syn"),
@@ -412,14 +414,14 @@ def test_the_contraction_finding_lists_only_admissible_gains_where_the_bound_is_
             ("same", "uniform", 1, "syn", True, 1.0, 1.0, 0.9996, 0, 0),
         ]
     )  # within round-off: no gain
-    text = report._contraction_findings(premise, 40)
+    text = verdicts._contraction_findings(premise, 40)
     assert "beta > 0.9828" in text and "asks beta > 0.9875" in text and "with l = L = 40" in text
     assert text.endswith(
         "not necessary: class `unseen`, T = uniform: U_perturb^inf = 0.700 < U_base^inf = 1.000 at "
         "alpha = 0.637; class `half`, T = uniform: U_perturb^inf = 0.600 < U_base^inf = 1.000 at "
         "alpha = 0.500."
     )
-    none = report._contraction_findings(premise.filter(pl.col("perturbation") == "narrow"), 40)
+    none = verdicts._contraction_findings(premise.filter(pl.col("perturbation") == "narrow"), 40)
     assert none.endswith(
         "The bound is sufficient for a gain, not necessary: no admissible class here gains where the bound is vacuous."
     )

@@ -30,7 +30,7 @@ from workflow_lib.files import atomic_path
 from workflow_lib.lab import perturbation
 from workflow_lib.lab.bounds import UNPERTURBED, check_models, uncertainty_table
 
-log = logging.getLogger("workflow_lib.lab.report")
+log = logging.getLogger("workflow_lib.lab.verdicts")
 FAMILY_NOTES = {
     "composition": "classes changed into held-out compositions",
     "synonym": "words replaced by unseen same-class synonyms",
@@ -378,7 +378,7 @@ def figure(trained: pl.DataFrame, premise: pl.DataFrame, stem: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from workflow_lib.figures import _save, empty_panel, legend_below, line_style
+    from workflow_lib.plotting import _save, empty_panel, legend_below, line_style
 
     families = sorted(set(trained["family"].to_list()) | set(premise["family"].to_list())) or ["(none)"]
     names = list(dict.fromkeys([UNPERTURBED, *trained["perturbation"].to_list(), *premise["perturbation"].to_list()]))
@@ -503,7 +503,7 @@ def _read_model(path: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m workflow_lib.lab.report")
+    parser = argparse.ArgumentParser(prog="python -m workflow_lib.lab.verdicts")
     parser.add_argument(
         "--prefixes", required=True, help="the lab's prefixes Parquet (row, family, delta, base, ids, truth)"
     )
