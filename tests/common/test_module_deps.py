@@ -170,6 +170,8 @@ def test_the_package_is_layered_without_an_import_cycle():
     assert "workflow_lib.constants" not in graph  # imports nothing of the package
     assert order.index("workflow_lib.config") < order.index("workflow_lib.cost")
     assert "workflow_lib.cost" not in graph["workflow_lib.config"]
+    # The rules' input functions sit on top: what a job reads is planned from the package, never the other way.
+    assert not [unit for unit, deps in graph.items() if "workflow_lib.inputs" in deps]
 
 
 def test_the_costly_jobs_code_leaves_out_the_workflows_data_model():

@@ -326,6 +326,24 @@ def test_the_csv_is_byte_identical_on_a_rerun(study, tmp_path):
     )
 
 
+def test_the_command_reads_its_paths_from_an_argument_file_as_the_workflow_gives_them(study, tmp_path, monkeypatch):
+    """The contrasts job's paths come in results/report/args/contrasts.txt (@FILE, one a line), and --resamples is
+    a number: the command's CSV is the function's. In-process, so that mutation testing runs it too."""
+    from workflow_lib.files import write_argument_file
+    from workflow_lib.report import contrasts as module
+
+    arguments = tmp_path / "args.txt"
+    write_argument_file(list(study), str(arguments))
+    out = tmp_path / "cli.csv"
+    argv = ["contrasts", "--intensity", "0.025", "--resamples", "400", "--output", str(out), f"@{arguments}"]
+    monkeypatch.setattr(sys, "argv", argv)
+    module.main()
+    direct = module.contrasts(list(study), 0.025, 400, [])
+    assert pl.read_csv(out).height == direct.height > 0
+    assert out.read_text() == direct.write_csv()
+    assert set(pl.read_csv(out)["resamples"].to_list()) == set(direct["resamples"].to_list())
+
+
 # ---- labels, designed MAUVE jobs, the command line ------------------------------------------------------------
 
 METRICS_PATH = (

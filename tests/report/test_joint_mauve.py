@@ -253,6 +253,14 @@ def test_the_job_aligns_samples_by_prompt_and_run_and_contrasts_reads_it(tmp_pat
     }
     rows = compare(pair, 300, result)
     assert [(r["metric"], r["method"], r["p"], r["resamples"]) for r in rows] == [("mauve", JOINT, result["p"], 300)]
+    # the row is the job's estimate, interval included (the CSV's low and high)
+    assert (rows[0]["difference"], rows[0]["low"], rows[0]["high"], rows[0]["n"]) == (
+        result["difference"],
+        result["low"],
+        result["high"],
+        result["n"],
+    )
+    assert rows[0]["low"] < rows[0]["difference"] < rows[0]["high"]
 
 
 def test_a_side_with_too_few_texts_gives_no_mauve_contrast(tmp_path):
