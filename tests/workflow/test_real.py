@@ -89,7 +89,7 @@ def test_ci_overlay_changes_only_sizes():
 
 def test_served_files_are_the_pinned_bytes():
     """What `make real` serves hashes to what the configs pin (the wheel's GGUF file, Debian's licences, the zip)."""
-    from support import real as runner
+    from tools import real as runner
 
     try:
         shared = runner.shared_data()

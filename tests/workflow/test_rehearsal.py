@@ -18,8 +18,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from support import rehearsal_checks as checks
 
+from tools import rehearsal_checks as checks
 from tools.plans import job_stats
 from tools.workflow_runs import REPO, SNAKEMAKE
 
@@ -115,7 +115,8 @@ def test_served_stand_ins_repeat_byte_for_byte_and_are_shaped_as_the_originals()
     import tarfile
 
     import numpy as np
-    from support import standins
+
+    from tools import standins
 
     def served(seed: int) -> dict[str, bytes]:
         return {
