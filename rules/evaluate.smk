@@ -1,5 +1,5 @@
 from workflow_lib.evaluate.settings import evaluation_settings, extrapolation_settings, perplexity_settings
-from workflow_lib.layout import evaluation_of, prompts_path
+from workflow_lib.layout import FEATURES, evaluation_of, prompts_path
 from workflow_lib.sample.settings import decoder_settings, test_perturbation
 
 
@@ -7,7 +7,7 @@ rule features:
     input:
         prompts="results/prompts/{eval_set}.parquet",
     output:
-        FEATURES_OUTPUT,
+        FEATURES,
     log:
         "results/logs/features/{featuriser}/{eval_set}.log",
     benchmark:
@@ -16,8 +16,8 @@ rule features:
         "../envs/evaluate.yaml"
     resources:
         gpu=config["evaluation"]["gpus"],
-        runtime=predicted_runtime(FEATURES_OUTPUT),
-        mem_mb=predicted_mem(FEATURES_OUTPUT),
+        runtime=predicted_runtime(FEATURES),
+        mem_mb=predicted_mem(FEATURES),
     params:
         code=code_digest("workflow_lib.evaluate.metrics"),
         settings=lambda w: as_json(evaluation_settings(config)),
@@ -29,7 +29,7 @@ rule evaluate:
     input:
         samples=SAMPLES_OUTPUT,
         prompts="results/prompts/{eval_set}.parquet",
-        human=lambda w: FEATURES_OUTPUT.format(featuriser=inputs.featuriser_id(), eval_set=w.eval_set),
+        human=lambda w: FEATURES.format(featuriser=inputs.featuriser_id(), eval_set=w.eval_set),
     output:
         json=METRICS_OUTPUT,
         per_prompt=evaluation_template("metrics", ".prompts.parquet"),

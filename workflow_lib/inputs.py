@@ -33,6 +33,7 @@ from workflow_lib.grid import (
 )
 from workflow_lib.layout import (
     DATA,
+    FEATURES,
     NO_STRATEGY,
     evaluation_of,
     perturbed_path,
@@ -51,7 +52,6 @@ from workflow_lib.train.settings import training_settings
 # The gather jobs' argument files (rules/report.smk, argument_file): the paths each reads, in its order.
 ARGUMENT_FILE = "results/report/args/{name}.txt"
 MAUVE_CONTRAST_OUTPUT = "results/report/mauve/{pair}.json"
-FEATURES_OUTPUT = "results/features/{featuriser}/{eval_set}.npy"
 
 
 def argument_file(name: str) -> str:
@@ -217,7 +217,7 @@ class Inputs:
             "features_a": sidecar(pair["path_a"], ".features.parquet"),
             "features_b": sidecar(pair["path_b"], ".features.parquet"),
             "prompts": prompts_path(pair["eval_set"]),
-            "human": FEATURES_OUTPUT.format(featuriser=self.featuriser_id(), eval_set=pair["eval_set"]),
+            "human": FEATURES.format(featuriser=self.featuriser_id(), eval_set=pair["eval_set"]),
         }
 
     @cached_property

@@ -35,6 +35,7 @@ DATA = "results/data/{dataset}/{split}"  # .parquet, and its provenance record .
 TOKENIZER = "results/tokenizers/{tokenizer}"
 TOKENS = "results/tokens/{tokenizer}/{dataset}/{split}.parquet"
 PROMPTS = "results/prompts/{eval_set}.parquet"
+FEATURES = "results/features/{featuriser}/{eval_set}.npy"  # an eval set's human text, featurised (MAUVE)
 
 # The results folders of each layout, and the suffix of the file each writes (a folder has none).
 RUN_KINDS = {"models": "", "checkpoints": "", "perplexity": "", "lab/laws": ".npz"}

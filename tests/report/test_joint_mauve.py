@@ -178,6 +178,7 @@ def _run_job(folder, a, b, human, prompt_ids, resamples=300):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from workflow_lib.layout import sidecar
     from workflow_lib.report import joint_mauve
 
     np.save(folder / "human.npy", human)
@@ -190,9 +191,9 @@ def _run_job(folder, a, b, human, prompt_ids, resamples=300):
         "--b",
         b,
         "--features-a",
-        a.removesuffix(".json") + ".features.parquet",
+        sidecar(a, ".features.parquet"),
         "--features-b",
-        b.removesuffix(".json") + ".features.parquet",
+        sidecar(b, ".features.parquet"),
         "--human",
         str(folder / "human.npy"),
         "--prompts",

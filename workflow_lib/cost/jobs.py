@@ -25,7 +25,7 @@ from workflow_lib.constants import UNTRAINED
 from workflow_lib.cost import sizes
 from workflow_lib.cost.devices import Device
 from workflow_lib.cost.shapes import Shape, featuriser_shape, model_shape
-from workflow_lib.layout import parse
+from workflow_lib.layout import FEATURES, parse
 from workflow_lib.perturb.strategies import get as get_strategy
 from workflow_lib.train.settings import training_settings
 
@@ -279,7 +279,7 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
         jobs.append(
             scoring_job(
                 "features",
-                f"results/features/{grid.featuriser_id(e['featuriser'])}/{eval_set}.npy",
+                FEATURES.format(featuriser=grid.featuriser_id(e["featuriser"]), eval_set=eval_set),
                 "featuriser",
                 featuriser(config, workdir),
                 p["prompts"],
