@@ -17,11 +17,11 @@ from snakemake.utils import update_config
 from workflow_lib.config import ConfigError, typed_overrides, validate_config
 from workflow_lib.constants import NO_TRAIN_DATASET, UNTRAINED
 from workflow_lib.cost.devices import check_cost
-from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, runtime_minutes as predicted_minutes
+from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, runtime_minutes as predicted_minutes, shard_counts
 from workflow_lib.data.downloads import fetched
 from workflow_lib.grid import all_targets, dataset_splits
 from workflow_lib.inputs import ARGUMENT_FILE, MAUVE_CONTRAST_OUTPUT, Inputs, argument_file
-from workflow_lib.layout import NO_STRATEGY, condition_constraints, evaluation_template, run_template
+from workflow_lib.layout import NO_STRATEGY, condition_constraints, evaluation_template, run_template, shard_template
 
 # A rule's `code` param, code_digest("workflow_lib.<stage>.<module>"): the sha256 of the files `python -m <module>`
 # runs (found by a static import scan), compared by value: an edit reruns the rule's jobs, a clone, move or touch does not.
@@ -35,6 +35,7 @@ update_config(config, typed_overrides(workflow.config_settings.config))
 try:
     validate_config(config, workdir=Path.cwd())
     check_cost(config["cost"])
+    shard_counts(config)  # the plan's shards: a time limit below one sampling batch is refused here
 except ConfigError as error:
     print(f"Invalid configuration: {error}", file=sys.stderr)
     sys.exit(1)
@@ -107,6 +108,7 @@ localrules:
     download,
     tokenizer,
     prompts,
+    gather_samples,
     collect_metrics,
     contrasts,
     tables,
@@ -125,6 +127,7 @@ inputs = Inputs(config, Path.cwd())
 # predicted cost (predicted_runtime, predicted_mem).
 MODEL_OUTPUT = run_template("models")
 SAMPLES_OUTPUT = evaluation_template("samples")
+SHARD_OUTPUT = shard_template("samples")
 METRICS_OUTPUT = evaluation_template("metrics")
 PERPLEXITY_OUTPUT = run_template("perplexity")
 EXTRAPOLATION_OUTPUT = evaluation_template("extrapolation")

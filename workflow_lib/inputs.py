@@ -173,6 +173,13 @@ class Inputs:
             inputs["synonyms"] = synonym_path(tokenizer, wildcards.dataset, test.synonyms)
         return inputs
 
+    def sample_shards(self, wildcards: Any) -> list[str]:
+        """The shards of one evaluation's samples, in order (the plan's number: `cost.slurm.shard_counts`)."""
+        from workflow_lib.cost.slurm import shard_counts
+
+        ev = evaluation_of(wildcards)
+        return ev.shards(shard_counts(self.config)[ev.path("samples")])
+
     def featuriser_id(self) -> str:
         """A path-safe name for the featuriser (a local folder is named by its last component)."""
         return featuriser_id(self.config["evaluation"]["featuriser"])

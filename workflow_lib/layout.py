@@ -27,6 +27,7 @@ TRAIN = "{synonyms}/{mode}-m{copies}/{strategy}-{intensity}"
 TEST = "{decoder}/{synonyms}/{strategy}-{intensity}-{mode}"
 RUN = "results/{kind}/{model}/{dataset}/{objective}/{train}/seed{seed}"
 EVALUATION = "{run}/{eval_set}/{test}{suffix}"
+SHARD = "{evaluation}.shards/{index}-of-{count}.parquet"  # one shard of a sampling job: {evaluation} is its samples
 SCORED = "{run}/{eval_set}{suffix}"  # one model run on one eval set's human text (perplexity)
 PERTURBED = "results/{kind}/{tokenizer}/{dataset}/{train}/seed{seed}{suffix}"  # kind: perturbed (logs/...)
 SYNONYMS = "results/synonyms/{tokenizer}/{dataset}/{synonyms}.parquet"  # a synonym table: also the rule's template
@@ -53,6 +54,7 @@ TRAIN_NAMES = {"synonyms": "train_synonyms", "mode": "train_mode", "copies": "co
 TRAIN_NAMES |= {"strategy": "train_strategy", "intensity": "train_intensity"}
 TEST_NAMES = {"decoder": "decoder", "synonyms": "test_synonyms", "strategy": "test_strategy"}
 TEST_NAMES |= {"intensity": "test_intensity", "mode": "test_mode"}
+SHARD_NAMES = {"index": "shard", "count": "shards"}
 RUN_NAMES = ["model", "dataset", "objective", *TRAIN_NAMES.values(), "seed"]
 EVALUATION_NAMES = [*RUN_NAMES, "eval_set", *TEST_NAMES.values()]
 
@@ -112,6 +114,19 @@ class SamplingCondition:
 
 
 @dataclass(frozen=True, order=True)
+class Shard:
+    """One of `count` sampling jobs of an evaluation, which together write its samples (index 0 .. count - 1).
+    The rows of each come from `sample/shards.py` `shard_rows`: whole batches of the unsharded order."""
+
+    index: int
+    count: int
+
+    def __post_init__(self):
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"shard {self.index} of {self.count}: the index runs from 0 to count - 1")
+
+
+@dataclass(frozen=True, order=True)
 class ModelRun:
     """One model as a study trains (or, objective `untrained`, takes) it."""
 
@@ -143,6 +158,18 @@ class Evaluation:
             test=self.test.path,
             suffix=EVALUATION_KINDS[kind] if suffix is None else suffix,
         )
+
+    def shard_path(self, shard: Shard) -> str:
+        """One shard of this evaluation's samples (the `sample` rule's output; `gather_samples` joins them)."""
+        return shard_file(self.path("samples", ""), shard)
+
+    def shards(self, count: int) -> list[str]:
+        """The paths of this evaluation's samples in `count` shards, in order."""
+        return [self.shard_path(Shard(index, count)) for index in range(count)]
+
+
+def shard_file(evaluation: str, shard: Shard) -> str:
+    return SHARD.format(evaluation=evaluation, index=shard.index, count=shard.count)
 
 
 def scored_path(run: ModelRun, eval_set: str, suffix: str = ".json") -> str:
@@ -207,6 +234,12 @@ def evaluation_template(kind: str, suffix: str | None = None) -> str:
     return EVALUATION.format(run=run_template(kind), eval_set="{eval_set}", test=TEST_TEMPLATE, suffix=suffix)
 
 
+def shard_template(kind: str = "samples", suffix: str = ".parquet") -> str:
+    """A sampling shard's file with the rules' wildcards (`kind` logs/sample, benchmarks/sample: their folders)."""
+    path = SHARD.format(evaluation=evaluation_template(kind, ""), **_wildcards(SHARD_NAMES))
+    return path.removesuffix(".parquet") + suffix
+
+
 def perturbed_template(suffix: str = ".parquet", kind: str = "perturbed") -> str:
     names = {"tokenizer": "{tokenizer}", "dataset": "{dataset}", "seed": "{seed}"}
     return PERTURBED.format(kind=kind, train=TRAIN_TEMPLATE, suffix=suffix, **names)
@@ -232,6 +265,11 @@ def evaluation_of(wildcards: Mapping[str, str]) -> Evaluation:
     """The evaluation a job's wildcards name."""
     test = SamplingCondition(**{field: wildcards[name] for field, name in TEST_NAMES.items()})
     return Evaluation(run_of(wildcards), wildcards["eval_set"], test)
+
+
+def shard_of(wildcards: Mapping[str, str]) -> Shard:
+    """The shard a sampling job's wildcards name."""
+    return Shard(**{field: int(wildcards[name]) for field, name in SHARD_NAMES.items()})
 
 
 # ---- reading a path back ----------------------------------------------------------------------------------
@@ -264,6 +302,7 @@ def condition_constraints(names: Mapping[str, str]) -> dict[str, str]:
     of TRAIN or TEST gets its constraint here, with its type."""
     types = {TRAIN_NAMES[f]: _TRAIN_TYPES.get(f, NAME) for f in TRAIN_NAMES}
     types |= {TEST_NAMES[f]: _TEST_TYPES.get(f, NAME) for f in TEST_NAMES}
+    types |= {name: INTEGER for name in SHARD_NAMES.values()}
     return {**types, "seed": INTEGER, **names}
 
 
@@ -277,17 +316,20 @@ def _run_regex(kinds) -> str:
 
 _TEST = _regex(TEST, {f: _group(c, _TEST_TYPES.get(f, NAME)) for f, c in TEST_NAMES.items()})
 _EVAL_SET = _group("eval_set", NAME + "?")  # lazy: webtext.prompts.parquet is eval set webtext's sidecar
+_EVALUATION_PIECES = {"run": _run_regex(EVALUATION_KINDS), "eval_set": _EVAL_SET, "test": _TEST}
 _PATTERNS = tuple(
     re.compile("(?:^|/)" + pattern + "$")  # a path below a study's folder too
     for pattern in (
         _regex(
-            EVALUATION,
+            SHARD,
             {
-                "run": _run_regex(EVALUATION_KINDS),
-                "eval_set": _EVAL_SET,
-                "test": _TEST,
-                "suffix": _group("suffix", _alternatives(EVALUATION_SUFFIXES)),
+                "evaluation": _regex(EVALUATION, {**_EVALUATION_PIECES, "suffix": ""}),
+                **{field: _group(name, INTEGER) for field, name in SHARD_NAMES.items()},
             },
+        ),
+        _regex(
+            EVALUATION,
+            {**_EVALUATION_PIECES, "suffix": _group("suffix", _alternatives(EVALUATION_SUFFIXES))},
         ),
         _regex(
             SCORED,
@@ -312,9 +354,13 @@ class Located:
     eval_set: str | None = None
     test: SamplingCondition | None = None
     suffix: str = ""
+    shard: Shard | None = None  # a sampling shard (kind samples, suffix "")
 
     @property
     def path(self) -> str:
+        if self.shard is not None:
+            assert self.eval_set is not None and self.test is not None
+            return Evaluation(self.run, self.eval_set, self.test).shard_path(self.shard)
         if self.test is not None:
             assert self.eval_set is not None
             return Evaluation(self.run, self.eval_set, self.test).path(self.kind, self.suffix)
@@ -338,6 +384,8 @@ class Located:
             out["eval_set"] = self.eval_set
         if self.test is not None:
             out |= {TEST_NAMES[f]: str(v) for f, v in vars(self.test).items()}
+        if self.shard is not None:
+            out |= {SHARD_NAMES[f]: str(v) for f, v in vars(self.shard).items()}
         return out
 
 
@@ -360,7 +408,9 @@ def _located(groups: dict[str, str | None]) -> Located:
         **{f: field(c) for f, c in TRAIN_NAMES.items() if f != "copies"}, copies=int(field("copies"))
     )
     run = ModelRun(field("model"), field("dataset"), field("objective"), train, int(field("seed")))
-    test = None
+    test = shard = None
     if groups.get("test_mode") is not None:
         test = SamplingCondition(**{f: field(c) for f, c in TEST_NAMES.items()})
-    return Located(field("kind"), run, groups.get("eval_set"), test, groups.get("suffix") or "")
+    if groups.get("shard") is not None:
+        shard = Shard(**{f: int(field(c)) for f, c in SHARD_NAMES.items()})
+    return Located(field("kind"), run, groups.get("eval_set"), test, groups.get("suffix") or "", shard)

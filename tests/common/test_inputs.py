@@ -48,6 +48,19 @@ def test_a_sampling_job_reads_its_model_its_prompts_and_its_test_synonyms(study)
     assert saw_synonyms and saw_none
 
 
+def test_a_gather_reads_every_shard_of_its_evaluation_in_order(study):
+    config, inputs = study
+    counts = set()
+    for evaluation in grid.evaluation_runs(config):
+        shards = inputs.sample_shards(wildcards_of(evaluation.path("samples")))
+        located = [layout.parse(path) for path in shards]
+        assert [(p.shard.index, p.shard.count) for p in located] == [(i, len(shards)) for i in range(len(shards))]
+        assert {p.moved("samples") for p in located} == {evaluation.path("samples")}
+        counts.add(len(shards))
+    # the default study has no time limit (one shard each); the paper's 4 h limit splits the longest
+    assert counts == {1} if config["cost"]["max_minutes"] is None else max(counts) > 1
+
+
 def test_a_train_job_reads_the_perturbed_data_of_its_condition(study):
     config, inputs = study
     for folder in grid.model_targets(config):

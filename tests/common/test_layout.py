@@ -58,6 +58,24 @@ def test_an_evaluation_path_reads_back_as_its_conditions(evaluation, kind, suffi
 
 
 @settings(max_examples=200, deadline=None)
+@given(evaluations, st.integers(1, 500).flatmap(lambda n: st.tuples(st.integers(0, n - 1), st.just(n))))
+def test_a_sampling_shard_reads_back_as_its_evaluation_and_shard(evaluation, shard):
+    path = evaluation.shard_path(layout.Shard(*shard))
+    located = parse(path)
+    assert (located.kind, located.run, located.eval_set, located.test, located.shard) == (
+        "samples",
+        evaluation.run,
+        evaluation.eval_set,
+        evaluation.test,
+        layout.Shard(*shard),
+    )
+    assert located.path == path and located.moved("samples") == evaluation.path("samples")
+    assert evaluation.shards(shard[1])[shard[0]] == path
+    with pytest.raises(ValueError, match="index runs from 0"):
+        layout.Shard(shard[1], shard[1])
+
+
+@settings(max_examples=200, deadline=None)
 @given(runs, st.sampled_from(sorted(RUN_KINDS)), names, st.sampled_from(SCORED_SUFFIXES))
 def test_a_run_folder_and_a_score_read_back(run, kind, eval_set, suffix):
     folder = run.folder(kind) + RUN_KINDS[kind]
@@ -79,6 +97,9 @@ def test_the_rules_templates_and_wildcards_are_the_same_layout(evaluation):
     assert layout.evaluation_of(wildcards) == evaluation and layout.run_of(wildcards) == run
     assert layout.evaluation_template("samples").format(**wildcards) == evaluation.path("samples")
     assert layout.run_template("models").format(**wildcards) == run.folder()
+    shard = {"shard": "2", "shards": "5"}  # a sampling shard: one more axis, its own wildcards
+    assert layout.shard_template().format(**wildcards, **shard) == evaluation.shard_path(layout.Shard(2, 5))
+    assert layout.shard_of(shard) == layout.Shard(2, 5)
     assert layout.perturbed_template(".json").format(tokenizer="t", **wildcards) == layout.perturbed_path(
         "t", run.dataset, run.train, run.seed, ".json"
     )

@@ -17,6 +17,7 @@ from workflow_lib.cost.devices import DEVICES, check_cost, device
 from workflow_lib.cost.estimate import benchmark_key, compare, load_config, memory_flags, rule_table
 from workflow_lib.cost.shapes import KNOWN, from_config
 from workflow_lib.layout import SamplingCondition, TrainCondition
+from workflow_lib.perturb.strategies import get as get_strategy
 
 
 def config_of(**changes) -> dict:
@@ -91,6 +92,7 @@ def test_memory_flags_name_the_model_and_the_setting_and_stay_quiet_when_it_fits
     # sampling: a batch whose key/value cache outgrows the device names sampling.batch_size
     crowded = device("a100-80gb", {"memory_gb": 6})
     config["sampling"]["batch_size"] = 4096
+    config["cost"]["max_minutes"] = None  # one batch of 4096 is over the paper's 4 h limit (refused: tested below)
     flags = memory_flags(cost_jobs.plan_jobs(config, crowded, DEVICES["cpu"], None), crowded)
     assert any(f.startswith("sample gpt-neo-1.3b") and "sampling.batch_size" in f for f in flags), flags
 
@@ -219,8 +221,10 @@ def test_estimate_prints_the_paper_table_offline_in_seconds(tmp_path):
     seconds = time.monotonic() - start
     assert done.returncode == 0, done.stderr
     assert seconds < 30, seconds
-    for rule, jobs in {"train": 42, "sample": 148, "evaluate": 148, "perplexity": 45, "features": 4}.items():
+    shards = sum(slurm.shard_counts(load_config(["configs/paper.yaml"], REPO)).values())
+    for rule, jobs in {"train": 42, "sample": shards, "evaluate": 148, "perplexity": 45, "features": 4}.items():
         assert f"| {rule} | {jobs} | GPU |" in done.stdout, done.stdout
+    assert f"Sampling: 148 evaluations in {shards} shards (auto" in done.stdout
     assert "A prediction, not a measurement" in done.stdout and "GPU-hours" in done.stdout
     assert (tmp_path / "estimate/a100-80gb.md").read_text() == done.stdout.rstrip("\n") + "\n"
     assert (tmp_path / "estimate/a100-80gb.csv").read_text().startswith("rule,jobs,unknown,on,flops")
@@ -271,3 +275,97 @@ def test_an_evaluation_under_mauves_floor_is_costed_without_the_featuriser():
     few, enough = evaluate_job(prompts + 1), evaluate_job(prompts)
     assert few.parts == {"fixed": cpu.fixed_s["evaluate"]} and not few.unknown
     assert {"compute", "overhead", "fixed", "load", "mauve"} == set(enough.parts) and enough.seconds > few.seconds
+
+
+def paper_config(**cost) -> dict:
+    config = load_config(["configs/paper.yaml"], REPO)
+    config["cost"].update(cost)
+    return config
+
+
+def test_the_papers_study_plans_every_job_within_its_four_hour_limit():
+    config = paper_config()
+    assert (config["cost"]["device"], config["cost"]["max_minutes"]) == ("a100-80gb", 240)
+    planned = slurm.planned(config)
+    assert all(not j.unknown for j in planned.values())
+    assert max(slurm.runtime_minutes(config, key) for key in planned) <= 240
+    assert max(j.seconds for j in planned.values()) * config["cost"]["safety"] <= 240 * 60
+    shards = slurm.shard_counts(config)
+    assert len(shards) == 148 and max(shards.values()) > 1
+    # Without a limit the longest sampling job is predicted far past 4 h: the limit is what splits it.
+    unlimited = paper_config(max_minutes=None)
+    assert set(slurm.shard_counts(unlimited).values()) == {1}
+    assert max(j.seconds for j in slurm.planned(unlimited).values()) > 4 * 3600
+    # A day's limit needs fewer shards; each shard of an evaluation is its whole batches, so the shards' rows add up.
+    day = slurm.shard_counts(paper_config(max_minutes=1440))
+    assert len(shards) < sum(day.values()) < sum(shards.values())
+    rows = {}
+    for job in planned.values():
+        if job.rule == "sample":
+            rows[job.samples] = rows.get(job.samples, 0) + 1
+    assert rows == shards
+
+
+def test_a_time_limit_below_one_sampling_batch_is_refused_naming_the_smallest_workable_value():
+    with pytest.raises(ConfigError, match=r"cost.max_minutes: 1 minutes .* smallest workable value is (\d+)") as error:
+        slurm.planned(paper_config(max_minutes=1, min_minutes=1))
+    smallest = int(error.value.args[0].split("the smallest workable value is ")[1].split(",")[0])
+    assert smallest > 1
+    slurm.planned(paper_config(max_minutes=smallest, min_minutes=1))  # it is workable
+    with pytest.raises(ConfigError, match="cost.max_minutes"):
+        slurm.planned(paper_config(max_minutes=smallest - 1, min_minutes=1))
+
+
+def test_a_fixed_number_of_shards_is_kept_and_requests_stay_under_the_limit():
+    config = config_of(sampling={"shards": 3}, cost={"max_minutes": 15, "min_minutes": 1, "safety": 1_000_000})
+    assert set(slurm.shard_counts(config).values()) == {3}
+    sample = next(j for j in slurm.planned(config).values() if j.rule == "sample")
+    assert sample.key.endswith(".shards/0-of-3.parquet")
+    # predicted x safety is far over 15 minutes: the request stops at the limit, for every attempt
+    assert slurm.runtime_minutes(config, sample.key, 1) == slurm.runtime_minutes(config, sample.key, 3) == 15
+    with pytest.raises(ConfigError, match="cost.max_minutes: 5 is below cost.min_minutes"):
+        check_cost(config_of(cost={"max_minutes": 5})["cost"])
+
+
+@pytest.mark.parametrize("strategy", ["insertion", "replacement", "deletion"])
+def test_exact_sampling_feeds_the_expected_suffix_past_the_first_edit(strategy):
+    """`exact_fed_tokens` against the tokens exact sampling feeds past its unperturbed cache (`reuse.suffixes`) on
+    10,000 prefixes perturbed by the perturber, every token eligible and no synonym the token itself: within 3%
+    (measured within 2%) at the prefix lengths the paper's sampling sees (30 to 100 tokens)."""
+    import torch
+
+    from workflow_lib.perturb.backends import KeyedRandom
+    from workflow_lib.perturb.perturber import perturb
+    from workflow_lib.perturb.synonym_table import SynonymTable
+    from workflow_lib.sample.reuse import suffixes
+
+    vocab, rows = 50, 10_000
+    tokens = list(range(1, vocab))
+    table = SynonymTable.from_rows(vocab, tokens, [[t % (vocab - 1) + 1] for t in tokens], [[1.0]] * len(tokens))
+    for n in (30, 100):
+        values = torch.randint(1, vocab, (rows * n,), generator=torch.Generator().manual_seed(n))
+        offsets = torch.arange(0, rows * n + 1, n)
+        for p in (0.025, 0.1):
+            out = perturb(values, offsets, strategy, p, table.to("cpu"), KeyedRandom(torch.arange(rows), offsets), [0])
+            fed = float(suffixes(values, offsets, out.values, out.offsets)[1].double().mean())
+            assert cost_jobs.exact_fed_tokens(n, p, strategy) == pytest.approx(fed, rel=0.03), (n, p)
+    assert cost_jobs.exact_fed_tokens(40, 0.0, strategy) == 0.0
+    assert cost_jobs.exact_fed_tokens(40, 1.0, strategy) == 40 * get_strategy(strategy).length_factor(1.0)
+
+
+def test_exact_sampling_is_costed_as_it_runs_reusing_the_cache_or_not():
+    """A GPT-2 whose prompt and new tokens fit its context reuses the cache (reuse.reuse_fits); GPT-Neo (local
+    attention, the paper's 1.3B) and a prefix beyond the context recompute the whole prefix: their jobs cost
+    what they did before the reuse, and the reuse costs fewer FLOPs (the tiny study's exact jobs: 0.39 of them)."""
+    gpt2, neo = from_config(KNOWN["gpt2"]), from_config(KNOWN["EleutherAI/gpt-neo-1.3B"])
+    assert neo.window == 256 and gpt2.window is None
+    assert cost_jobs.exact_reuses_cache(gpt2, 40, 80) and not cost_jobs.exact_reuses_cache(neo, 40, 80)
+    assert cost_jobs.exact_reuses_cache(gpt2, 945, 80) and not cost_jobs.exact_reuses_cache(gpt2, 946, 80)
+
+    def flops(reusing: bool) -> float:
+        test = SamplingCondition("unbiased", "distributional", "insertion", "0.025", "exact")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(cost_jobs, "exact_reuses_cache", lambda *args: reusing)
+            return cost_jobs.sample_job(config_of(), "k", "tiny", "syn-test", test, DEVICES["h100"], None).flops
+
+    assert flops(True) < 0.6 * flops(False)

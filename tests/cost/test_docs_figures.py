@@ -73,9 +73,20 @@ def test_the_pages_figures_are_the_commands(printed, tmp_path):
     assert f"about {wall:.0f} hours of wall time on 8 GPUs" in page
     sample_share = next(float(row[6].rstrip("%")) for row in rows if row[0] == "sample")
     assert round(sample_share / 100, 1) == 0.9 and "Sampling is nine tenths of the study" in page
-    hours, job = re.search(r"Longest job: ([\d.]+) h \(sample (\S+)\)", printed).groups()
-    assert f"predicted at {hours} hours: sampling GPT-Neo-1.3B on WritingPrompts with Brier at insertion 0.025" in page
+    # The longest job one evaluation's sampling would be, without the 4-hour limit, and the shards the limit makes
+    unlimited = estimate(tmp_path, "cost: {max_minutes: null}\n")
+    hours, job = re.search(r"Longest job: ([\d.]+) h \(sample (\S+)\)", unlimited).groups()
+    assert (
+        f"predicted at {float(hours):.1f} hours: sampling GPT-Neo-1.3B on WritingPrompts with Brier at insertion"
+        in page
+    )
     assert all(part in job for part in ("gpt-neo-1.3b", "/brier/", "/writingprompts/", "insertion-0.025-exact"))
+    shards = re.search(r"Sampling: 148 evaluations in (\d+) shards \(auto: 1 to (\d+)", printed).groups()
+    assert f"{shards[0]} shards for the 148 evaluations, up to {shards[1]} for one" in page
+    day = re.search(r"in (\d+) shards", estimate(tmp_path, "cost: {max_minutes: 1440}\n")).group(1)
+    assert f"{day} at a 24-hour limit" in page
+    longest = re.search(r"Longest job: ([\d.]+) h \(sample \S+\); its request \(([\d,]+) min\)", printed).groups()
+    assert f"the longest shard is predicted at {longest[0]} h, a request of {longest[1]} minutes" in page
     assert "Every job's static memory" in page and "every job's static memory fits" in printed.lower()
     bf16 = total(estimate(tmp_path, "sampling: {precision: bf16}\n"))
     assert f"predicts {bf16:,.1f} GPU-hours for the whole study instead of {gpu_hours:,.1f}" in page

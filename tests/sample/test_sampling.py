@@ -1,4 +1,5 @@
-"""Perturbed sampling: the law it samples, plain sampling at intensity 0, and batch-size invariance."""
+"""Perturbed sampling: the law it samples, plain sampling at intensity 0, batch-size invariance, and exact mode's reuse
+of the unperturbed key/value cache (the full recompute's laws, and where it falls back to it)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import pytest
 import torch
 from scipy import stats
 
+from workflow_lib.perturb.backends import hash_uniform
 from workflow_lib.perturb.perturber import perturb
 from workflow_lib.perturb.synonym_table import SynonymTable
-from workflow_lib.sample import loops, sampler
-from workflow_lib.sample.decoding import decoded_probs, draw
+from workflow_lib.sample import loops, reuse, sampler
+from workflow_lib.sample.decoding import DRAW_PURPOSE, decoded_probs, draw, row_keys, step_keys
 from workflow_lib.sample.loops import sample_cached, sample_exact
 from workflow_lib.sample.sampler import generate
 
@@ -442,3 +444,222 @@ def test_in_place_gelu_new_is_transformers_gelu_new_bit_for_bit(dtype):
     slow = model(input_ids=ids).logits  # under autograd: transformers' own activation, whose backward training uses
     slow.sum().backward()
     assert torch.equal(fast, slow.detach()) and model.transformer.wte.weight.grad is not None
+
+
+class ExactBatch:
+    """One `exact` batch as `generate` lays it out: prompts, each `copies` times under its own key, with the
+    arguments every sampler takes after the keys."""
+
+    def __init__(self, model, tokenizer, prompts: list[str], copies: int, perturbation: dict, new_tokens: int):
+        encoded = [tokenizer(p)["input_ids"] for p in prompts] * copies
+        self.model, self.new_tokens, self.suppress = model, new_tokens, [tokenizer.eos_token_id]
+        self.values = torch.tensor([t for ids in encoded for t in ids])
+        self.offsets = torch.tensor(np.concatenate([[0], np.cumsum([len(ids) for ids in encoded])]))
+        self.keys = row_keys(5, torch.arange(len(encoded)), torch.zeros(len(encoded), dtype=torch.long))
+        self.perturbation = perturbation
+        self.table = SynonymTable.uniform(len(tokenizer), tokenizer.all_special_ids).to("cpu")
+        self.special = sorted(set(tokenizer.all_special_ids))
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    def sample(self, sampler) -> torch.Tensor:
+        return sampler(
+            self.model,
+            self.values,
+            self.offsets,
+            self.keys,
+            self.new_tokens,
+            self.perturbation,
+            self.table,
+            self.special,
+            self.pad_id,
+            self.suppress,
+        )
+
+    def full_logits(self, generated: torch.Tensor, step: int) -> torch.Tensor:
+        """Step `step`'s logits as `loops.sample_exact` computes them (the whole perturbed prefix, no cache)."""
+        with torch.no_grad():
+            logits = loops.prefix_logits(
+                self.model,
+                self.values,
+                self.offsets,
+                generated[:, :step],
+                step_keys(self.keys, step),
+                self.perturbation,
+                self.table,
+                self.special,
+                self.pad_id,
+            )
+        logits[:, self.suppress] = float("-inf")
+        return logits
+
+
+def reused_against_full(batch: ExactBatch, monkeypatch, call_tokens: int = 8):
+    """Samples with `reuse.sample_exact_reusing`, recording each step's logits, then recomputes every step's logits
+    as `loops.sample_exact` does on the same prefixes: (the largest difference of their next-token probabilities,
+    the tokens the full recompute's logits draw otherwise, the sample, the (start, fed) of every group fed).
+    `call_tokens` (`reuse.CALL_TOKENS`): 8, a cheap call, makes several groups of suffix lengths in a small batch."""
+    logits, groups = [], []
+    recorded_draw, suffix = reuse.draw, reuse.suffix_logits
+    monkeypatch.setattr(reuse, "CALL_TOKENS", call_tokens)
+    monkeypatch.setattr(reuse, "draw", lambda x, u, decoder=None: logits.append(x.clone()) or recorded_draw(x, u))
+    monkeypatch.setattr(
+        reuse,
+        "suffix_logits",
+        lambda model, past, rows, first_slot, start, fed, *rest: (
+            groups.append((start, fed)) or suffix(model, past, rows, first_slot, start, fed, *rest)
+        ),
+    )
+    sample = batch.sample(reuse.sample_exact_reusing)
+    worst, other = 0.0, 0
+    for step in range(batch.new_tokens):
+        full = batch.full_logits(sample, step)
+        worst = max(worst, float((decoded_probs(full) - decoded_probs(logits[step])).abs().max()))
+        u = hash_uniform(step_keys(batch.keys, step) * 31 + DRAW_PURPOSE)
+        other += int((draw(full, u) != sample[:, step]).sum())
+    return worst, other, sample, groups
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("strategy", ["insertion", "replacement", "deletion"])
+def test_exact_reusing_the_cache_has_the_full_recomputes_laws(family_lm, family, strategy, monkeypatch):
+    """At every step the reusing sampler's next-token probabilities are the full recompute's (the same perturbed
+    prefixes, the same draws) within float32 rounding: at most 4.2e-7 apart over the six cases, measured (< 1e-5
+    asserted). So the tokens drawn from either agree except where a uniform lies that close to a CDF bound: none
+    of the 1,152 draws here did, and none is allowed (a row that did would go on from another prefix). Intensity
+    0.2 makes every case happen: rows no edit touched (the unperturbed logits), rows edited at their first token
+    (no cache slot kept), several groups of suffix lengths. The test fails on a reuse that is wrong: attending to
+    the unperturbed slots past the first edit (the cache not cropped), keeping one slot too few, or position ids
+    off by one moved the probabilities by 0.04 to 0.45 (tried)."""
+    built, prompts = family_lm
+    batch = ExactBatch(*built[family], prompts, 4, {"strategy": strategy, "intensity": 0.2}, 12)
+    worst, other, sample, groups = reused_against_full(batch, monkeypatch)
+    assert worst < 1e-5 and other == 0, (worst, other)
+    assert sum(len(fed) for _, fed in groups) < sample.numel()  # some rows took the unperturbed logits
+    lowest = min(int(start.min()) for start, _ in groups)
+    assert lowest == (1 if family == "llama" else 0)  # an edit at the first token; Llama's BOS is never edited
+    assert len(groups) > batch.new_tokens  # some steps fed several groups
+    np.testing.assert_array_equal(batch.sample(loops.sample_exact), sample)  # and so, here, the same samples
+
+
+def family_model(family: str, tokenizer, **config):
+    from transformers import AutoModelForCausalLM
+
+    from tools.families import make_config
+
+    settings = make_config(family, tokenizer)
+    for key, value in config.items():
+        setattr(settings, key, value)
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(settings).eval()
+
+
+def test_exact_reuses_the_cache_only_where_it_is_safe(family_lm, monkeypatch):
+    """`generate` in mode exact reuses the unperturbed cache for a perturbed batch of a globally attending model
+    whose prompt plus new tokens fit its context, and recomputes every step (`loops.sample_exact`) otherwise: at
+    intensity 0 beyond the context (within it the ancestral sampler runs), for GPT-Neo (its local layers count the
+    masked slots between a row's kept cache and its suffix against their window of 8: forced to reuse, in one
+    group, its laws moved by 0.055, measured, > 1e-3 asserted), and beyond the context."""
+    from tools.families import make_tokenizer
+    from workflow_lib.data.builtin_corpus import build_grammar
+
+    built, prompts = family_lm
+    prompts = prompts[:2]  # 10 and 28 tokens
+    gpt2, tokenizer = built["gpt2"]
+    corpus = build_grammar(seed=3, words_per_class=4).generate("train", 20, 8, 0)
+    neo_tokenizer = make_tokenizer("gpt-neo", corpus)
+    neo = family_model("gpt-neo", neo_tokenizer)
+    short = family_model("gpt2", tokenizer, n_positions=40)
+    longest = max(len(tokenizer(p)["input_ids"]) for p in prompts)
+    fits = 40 - longest + 1  # new tokens whose prefix fits 40 positions
+    assert reuse.reuse_fits(gpt2, longest, 16, 0.025) and reuse.reuse_fits(short, longest, fits, 0.025)
+    assert not reuse.reuse_fits(gpt2, longest, 16, 0.0)
+    assert not reuse.reuse_fits(short, longest, fits + 1, 0.025)
+    assert not reuse.reuse_fits(neo, longest, 16, 0.025)
+
+    ran = []
+    for name in ("sample_exact_reusing", "sample_exact"):
+        module = reuse if name == "sample_exact_reusing" else loops
+        original = getattr(module, name)
+        monkeypatch.setattr(
+            module, name, lambda *args, name=name, original=original, **kw: ran.append(name) or original(*args, **kw)
+        )
+
+    def exact(model, tokenizer, new_tokens: int, intensity: float = 0.025) -> list[str]:
+        ran.clear()
+        perturbation = {"strategy": "insertion", "intensity": intensity}
+        table = SynonymTable.uniform(len(tokenizer), tokenizer.all_special_ids)
+        generate(model, tokenizer, prompts, np.arange(2), 2, new_tokens, perturbation, table, 3, "exact", 4)
+        return ran
+
+    assert exact(gpt2, tokenizer, 16) == ["sample_exact_reusing"]
+    assert exact(short, tokenizer, fits) == ["sample_exact_reusing"]
+    assert exact(short, tokenizer, fits + 1) == ["sample_exact"]
+    assert exact(short, tokenizer, fits + 1, 0.0) == ["sample_exact"]
+    assert exact(neo, neo_tokenizer, 16) == ["sample_exact"]
+    forced = ExactBatch(neo, neo_tokenizer, prompts, 4, {"strategy": "insertion", "intensity": 0.05}, 8)
+    assert reused_against_full(forced, monkeypatch, 10**6)[0] > 1e-3  # one group: gaps of masked slots
+
+
+def test_exact_reusing_recomputes_a_step_whose_perturbed_prefix_outgrows_the_context(family_lm, monkeypatch):
+    """The unperturbed prefix fits 40 positions, but insertion at 0.2 makes some perturbed prefixes longer: those
+    steps recompute the whole batch as `loops.sample_exact` does (keeping the last 40 tokens), the others reuse the
+    cache, and every step's law is the full recompute's."""
+    built, prompts = family_lm
+    prompts = prompts[:2]  # 10 and 28 tokens
+    tokenizer = built["gpt2"][1]
+    model = family_model("gpt2", tokenizer, n_positions=40)
+    longest = max(len(tokenizer(p)["input_ids"]) for p in prompts)
+    batch = ExactBatch(model, tokenizer, prompts, 2, {"strategy": "insertion", "intensity": 0.2}, 40 - longest + 1)
+    full_steps = []
+    full = reuse.full_logits
+    monkeypatch.setattr(reuse, "full_logits", lambda *args: full_steps.append(1) or full(*args))
+    worst, other, _, groups = reused_against_full(batch, monkeypatch)
+    assert worst < 1e-5 and other == 0, (worst, other)
+    assert 0 < len(full_steps) < batch.new_tokens and groups
+
+
+def test_exact_reusing_recomputes_where_the_cache_is_not_per_position():
+    """A model whose cache is not transformers' plain per-position one (here the toy model's, one tensor) cannot
+    be sliced: the batch runs the full recompute, the same tokens."""
+    batch = ExactBatch.__new__(ExactBatch)
+    batch.model, batch.new_tokens, batch.suppress = LastTokenModel(), 3, [SPECIAL]
+    batch.values, batch.offsets = torch.tensor([1, 6, 4] * 50), torch.arange(0, 151, 3)
+    batch.keys, batch.perturbation = torch.arange(50) * 7 + 11, {"strategy": "insertion", "intensity": 0.4}
+    batch.table, batch.special, batch.pad_id = TABLE.to("cpu"), [SPECIAL], SPECIAL
+    assert torch.equal(batch.sample(reuse.sample_exact_reusing), batch.sample(loops.sample_exact))
+
+
+def test_first_edits_find_where_a_perturbed_row_leaves_its_prefix():
+    rows = [[5, 6, 7, 8], [5, 6, 7, 8], [5, 6, 7, 8], [5, 6, 7, 8], [5, 6, 7, 8], [5]]
+    edited = [[5, 6, 7, 8], [5, 9, 7, 8], [9, 5, 6, 7, 8], [5, 6, 7], [5, 6, 7, 8, 9], []]
+    first = reuse.first_edits(*ragged(rows), *ragged(edited))
+    assert first.tolist() == [4, 1, 0, 3, 4, 0]  # untouched: its length; a prefix of the other: the shorter length
+
+
+def ragged(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tensor([t for row in rows for t in row], dtype=torch.long), torch.tensor(
+        np.concatenate([[0], np.cumsum([len(row) for row in rows])])
+    )
+
+
+def test_groups_are_the_cheapest_split_into_at_most_the_allowed_number():
+    """plan_groups against every split of the sorted lengths (brute force): the least padded tokens plus the cost
+    of a call per group."""
+    from itertools import combinations, pairwise
+
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        fed = np.sort(rng.integers(1, 40, size=int(rng.integers(1, 12))))
+        call, most = int(rng.integers(0, 60)), int(rng.integers(1, 5))
+
+        def cost(bounds, fed=fed, call=call) -> float:
+            return sum((hi - lo) * fed[hi - 1] + call for lo, hi in pairwise(bounds))
+
+        splits = [
+            [0, *cut, len(fed)]
+            for groups in range(1, min(most, len(fed)) + 1)
+            for cut in combinations(range(1, len(fed)), groups - 1)
+        ]
+        bounds = list(reuse.plan_groups(fed, call, most))
+        assert bounds[0] == 0 and bounds[-1] == len(fed) and len(bounds) - 1 <= most
+        assert cost(bounds) == min(cost(split) for split in splits)

@@ -7,7 +7,10 @@ The test cluster has no accounting, so `sacct` cannot report jobs: the runs poll
 `--slurm-status-command squeue`, from the first second on. A real cluster keeps the plugin's defaults.
 One run is made to fail at training (a batch larger than the training data, which only the training job can
 see), then fixed and rerun: the first run shows the failure as the plugin reports it, the rerun completes only
-what was left, and together they run the tiny study end to end on SLURM.
+what was left, and together they run the tiny study end to end on SLURM. Its sampling runs in 3 shards, each
+submitted with its own predicted --time. Then the study's sampling is redone with one shard cancelled by
+`scancel` while it runs (a preemption): the next run submits that shard alone, and the gathered samples are the
+first run's byte for byte.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import yaml
 from tools.workflow_runs import REPO, SNAKEMAKE, tiny_config, write_config
 from workflow_lib.config import validate_config
 from workflow_lib.cost.slurm import planned, runtime_minutes
+from workflow_lib.layout import parse
 from workflow_lib.module_deps import third_party_imports
 
 TIME_LIMIT = 600  # seconds per snakemake run; the two runs take about three minutes together
@@ -64,7 +68,9 @@ def slurm():
         pytest.skip(message)
 
 
-def run_on_slurm(workdir) -> subprocess.CompletedProcess:
+def run_on_slurm(workdir, cancel: str | None = None) -> subprocess.CompletedProcess:
+    """One snakemake run through the profile; with `cancel` (a job comment's pattern), the first job whose comment
+    matches it is cancelled with scancel as soon as squeue shows it running, as a preemption would."""
     cmd = [
         "timeout",
         "-k",
@@ -80,7 +86,20 @@ def run_on_slurm(workdir) -> subprocess.CompletedProcess:
         *SLURM_ARGS,
     ]
     env = {**os.environ, **PARTITION_ENV}
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, env=env, timeout=TIME_LIMIT + 30)
+    if cancel is None:
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, env=env, timeout=TIME_LIMIT + 30)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir, env=env) as run:
+        cancelled = None
+        while cancelled is None and run.poll() is None:
+            queue = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i|%k"], capture_output=True, text=True)
+            running = [line.split("|") for line in queue.stdout.splitlines()]
+            cancelled = next((job for job, comment in running if re.search(cancel, comment)), None)
+            if cancelled is None:
+                time.sleep(0.3)
+        if cancelled is not None:
+            subprocess.run(["scancel", cancelled], check=True, timeout=30)
+        stdout, stderr = run.communicate(timeout=TIME_LIMIT + 30)
+    return subprocess.CompletedProcess(cmd, run.returncode, stdout, f"{stderr}\ncancelled SLURM job: {cancelled}")
 
 
 def jobs_run(output: str) -> list[str]:
@@ -115,6 +134,9 @@ def minutes(limit: str) -> int:
 # A large safety factor and a floor of one minute, so each GPU rule's request differs from the others' and from
 # any constant: the test can then see that --time follows each job's prediction.
 COST = {"safety": 60, "min_minutes": 1}
+# Sampling in 3 shards of whole batches: 10 prompts x 2 runs in batches of 8 is shards of 8, 8 and 4 rows.
+SAMPLING = {"shards": 3, "batch_size": 8}
+CANCELLED_SHARD = r"^rule_sample_wildcards_.*_1_3$"  # shard 1 of 3 (its wildcards end with the shard and the count)
 
 
 def study_config() -> dict:
@@ -122,12 +144,14 @@ def study_config() -> dict:
     config["experiments"]["main"]["eval_sets"] = ["syn-test"]
     config["eval_sets"] = {"syn-test": config["eval_sets"]["syn-test"]}
     config["cost"] = dict(COST)
+    config["sampling"] = {**config["sampling"], **SAMPLING}
     return config
 
 
 @pytest.fixture(scope="module")
 def failed_then_fixed(slurm, tmp_path_factory):
-    """Run a study whose training fails, then the fixed study: (workdir, first run, its training log, rerun, s)."""
+    """Run a study whose training fails, then the fixed study: (workdir, first run, its training log, rerun, s, the
+    samples files' bytes)."""
     workdir = tmp_path_factory.mktemp("slurm")
     config = study_config()
     # The config check cannot count the training rows: the training job refuses the batch before any step.
@@ -139,12 +163,25 @@ def failed_then_fixed(slurm, tmp_path_factory):
     first_train_log = train_log.read_text() if train_log.exists() else ""
     write_config(workdir, config)
     rerun = run_on_slurm(workdir)
-    return workdir, first, first_train_log, rerun, time.monotonic() - start
+    samples = [p.read_bytes() for p in sorted((workdir / "results/samples").rglob("*.parquet"))]
+    return workdir, first, first_train_log, rerun, time.monotonic() - start, samples
+
+
+@pytest.fixture(scope="module")
+def preempted(failed_then_fixed):
+    """The finished study's sampling rerun (its samples and metrics removed: snakemake remakes a missing file only
+    where something needs it), with shard 1 of 3 cancelled by scancel while it runs, then run again: (workdir, the run
+    with the cancelled shard, the run after it)."""
+    workdir = failed_then_fixed[0]
+    for path in [*(workdir / "results/samples").rglob("*.parquet"), *(workdir / "results/metrics").rglob("*.*")]:
+        path.unlink()
+    cancelled = run_on_slurm(workdir, cancel=CANCELLED_SHARD)
+    return workdir, cancelled, run_on_slurm(workdir)
 
 
 @pytest.mark.workflow
 def test_failing_job_fails_the_run_with_the_plugins_message(failed_then_fixed):
-    _, first, train_log, _, _ = failed_then_fixed
+    _, first, train_log, *_ = failed_then_fixed
     output = first.stdout + first.stderr
     assert first.returncode not in (0, 124, 137), output[-3000:]
     assert re.search(r"Error in rule train:\s+message: SLURM-job '\d+' failed, SLURM status is: 'FAILED'", output), (
@@ -158,7 +195,7 @@ def test_failing_job_fails_the_run_with_the_plugins_message(failed_then_fixed):
 
 @pytest.mark.workflow
 def test_rerun_completes_only_what_was_left(failed_then_fixed):
-    _, first, _, rerun, _ = failed_then_fixed
+    _, first, _, rerun, *_ = failed_then_fixed
     output = rerun.stdout + rerun.stderr
     assert rerun.returncode == 0, output[-3000:]
     done_before = set(jobs_run(first.stdout + first.stderr)) - {"train"}
@@ -169,7 +206,7 @@ def test_rerun_completes_only_what_was_left(failed_then_fixed):
 
 @pytest.mark.workflow
 def test_tiny_study_runs_end_to_end_through_the_slurm_profile(failed_then_fixed):
-    workdir, first, _, rerun, seconds = failed_then_fixed
+    workdir, first, _, rerun, seconds, _ = failed_then_fixed
     results = workdir / "results"
     assert (results / "summary.md").stat().st_size > 0
     assert len(list((results / "metrics").rglob("*.json"))) == 1
@@ -190,16 +227,45 @@ def test_tiny_study_runs_end_to_end_through_the_slurm_profile(failed_then_fixed)
     }
     for rule, (partition, _) in rules.items():
         assert partition == ("gpu" if rule in GPU_PARTITION_RULES else "cpu"), (rule, partition)
-    # --time is the cost model's prediction of the job x cost.safety (one job per GPU rule in this study)
-    predicted = {
-        job.rule: runtime_minutes(validate_config(study_config()), key)
-        for key, job in planned(validate_config(study_config())).items()
-    }
-    for rule in GPU_PARTITION_RULES:
+    # --time is the cost model's prediction of the job x cost.safety: one job per GPU rule in this study, but for
+    # sampling's three shards, each asking for its own prediction
+    config = validate_config(study_config())
+    predicted = {job.rule: runtime_minutes(config, key) for key, job in planned(config).items()}
+    for rule in GPU_PARTITION_RULES - {"sample"}:
         assert rules[rule][1] == predicted[rule], (rule, rules[rule][1], predicted[rule])
+    shards = {
+        tuple(map(int, re.search(r"_(\d+)_(\d+)$", comment).groups())): minutes
+        for comment, (_, minutes) in submitted.items()
+        if comment.startswith("rule_sample_")
+    }
+    assert set(shards) == {(0, 3), (1, 3), (2, 3)}, shards
+    for key, job in planned(config).items():
+        if job.rule == "sample":
+            shard = parse(key).shard
+            assert shards[(shard.index, shard.count)] == runtime_minutes(config, key), (key, shards)
     assert len({predicted[rule] for rule in GPU_PARTITION_RULES}) > 1, predicted  # not one constant for all
     assert rules["tokenize"][1] == 60  # the profile's default-resources for a rule the cost model does not size
     print(f"failing run + rerun on SLURM: {seconds:.0f} s")
+
+
+@pytest.mark.workflow
+def test_a_shard_cancelled_while_it_runs_reruns_alone(preempted, failed_then_fixed):
+    workdir, cancelled, after = preempted
+    output = cancelled.stdout + cancelled.stderr
+    assert cancelled.returncode not in (0, 124, 137) and "cancelled SLURM job: None" not in output, output[-3000:]
+    assert re.search(r"Error in rule sample:\s+message: SLURM-job '\d+' failed, SLURM status is: 'CANCELLED'", output)
+    # keep-going: the other two shards finished; nothing that needs the samples ran
+    assert jobs_run(output).count("sample") == 3 and "gather_samples" not in jobs_run(output), jobs_run(output)
+    output = after.stdout + after.stderr
+    assert after.returncode == 0, output[-3000:]
+    submitted = [comment for comment in slurm_jobs(output) if comment.startswith("rule_sample_")]
+    assert jobs_run(output).count("sample") == 1 and len(submitted) == 1, (jobs_run(output), submitted)
+    assert re.search(CANCELLED_SHARD, submitted[0]), submitted
+    assert {"gather_samples", "evaluate", "collect_metrics"} <= set(jobs_run(output))
+    # The samples gathered from shards of two runs are the first run's, byte for byte, and no shard is left behind.
+    samples = sorted((workdir / "results/samples").rglob("*.parquet"))
+    assert [p.read_bytes() for p in samples] == failed_then_fixed[5], samples
+    assert not list((workdir / "results/samples").rglob("*.shards/*"))
 
 
 def canonical(name: str) -> str:

@@ -17,11 +17,12 @@ import yaml
 from tools.plans import job_stats, planned_jobs
 from tools.workflow_runs import REPO, SNAKEMAKE
 from workflow_lib.config import validate_config
+from workflow_lib.cost.slurm import shard_counts
 
 pytestmark = pytest.mark.workflow
 
 PAPER = REPO / "configs/paper.yaml"
-PLAN_SECONDS = 10  # CPU seconds (measured: about 3.5)
+PLAN_SECONDS = 20  # CPU seconds (measured: about 9 for its 1,321 jobs, 650 of them sampling shards; 3.5 for 671 before)
 REPORT_RULES = {
     "argument_file",
     "collect_metrics",
@@ -166,7 +167,8 @@ def expected_jobs(config: dict) -> dict[str, int]:
         "synonyms": len(synonyms),
         "perturb": len(perturbed),
         "train": len(trained),
-        "sample": len(sampled),
+        "sample": len(sampled),  # evaluations; a test replaces it with the plan's shards (cost.max_minutes)
+        "gather_samples": len(sampled),
         "evaluate": len(sampled),
         "perplexity": len(perplexity),
         "extrapolation": sum(1 for job in sampled if job[5] in builtin),
@@ -261,7 +263,11 @@ def test_paper_config_plans_offline_in_seconds_with_the_expected_jobs(paper_work
     assert seconds < PLAN_SECONDS, f"planning took {seconds:.1f} CPU-s"
     assert not (paper_workdir / "data").exists()
     planned = job_stats(output)
-    assert {r: n for r, n in planned.items() if r not in REPORT_RULES} == expected_jobs(paper)
+    expected = expected_jobs(paper)
+    shards = shard_counts(validate_config(copy.deepcopy(paper)))  # the cost model's shards under cost.max_minutes
+    assert len(shards) == expected["sample"] and set(shards.values()) != {1}
+    expected["sample"] = sum(shards.values())
+    assert {r: n for r, n in planned.items() if r not in REPORT_RULES} == expected
     # WebText test, the head of WebText train (its top-up), the WritingPrompts archive; one archive unpacked.
     assert (planned["fetch"], planned["unpack"]) == (3, 1)
     assert {"collect_metrics", "mauve_contrast", "tables", "all"} <= set(planned)
@@ -294,8 +300,9 @@ def test_paper_config_requests_gpus_and_multi_gpu_training(paper_workdir):
     assert result.returncode == 0, output[-3000:]
     jobs = {job.outputs[0]: job.text for job in planned_jobs(output) if job.rule in ("train", "sample")}
     assert "gpu=4" in jobs[neo] and "accelerate launch --multi_gpu --num_processes 4 " in jobs[neo]
+    shards = [path for path in jobs if path.startswith(gpt2.removesuffix(".parquet") + ".shards/")]
+    assert shards and all("gpu=1" in jobs[path] for path in shards)  # each sampling shard holds a GPU
     gpt2_train = gpt2.replace("results/samples/", "results/models/").split("/webtext/")[0]
     # One process needs no launcher: the trainer's Accelerator is given the device and precision itself.
     assert "gpu=1" in jobs[gpt2_train] and "OMP_NUM_THREADS=1 python -m workflow_lib.train.trainer " in jobs[gpt2_train]
     assert "accelerate" not in jobs[gpt2_train]
-    assert "gpu=1" in jobs[gpt2]

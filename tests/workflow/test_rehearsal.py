@@ -1,8 +1,9 @@
 """`make rehearsal`: configs/paper.yaml with configs/paper-rehearsal.yaml is the paper's study, only smaller.
 
 - The overlay changes only where things come from and how big they are (its keys, checked), and the rehearsal
-  plans the same rules with the same job counts as the paper's study (451 jobs), but for its 220 MAUVE contrasts:
-  at the rehearsal's 8 prompts, under MAUVE's floor, there is no MAUVE to contrast.
+  plans the same rules with the same job counts as the paper's study (599 jobs), but for its 220 MAUVE contrasts
+  (at the rehearsal's 8 prompts, under MAUVE's floor, there is no MAUVE to contrast) and its sampling shards (the
+  paper's time limit splits its sampling into more jobs than the rehearsal's tiny models need).
 - The post-run checks (tools.rehearsal_checks) hold on a finished rehearsal: `make rehearsal` runs
   `test_finished_rehearsal_holds_the_papers_study` with PERTURBED_LM_REHEARSAL set to its folder; without it,
   that test is skipped. Every check is shown failing on doctored input here, so none of them can pass vacuously.
@@ -106,7 +107,10 @@ def test_rehearsal_plans_the_papers_jobs(tmp_path):
     # One mauve_contrast job per designed MAUVE contrast in the paper's study; none at the rehearsal's 8 prompts, under
     # MAUVE's floor of 50 texts (every MAUVE cell there is "too few texts": evaluate.metrics.mauve_never_resolves).
     assert paper.pop("mauve_contrast") == 220 and "mauve_contrast" not in rehearsal
-    assert rehearsal == paper and sum(paper.values()) == 451
+    # Sampling shards fit the paper's time limit (cost.max_minutes) at the paper's sizes; at the rehearsal's, one shard
+    # an evaluation does. Either way one gather_samples job an evaluation joins them.
+    assert paper.pop("sample") > paper["gather_samples"] == rehearsal.pop("sample")
+    assert rehearsal == paper and sum(paper.values()) + paper["gather_samples"] == 599  # the rehearsal's jobs
 
 
 def test_served_stand_ins_repeat_byte_for_byte_and_are_shaped_as_the_originals():

@@ -169,6 +169,11 @@ def check_cost(cost: dict) -> None:
             raise ConfigError(
                 f"config key cost.devices.{name}: unknown keys {sorted(unknown)}; allowed: {sorted(TUNABLE)}"
             )
+    if cost.get("max_minutes") is not None and cost["max_minutes"] < cost["min_minutes"]:
+        raise ConfigError(
+            f"config key cost.max_minutes: {cost['max_minutes']} is below cost.min_minutes ({cost['min_minutes']}), "
+            "the least any job asks for"
+        )
     for key in ("device", "cpu"):
         if cost[key] not in DEVICES and cost[key] not in cost.get("devices", {}):
             raise ConfigError(

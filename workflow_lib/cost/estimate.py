@@ -20,6 +20,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from workflow_lib.config import ConfigError
 from workflow_lib.cost.devices import Device, assumptions, device
 from workflow_lib.cost.jobs import GPU_RULES, Job, plan_jobs
 
@@ -80,6 +81,53 @@ def rule_table(jobs: list[Job], gpus: int, cores: int) -> list[dict]:
             }
         )
     return rows
+
+
+def time_limit_plan(config: dict, jobs: list[Job], gpu: Device) -> list[str]:
+    """The shards of sampling and the longest job against `cost.max_minutes`, as the workflow will run them (the
+    shards are planned from the config alone, on the device the estimate is for: `cost.device` in a run)."""
+    cost = config["cost"]
+    limit, safety = cost["max_minutes"], cost["safety"]
+    shards = {j.samples: j.shards for j in jobs if j.shards}
+    lines = ["## The plan against the time limit", ""]
+    if limit is None:
+        lines.append("Time limit: none (cost.max_minutes: null), so every evaluation samples in one job.")
+    else:
+        lines.append(
+            f"Time limit: {limit} minutes (cost.max_minutes), with a safety factor of {safety:g} (cost.safety): every "
+            f"job's predicted time x {safety:g} must fit, so a job may be predicted at {limit / safety / 60:.2f} h."
+        )
+    if shards:
+        counts = sorted(shards.values())
+        how = "sampling.shards" if config["sampling"]["shards"] != "auto" else "auto"
+        lines.append(
+            f"Sampling: {len(shards)} evaluations in {sum(counts)} shards ({how}: {counts[0]} to {counts[-1]} an "
+            f"evaluation, median {counts[len(counts) // 2]})"
+            + ("; a shard lost to preemption or the limit reruns alone." if counts[-1] > 1 else ".")
+        )
+    known = [j for j in jobs if not j.unknown]
+    if known:
+        longest = max(known, key=lambda j: j.seconds)
+        request = longest.seconds * safety / 60
+        verdict = (
+            f"its request ({request:,.0f} min) is within the limit"
+            if limit is not None and request <= limit
+            else "a cluster's time limit below its request needs cost.max_minutes set (sampling then runs in shards)"
+            if limit is None
+            else f"its request ({request:,.0f} min) is over the limit"
+        )
+        lines.append(f"Longest job: {longest.seconds / 3600:.2f} h ({longest.rule} {longest.key}); {verdict}.")
+    if limit is not None:
+        over = [j for j in known if j.seconds * safety / 60 > limit]
+        for job in sorted(over, key=lambda j: -j.seconds)[:5]:
+            what = "it resumes from its checkpoint when retried" if job.rule == "train" else "a faster cost.device"
+            lines.append(f"- over the limit: {job.rule} {job.key} ({job.seconds / 3600:.2f} h): {what}")
+    if config["cost"]["device"] != gpu.name and shards:
+        lines.append(
+            f"(Planned on {gpu.name}; a run plans its shards on cost.device, {config['cost']['device']}: set it to "
+            "run this plan.)"
+        )
+    return lines
 
 
 def memory_flags(jobs: list[Job], gpu: Device) -> list[str]:
@@ -191,13 +239,16 @@ def report(
         "",
         f"GPU total: {device_hours:.1f} GPU-hours.",
     ]
-    known = [j for j in jobs if not j.unknown]
-    if known:
-        longest = max(known, key=lambda j: j.seconds)
+    cpu_hours = sum(r["device_hours"] for r in rows if r["on"] == "CPU")
+    if cpu_hours:
+        parts.append(f"CPU total: {cpu_hours:.1f} core-hours.")
+    idle = sum(j.parts.get("mauve", 0.0) * j.devices for j in jobs if j.devices and not j.unknown) / 3600
+    if idle:
         parts.append(
-            f"Longest job: {longest.seconds / 3600:.1f} h ({longest.rule} {longest.key}); a cluster's time "
-            "limit below it needs a faster device or a smaller job."
+            f"Of the GPU total, {idle:,.1f} GPU-hours are MAUVE's k-means, which runs on the CPU inside evaluate jobs "
+            "that hold a GPU: the GPU idles meanwhile (evaluate is not yet split into a GPU and a CPU job)."
         )
+    parts += ["", *time_limit_plan(config, jobs, gpu)]
     unknown = sorted({f"{j.rule} {j.model}: {j.unknown} unknown" for j in jobs if j.unknown})
     if unknown:
         parts += ["", "Not predicted (size unknown before the study runs):", *[f"- {u}" for u in unknown]]
@@ -276,7 +327,10 @@ def main(argv: list[str] | None = None) -> None:
         gpu, cpu = device(gpu_name, overrides.get(gpu_name)), device(cpu_name, overrides.get(cpu_name))
     except ValueError as error:
         sys.exit(str(error))
-    text, rows = report(config, gpu, cpu, args.gpus, args.cores, args.results, workdir)
+    try:
+        text, rows = report(config, gpu, cpu, args.gpus, args.cores, args.results, workdir)
+    except ConfigError as error:  # a time limit below one sampling batch
+        sys.exit(f"Invalid configuration: {error}")
     print(text)
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / f"{gpu.name}.md").write_text(text)

@@ -5,8 +5,10 @@ The arithmetic, per job (N: the parameters every token multiplies, `Shape.matmul
   every row of every epoch, at the device's training MFU; validation: 2N + 4 L d T per token at each evaluation.
   The objectives' extra work is left out: in the default study EMO, the costliest, trained 7% longer than MLE
   (23.7 s against 22.2 s per job), most of it the fixed cost.
-- sample: the prompts' forward pass, then one step per new token. `exact` mode at intensity > 0 recomputes the
-  whole (perturbed) prefix at every step, so its work grows with the square of the new tokens; `cached` mode and
+- sample: the prompts' forward pass, then one step per new token. `exact` mode at intensity > 0 feeds each row its
+  perturbed prefix from its first edit on (`exact_fed_tokens`) beside a one-token step of the unperturbed key/value
+  cache (sample/reuse.py); a model with local attention or a prefix beyond the context recomputes the whole prefix
+  at every step, work that grows with the square of the new tokens; `cached` mode and
   intensity 0 feed one token per step (two for cached insertion) through a key/value cache, a step bounded below
   by reading the weights and the cache once. The decoders' work (a softmax and a search per row) is left out:
   V operations per row per step against the model's 2N.
@@ -27,6 +29,7 @@ from workflow_lib.cost.devices import Device
 from workflow_lib.cost.shapes import Shape, featuriser_shape, model_shape
 from workflow_lib.layout import FEATURES, parse
 from workflow_lib.perturb.strategies import get as get_strategy
+from workflow_lib.sample.shards import shard_rows, shards_needed
 from workflow_lib.train.settings import training_settings
 
 GPU_RULES = ("train", "sample", "evaluate", "perplexity", "features", "extrapolation")
@@ -46,6 +49,8 @@ class Job:
     memory_gb: float = 0.0
     memory_what: str = ""
     unknown: str = ""  # why a size is unknown (then no prediction)
+    samples: str = ""  # a sampling shard's: the samples file its evaluation's shards are gathered into
+    shards: int = 0  # ... and how many shards that evaluation has
 
     @property
     def seconds(self) -> float:
@@ -69,6 +74,32 @@ def decode_step(dev: Device, shape: Shape, rows: int, context: float, precision:
         max(flops / dev.rate("forward", precision, shape.key), read / (dev.bandwidth * dev.bandwidth_use))
         + shape.n_layer * dev.layer_overhead_s
     )
+
+
+REUSE_CALLS = 3  # forward calls a step of exact sampling feeds suffixes in (sample/reuse.py; 2.8 measured)
+
+
+def exact_fed_tokens(n: float, p: float, strategy: str) -> float:
+    """The tokens exact sampling is expected to feed a row at one step past its unperturbed key/value cache
+    (sample/reuse.py): the perturbed prefix from its first edit on, none where no edit touched it. A prefix of n
+    tokens has each selected with probability p (all eligible, as `length_factor` assumes), and an edit falls at a
+    position with probability q = p per edit a selected token makes (in place: replacement and deletion; at a
+    uniform gap: insertion, about p a gap), so P(first edit <= j) = 1 - (1 - q)^(j + 1). Summed over the n
+    positions, plus the tokens the edits add (n (length_factor - 1), none where nothing was edited):
+    n - (1 - q)(1 - (1 - q)^n) / q + n (length_factor(p) - 1). Within 2% of the perturber's for n >= 30 (Monte
+    Carlo, tests/cost/test_cost.py); insertion's gaps make it up to 7% high at n = 10."""
+    rule = get_strategy(strategy)
+    q = p * (int(rule.keep != "token") + int(rule.inserts))
+    if q <= 0:
+        return 0.0
+    return n - (1 - q) * (1 - (1 - q) ** n) / q + n * (rule.length_factor(p) - 1)
+
+
+def exact_reuses_cache(shape: Shape, prefix: float, new_tokens: int) -> bool:
+    """Whether exact sampling reuses the unperturbed key/value cache (sample/reuse.py `reuse_fits`): not for a model
+    with local or sliding-window attention (GPT-Neo), nor where the prompt and the new tokens outgrow the context;
+    those recompute the whole perturbed prefix at every step."""
+    return shape.window is None and prefix + new_tokens - 1 <= shape.context
 
 
 def load_seconds(dev: Device, shape: Shape, job: Job) -> float:
@@ -119,7 +150,15 @@ def train_job(
     return job
 
 
-def sample_job(config: dict, key: str, model: str, eval_set: str, test, dev: Device, workdir: Path | None) -> Job:
+def sample_rows(config: dict, eval_set: str, workdir: Path | None) -> int:
+    """The rows (prompt, run) an evaluation's sampling continues."""
+    return int(sizes.eval_set_prompts(config, eval_set, workdir)["prompts"]) * config["sampling"]["runs"]
+
+
+def sample_job(
+    config: dict, key: str, model: str, eval_set: str, test, dev: Device, workdir: Path | None, rows: int | None = None
+) -> Job:
+    """A sampling job of `rows` rows (default: all of the evaluation's; a shard's are fewer)."""
     s = config["sampling"]
     job = Job("sample", key, model, s["gpus"])
     shape = model_shape(config, model, workdir)
@@ -129,22 +168,28 @@ def sample_job(config: dict, key: str, model: str, eval_set: str, test, dev: Dev
     prompts = sizes.eval_set_prompts(config, eval_set, workdir)
     tpw = sizes.tokens_per_word(config, config["models"][model]["tokenizer"])
     prefix = prompts["prefix_words"] * tpw
-    rows, new, batch, precision = prompts["prompts"] * s["runs"], s["new_tokens"], s["batch_size"], s["precision"]
+    rows = sample_rows(config, eval_set, workdir) if rows is None else rows
+    new, batch, precision = s["new_tokens"], s["batch_size"], s["precision"]
     alpha = float(test.intensity)
     batches = {batch: rows // batch, rows % batch: 1} if rows % batch else {batch: rows // batch}
+    batches.pop(0, None)
     compute = overhead = flops = 0.0
     for b, count in batches.items():  # every full batch costs the same: computed once
         b_flops = forward_flops(shape, b * prefix, prefix)
         b_compute = b_flops / dev.rate("forward", precision, shape.key)
         b_overhead = shape.n_layer * dev.layer_overhead_s
-        if alpha > 0 and test.mode == "exact":  # the whole perturbed prefix at every step
+        if alpha > 0 and test.mode == "exact":  # each row from its first edit on, or (no reuse) the whole prefix
             stretch = get_strategy(test.strategy).length_factor(alpha)
-            step_flops = sum(
-                forward_flops(shape, b * n, n) for n in ((prefix + step) * stretch for step in range(1, new))
-            )
+            reuse = exact_reuses_cache(shape, prefix, new)
+            lengths = [prefix + step for step in range(1, new)]
+            suffix = [exact_fed_tokens(n, alpha, test.strategy) if reuse else n * stretch for n in lengths]
+            step_flops = sum(forward_flops(shape, b * m, n * stretch) for m, n in zip(suffix, lengths, strict=True))
             b_flops += step_flops
             b_compute += step_flops / dev.rate("forward", precision, shape.key)
-            b_overhead += (new - 1) * shape.n_layer * dev.layer_overhead_s
+            b_overhead += (new - 1) * (REUSE_CALLS if reuse else 1) * shape.n_layer * dev.layer_overhead_s
+            if reuse:  # and the unperturbed cache's one-token step
+                b_flops += b * (new - 1) * 2 * shape.matmul_params
+                b_compute += sum(decode_step(dev, shape, b, n, precision) for n in lengths)
         else:
             fed = get_strategy(test.strategy).fed_per_token if alpha > 0 else 1
             b_flops += b * fed * (new - 1) * 2 * shape.matmul_params
@@ -161,6 +206,64 @@ def sample_job(config: dict, key: str, model: str, eval_set: str, test, dev: Dev
     job.memory_gb = (shape.params * BYTES[precision] + kv) / 1e9
     job.memory_what = f"weights and the key/value cache of a batch of {batch} (sampling.batch_size)"
     return job
+
+
+def shard_count(config: dict, ev, dev: Device) -> int:
+    """How many shards an evaluation's sampling is split into: `sampling.shards`, or under `auto` the fewest whose
+    longest job, predicted from the config alone (so the plan does not change once data exist) x `cost.safety`, fits
+    `cost.max_minutes` (one shard without a limit, or where the model's size is unknown before it runs). A limit
+    below one batch raises `LimitTooShort`, with the smallest workable value."""
+    fixed, limit = config["sampling"]["shards"], config["cost"]["max_minutes"]
+    if fixed != "auto":
+        return int(fixed)
+    if limit is None:
+        return 1
+    batch = config["sampling"]["batch_size"]
+    one = sample_job(config, "", ev.run.model, ev.eval_set, ev.test, dev, None, rows=batch)
+    if one.unknown:
+        return 1
+    batch_s = one.parts["compute"] + one.parts["overhead"]
+    fixed_s = one.parts["fixed"] + one.parts["load"]
+    safety = config["cost"]["safety"]
+    batches = math.ceil(sample_rows(config, ev.eval_set, None) / batch)
+    count = shards_needed(batches, batch_s, fixed_s, limit * 60 / safety)
+    if count is None:
+        raise LimitTooShort(math.ceil((batch_s + fixed_s) * safety / 60), ev.path("samples"), batch_s + fixed_s)
+    return count
+
+
+class LimitTooShort(Exception):
+    """`cost.max_minutes` below one sampling batch of `samples` (`seconds` predicted); `smallest` minutes fit it."""
+
+    def __init__(self, smallest: int, samples: str, seconds: float):
+        super().__init__(smallest, samples, seconds)
+        self.smallest, self.samples, self.seconds = smallest, samples, seconds
+
+
+def time_limit_error(config: dict, dev: Device, worst: LimitTooShort):
+    """The config error of a time limit below one sampling batch: the key, the job and the smallest workable value."""
+    from workflow_lib.config import ConfigError
+
+    cost, batch = config["cost"], config["sampling"]["batch_size"]
+    return ConfigError(
+        f"cost.max_minutes: {cost['max_minutes']} minutes is less than one sampling batch needs on {dev.name}: "
+        f"{worst.samples} takes a predicted {worst.seconds / 60:.1f} minutes for one batch of {batch} rows "
+        f"(sampling.batch_size), x cost.safety {cost['safety']:g}; the smallest workable value is {worst.smallest}, "
+        "or lower sampling.batch_size"
+    )
+
+
+def sample_jobs(config: dict, ev, dev: Device, workdir: Path | None) -> list[Job]:
+    """The sampling jobs of one evaluation: its shards (`shard_count`), each its whole batches of the rows."""
+    count = shard_count(config, ev, dev)
+    rows, batch = sample_rows(config, ev.eval_set, workdir), config["sampling"]["batch_size"]
+    jobs = []
+    for index, path in enumerate(ev.shards(count)):
+        start, stop = shard_rows(rows, batch, index, count)
+        job = sample_job(config, path, ev.run.model, ev.eval_set, ev.test, dev, workdir, rows=stop - start)
+        job.samples, job.shards = ev.path("samples"), count
+        jobs.append(job)
+    return jobs
 
 
 def scoring_job(
@@ -247,10 +350,16 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
                 )
     jobs = list({j.key: j for j in jobs}.values())
     s, e = config["sampling"], config["evaluation"]
+    too_short: list[LimitTooShort] = []
     for ev in grid.evaluation_runs(config):
         model, eval_set = ev.run.model, ev.eval_set
-        jobs.append(sample_job(config, ev.path("samples"), model, eval_set, ev.test, on(s["gpus"]), workdir))
+        try:
+            jobs += sample_jobs(config, ev, on(s["gpus"]), workdir)
+        except LimitTooShort as error:
+            too_short.append(error)
         jobs.append(evaluate_job(config, ev.path("metrics"), model, eval_set, on(e["gpus"]), workdir))
+    if too_short:  # the smallest limit that fits every evaluation
+        raise time_limit_error(config, on(s["gpus"]), max(too_short, key=lambda e: e.smallest))
     for folder, eval_sets in grid.perplexity_jobs(config).items():
         model = parse(folder).run.model
         shape, tpw = (

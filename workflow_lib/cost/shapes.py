@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 GPT2_SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024, "vocab_size": 50257}
 
 # config.json values of hub models (their hub pages): layers, width, heads, FFN width, vocabulary, context.
-KNOWN = {
+KNOWN: dict[str, dict[str, Any]] = {
     "gpt2": GPT2_SMALL,
     "openai-community/gpt2": GPT2_SMALL,
     "gpt2-medium": {**GPT2_SMALL, "n_layer": 24, "n_head": 16, "n_embd": 1024},
@@ -47,6 +48,8 @@ KNOWN = {
     },
     "EleutherAI/gpt-neo-125m": {
         "num_layers": 12,
+        "attention_layers": ["global", "local"] * 6,
+        "window_size": 256,
         "hidden_size": 768,
         "num_heads": 12,
         "vocab_size": 50257,
@@ -54,6 +57,8 @@ KNOWN = {
     },
     "EleutherAI/gpt-neo-1.3B": {
         "num_layers": 24,
+        "attention_layers": ["global", "local"] * 12,
+        "window_size": 256,
         "hidden_size": 2048,
         "num_heads": 16,
         "vocab_size": 50257,
@@ -61,6 +66,8 @@ KNOWN = {
     },
     "EleutherAI/gpt-neo-2.7B": {
         "num_layers": 32,
+        "attention_layers": ["global", "local"] * 16,
+        "window_size": 256,
         "hidden_size": 2560,
         "num_heads": 20,
         "vocab_size": 50257,
@@ -86,6 +93,7 @@ class Shape:
     vocab: int
     context: int
     gated: bool = False  # a gated MLP (Llama, Mistral): three FFN matrices, not two
+    window: int | None = None  # local or sliding-window attention's span (GPT-Neo), as sample/loops.attention_window
     head: bool = True  # an output head every token multiplies; a featuriser reads the last hidden state, without it
 
     @property
@@ -123,7 +131,17 @@ def from_config(config: dict) -> Shape:
         vocab=config["vocab_size"],
         context=_first(config, "n_positions", "max_position_embeddings", default=2048),
         gated=config.get("model_type") in ("llama", "mistral", "qwen2", "gemma", "phi3"),
+        window=attention_window(config),
     )
+
+
+def attention_window(config: dict) -> int | None:
+    """The span of a config.json's local or sliding-window layers (GPT-Neo's local layers, a sliding window), else
+    None: `sample/loops.attention_window` read from the file, which exact sampling's cache reuse refuses."""
+    kinds = [*(config.get("attention_layers") or ()), *(config.get("layer_types") or ())]
+    if any(kind in ("local", "sliding_attention") for kind in kinds):
+        return config.get("window_size") or config.get("sliding_window")
+    return config.get("sliding_window") if config.get("use_sliding_window", True) else None
 
 
 def hub_config(name: str, revision: str | None = None, workdir: Path | None = None) -> dict | None:

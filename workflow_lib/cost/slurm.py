@@ -9,13 +9,13 @@ missing from the known shapes, a corpus of unknown size) asks for `cost.unknown_
 
 from __future__ import annotations
 
-import json
+import copy
 import math
 
 from workflow_lib.cost.devices import device
 from workflow_lib.cost.jobs import ADAM_BYTES_PER_PARAM, Job, plan_jobs
 
-_PLANS: dict[str, dict[str, Job]] = {}
+_PLANS: dict[int, tuple[dict, dict[str, Job], dict[str, int]]] = {}
 HOST_BASE_MB = 4000  # interpreter, torch, transformers and the data a job holds, measured below 3 GB (max_rss)
 
 
@@ -27,12 +27,19 @@ def devices_of(config: dict):
 
 def planned(config: dict) -> dict[str, Job]:
     """{output path: Job} for the config, from the config alone (no file of results/ is read, so a request does not
-    depend on when snakemake evaluates it); computed once per config (keyed by its JSON)."""
-    key = json.dumps(config, sort_keys=True, default=str)
-    if key not in _PLANS:
+    depend on when snakemake evaluates it); computed once per config. Snakemake asks for every GPU job's runtime
+    and memory and every gather's shards (thousands of calls in the paper's plan): a config seen before is found by
+    identity and compared by value (a copy is kept), far cheaper than serialising it for every call."""
+    seen = _PLANS.get(id(config))
+    if seen is None or seen[0] != config:
         gpu, cpu = devices_of(config)
-        _PLANS[key] = {job.key: job for job in plan_jobs(config, gpu, cpu, workdir=None)}
-    return _PLANS[key]
+        jobs = {job.key: job for job in plan_jobs(config, gpu, cpu, workdir=None)}
+        seen = _PLANS[id(config)] = (
+            copy.deepcopy(config),
+            jobs,
+            {j.samples: j.shards for j in jobs.values() if j.shards},
+        )
+    return seen[1]
 
 
 def planned_job(config: dict, output: str) -> Job:
@@ -48,13 +55,24 @@ def planned_job(config: dict, output: str) -> Job:
     return jobs[output]
 
 
+def shard_counts(config: dict) -> dict[str, int]:
+    """{samples path: the number of shards its sampling is split into} (the plan's, `jobs.shard_count`)."""
+    planned(config)
+    return _PLANS[id(config)][2]
+
+
 def runtime_minutes(config: dict, output: str, attempt: int = 1) -> int:
-    """The predicted time x cost.safety x attempt, in whole minutes, at least cost.min_minutes."""
+    """The predicted time x cost.safety x attempt, in whole minutes, at least cost.min_minutes and at most
+    cost.max_minutes (a request over a partition's limit would not be queued; a training job that reaches it resumes
+    from its checkpoint when retried; `make estimate` names any other job predicted over it)."""
     cost = config["cost"]
     job = planned_job(config, output)
-    if job.unknown:
-        return cost["unknown_minutes"] * attempt
-    return max(cost["min_minutes"], math.ceil(job.seconds * cost["safety"] / 60)) * attempt
+    minutes = (
+        cost["unknown_minutes"]
+        if job.unknown
+        else max(cost["min_minutes"], math.ceil(job.seconds * cost["safety"] / 60))
+    )
+    return min(minutes * attempt, cost["max_minutes"] or math.inf)
 
 
 def mem_mb(config: dict, output: str, attempt: int = 1) -> int:

@@ -2,10 +2,15 @@
 
 Two modes:
 - `exact`: Algorithm 2 as written. At EVERY step the whole prefix (prompt + tokens generated so far) is
-  perturbed afresh with the shared perturber on the model's device, the ragged perturbed prefixes are left-
-  padded into one batch (attention mask, position ids), and X_t is drawn from P(. | X~). A fresh
-  perturbation can change any position, so at intensity > 0 each step recomputes the batch without a
-  key/value cache.
+  perturbed afresh with the shared perturber on the model's device, and X_t is drawn from P(. | X~). A fresh
+  perturbation leaves the prefix unchanged up to its first edit, where the model's keys and values are the
+  unperturbed prefix's: `reuse.sample_exact_reusing` keeps the unperturbed prefix's key/value cache (one token
+  fed a step) and feeds each row only its perturbed tokens from its first edit on, in a few groups of similar
+  lengths. The perturbations and laws are those of recomputing the whole left-padded batch at every step
+  (`loops.sample_exact`), within float32 rounding (4.2e-7 in probability at most in the tests); it feeds about
+  a third of the token positions (bench/sample.py). A model with local or sliding-window attention (GPT-Neo),
+  or a prompt plus new tokens beyond the model's context, recomputes the whole batch at every step without a
+  cache (`reuse.reuse_fits`).
 - `cached`: each new token is perturbed once, when it is appended, and one perturbed prefix is kept with its
   key/value cache: replacement feeds the synonym instead of the token, deletion feeds nothing, insertion
   feeds the token and then its synonym. Every step's prefix has the marginal law of `exact` for
@@ -40,7 +45,10 @@ import torch
 from workflow_lib.cli import parse_json_arg, run
 from workflow_lib.perturb.synonym_table import SynonymTable
 from workflow_lib.sample.decoding import row_keys
-from workflow_lib.sample.loops import SAMPLERS, cache_fits, sample_ancestral
+from workflow_lib.sample.gather import samples_schema
+from workflow_lib.sample.loops import cache_fits, sample_ancestral
+from workflow_lib.sample.reuse import SAMPLERS
+from workflow_lib.sample.shards import shard_metadata, shard_rows
 
 log = logging.getLogger("workflow_lib.sample.sampler")
 
@@ -59,8 +67,11 @@ def generate(
     batch_size: int = 64,
     decoder: dict | None = None,
     progress: bool = False,
+    row_range: tuple[int, int] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Continuations for every (prompt, run): arrays prompt_id, run, continuation_ids [n, new_tokens]."""
+    """Continuations for every (prompt, run), run-major: arrays prompt_id, run, continuation_ids [n, new_tokens].
+    `row_range` [start, stop) continues only those rows of that order (a shard: `shards.shard_rows`, whole
+    batches, so each batch is the unsharded job's)."""
     from tqdm import tqdm
 
     device = next(model.parameters()).device
@@ -72,8 +83,14 @@ def generate(
     table = table.to(device) if table is not None else None
     encoded = [np.asarray(ids, dtype=np.int64) for ids in tokenizer(list(prompts))["input_ids"]]
     rows = [(p, r) for r in range(runs) for p in range(len(prompts))]
-    out_prompt, out_run, out_ids = [], [], []
-    for start in tqdm(range(0, len(rows), batch_size), desc="sample", disable=not progress, mininterval=5):
+    first, last = row_range or (0, len(rows))
+    if first % batch_size:
+        raise ValueError(f"rows from {first}: a shard starts at a batch boundary (a multiple of {batch_size})")
+    rows = rows[:last]
+    out_prompt = [np.zeros(0, dtype=np.int64)]
+    out_run = [np.zeros(0, dtype=np.int64)]
+    out_ids = [np.zeros((0, new_tokens), dtype=np.int64)]
+    for start in tqdm(range(first, len(rows), batch_size), desc="sample", disable=not progress, mininterval=5):
         chunk = rows[start : start + batch_size]
         lengths = np.array([len(encoded[p]) for p, _ in chunk])
         offsets = torch.as_tensor(np.concatenate([[0], np.cumsum(lengths)]), device=device)
@@ -149,6 +166,9 @@ def main() -> None:
     parser.add_argument(
         "--decoder", default="{}", help="JSON: temperature, top_k, top_p, typical_p (default: unbiased)"
     )
+    parser.add_argument(
+        "--shard", default="0/1", help="INDEX/COUNT: continue only this shard's rows (sample/shards.py; default: all)"
+    )
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
 
@@ -165,6 +185,8 @@ def main() -> None:
     model = load_model(args.model, device, settings["precision"], args.revision)
     prompts = read_parquet(args.prompts)
     table = SynonymTable.from_arrow(read_parquet(args.synonyms)) if args.synonyms else None
+    index, count = (int(n) for n in args.shard.split("/"))
+    rows = shard_rows(prompts.num_rows * settings["runs"], settings["batch_size"], index, count)
     out = generate(
         model,
         tokenizer,
@@ -179,9 +201,10 @@ def main() -> None:
         settings["batch_size"],
         decoder,
         progress=True,
+        row_range=rows,
     )
     ids = out["continuation_ids"]
-    texts = tokenizer.batch_decode(ids.tolist(), skip_special_tokens=True)
+    texts = tokenizer.batch_decode(ids.tolist(), skip_special_tokens=True) if len(ids) else []  # [] decodes to [""]
     width = ids.shape[1]
     write_parquet(
         pa.table(
@@ -192,13 +215,17 @@ def main() -> None:
                     pa.array(np.arange(0, ids.size + 1, width, dtype=np.int32)),
                     pa.array(ids.reshape(-1).astype(np.int32)),
                 ),
-                "text": pa.array(texts),
-            }
+                "text": pa.array(texts, type=pa.string()),
+            },
+            schema=samples_schema(shard_metadata(index, count, rows)),
         ),
         args.output,
     )
     log.info(
-        "%d continuations of %d tokens (%s mode, %s, decoder %s)",
+        "shard %d of %d: rows %d-%d, %d continuations of %d tokens (%s mode, %s, decoder %s)",
+        index,
+        count,
+        *rows,
         len(ids),
         width,
         settings["mode"],

@@ -6,7 +6,10 @@ from workflow_lib.layout import SamplingCondition, applied_strategy
 
 
 def sampling_settings(config: dict, test: SamplingCondition) -> dict:
-    return {**config["sampling"], "mode": test.mode, "seed": config["seed"]}
+    """What a sampling job reads: the sampling section, its mode and the seed. Not `shards`: how many jobs share an
+    evaluation is in each shard's path (`--shard`), and it changes no sample."""
+    settings = {key: value for key, value in config["sampling"].items() if key != "shards"}
+    return {**settings, "mode": test.mode, "seed": config["seed"]}
 
 
 def decoder_settings(config: dict, test: SamplingCondition) -> dict:

@@ -1,0 +1,139 @@
+"""Sampling in shards: each shard is whole batches of the unsharded order, and the gathered samples are the
+unsharded job's file byte for byte, for any number of shards (issue 35)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+
+import pyarrow as pa
+import pytest
+
+from workflow_lib.cli import StageError
+from workflow_lib.files import read_parquet, write_parquet
+from workflow_lib.perturb.synonym_table import SynonymTable
+from workflow_lib.sample import gather, sampler
+from workflow_lib.sample.shards import batch_ranges, shard_rows, shards_needed
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: tiny models on one thread
+
+PROMPTS = [" the cat sat", " a dog", " the bird sang a song .", " the cat", " a dog ran in the park"]
+
+
+def test_shards_are_whole_batches_covering_every_row_once():
+    for rows in (1, 7, 15, 64, 65):
+        for batch in (1, 4, 64):
+            for count in (1, 2, 3, 5, 40):
+                ranges = [shard_rows(rows, batch, i, count) for i in range(count)]
+                assert ranges[0][0] == 0 and ranges[-1][1] == rows
+                assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))  # contiguous, in order
+                assert all(start % batch == 0 for start, _ in ranges)  # each starts a batch of the unsharded job
+                sizes = [-(-(stop - start) // batch) for start, stop in ranges]
+                assert max(sizes) - min(sizes) <= 1, (rows, batch, count, sizes)
+    assert batch_ranges(4, 3) == [(0, 1), (1, 2), (2, 4)]
+    with pytest.raises(ValueError):
+        batch_ranges(4, 0)
+
+
+def test_shards_needed_is_the_fewest_that_fit():
+    # 10 batches of 60 s and 30 s to start: 630 s unsharded
+    assert shards_needed(10, 60, 30, 630) == 1
+    assert shards_needed(10, 60, 30, 629) == 2  # 5 batches each: 330 s
+    assert shards_needed(10, 60, 30, 330) == 2
+    assert shards_needed(10, 60, 30, 329) == 3  # at most 4 batches: 270 s
+    assert shards_needed(10, 60, 30, 90) == 10
+    assert shards_needed(10, 60, 30, 89) is None  # one batch does not fit
+    for limit in range(90, 700, 7):
+        count = shards_needed(10, 60, 30, limit)
+        longest = max(stop - start for start, stop in batch_ranges(10, count))
+        assert 30 + 60 * longest <= limit
+        if count > 1:  # one shard fewer would not fit
+            assert 30 + 60 * max(stop - start for start, stop in batch_ranges(10, count - 1)) > limit
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny GPT-2 with its tokenizer, the prompts file and a synonym table, as the sample rule reads them."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from workflow_lib.data.tokenization import train_bpe
+
+    root = tmp_path_factory.mktemp("shards")
+    texts = [" the cat sat on the mat .", " a dog ran in the park .", " the bird sang a song ."] * 20
+    tokenizer = train_bpe(texts, 280, min_frequency=1)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_layer=1, n_head=2, n_embd=16, n_positions=64))
+    model.save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    write_parquet(pa.table({"prompt_id": list(range(100, 105)), "prefix": PROMPTS}), root / "prompts.parquet")
+    table = SynonymTable.uniform(len(tokenizer), tokenizer.all_special_ids)
+    write_parquet(table.to_arrow(), root / "synonyms.parquet")
+    return root
+
+
+def sample_shards(root, mode: str, count: int, monkeypatch) -> list:
+    """Runs the sample job's command for each of `count` shards (15 rows in batches of 4: 4 batches)."""
+    settings = {"runs": 3, "new_tokens": 6, "batch_size": 4, "mode": mode, "precision": "fp32", "seed": 3}
+    paths = []
+    for index in range(count):
+        path = root / mode / f"{index}-of-{count}.parquet"
+        argv = [
+            "sampler",
+            *("--model", str(root / "model"), "--prompts", str(root / "prompts.parquet")),
+            *("--synonyms", str(root / "synonyms.parquet")),
+            *("--perturbation", json.dumps({"strategy": "insertion", "intensity": 0.3})),
+            *("--settings", json.dumps(settings), "--shard", f"{index}/{count}", "--output", str(path)),
+        ]
+        monkeypatch.setattr(sys, "argv", argv)
+        sampler.main()
+        paths.append(str(path))
+    return paths
+
+
+@pytest.mark.parametrize("mode", ["exact", "cached"])
+def test_gathered_samples_are_the_same_bytes_for_any_number_of_shards(checkpoint, mode, monkeypatch):
+    gathered = {}
+    for count in (1, 2, 3, 6):  # 3: uneven (1, 1 and 2 batches); 6: more shards than batches (two are empty)
+        shards = sample_shards(checkpoint, mode, count, monkeypatch)
+        out = checkpoint / f"{mode}-gathered-{count}.parquet"
+        monkeypatch.setattr(sys, "argv", ["gather", "--shards", *shards, "--output", str(out)])
+        gather.main()
+        # as the rule gives them: the folder (which also holds other counts' shards) and the count
+        by_folder = checkpoint / f"{mode}-by-folder-{count}.parquet"
+        argv = ["gather", "--folder", str(checkpoint / mode), "--count", str(count), "--output", str(by_folder)]
+        monkeypatch.setattr(sys, "argv", argv)
+        gather.main()
+        assert by_folder.read_bytes() == out.read_bytes()
+        gathered[count] = out.read_bytes()
+        rows = [read_parquet(path).num_rows for path in shards]
+        assert sum(rows) == 15 and (count != 6 or rows.count(0) == 2), rows
+    assert len(set(gathered.values())) == 1
+    table = read_parquet(checkpoint / f"{mode}-gathered-3.parquet")
+    assert table.num_rows == 15 and table.schema.metadata is None
+    assert table.column("run").to_pylist() == [r for r in range(3) for _ in PROMPTS]  # run-major, as unsharded
+
+
+def test_gather_refuses_shards_that_are_not_one_jobs_set_in_order(checkpoint, monkeypatch):
+    shards = sample_shards(checkpoint, "exact", 3, monkeypatch)
+    for wrong in ([shards[1], shards[0], shards[2]], shards[:2], [shards[0], shards[0], shards[2]]):
+        with pytest.raises(StageError, match="shards of one job, in order"):
+            gather.gather(wrong)
+    with pytest.raises(StageError, match="not a sampling shard"):
+        gather.gather([str(checkpoint / "prompts.parquet")])
+
+
+def test_the_number_of_shards_is_not_a_setting_of_the_sampled_law():
+    """A shard's command gets its place (`--shard i/n`) in its path's wildcards; the settings param, a rerun trigger
+    of every shard, holds only what changes a sample."""
+    from tools.workflow_runs import tiny_config
+    from workflow_lib.config import validate_config
+    from workflow_lib.layout import SamplingCondition
+    from workflow_lib.sample.settings import sampling_settings
+
+    test = SamplingCondition("unbiased", "none", "none", "0", "exact")
+    config = tiny_config()
+    fixed = validate_config({**config, "sampling": {**config["sampling"], "shards": 4}})
+    assert sampling_settings(fixed, test) == sampling_settings(validate_config(tiny_config()), test)
+    assert "shards" not in sampling_settings(fixed, test) and fixed["sampling"]["shards"] == 4

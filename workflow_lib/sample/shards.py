@@ -1,0 +1,57 @@
+"""Which rows a sampling shard continues, and how many shards a time limit needs. Standard library only: the
+sampler, the gather job and the cost model (at Snakefile parse time) all read it.
+
+A sampling job continues rows (prompt, run) in one order, run-major, in batches of `sampling.batch_size`
+(`sampler.generate`). A shard is a run of whole batches of that order: shard i of n holds batches
+floor(i B / n) .. floor((i + 1) B / n) - 1 of the B batches. Every batch of a shard is then the batch the unsharded
+job would have run (the same rows, the same padding, the same shapes), so each row's floats, and so its tokens, are
+the same, and the gathered samples are the unsharded ones byte for byte (tests/sample/test_shards.py). A shard
+holds no batch where there are more shards than batches.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def batch_ranges(batches: int, count: int) -> list[tuple[int, int]]:
+    """[start, stop) batch indices of each of `count` shards of `batches` batches: sizes differ by at most one."""
+    if count < 1:
+        raise ValueError(f"{count} shards: at least one")
+    return [(index * batches // count, (index + 1) * batches // count) for index in range(count)]
+
+
+def shard_rows(rows: int, batch_size: int, index: int, count: int) -> tuple[int, int]:
+    """[start, stop) of shard `index` of `count` among `rows` rows batched by `batch_size`: whole batches."""
+    start, stop = batch_ranges(math.ceil(rows / batch_size), count)[index]
+    return min(start * batch_size, rows), min(stop * batch_size, rows)
+
+
+def shards_needed(batches: int, batch_seconds: float, fixed_seconds: float, limit_seconds: float) -> int | None:
+    """The fewest shards whose longest job (its batches x `batch_seconds`, plus `fixed_seconds`: start-up and
+    loading) takes at most `limit_seconds`; None where even one batch does not fit."""
+    if batches <= 1 or fixed_seconds + batches * batch_seconds <= limit_seconds:
+        return 1 if fixed_seconds + min(batches, 1) * batch_seconds <= limit_seconds else None
+    per_shard = math.floor((limit_seconds - fixed_seconds) / batch_seconds) if batch_seconds > 0 else batches
+    if per_shard < 1:
+        return None
+    count = math.ceil(batches / per_shard)
+    # batch_ranges' largest shard holds ceil(batches / count) batches, at most per_shard
+    assert math.ceil(batches / count) <= per_shard
+    return count
+
+
+SHARD_KEY = b"perturbed_lm.shard"  # a shard file's schema metadata: which rows of which job it holds
+
+
+def shard_metadata(index: int, count: int, rows: tuple[int, int]) -> dict[bytes, bytes]:
+    return {SHARD_KEY: f"{index}/{count}/{rows[0]}/{rows[1]}".encode()}
+
+
+def read_shard_metadata(metadata: dict[bytes, bytes] | None, name: str) -> tuple[int, int, int, int]:
+    """(index, count, start, stop) that `shard_metadata` wrote; ValueError naming `name` for a file without it."""
+    value = (metadata or {}).get(SHARD_KEY)
+    if value is None:
+        raise ValueError(f"{name}: not a sampling shard (no {SHARD_KEY.decode()} in its Parquet metadata)")
+    index, count, start, stop = (int(n) for n in value.decode().split("/"))
+    return index, count, start, stop
