@@ -104,7 +104,15 @@ def test_adding_an_intensity_plans_only_that_intensity(study):
     config = study_config()
     config["experiments"]["sweep"]["train_perturbation"]["intensities"] = [0, 0.1, 0.2]
     jobs = plan_after(study, config)
-    assert sorted(job.rule for job in jobs) == ["evaluate", "extrapolation", "perplexity", "perturb", "sample", "train"]
+    assert sorted(job.rule for job in jobs) == [
+        "evaluate",
+        "extrapolation",
+        "gather_samples",
+        "perplexity",
+        "perturb",
+        "sample",
+        "train",
+    ]
     assert all("/insertion-0.2/" in job.outputs[0] for job in jobs), [job.outputs for job in jobs]
 
 
@@ -116,16 +124,28 @@ def test_changing_a_training_key_retrains_every_model_and_touches_nothing_upstre
     jobs = plan_after(study, config)
     trained = {str(p.relative_to(study[1])) for p in (study[1] / "results/models").glob("tiny/synthetic/*/*/*/*/*")}
     assert {job.outputs[0] for job in jobs if job.rule == "train"} == trained
-    assert {job.rule for job in jobs} == {"train", "sample", "evaluate", "perplexity", "extrapolation"}, [
-        (job.rule, job.reason) for job in jobs
-    ]
+    assert {job.rule for job in jobs} == {
+        "train",
+        "sample",
+        "gather_samples",
+        "evaluate",
+        "perplexity",
+        "extrapolation",
+    }, [(job.rule, job.reason) for job in jobs]
 
 
 def test_changing_an_objectives_hyperparameter_reruns_only_its_trainings_and_what_follows(study):
     config = study_config()
     config["objectives"] = {"mixce": {"loss": "mixce", "eta": 0.7}}  # predefined: 0.5
     jobs = plan_after(study, config)
-    assert sorted(job.rule for job in jobs) == ["evaluate", "extrapolation", "perplexity", "sample", "train"]
+    assert sorted(job.rule for job in jobs) == [
+        "evaluate",
+        "extrapolation",
+        "gather_samples",
+        "perplexity",
+        "sample",
+        "train",
+    ]
     assert all("/mixce/" in job.outputs[0] for job in jobs)
     trained = {str(p.relative_to(study[1])) for p in (study[1] / "results/models").glob("tiny/synthetic/mixce/*/*/*/*")}
     assert {job.outputs[0] for job in jobs if job.rule == "train"} == trained
@@ -139,7 +159,9 @@ def test_changing_an_evaluation_setting_reruns_no_training(study):
     assert sorted(job.rule for job in jobs).count("sample") == len(
         list((study[1] / "results/samples").rglob("*.parquet"))
     )
-    assert {job.rule for job in jobs} == {"sample", "evaluate"}, [(job.rule, job.reason) for job in jobs]
+    assert {job.rule for job in jobs} == {"sample", "gather_samples", "evaluate"}, [
+        (job.rule, job.reason) for job in jobs
+    ]
 
 
 def test_editing_a_workflow_lib_module_reruns_the_jobs_whose_rules_run_it(study):
@@ -152,11 +174,14 @@ def test_editing_a_workflow_lib_module_reruns_the_jobs_whose_rules_run_it(study)
     assert sorted(by_rule) == [
         "evaluate",
         "extrapolation",
+        "gather_samples",
         "perplexity",
         "sample",
-    ]  # evaluate: it reads the new samples
-    for job in by_rule["sample"] + by_rule["extrapolation"] + by_rule["perplexity"]:
+    ]  # gather_samples: it reads the new shards; evaluate: the new samples
+    for job in by_rule["extrapolation"] + by_rule["perplexity"]:
         assert job.reason.startswith(CODE_CHANGED), job.reason
+    for job in by_rule["sample"]:  # a shard is a temporary file, gone once gathered: missing, and its code changed
+        assert job.reason.startswith("Missing output files") and CODE_CHANGED in job.reason, job.reason
     assert all("results/samples/" in job.reason for job in by_rule["evaluate"])
     assert len(by_rule["sample"]) == len(list((study[1] / "results/samples").rglob("*.parquet")))
     assert not plan_after(study, study_config())  # restored: nothing to do
@@ -173,7 +198,11 @@ CODE_CHANGED = "Params have changed since last execution"
         # reports by its first reason, the features it reads.
         ("workflow_lib/evaluate/metrics.py", {"features"}, {"features", "evaluate"}),
         # A subpackage's __init__ runs before any of its modules: train reruns for it, and what reads new models.
-        ("workflow_lib/train/__init__.py", {"train"}, {"train", "sample", "evaluate", "extrapolation", "perplexity"}),
+        (
+            "workflow_lib/train/__init__.py",
+            {"train"},
+            {"train", "sample", "gather_samples", "evaluate", "extrapolation", "perplexity"},
+        ),
     ],
 )
 def test_editing_a_stage_module_reruns_only_the_jobs_that_import_it(study, module, runs_it, planned):
