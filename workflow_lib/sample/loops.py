@@ -91,6 +91,12 @@ def prefix_logits(
             special,
         )
         values, offsets = out.values, out.offsets
+    return full_logits(model, values, offsets, pad_id)
+
+
+def full_logits(model, values: torch.Tensor, offsets: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """The next-token logits [B, V] of ragged rows recomputed whole, without a cache (left padding; a row longer
+    than the context keeps its last tokens)."""
     ids, mask, positions = left_pad(values, offsets, pad_id, context_length(model))
     return model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=1).logits[
         :, -1

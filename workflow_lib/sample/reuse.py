@@ -34,7 +34,14 @@ from workflow_lib.perturb.backends import KeyedRandom, hash_uniform
 from workflow_lib.perturb.perturber import perturb
 from workflow_lib.sample import loops
 from workflow_lib.sample.decoding import DRAW_PURPOSE, check_finite_logits, draw, step_keys, valid_logits
-from workflow_lib.sample.loops import attention_window, cache_fits, context_length, left_pad, with_generated
+from workflow_lib.sample.loops import (
+    attention_window,
+    cache_fits,
+    context_length,
+    full_logits,
+    left_pad,
+    with_generated,
+)
 
 # A forward call's fixed cost in fed tokens, for `plan_groups`: 1.9 ms against 11 us a token (the bench's tiny GPT-2,
 # one CPU core); of 64, 192, 512 and 1000, 192 sampled the bench's batch of 100 fastest.
@@ -194,15 +201,6 @@ def reused_logits(
             pad_id,
         )
     return logits
-
-
-def full_logits(model, values: torch.Tensor, offsets: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """The next-token logits of perturbed rows recomputed whole, as `loops.prefix_logits` computes them (left
-    padding; a row longer than the context keeps its last tokens)."""
-    ids, mask, positions = left_pad(values, offsets, pad_id, context_length(model))
-    return model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=1).logits[
-        :, -1
-    ]
 
 
 @torch.no_grad()
