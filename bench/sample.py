@@ -245,7 +245,8 @@ def main() -> None:
         sampler.cache_fits = fits
     as_uncached = {"rows": round(float(same.all(1).mean()), 4), "tokens": round(float(same.mean()), 4)}
 
-    from workflow_lib.evaluate.metrics import featurize, mauve_score
+    from workflow_lib.evaluate.features import featurize
+    from workflow_lib.evaluate.metrics import mauve_score
 
     human = frame["reference"].to_list()[:1000]
     other = test[:1000]

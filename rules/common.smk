@@ -80,14 +80,14 @@ wildcard_constraints:
 
 
 def predicted_runtime(output):
-    """A GPU rule's `runtime` (minutes): workflow_lib.cost's predicted time of the job writing `output` (the rule's
+    """A modelled rule's `runtime` (minutes): workflow_lib.cost's predicted time of the job writing `output` (the rule's
     output pattern) on cost.device (cost.cpu without a GPU), times cost.safety and the attempt (docs/cluster.md, "What a
     study costs"). SLURM's --time, through the profile; ignored by local runs."""
     return lambda wildcards, attempt: predicted_minutes(config, output.format(**dict(wildcards.items())), attempt)
 
 
 def predicted_mem(output):
-    """A GPU rule's host `mem_mb`: a base plus three float32 copies of its checkpoint, times the attempt."""
+    """A modelled rule's host `mem_mb`: a base plus three float32 copies of its checkpoint, times the attempt."""
     return lambda wildcards, attempt: predicted_mem_mb(config, output.format(**dict(wildcards.items())), attempt)
 
 
@@ -129,5 +129,6 @@ MODEL_OUTPUT = run_template("models")
 SAMPLES_OUTPUT = evaluation_template("samples")
 SHARD_OUTPUT = shard_template("samples")
 METRICS_OUTPUT = evaluation_template("metrics")
+SAMPLE_FEATURES_OUTPUT = evaluation_template("metrics", ".features.parquet")
 PERPLEXITY_OUTPUT = run_template("perplexity")
 EXTRAPOLATION_OUTPUT = evaluation_template("extrapolation")

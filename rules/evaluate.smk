@@ -19,10 +19,35 @@ rule features:
         runtime=predicted_runtime(FEATURES),
         mem_mb=predicted_mem(FEATURES),
     params:
-        code=code_digest("workflow_lib.evaluate.metrics"),
+        code=code_digest("workflow_lib.evaluate.features"),
         settings=lambda w: as_json(evaluation_settings(config)),
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics features --prompts {input.prompts} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.features human --prompts {input.prompts} --settings {params.settings:q} --output {output} 2> {log}"
+
+
+# An evaluation is two jobs: the model texts' features on the GPU, then MAUVE's k-means, ROUGE and diversity on the
+# CPU, which holds no GPU (workflow_lib/evaluate/features.py).
+rule sample_features:
+    input:
+        samples=SAMPLES_OUTPUT,
+        prompts="results/prompts/{eval_set}.parquet",
+    output:
+        SAMPLE_FEATURES_OUTPUT,  # an evaluate and a mauve_contrast job's input
+    log:
+        evaluation_template("logs/sample_features", ".log"),
+    benchmark:
+        evaluation_template("benchmarks/sample_features", ".features.tsv")  # named as its output, for make estimate
+    conda:
+        "../envs/evaluate.yaml"
+    resources:
+        gpu=config["evaluation"]["gpus"],
+        runtime=predicted_runtime(SAMPLE_FEATURES_OUTPUT),
+        mem_mb=predicted_mem(SAMPLE_FEATURES_OUTPUT),
+    params:
+        code=code_digest("workflow_lib.evaluate.features"),
+        settings=lambda w: as_json(evaluation_settings(config)),
+    shell:
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.features samples --samples {input.samples} --prompts {input.prompts} --settings {params.settings:q} --output {output} 2> {log}"
 
 
 rule evaluate:
@@ -30,11 +55,11 @@ rule evaluate:
         samples=SAMPLES_OUTPUT,
         prompts="results/prompts/{eval_set}.parquet",
         human=lambda w: FEATURES.format(featuriser=inputs.featuriser_id(), eval_set=w.eval_set),
+        features=SAMPLE_FEATURES_OUTPUT,
     output:
         json=METRICS_OUTPUT,
         per_prompt=evaluation_template("metrics", ".prompts.parquet"),
         curves=evaluation_template("metrics", ".curves.parquet"),
-        features=evaluation_template("metrics", ".features.parquet"),  # a mauve_contrast job's input
     log:
         evaluation_template("logs/evaluate", ".log"),
     benchmark:
@@ -42,14 +67,13 @@ rule evaluate:
     conda:
         "../envs/evaluate.yaml"
     resources:
-        gpu=config["evaluation"]["gpus"],
         runtime=predicted_runtime(METRICS_OUTPUT),
         mem_mb=predicted_mem(METRICS_OUTPUT),
     params:
         code=code_digest("workflow_lib.evaluate.metrics"),
         settings=lambda w: as_json(evaluation_settings(config)),
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics evaluate --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} --curves {output.curves} --features {output.features} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --features {input.features} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} --curves {output.curves} 2> {log}"
 
 
 # One job per evaluated model: the model is loaded once and scores the human text of every eval set it is evaluated

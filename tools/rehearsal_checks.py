@@ -56,7 +56,7 @@ def condition_rows(
 
 def cell_problems(rows: pl.DataFrame, what: str, columns=("mauve_mean", "rouge1_mean")) -> list[str]:
     """A cell is a metrics row whose columns are finite; a MAUVE column may instead be unscored where the row is
-    flagged "too few texts (n)" (the rehearsal's 8 prompts are under MAUVE's floor: workflow_lib.evaluate.metrics),
+    flagged "too few texts (n)" (the rehearsal's 8 prompts are under MAUVE's floor: workflow_lib.evaluate.floor),
     never missing or non-finite without that flag."""
     if rows.height == 0:
         return [f"{what}: no metrics row"]

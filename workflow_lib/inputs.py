@@ -17,7 +17,7 @@ from workflow_lib.config import embedding_model, local_files
 from workflow_lib.constants import UNTRAINED
 from workflow_lib.data.downloads import fetched, split_paths, unpacked_dir
 from workflow_lib.data.settings import prompt_cap
-from workflow_lib.evaluate.metrics import mauve_never_resolves
+from workflow_lib.evaluate.floor import mauve_never_resolves
 from workflow_lib.grid import (
     curve_inputs,
     data_records,

@@ -336,7 +336,7 @@ def test_bf16_sampling_moves_the_law(checkpoints, prompts, family, monkeypatch):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_featurize_is_the_last_tokens_hidden_state_whatever_the_padding(loaded, checkpoints, prompts, family):
-    from workflow_lib.evaluate.metrics import featurize
+    from workflow_lib.evaluate.features import featurize
 
     tokenizer, model = loaded(family)
     features = featurize(prompts, str(checkpoints[family]), max_length=128, batch_size=8, device="cpu")

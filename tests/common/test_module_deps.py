@@ -183,6 +183,7 @@ def test_the_costly_jobs_code_leaves_out_the_workflows_data_model():
         "workflow_lib.train.trainer",
         "workflow_lib.sample.sampler",
         "workflow_lib.evaluate.metrics",
+        "workflow_lib.evaluate.features",
         "workflow_lib.evaluate.perplexity",
         "workflow_lib.evaluate.extrapolation",
         "workflow_lib.perturb.training_data",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ import time
 import pytest
 
 from tools.workflow_runs import REPO, tiny_config
+from workflow_lib import layout
 from workflow_lib.config import ConfigError, validate_config
 from workflow_lib.cost import jobs as cost_jobs
 from workflow_lib.cost import slurm
@@ -103,7 +105,7 @@ def test_unknown_model_is_reported_not_guessed(tmp_path):
     config["experiments"]["main"]["models"] = ["hub"]
     config = validate_config(config, tmp_path)
     planned = cost_jobs.plan_jobs(config, DEVICES["a100-80gb"], DEVICES["cpu"], None)
-    unknown = [j for j in planned if j.model == "hub" and j.rule != "evaluate"]  # evaluate runs the featuriser
+    unknown = [j for j in planned if j.model == "hub" and j.rule not in ("sample_features", "evaluate")]  # featuriser
     assert {j.rule for j in unknown} == {"train", "sample", "perplexity", "extrapolation"}
     assert all(j.unknown == "model shape" for j in unknown)
     assert all(not j.unknown for j in planned if j.rule in ("evaluate", "features"))
@@ -222,8 +224,16 @@ def test_estimate_prints_the_paper_table_offline_in_seconds(tmp_path):
     assert done.returncode == 0, done.stderr
     assert seconds < 30, seconds
     shards = sum(slurm.shard_counts(load_config(["configs/paper.yaml"], REPO)).values())
-    for rule, jobs in {"train": 42, "sample": shards, "evaluate": 148, "perplexity": 45, "features": 4}.items():
+    for rule, jobs in {"train": 42, "sample": shards, "sample_features": 148, "perplexity": 45, "features": 4}.items():
         assert f"| {rule} | {jobs} | GPU |" in done.stdout, done.stdout
+    # MAUVE's k-means runs in CPU jobs: the GPU-hours it would have idled, less the split's start-up, are saved
+    assert "| evaluate | 148 | CPU |" in done.stdout, done.stdout
+    saved = re.search(
+        r"GPU-hours saved by the split: ([\d.,]+)\. .* \(([\d.,]+) core-hours\);.* adds ([\d.,]+)\.", done.stdout
+    )
+    assert saved, done.stdout
+    saved_h, core_h, added_h = (float(x.replace(",", "")) for x in saved.groups())
+    assert core_h > 30 and 0 < added_h < 1 and saved_h == pytest.approx(core_h - added_h, abs=0.11)
     assert f"Sampling: 148 evaluations in {shards} shards (auto" in done.stdout
     assert "A prediction, not a measurement" in done.stdout and "GPU-hours" in done.stdout
     assert (tmp_path / "estimate/a100-80gb.md").read_text() == done.stdout.rstrip("\n") + "\n"
@@ -261,20 +271,27 @@ def test_a_featuriser_is_costed_without_an_output_head():
 
 
 def test_an_evaluation_under_mauves_floor_is_costed_without_the_featuriser():
-    """Under evaluation.mauve.min_texts the evaluate job scores no MAUVE (workflow_lib.evaluate.metrics): it loads no
-    featuriser and runs no k-means, so its prediction is the fixed cost alone; at the floor it is all of it."""
-    cpu = DEVICES["cpu"]
+    """Under evaluation.mauve.min_texts an evaluation scores no MAUVE (workflow_lib.evaluate.metrics): its
+    sample_features job loads no featuriser and its evaluate job runs no k-means, so each is its fixed cost alone; at
+    the floor the featurisation is a GPU job's forward passes and the k-means a CPU job's, which holds no GPU."""
+    cpu, gpu = DEVICES["cpu"], DEVICES["a100-80gb"]
 
     config = config_of()
+    config["evaluation"]["gpus"] = 1
     prompts = cost_jobs.sizes.eval_set_prompts(config, next(iter(config["eval_sets"])), None)["prompts"]
 
-    def evaluate_job(min_texts: int):
+    def evaluation(min_texts: int):
         config["evaluation"]["mauve"]["min_texts"] = min_texts
-        return next(j for j in cost_jobs.plan_jobs(config, cpu, cpu, None) if j.rule == "evaluate")
+        jobs = cost_jobs.plan_jobs(config, gpu, cpu, None)
+        return next(j for j in jobs if j.rule == "sample_features"), next(j for j in jobs if j.rule == "evaluate")
 
-    few, enough = evaluate_job(prompts + 1), evaluate_job(prompts)
+    (few_features, few), (features, enough) = evaluation(prompts + 1), evaluation(prompts)
     assert few.parts == {"fixed": cpu.fixed_s["evaluate"]} and not few.unknown
-    assert {"compute", "overhead", "fixed", "load", "mauve"} == set(enough.parts) and enough.seconds > few.seconds
+    assert few_features.parts == {"fixed": gpu.fixed_s["sample_features"]} and few_features.devices == 1
+    assert set(enough.parts) == {"fixed", "mauve"} and enough.devices == 0 and enough.seconds > few.seconds
+    assert enough.parts["mauve"] == cost_jobs.mauve_seconds(config, prompts, config["sampling"]["runs"], cpu.mauve_s)
+    assert {"compute", "overhead", "fixed", "load"} == set(features.parts) and features.devices == 1
+    assert features.key == layout.sidecar(enough.key, ".features.parquet")
 
 
 def paper_config(**cost) -> dict:

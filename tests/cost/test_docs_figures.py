@@ -54,7 +54,7 @@ def total(output: str) -> float:
 
 def test_the_pages_table_is_the_commands(printed):
     rows = [line for line in printed.splitlines() if line.startswith("|")]
-    assert len(rows) == 7  # the header, its rule and the five GPU rules
+    assert len(rows) == 8  # the header, its rule, the five GPU rules and evaluate, on the CPU
     page = PAGE.read_text()
     for row in rows:
         assert row in page, f"docs/cluster.md lacks the row the command prints: {row}"
@@ -69,8 +69,14 @@ def test_the_pages_figures_are_the_commands(printed, tmp_path):
         for line in printed.splitlines()
         if line.startswith("| ") and not line.startswith(("| rule", "| ---"))
     ]
-    wall = sum(float(row[5].replace(",", "")) for row in rows)
+    wall = sum(float(row[5].replace(",", "")) for row in rows if row[2] == "GPU")
     assert f"about {wall:.0f} hours of wall time on 8 GPUs" in page
+    cpu_hours = float(re.search(r"CPU total: ([\d.]+) core-hours", printed).group(1))
+    saved, idle, added = re.search(
+        r"saved by the split: ([\d.]+)\..* idle for ([\d.]+) GPU-hours.* start-up adds ([\d.]+)\.", printed
+    ).groups()
+    assert f"and {cpu_hours:.1f} CPU core-hours" in page and f"which saves {saved} GPU-hours (the {idle} hours" in page
+    assert f"less {added} of start-up" in page and f"of which the split saves {saved}" in page
     sample_share = next(float(row[6].rstrip("%")) for row in rows if row[0] == "sample")
     assert round(sample_share / 100, 1) == 0.9 and "Sampling is nine tenths of the study" in page
     # The longest job one evaluation's sampling would be, without the 4-hour limit, and the shards the limit makes

@@ -1,4 +1,5 @@
-"""evaluate() keeps the samples file's row order: MAUVE's k-means seeding sees the features in that order."""
+"""An evaluation keeps the samples file's row order: MAUVE's k-means seeding sees the features in that order, though
+the sample_features job writes them sorted by prompt and run."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from workflow_lib.evaluate import metrics
+from workflow_lib.evaluate import features, metrics
 
 
 def test_evaluate_features_keep_the_samples_order_whatever_order_a_join_may_return(monkeypatch):
@@ -28,7 +29,7 @@ def test_evaluate_features_keep_the_samples_order_whatever_order_a_join_may_retu
         return [0.5] * len(seeds), pa.table({"run": [run]}), 2
 
     monkeypatch.setattr(pl.DataFrame, "join", unordered_join)
-    monkeypatch.setattr(metrics, "featurize", fake_featurize)
+    monkeypatch.setattr(features, "featurize", fake_featurize)
     monkeypatch.setattr(metrics, "mauve_over_seeds", fake_mauve)
     prompts = pa.table(
         {
@@ -54,7 +55,8 @@ def test_evaluate_features_keep_the_samples_order_whatever_order_a_join_may_retu
         "mauve": {"kmeans_seeds": 1, "min_texts": 3},
         "seed": 1,
     }  # 3 texts a run: scored
-    metrics.evaluate(samples, prompts, np.zeros((3, 2), np.float32), settings, 1)
+    model = features.sample_features(samples, prompts, settings)
+    metrics.evaluate(samples, prompts, np.zeros((3, 2), np.float32), model, settings, 1)
     prefix = {5: "a ", 3: "b ", 9: "c "}
     model_text = [prefix[p] + t for p, t in zip(samples["prompt_id"].to_pylist(), texts)]
     expected = fake_featurize(model_text)

@@ -15,13 +15,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from workflow_lib.cli import StageError
+from workflow_lib.evaluate import features as features_module
 from workflow_lib.evaluate import metrics
+from workflow_lib.evaluate.features import featurize, sample_features
+from workflow_lib.evaluate.floor import mauve_status
 from workflow_lib.evaluate.metrics import (
     evaluate,
-    featurize,
+    features_in_order,
     mauve_buckets,
     mauve_score,
-    mauve_status,
     mean_2se,
     rouge_f,
     variance_split,
@@ -238,7 +240,9 @@ def test_evaluate_reports_per_run_scores(texts):
         {"prompt_id": list(range(60)) * 2, "run": [0] * 60 + [1] * 60, "text": [t[12:] for t in english] * 2}
     )
     no_seeds_key = {k: v for k, v in FAST_MAUVE.items() if k != "kmeans_seeds"}  # an old settings dict
-    result, _, _, _ = evaluate(samples, prompts, featurize(english, "minilm", 64), settings_for(no_seeds_key), seed=3)
+    settings = settings_for(no_seeds_key)
+    model = sample_features(samples, prompts, settings)
+    result, _, _ = evaluate(samples, prompts, featurize(english, "minilm", 64), model, settings, seed=3)
     assert result["runs"] == 2 and len(result["mauve"]) == 2 and result["prompts"] == 60
     assert result["mauve_mean"] > 0.99 and result["rouge1_mean"] == pytest.approx(1.0)
     assert result["rouge2_mean"] == pytest.approx(1.0) and result["rougeL_mean"] == pytest.approx(1.0)
@@ -252,8 +256,8 @@ def test_mauve_below_the_floor_of_texts_is_flagged_and_at_it_is_not():
 
 def test_a_two_bucket_mauve_is_refused_and_a_resolvable_one_kept(texts):
     """The evaluation on the real path: 20 prompts per run (2 k-means buckets) is flagged "too few texts (20)" and not
-    scored: no MAUVE number, no curve, no features, and its featuriser is never loaded (a name that cannot load
-    passes); 60 prompts (6 buckets, above the default floor of 50) is scored, and there that name fails."""
+    scored: no MAUVE number, no curve, null features, and its featuriser is never loaded, by either job (a name that
+    cannot load passes); 60 prompts (6 buckets, above the default floor of 50) is scored, and there that name fails."""
     english, _ = texts
 
     def run(n, featuriser="minilm"):
@@ -263,13 +267,9 @@ def test_a_two_bucket_mauve_is_refused_and_a_resolvable_one_kept(texts):
         samples = pa.table(
             {"prompt_id": list(range(n)) * 2, "run": [0] * n + [1] * n, "text": [t[12:] for t in english[:n]] * 2}
         )
-        return evaluate(
-            samples,
-            prompts,
-            featurize(english[:n], "minilm", 64),
-            settings_for(FAST_MAUVE) | {"featuriser": featuriser},
-            seed=3,
-        )
+        settings = settings_for(FAST_MAUVE) | {"featuriser": featuriser}
+        features = sample_features(samples, prompts, settings)
+        return (*evaluate(samples, prompts, featurize(english[:n], "minilm", 64), features, settings, seed=3), features)
 
     few, curves, per_prompt, features = run(20, featuriser="no/such-featuriser")
     assert few["mauve_texts"] == 20 and few["mauve_min_texts"] == 50 and few["mauve_status"] == "too few texts (20)"
@@ -315,28 +315,33 @@ def cli_outputs(texts, tmp_path_factory):
     pq.write_table(samples, folder / "samples.parquet")
     np.save(folder / "human.npy", featurize(english[:n], "minilm", 64))
     out = {name: folder / name for name in ("metrics.json", "curves.parquet", "per_prompt.parquet", "features.parquet")}
+    settings = json.dumps(settings_for(FAST_MAUVE | {"min_texts": n}))
+    featurise = ["features", "samples", "--samples", str(folder / "samples.parquet"), "--prompts"]
+    featurise += [str(folder / "prompts.parquet"), "--settings", settings, "--output", str(out["features.parquet"])]
     argv = [
         "metrics",
-        "evaluate",
         "--samples",
         str(folder / "samples.parquet"),
         "--prompts",
         str(folder / "prompts.parquet"),
         "--human-features",
         str(folder / "human.npy"),
+        "--features",
+        str(out["features.parquet"]),
         "--settings",
-        json.dumps(settings_for(FAST_MAUVE | {"min_texts": n})),
+        settings,
         "--output",
         str(out["metrics.json"]),
         "--curves",
         str(out["curves.parquet"]),
         "--per-prompt",
         str(out["per_prompt.parquet"]),
-        "--features",
-        str(out["features.parquet"]),
     ]
-    saved, sys.argv = sys.argv, argv
+    saved = sys.argv
     try:
+        sys.argv = featurise  # the sample_features job, then the evaluate job reading its file
+        features_module.main()
+        sys.argv = argv
         metrics.main()
     finally:
         sys.argv = saved
@@ -398,7 +403,7 @@ def test_evaluate_per_prompt_rouge_matches_the_run_means(cli_outputs):
     assert result["rouge1"][0] == pytest.approx(1.0) and result["rouge1"][1] < 1
 
 
-def test_evaluate_writes_every_samples_features_by_prompt_and_run(cli_outputs, texts):
+def test_sample_features_writes_every_samples_features_by_prompt_and_run(cli_outputs, texts):
     """The MAUVE contrasts cluster these jointly with another condition's: each row must be its own sample's features."""
     _, _, per_prompt, features = cli_outputs
     assert features.column_names == ["prompt_id", "run", "features"]
@@ -427,7 +432,10 @@ def test_non_finite_mauve_stops_the_evaluation(texts, monkeypatch):
         {"prompt_id": list(range(20)), "prefix": [t[:12] for t in english[:20]], "reference": english[:20]}
     )
     samples = pa.table({"prompt_id": list(range(20)), "run": [0] * 20, "text": [t[12:] for t in english[:20]]})
-    monkeypatch.setattr(metrics, "featurize", lambda texts, *a, **k: np.ones((len(texts), 4), dtype=np.float32))
+    ones = pa.FixedSizeListArray.from_arrays(pa.array(np.ones(80, dtype=np.float32)), 4)
+    model = pa.table(
+        {"prompt_id": pa.array(range(20), pa.int64()), "run": pa.array([0] * 20, pa.int64()), "features": ones}
+    )
     monkeypatch.setattr(
         metrics,
         "mauve_result",
@@ -435,8 +443,58 @@ def test_non_finite_mauve_stops_the_evaluation(texts, monkeypatch):
     )
     with pytest.raises(StageError, match="MAUVE is not finite"):
         evaluate(
-            samples, prompts, np.ones((20, 4), dtype=np.float32), settings_for(FAST_MAUVE | {"min_texts": 20}), seed=1
+            samples,
+            prompts,
+            np.ones((20, 4), dtype=np.float32),
+            model,
+            settings_for(FAST_MAUVE | {"min_texts": 20}),
+            seed=1,
         )
+
+
+def features_table(keys: list[tuple[int, int]], values) -> pa.Table:
+    return pa.table(
+        {
+            "prompt_id": pa.array([p for p, _ in keys], pa.int64()),
+            "run": pa.array([r for _, r in keys], pa.int64()),
+            "features": values,
+        }
+    )
+
+
+def test_features_are_read_in_the_samples_order_and_a_missing_repeated_or_null_sample_is_refused():
+    """The evaluate job reads the sample_features job's file (sorted by prompt and run) back in the samples file's
+    order, which MAUVE's k-means seeding sees; a file that does not hold each sample once, with features, is an
+    error naming it, never a silent misalignment."""
+    keys = [(3, 0), (3, 1), (5, 0), (5, 1)]
+    values = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(8, dtype=np.float32)), 2)
+    table = features_table(keys, values)
+    prompt_id, run = np.array([5, 3, 5, 3]), np.array([1, 0, 0, 1])
+    got = features_in_order(table, prompt_id, run)
+    assert got.dtype == np.float32 and got.tolist() == [[6, 7], [0, 1], [4, 5], [2, 3]]
+    with pytest.raises(StageError, match=r"none for \(prompt_id, run\) \(7, 1\)"):
+        features_in_order(table, np.array([5, 3, 5, 7]), run)
+    with pytest.raises(StageError, match="does not hold each sample once"):
+        features_in_order(
+            features_table([*keys, (3, 0)], pa.concat_arrays([values, values.slice(0, 1)])), prompt_id, run
+        )
+    with pytest.raises(StageError, match="does not hold each sample once"):
+        features_in_order(table.slice(0, 3), prompt_id[:3], run[:3])
+    with pytest.raises(StageError, match="null features"):
+        features_in_order(features_table(keys, pa.nulls(4, pa.list_(pa.float32()))), prompt_id, run)
+
+
+def test_non_finite_features_stop_the_featurisation(texts, monkeypatch):
+    english, _ = texts
+    prompts = pa.table(
+        {"prompt_id": list(range(20)), "prefix": [t[:12] for t in english[:20]], "reference": english[:20]}
+    )
+    samples = pa.table({"prompt_id": list(range(20)), "run": [0] * 20, "text": [t[12:] for t in english[:20]]})
+    nan = np.ones((20, 4), dtype=np.float32)
+    nan[7, 2] = np.nan
+    monkeypatch.setattr(features_module, "featurize", lambda texts, *a, **k: nan[: len(texts)])
+    with pytest.raises(StageError, match="features are not finite"):
+        sample_features(samples, prompts, settings_for(FAST_MAUVE | {"min_texts": 20}))
 
 
 def test_results_are_dirty_only_when_a_tracked_file_of_the_workflow_changed(tmp_path, monkeypatch):

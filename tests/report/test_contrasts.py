@@ -481,7 +481,7 @@ def test_designed_mauve_lists_each_sampled_pair_with_its_identity_and_its_tables
 def test_no_mauve_contrast_is_designed_on_an_eval_set_whose_cap_is_under_the_floor(study):
     """An eval set capped below evaluation.mauve.min_texts gets no mauve_contrast job (every cell of it is "too few
     texts"); the other eval sets' pairs keep their identity and their whole table's B."""
-    from workflow_lib.evaluate.metrics import MIN_TEXTS, mauve_never_resolves
+    from workflow_lib.evaluate.floor import MIN_TEXTS, mauve_never_resolves
     from workflow_lib.report.contrasts import designed_mauve
 
     assert mauve_never_resolves(MIN_TEXTS - 1, {}) and not mauve_never_resolves(MIN_TEXTS, {})

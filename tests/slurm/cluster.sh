@@ -7,21 +7,30 @@
 #   tests/slurm/cluster.sh stop      stop the three daemons, each by the PID in its pidfile
 #   tests/slurm/cluster.sh status    sinfo
 #
-# Everything lives under $PERTURBED_LM_SLURM_DIR (default /tmp/perturbed-lm-slurm): slurm.conf, the munge
-# key and socket, state, spool, logs and pidfiles. The one file outside it is the symlink
-# /etc/slurm/slurm.conf -> that slurm.conf, where SLURM commands look: SLURM_CONF would not do, because the
-# executor's job step drops SLURM_* variables before its `srun`. `start` refuses to run on a machine that has
-# a slurm.conf of its own, and `stop` removes the symlink.
+# Everything lives under $PERTURBED_LM_SLURM_DIR (default /tmp/perturbed-lm-slurm): slurm.conf, gres.conf (which
+# slurmd reads next to its slurm.conf) and the fake GPUs' files, the munge key and socket, state, spool, logs and
+# pidfiles. The one file outside it is the symlink /etc/slurm/slurm.conf -> that slurm.conf, where SLURM commands
+# look: SLURM_CONF would not do, because the executor's job step drops SLURM_* variables before its `srun`.
+# `start` refuses to run on a machine that has a slurm.conf of its own, and `stop` removes the symlink.
 #
-# The node has the machine's real CPUs and memory (`slurmd -C`); accounting is off (no slurmdbd), so `sacct`
-# cannot report jobs and the executor plugin must poll with `--slurm-status-command squeue`. Two partitions
-# share the node, `cpu` (default) and `gpu`, so the profile's partition routing is exercised; the `gpu` one
-# has no GPUs, which is fine for configs that train on the CPU (`training.gpus: 0`).
+# The node has the machine's real CPUs and memory (`slurmd -C`), but at least MIN_CPUS CPUs; accounting is off
+# (no slurmdbd), so `sacct` cannot report jobs and the executor plugin must poll with `--slurm-status-command
+# squeue`. Two partitions share the node, `cpu` (default) and `gpu`, so the profile's partition routing is
+# exercised. The node also has 2 fake GPUs, a generic resource (GresTypes=gpu; gres.conf names empty files as
+# their devices), so that jobs submitted with `sbatch --gpus=N` (a rule with resource gpu=N) are scheduled, and
+# the tests can read each job's GPU request from squeue. Such a job gets no device (no CUDA_VISIBLE_DEVICES):
+# the code falls back to the CPU when CUDA is unavailable. A GPU job also asks for the profile's cpus_per_gpu
+# CPUs per GPU (4, or 8 for training), which sbatch refuses on a smaller node ("Requested node configuration is
+# not available"): on a machine with fewer CPUs than MIN_CPUS the node claims MIN_CPUS
+# (SlurmdParameters=config_overrides), and its jobs share the real ones.
 set -euo pipefail
 
 DIR=${PERTURBED_LM_SLURM_DIR:-/tmp/perturbed-lm-slurm}
 CONF=$DIR/slurm.conf
+GRES_CONF=$DIR/gres.conf
 SYSTEM_CONF=/etc/slurm/slurm.conf
+GPUS=2  # fake ones (no devices): enough for two GPU jobs at once
+MIN_CPUS=8  # the profile's largest cpus_per_gpu (train), so that any GPU job fits the node
 CTLD_PORT=${PERTURBED_LM_SLURMCTLD_PORT:-6817}
 SLURMD_PORT=${PERTURBED_LM_SLURMD_PORT:-6818}
 PACKAGES=(munge slurmctld slurmd slurm-client)
@@ -48,10 +57,14 @@ alive() {  # alive PIDFILE: the process named in PIDFILE runs
 }
 
 write_config() {
-    local host node
+    local host node overrides=""
     host=$(hostname -s)
     # "NodeName=vm CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=24105"
     node=$(slurmd -C | head -n 1 | sed -e "s/^NodeName=[^ ]*/NodeName=$host/")
+    if [ "$(echo "$node" | sed -n -e 's/.* CPUs=\([0-9]*\).*/\1/p')" -lt "$MIN_CPUS" ]; then
+        node="NodeName=$host CPUs=$MIN_CPUS $(echo "$node" | grep -o 'RealMemory=[0-9]*')"
+        overrides=$'# The node claims more CPUs than the machine has.\nSlurmdParameters=config_overrides'
+    fi
     cat > "$CONF" <<EOF
 # Written by tests/slurm/cluster.sh: a one-node test cluster, state under $DIR.
 ClusterName=perturbedlm
@@ -79,13 +92,28 @@ ReturnToService=2
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
+GresTypes=gpu
+$overrides
 # squeue reports a finished job for MinJobAge seconds: the executor's status polls must see it in that time.
 MinJobAge=600
 SlurmctldTimeout=30
 SlurmdTimeout=30
-$node NodeAddr=127.0.0.1 State=UNKNOWN
+$node Gres=gpu:$GPUS NodeAddr=127.0.0.1 State=UNKNOWN
 PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=ALL Default=NO MaxTime=INFINITE State=UP
+EOF
+    # slurmd reads gres.conf from slurm.conf's directory. Its gpu plugin drops a GPU without File= ("Removing
+    # file-less GPU"), and the node would be drained for reporting fewer GPUs than slurm.conf names; empty regular
+    # files will do (slurmd logs that each "is not a valid character or block device", and sets no
+    # CUDA_VISIBLE_DEVICES in the job).
+    local files=() i
+    for i in $(seq 0 $((GPUS - 1))); do
+        : > "$DIR/gpu$i"
+        files+=("$DIR/gpu$i")
+    done
+    cat > "$GRES_CONF" <<EOF
+# Written by tests/slurm/cluster.sh: $GPUS fake GPUs, files but no devices, so that jobs with --gpus are scheduled.
+NodeName=$host Name=gpu File=$(IFS=,; echo "${files[*]}")
 EOF
 }
 

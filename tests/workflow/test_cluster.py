@@ -11,6 +11,10 @@ what was left, and together they run the tiny study end to end on SLURM. Its sam
 submitted with its own predicted --time. Then the study's sampling is redone with one shard cancelled by
 `scancel` while it runs (a preemption): the next run submits that shard alone, and the gathered samples are the
 first run's byte for byte.
+
+The test node has 2 fake GPUs (a generic resource without devices, so GPU jobs run on its CPUs), and the study
+asks one for its featurisation and scoring jobs (`evaluation.gpus: 1`): each job of those rules must request one
+GPU (`sbatch --gpus=1`), and every other job none, as squeue shows.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ SLURM_ARGS = [
     "--slurm-init-seconds-before-status-checks",
     "1",
     "--max-threads",
-    "2",  # the test node has 2 CPUs; the profile asks up to 8 threads for some rules
+    "2",  # this machine has 2 CPUs (the test node claims 8); the profile asks up to 8 threads for some rules
     "--retries",
     "0",  # the profile retries a failed job twice (with more time and memory): not wanted here
     "--latency-wait",
@@ -49,7 +53,9 @@ SLURM_ARGS = [
 ]
 # Which partition the profile sends each rule to, given the two variables below.
 PARTITION_ENV = {"PERTURBED_LM_PARTITION": "cpu", "PERTURBED_LM_GPU_PARTITION": "gpu"}
-GPU_PARTITION_RULES = {"train", "sample", "features", "evaluate", "perplexity", "extrapolation"}
+GPU_PARTITION_RULES = {"train", "sample", "features", "sample_features", "perplexity", "extrapolation"}
+# The rules whose jobs ask for a GPU in this study (evaluation.gpus: 1; training.gpus and sampling.gpus stay 0).
+GPU_REQUEST_RULES = {"features", "sample_features", "perplexity", "extrapolation"}
 
 
 def slurm_available() -> bool:
@@ -107,20 +113,35 @@ def jobs_run(output: str) -> list[str]:
     return re.findall(r"^(?:local)?rule (\w+):$", output, flags=re.MULTILINE)
 
 
-def slurm_jobs(output: str) -> dict[str, tuple[str, int]]:
-    """Job comment (rule and wildcards) -> (partition, time limit in minutes), for every job the run submitted
-    (squeue keeps finished jobs for MinJobAge seconds)."""
+def slurm_jobs(output: str) -> dict[str, tuple[str, int, int]]:
+    """Job comment (rule and wildcards) -> (partition, time limit in minutes, GPUs requested), for every job the run
+    submitted (squeue keeps finished jobs for MinJobAge seconds)."""
     ids = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
     if not ids:
         return {}
+    # -O: `field:|` is the field unpadded, then |. --gpus=N shows in tres-per-job, --gres=gpu:N in tres-per-node.
+    fields = ["JobID", "Partition", "Comment", "TimeLimit", "tres-per-job", "tres-per-node"]
     queue = subprocess.run(
-        ["squeue", "-t", "all", "-h", "-j", ",".join(ids), "-o", "%i|%P|%k|%l"],
+        ["squeue", "-t", "all", "-h", "-j", ",".join(ids), "-O", ",".join(f"{field}:|" for field in fields)],
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert queue.returncode == 0, queue.stderr
-    return {line.split("|")[2]: (line.split("|")[1], minutes(line.split("|")[3])) for line in queue.stdout.splitlines()}
+    jobs = {}
+    for line in queue.stdout.splitlines():
+        _, partition, comment, limit, per_job, per_node = line.split("|")[:6]
+        jobs[comment] = (partition, minutes(limit), gpus(per_job) + gpus(per_node))
+    return jobs
+
+
+def gpus(tres: str) -> int:
+    """The GPUs in squeue's tres-per-job or tres-per-node ("gres:gpu:1", "gres/gpu:a100:2", "gres/gpu=1"; N/A: 0)."""
+    return sum(
+        int(m[1])
+        for entry in tres.split(",")
+        if (m := re.fullmatch(r"(?:gres[:/])?gpu(?::[\w.-]+)?[:=](\d+)", entry.strip()))
+    )
 
 
 def minutes(limit: str) -> int:
@@ -145,6 +166,7 @@ def study_config() -> dict:
     config["eval_sets"] = {"syn-test": config["eval_sets"]["syn-test"]}
     config["cost"] = dict(COST)
     config["sampling"] = {**config["sampling"], **SAMPLING}
+    config["evaluation"] = {**config["evaluation"], "gpus": 1}  # the featurisation and scoring jobs' GPUs
     return config
 
 
@@ -215,28 +237,37 @@ def test_tiny_study_runs_end_to_end_through_the_slurm_profile(failed_then_fixed)
     # Every job but the local rules went through sbatch, to the partition the profile names for its rule.
     submitted = {**slurm_jobs(first.stdout + first.stderr), **slurm_jobs(rerun.stdout + rerun.stderr)}
     rules = {re.match(r"rule_(\w+?)_wildcards", comment).group(1): job for comment, job in submitted.items()}
+    # Each job of a GPU_REQUEST_RULES rule asked for one GPU (evaluation.gpus), every other job for none (checked
+    # before the set of rules, so that a CPU rule asking for a GPU shows as such).
+    wrong = {
+        comment: gpus
+        for comment, (_, _, gpus) in submitted.items()
+        if gpus != (1 if re.match(r"rule_(\w+?)_wildcards", comment).group(1) in GPU_REQUEST_RULES else 0)
+    }
+    assert not wrong, f"GPUs requested (GPU_REQUEST_RULES' jobs must ask for 1, the others for none): {wrong}"
     assert set(rules) == {
         "tokenize",
         "perturb",
         "features",
+        "sample_features",
         "train",
         "sample",
         "evaluate",
         "perplexity",
         "extrapolation",
-    }
-    for rule, (partition, _) in rules.items():
+    }, sorted(rules)
+    for rule, (partition, *_) in rules.items():
         assert partition == ("gpu" if rule in GPU_PARTITION_RULES else "cpu"), (rule, partition)
-    # --time is the cost model's prediction of the job x cost.safety: one job per GPU rule in this study, but for
-    # sampling's three shards, each asking for its own prediction
+    # --time is the cost model's prediction of the job x cost.safety: one job per modelled rule in this study (the GPU
+    # rules and evaluate, predicted on cost.cpu), but for sampling's three shards, each asking for its own prediction
     config = validate_config(study_config())
     predicted = {job.rule: runtime_minutes(config, key) for key, job in planned(config).items()}
-    for rule in GPU_PARTITION_RULES - {"sample"}:
+    for rule in (GPU_PARTITION_RULES | {"evaluate"}) - {"sample"}:
         assert rules[rule][1] == predicted[rule], (rule, rules[rule][1], predicted[rule])
     shards = {
         tuple(map(int, re.search(r"_(\d+)_(\d+)$", comment).groups())): minutes
-        for comment, (_, minutes) in submitted.items()
-        if comment.startswith("rule_sample_")
+        for comment, (_, minutes, _) in submitted.items()
+        if comment.startswith("rule_sample_wildcards_")  # not sample_features
     }
     assert set(shards) == {(0, 3), (1, 3), (2, 3)}, shards
     for key, job in planned(config).items():
@@ -258,7 +289,7 @@ def test_a_shard_cancelled_while_it_runs_reruns_alone(preempted, failed_then_fix
     assert jobs_run(output).count("sample") == 3 and "gather_samples" not in jobs_run(output), jobs_run(output)
     output = after.stdout + after.stderr
     assert after.returncode == 0, output[-3000:]
-    submitted = [comment for comment in slurm_jobs(output) if comment.startswith("rule_sample_")]
+    submitted = [comment for comment in slurm_jobs(output) if comment.startswith("rule_sample_wildcards_")]
     assert jobs_run(output).count("sample") == 1 and len(submitted) == 1, (jobs_run(output), submitted)
     assert re.search(CANCELLED_SHARD, submitted[0]), submitted
     assert {"gather_samples", "evaluate", "collect_metrics"} <= set(jobs_run(output))

@@ -111,6 +111,7 @@ def test_adding_an_intensity_plans_only_that_intensity(study):
         "perplexity",
         "perturb",
         "sample",
+        "sample_features",
         "train",
     ]
     assert all("/insertion-0.2/" in job.outputs[0] for job in jobs), [job.outputs for job in jobs]
@@ -128,6 +129,7 @@ def test_changing_a_training_key_retrains_every_model_and_touches_nothing_upstre
         "train",
         "sample",
         "gather_samples",
+        "sample_features",
         "evaluate",
         "perplexity",
         "extrapolation",
@@ -144,6 +146,7 @@ def test_changing_an_objectives_hyperparameter_reruns_only_its_trainings_and_wha
         "gather_samples",
         "perplexity",
         "sample",
+        "sample_features",
         "train",
     ]
     assert all("/mixce/" in job.outputs[0] for job in jobs)
@@ -159,7 +162,7 @@ def test_changing_an_evaluation_setting_reruns_no_training(study):
     assert sorted(job.rule for job in jobs).count("sample") == len(
         list((study[1] / "results/samples").rglob("*.parquet"))
     )
-    assert {job.rule for job in jobs} == {"sample", "gather_samples", "evaluate"}, [
+    assert {job.rule for job in jobs} == {"sample", "gather_samples", "sample_features", "evaluate"}, [
         (job.rule, job.reason) for job in jobs
     ]
 
@@ -177,12 +180,13 @@ def test_editing_a_workflow_lib_module_reruns_the_jobs_whose_rules_run_it(study)
         "gather_samples",
         "perplexity",
         "sample",
-    ]  # gather_samples: it reads the new shards; evaluate: the new samples
+        "sample_features",
+    ]  # gather_samples: it reads the new shards; sample_features and evaluate: the new samples
     for job in by_rule["extrapolation"] + by_rule["perplexity"]:
         assert job.reason.startswith(CODE_CHANGED), job.reason
     for job in by_rule["sample"]:  # a shard is a temporary file, gone once gathered: missing, and its code changed
         assert job.reason.startswith("Missing output files") and CODE_CHANGED in job.reason, job.reason
-    assert all("results/samples/" in job.reason for job in by_rule["evaluate"])
+    assert all("results/samples/" in job.reason for job in by_rule["evaluate"] + by_rule["sample_features"])
     assert len(by_rule["sample"]) == len(list((study[1] / "results/samples").rglob("*.parquet")))
     assert not plan_after(study, study_config())  # restored: nothing to do
 
@@ -194,14 +198,20 @@ CODE_CHANGED = "Params have changed since last execution"
 @pytest.mark.parametrize(
     ("module", "runs_it", "planned"),
     [
-        # A module of one stage, run by its two rules: features reruns for the edit; evaluate too, which snakemake
-        # reports by its first reason, the features it reads.
-        ("workflow_lib/evaluate/metrics.py", {"features"}, {"features", "evaluate"}),
+        # The CPU half of an evaluation: evaluate alone reruns; no featurisation (GPU) job does.
+        ("workflow_lib/evaluate/metrics.py", {"evaluate"}, {"evaluate"}),
+        # The featuriser, run by its two rules: features and sample_features rerun for the edit; evaluate too, which
+        # snakemake reports by its first reason, the features it reads.
+        (
+            "workflow_lib/evaluate/features.py",
+            {"features", "sample_features"},
+            {"features", "sample_features", "evaluate"},
+        ),
         # A subpackage's __init__ runs before any of its modules: train reruns for it, and what reads new models.
         (
             "workflow_lib/train/__init__.py",
             {"train"},
-            {"train", "sample", "gather_samples", "evaluate", "extrapolation", "perplexity"},
+            {"train", "sample", "gather_samples", "sample_features", "evaluate", "extrapolation", "perplexity"},
         ),
     ],
 )
@@ -383,3 +393,19 @@ def test_a_report_key_reruns_only_the_report(study):
         write_config(workdir, study_config())
     assert {"contrasts", "tables"} <= {job.rule for job in jobs}
     assert all(job.aggregates for job in jobs), [(j.rule, j.outputs) for j in jobs]
+
+
+def test_make_estimate_finds_every_planned_jobs_benchmark(study):
+    """`make estimate` compares each job's prediction with its `benchmark:` file, found by the job's output path
+    (estimate.benchmark_key): after the study ran, every job the cost model plans has its file, the shards'
+    and the split evaluation's (sample_features, evaluate) included."""
+    from workflow_lib.config import validate_config
+    from workflow_lib.cost.devices import DEVICES
+    from workflow_lib.cost.estimate import benchmark_key, measured_seconds
+    from workflow_lib.cost.jobs import plan_jobs
+
+    _, workdir = study
+    jobs = plan_jobs(validate_config(study_config(), workdir), DEVICES["cpu"], DEVICES["cpu"], None)
+    measured = measured_seconds(workdir / "results")
+    assert {"sample_features", "evaluate", "sample", "train"} <= {job.rule for job in jobs}
+    assert not [benchmark_key(job) for job in jobs if benchmark_key(job) not in measured], sorted(measured)

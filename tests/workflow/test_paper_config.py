@@ -169,6 +169,7 @@ def expected_jobs(config: dict) -> dict[str, int]:
         "train": len(trained),
         "sample": len(sampled),  # evaluations; a test replaces it with the plan's shards (cost.max_minutes)
         "gather_samples": len(sampled),
+        "sample_features": len(sampled),
         "evaluate": len(sampled),
         "perplexity": len(perplexity),
         "extrapolation": sum(1 for job in sampled if job[5] in builtin),
@@ -292,13 +293,18 @@ def test_no_job_of_the_paper_study_has_a_command_line_over_2000_characters(paper
 
 
 def test_paper_config_requests_gpus_and_multi_gpu_training(paper_workdir):
-    """GPT-Neo trains on 4 GPUs: the job's gpu resource and accelerate's --multi_gpu follow from one setting."""
+    """GPT-Neo trains on 4 GPUs: the job's gpu resource and accelerate's --multi_gpu follow from one setting. An
+    evaluation's featurisation holds a GPU (evaluation.gpus), its k-means and ROUGE none."""
     neo = "results/models/gpt-neo-1.3b/wikitext2/mle/none/augment-m1/none-0/seed42"
     gpt2 = "results/samples/gpt2/wikitext2/mle/none/augment-m1/none-0/seed42/webtext/unbiased/none/none-0-exact.parquet"
-    result, _ = dry_run(paper_workdir, "--printshellcmds", neo, gpt2)
+    metrics = gpt2.replace("results/samples/", "results/metrics/").replace(".parquet", ".json")
+    result, _ = dry_run(paper_workdir, "--printshellcmds", neo, metrics)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
-    jobs = {job.outputs[0]: job.text for job in planned_jobs(output) if job.rule in ("train", "sample")}
+    planned = planned_jobs(output)
+    evaluation = {job.rule: job.text for job in planned if job.rule in ("sample_features", "evaluate")}
+    assert "gpu=1" in evaluation["sample_features"] and "gpu=" not in evaluation["evaluate"], evaluation
+    jobs = {job.outputs[0]: job.text for job in planned if job.rule in ("train", "sample")}
     assert "gpu=4" in jobs[neo] and "accelerate launch --multi_gpu --num_processes 4 " in jobs[neo]
     shards = [path for path in jobs if path.startswith(gpt2.removesuffix(".parquet") + ".shards/")]
     assert shards and all("gpu=1" in jobs[path] for path in shards)  # each sampling shard holds a GPU

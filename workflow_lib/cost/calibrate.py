@@ -28,9 +28,10 @@ _ENCODER = (
 RULE_IMPORTS = {
     "train": "import workflow_lib.train.trainer, accelerate; accelerate.Accelerator(cpu=True); " + _CAUSAL,
     "sample": "import workflow_lib.sample.sampler; " + _CAUSAL,
-    "evaluate": "import workflow_lib.evaluate.metrics, mauve, polars; " + _ENCODER,
+    "sample_features": "import workflow_lib.evaluate.features, polars; " + _ENCODER,
+    "evaluate": "import workflow_lib.evaluate.metrics, mauve, polars, pyarrow.parquet",
     "perplexity": "import workflow_lib.evaluate.perplexity; " + _CAUSAL,
-    "features": "import workflow_lib.evaluate.metrics; " + _ENCODER,
+    "features": "import workflow_lib.evaluate.features; " + _ENCODER,
     "extrapolation": "import workflow_lib.evaluate.extrapolation, workflow_lib.sample.sampler; " + _CAUSAL,
 }
 MAX_SHAPE_PARAMS = 50e6  # the study's own models are timed up to this size (a CPU step of more takes seconds)

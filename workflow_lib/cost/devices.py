@@ -55,7 +55,8 @@ class Device:
 GPU_FIXED_S: dict[str, float] = {
     "train": 9.0,
     "sample": 9.0,
-    "evaluate": 10.0,
+    "sample_features": 9.0,
+    "evaluate": 5.0,  # a CPU job (no CUDA start): mauve and polars imports
     "perplexity": 9.0,
     "features": 9.0,
     "extrapolation": 9.0,
@@ -121,6 +122,7 @@ DEVICES = {
         fixed_s={
             "train": 3.7,
             "sample": 3.8,
+            "sample_features": 3.7,
             "evaluate": 4.7,
             "perplexity": 3.8,
             "features": 3.7,

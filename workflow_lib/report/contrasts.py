@@ -279,7 +279,7 @@ def _shared_prompts(a: pl.DataFrame, b: pl.DataFrame, pair: dict) -> pl.DataFram
 
 def _mauve_by_run(data: dict) -> dict[int, float]:
     """A metrics file's MAUVE per run id; empty when its MAUVE is flagged "too few texts (n)", which takes no
-    part in any comparison (workflow_lib.evaluate.metrics.mauve_status)."""
+    part in any comparison (workflow_lib.evaluate.floor.mauve_status)."""
     if data.get("mauve_status"):
         return {}
     scores = data.get("mauve") or []
