@@ -647,6 +647,30 @@ def test_compare_needs_both_sidecars_and_a_shared_prompt(tmp_path, monkeypatch):
     ]
 
 
+def test_a_non_finite_per_prompt_score_stops_the_comparison_naming_both_files(tmp_path, monkeypatch):
+    """A NaN in a per-prompt sidecar is no estimate: the job stops with an error that names the two metrics files
+    compared (a wrong result never looks like a result)."""
+    from workflow_lib.cli import StageError
+    from workflow_lib.report.contrasts import compare
+
+    monkeypatch.chdir(tmp_path)
+    keys = ("family", "model", "dataset", "objective", "eval_set", "decoder", "seed")
+    pair = {**dict.fromkeys(keys, "x"), "kind": "metrics", "path_a": "runs/a.json", "path_b": "runs/b.json"}
+    pair |= {"a": "insertion 0.5", "b": "no perturbation"}
+    for name in (pair["path_a"], pair["path_b"]):
+        _sidecar(Path(name), [0, 1, 2, 3, 4, 5])
+        Path(name).write_text(json.dumps({"mauve": None, "run_ids": [0]}))
+    frame = pl.read_parquet("runs/b.prompts.parquet")
+    frame.with_columns(pl.Series("rouge2", [0.5, float("nan"), 0.5, 0.5, 0.5, 0.5])).write_parquet(
+        "runs/b.prompts.parquet"
+    )
+    with pytest.raises(StageError) as error:
+        compare(pair)
+    assert str(error.value) == (
+        "runs/a.json vs runs/b.json: permutation test: a non-finite per-prompt value; no estimate is made"
+    )
+
+
 def test_joint_mauve_results_replace_the_paired_t_and_enter_holm(study, tmp_path, monkeypatch):
     """One perturbation pair tested on the shared quantisation at p = 0.05 exactly, the other two not testable: Holm's
     m is 1, so its adjusted p is 0.05, which is not below the level. Pairs without a result keep the paired t."""
