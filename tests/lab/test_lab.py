@@ -344,9 +344,21 @@ def test_synonym_draws_stay_in_class_with_the_grammar_weights(grammar, lex, base
     assert np.all(np.abs(freq - weights) < 5 * np.sqrt(weights * (1 - weights) / draws.size))
 
 
-def test_synonym_perturbation_needs_the_grammar(lex, base):
-    with pytest.raises(ValueError, match="weights_source"):
-        perturbation.perturb_words(lex, base, "synonym", 0.5, LAST, perturbation.keys_for(0, np.arange(len(base))), 0)
+def test_perturbation_refuses_what_it_cannot_draw_and_keeps_every_word_at_beta_0(lex, base):
+    keys = perturbation.keys_for(0, np.arange(len(base)))
+    for args, message in [
+        (
+            ("synonym", 0.5, LAST, keys),
+            "q0='synonym' needs weights_source, the grammar whose within-class weights Q0 uses",
+        ),
+        (("uniformly", 0.5, LAST, keys), "q0 must be one of ('uniform', 'synonym'), not 'uniformly'"),
+        (("uniform", 1.5, LAST, keys), "beta must be in [0, 1], not 1.5"),
+        (("uniform", 0.5, LAST, keys[:2]), f"keys must be one per prefix, shape ({len(base)},), not (2,)"),
+    ]:
+        with pytest.raises(ValueError) as error:
+            perturbation.perturb_words(lex, base, *args, 0)
+        assert str(error.value) == message
+    assert np.array_equal(perturbation.perturb_words(lex, base, "uniform", 0.0, LAST, keys, 0), base)
 
 
 # ---- the constants ------------------------------------------------------------------------------------------
@@ -446,3 +458,220 @@ def test_proposition_holds_by_exhaustive_enumeration(beta):
         for delta in range(1, length + 1):
             assert worst[delta] <= perturbation.proposition_constants(beta, length, delta)[1] + 1e-12
         assert worst[1] == pytest.approx(1 - beta)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda: perturbation.proposition_constants(0.5, -1, 1),
+            "need beta in [0, 1], last >= 0 and delta >= 0, not 0.5, -1, 1",
+        ),
+        (
+            lambda: perturbation.proposition_constants(1.5, 4, 1),
+            "need beta in [0, 1], last >= 0 and delta >= 0, not 1.5, 4, 1",
+        ),
+        (
+            lambda: perturbation.uniform_replacement_tv(0.5, 1, 1),
+            "need beta in [0, 1], n_words >= 2, changes >= 0; not 0.5, 1, 1, 0",
+        ),
+        (
+            lambda: perturbation.uniform_replacement_tv(0.5, 9, -1),
+            "need beta in [0, 1], n_words >= 2, changes >= 0; not 0.5, 9, -1, 0",
+        ),
+        (
+            lambda: perturbation.uniform_replacement_tv(1.5, 9, 1),
+            "need beta in [0, 1], n_words >= 2, changes >= 0; not 1.5, 9, 1, 0",
+        ),
+        (
+            lambda: perturbation.exact_constants("uniform", 0.5, 0, 4, 1),
+            "need beta in [0, 1], last >= 1, length >= 1 and delta >= 0; not 0.5, 0, 4, 1",
+        ),
+        (
+            lambda: perturbation.exact_constants("uniform", 0.5, 4, 0, 1),
+            "need beta in [0, 1], last >= 1, length >= 1 and delta >= 0; not 0.5, 4, 0, 1",
+        ),
+        (
+            lambda: perturbation.exact_constants("uniform", 0.5, 4, 4, -1),
+            "need beta in [0, 1], last >= 1, length >= 1 and delta >= 0; not 0.5, 4, 4, -1",
+        ),
+        (
+            lambda: perturbation.exact_constants("uniform", 1.5, 4, 4, 1),
+            "need beta in [0, 1], last >= 1, length >= 1 and delta >= 0; not 1.5, 4, 4, 1",
+        ),
+        (lambda: perturbation.contraction_betas(0), "length must be >= 1, not 0"),
+        (lambda: perturbation.exact_tv_of_T(3, 0.5, (0, 1), (0,)), "x and x_prime must have the same length"),
+    ],
+)
+def test_arguments_outside_the_definitions_are_refused_with_the_values(call, message):
+    with pytest.raises(ValueError) as error:
+        call()
+    assert str(error.value) == message
+
+
+def test_the_smallest_valid_arguments_are_accepted():
+    """The edges of each domain: beta 0, no positions, two words, one word of length, delta 0."""
+    assert perturbation.proposition_constants(0.5, 0, 0) == (0.0, 0.0)
+    assert perturbation.proposition_constants(0.5, 4, 4) == (1.0, 1.0)  # (1 - beta) delta = 2, capped at 1
+    assert perturbation.uniform_replacement_tv(0.0, 2, 1) == 1.0  # T keeps every word: the laws are disjoint
+    assert perturbation.uniform_replacement_tv(1.0, 2, 1) == 0.0  # T redraws every word
+    assert perturbation.exact_constants("uniform", 0.0, 1, 1, 1) == (1.0, 1.0)
+    assert perturbation.exact_constants("uniform", 0.9, 16, 16, 0) == (pytest.approx(1 - 0.9**16), 0.0)
+    assert perturbation.contraction_betas(1) == (0.5, 0.5)
+
+
+def class_mates(lex, row: np.ndarray, positions: range, unseen: bool) -> tuple[list[int], list[int]]:
+    """The first two content-word positions in `positions` and, for each, a class-mate of its word (the class's
+    unseen pseudo-word, or another seen word of the class)."""
+    found, mates = [], []
+    for p in positions:
+        cls = lex.word_class[row[p]]
+        if not lex.content_class[cls]:
+            continue
+        pool = np.flatnonzero((lex.word_class == cls) & (lex.seen != unseen) & (np.arange(len(lex.words)) != row[p]))
+        if pool.size:
+            found.append(p)
+            mates.append(int(pool[0]))
+        if len(found) == 2:
+            return found, mates
+    raise AssertionError("no two content words with class-mates in the window")
+
+
+def test_row_tv_to_base_counts_seen_and_unseen_changes_and_reads_t_window(lex, base):
+    """Two changes: seen and unseen ones give different exact TVs (one change would not tell them apart, both are
+    1 - beta). With l = L a change at position 0 is inside the window."""
+    window = range(LENGTH - LAST, LENGTH)
+    rows = base[:3].copy()
+    for r, kind in enumerate(("seen", "unseen", "both")):
+        positions, _ = class_mates(lex, rows[r], window, unseen=False)
+        for p, unseen in zip(positions, (kind != "seen", kind == "unseen")):
+            rows[r, p] = lex.n_seen if unseen else (rows[r, p] + 1) % lex.n_seen
+    tv, exact = perturbation.row_tv_to_base(lex, rows, base[:3], "uniform", 0.975, LAST)
+    expected = [perturbation.uniform_replacement_tv(0.975, lex.n_seen, s, u) for s, u in ((2, 0), (0, 2), (1, 1))]
+    assert exact.all() and tv == pytest.approx(expected) and expected[0] < expected[2] < expected[1]
+    first = base[:1].copy()
+    first[0, 0] = lex.n_seen
+    tv, _ = perturbation.row_tv_to_base(lex, first, base[:1], "uniform", 0.975, LENGTH)
+    assert tv == pytest.approx([0.025])  # inside the window at l = L: the unseen word is replaced w.p. beta
+    with pytest.raises(ValueError) as error:
+        perturbation.row_tv_to_base(lex, base[:2], base[:3], "uniform", 0.5, LAST)
+    assert str(error.value) == f"prefixes (2, {LENGTH}) and bases (3, {LENGTH}) must have one base per row"
+
+
+def test_row_tv_to_base_under_class_replacement_is_the_couplings_bound_below_beta_1_and_exact_at_1(lex, base):
+    window = range(LENGTH - LAST, LENGTH)
+    rows = base[:4].copy()
+    positions, mates = class_mates(lex, rows[1], window, unseen=True)
+    rows[1, positions[0]] = mates[0]  # one unseen synonym: restored by class replacement
+    positions, mates = class_mates(lex, rows[2], window, unseen=True)
+    rows[2, positions] = mates  # two
+    other = np.flatnonzero(lex.word_class != lex.word_class[rows[3, LENGTH - 1]])[0]
+    rows[3, LENGTH - 1] = other  # a word of another class: never restored
+    tv, exact = perturbation.row_tv_to_base(lex, rows, base[:4], "synonym", 0.5, LAST)
+    assert tv.tolist() == [0.0, 0.5, 0.75, 1.0]  # 1 - beta^m where every change is restorable, else 1
+    assert exact.tolist() == [True, False, False, True]  # the coupling's value bounds the TV from above
+    tv, exact = perturbation.row_tv_to_base(lex, rows, base[:4], "synonym", 1.0, LAST)
+    assert tv.tolist() == [0.0, 0.0, 0.0, 1.0] and exact.all()
+
+
+def test_positions_are_chosen_uniformly_among_the_eligible_ones():
+    """k distinct eligible columns per row, every eligible column reachable: over 400 rows each of 10 columns is
+    chosen, and an ineligible one never is."""
+    eligible = np.ones((400, 10), dtype=bool)
+    eligible[:, 3] = False
+    ok, positions = prefix_sets._choose_positions(np.random.default_rng(0), eligible, 2)
+    assert ok.all() and (positions[:, 0] != positions[:, 1]).all()
+    counts = np.bincount(positions.ravel(), minlength=10)
+    assert counts[3] == 0 and (np.delete(counts, 3) > 50).all()  # 800 picks over 9 columns: about 89 each
+
+
+def test_in_class_draws_follow_the_grammars_within_class_weights(grammar):
+    """An even grid of uniforms gives each word of a content class its share of the class's weight, to 1/n."""
+    n = 2000
+    for cls in (grammar.noun0, grammar.verb0 + 1):
+        words = np.flatnonzero(grammar.word_class == cls)
+        drawn = prefix_sets._draw_in_class(grammar, np.full(n, cls), (np.arange(n) + 0.5) / n)
+        share = np.bincount(drawn - words[0], minlength=words.size) / n
+        weights = grammar.word_weight[words] / grammar.word_weight[words].sum()
+        assert drawn.min() >= words[0] and drawn.max() <= words[-1]
+        assert share == pytest.approx(weights, abs=1.0 / n)
+
+
+def test_a_partial_composition_has_a_completion_by_what_has_been_read():
+    """mass[s, v, o]: subject 0 has completions only through verb 0; subject 1 has none."""
+    mass = np.zeros((2, 2, 2), dtype=bool)
+    mass[0, 0, 1] = True
+    comp = np.array([[0, 0, 1], [0, 0, 0], [0, 1, 0], [0, 0, 0], [1, 0, 0], [1, 1, 1]])
+    present = np.array([[1, 1, 1], [1, 1, 1], [1, 1, 0], [1, 1, 0], [1, 0, 0], [0, 0, 0]], dtype=bool)
+    # the last: nothing read yet, so any sentence can follow
+    assert prefix_sets._has_completion(mass, comp, present).tolist() == [True, False, False, True, False, True]
+
+
+def test_delta_sets_and_truth_refuse_bad_arguments_with_the_values(grammar, lex, base, sets):
+    cases = [
+        (lambda: prefix_sets.delta_sets(grammar, lex, base, [-1], LAST, SEED), "deltas must be >= 0, not -1"),
+        (
+            lambda: prefix_sets.delta_sets(grammar, lex, sets["composition", 1]["prefixes"], [1], LAST, SEED),
+            "base prefixes must be in the support (distance 0), e.g. from base_prefixes",
+        ),
+        (
+            lambda: prefix_sets.truth(grammar, lex, base, "synonyms"),
+            "family must be one of ('composition', 'synonym'), not 'synonyms'",
+        ),
+    ]
+    off = sets["composition", 1]["prefixes"][:3]  # held-out compositions in the current sentence: no in-support law
+    off = off[np.isnan(grammar.next_word_probs(list(off), "in_support")).any(axis=1)]
+    message = (
+        f"{len(off)} prefix(es) have no true law: their current sentence breaks the template or, for the synonym "
+        "family, leaves the support"
+    )
+    cases.append((lambda: prefix_sets.truth(grammar, lex, off, "synonym"), message))
+    for call, expected in cases:
+        with pytest.raises(ValueError) as error:
+            call()
+        assert str(error.value) == expected
+
+
+def test_the_window_starts_at_position_l_minus_last(grammar, lex, base):
+    """With last = 1 only the final word may change: the synonym rows are the bases ending in a content word."""
+    (s,) = [x for x in prefix_sets.delta_sets(grammar, lex, base, [1], 1, SEED) if x["family"] == "synonym"]
+    ends_in_content = np.flatnonzero(lex.content_class[lex.word_class[base[:, -1]]])
+    assert s["base"].tolist() == ends_in_content.tolist() and ends_in_content.size
+    assert (s["prefixes"][:, :-1] == base[s["base"], :-1]).all() and not lex.seen[s["prefixes"][:, -1]].any()
+
+
+def test_composition_changes_are_drawn_across_slots_and_words(grammar, sets):
+    """Which slot of a sentence changes, and the new word within its class, are random draws: over the delta-1 rows
+    both subjects or objects (nouns) and verbs change, and some class receives more than one new word."""
+    s = sets["composition", 1]
+    base_rows = prefix_sets.base_prefixes(grammar, 80, LENGTH, SEED)[s["base"]]
+    changed = s["prefixes"] != base_rows
+    new = s["prefixes"][changed]
+    kinds = grammar.word_class[new]
+    assert ((kinds >= grammar.noun0) & (kinds < grammar.verb0)).any() and (
+        (kinds >= grammar.verb0) & (kinds < grammar.adj0)
+    ).any()
+    assert any(len(set(new[kinds == k].tolist())) > 1 for k in set(kinds.tolist()))
+
+
+def test_a_sentences_change_is_drawn_among_all_that_break_it(grammar, base):
+    """The same base row drawn 200 times at delta 1: within one sentence, more than one (position, new class)
+    breaks it, and the draws find several, not always the first option."""
+    rows = np.repeat(base[:1], 200, axis=0)
+    window = np.broadcast_to(np.arange(LENGTH) >= LENGTH - LAST, rows.shape)
+    ok, out = prefix_sets._composition_candidates(grammar, rows, window, 1, np.random.default_rng(0))
+    is_end = grammar.word_class[base[0]] == grammar.end_class
+    sentence = np.cumsum(is_end) - is_end
+    changes: dict[int, set] = {}
+    for r, p in zip(*np.nonzero(out[ok] != rows[ok])):
+        changes.setdefault(int(sentence[p]), set()).add((int(p), int(grammar.word_class[out[ok][r, p]])))
+    assert max(len(c) for c in changes.values()) > 1
+
+
+def test_no_base_prefixes_is_an_empty_int_table_and_the_lexicon_checks_shapes_and_types(grammar, lex):
+    empty = prefix_sets.base_prefixes(grammar, 0, LENGTH, SEED)
+    assert empty.shape == (0, LENGTH) and empty.dtype == np.int64
+    assert lex.check([[1.0, 2.0]]).dtype == np.int64
+    with pytest.raises(ValueError) as error:
+        lex.check([1, 2])
+    assert str(error.value) == "prefixes must be [n, L], not shape (2,)"

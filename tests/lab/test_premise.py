@@ -104,8 +104,12 @@ def test_off_support_share_is_the_frequency_of_draws_that_leave_the_support(tiny
         assert ((exact > 0) & (exact < 1)).any() == (beta < 1) and (exact == 0).any() and (exact == 1).any()
         frequency = draw_frequency(grammar, lex, "off-support", sample, "synonym", beta, last, draws=400)
         assert frequency == pytest.approx(exact, abs=0.12)
-    with pytest.raises(ValueError, match="no closed form"):
+    with pytest.raises(ValueError) as error:
         premise.off_support_share(grammar, lex, sample, "uniform", 0.5, 3)
+    assert str(error.value) == (
+        "off_support_share: no closed form for q0 'uniform' at beta 0.5 (none is needed: no pair of the off-support "
+        "class is admissible under it)"
+    )
 
 
 def test_worst_prefixes_are_at_exact_distance_and_refuse_an_off_support_start(lab):
@@ -197,3 +201,60 @@ def test_at_beta_0_the_off_support_share_is_whether_the_prefix_is_off_the_suppor
         share = premise.off_support_share(grammar, lex, every, q0, 0.0, 3)
         assert share.dtype == np.float64 and set(np.unique(distance)) >= {0, 1, 2}
         np.testing.assert_array_equal(share, (distance >= 1).astype(np.float64))
+
+
+def test_the_largest_tv_is_taken_per_pair_over_words():
+    """TV sums over the words of one pair, then the max runs over pairs (not the other way round)."""
+    assert premise.max_pairwise_tv(np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])) == 1.0
+    three = np.array([[0.5, 0.5, 0.0], [0.5, 0.0, 0.5], [0.0, 0.5, 0.5]])
+    assert premise.max_pairwise_tv(three) == pytest.approx(0.5)
+
+
+def test_an_unknown_class_is_refused_by_name(tiny):
+    grammar, lex, every, _ = tiny
+    with pytest.raises(ValueError, match=r"class must be one of \('unseen', 'off-support'\), not 'unsen'"):
+        premise.outside_a(grammar, lex, "unsen", every[:2])
+    with pytest.raises(ValueError, match=r"class must be one of \('unseen', 'off-support'\), not 'unsen'"):
+        premise.leave_share(grammar, lex, "unsen", every[:2], "synonym", 0.5, 3)
+
+
+def test_admissibility_is_refused_when_no_replacement_leaves_the_support(lab, monkeypatch):
+    """A grammar in which no last word leaves the support would leave uniform replacement's case undecided: the
+    function says so instead of guessing (the builtin grammars never get there, so the distances are faked)."""
+    grammar, lex, frame = lab
+    support = np.stack(frame.filter(pl.col("delta") == 0)["ids"].to_list())[0]
+    monkeypatch.setattr(prefix_sets, "support_distance", lambda g, x, p: np.zeros(len(p), dtype=np.int64))
+    message = (
+        "no seen word in the last position takes this support prefix off the support; "
+        "the off-support class's admissibility under uniform replacement is undecided"
+    )
+    with pytest.raises(ValueError) as error:
+        premise.admissible(grammar, lex, "off-support", "uniform", 0.9, support)
+    assert str(error.value) == message
+
+
+def test_worst_prefixes_without_delta_0_and_the_refusal_names_the_prefixs_distance(lab):
+    grammar, lex, frame = lab
+    support = np.stack(frame.filter(pl.col("delta") == 0)["ids"].to_list())[0]
+    worst = premise.worst_prefixes(grammar, lex, support, [2, 5])
+    assert prefix_sets.support_distance(grammar, lex, worst).tolist() == [2, 5]
+    off = support.copy()
+    off[-1] = int(np.flatnonzero(~lex.seen)[0])  # one substitution away
+    with pytest.raises(ValueError, match=r"not a support prefix \(distance 1\)"):
+        premise.worst_prefixes(grammar, lex, off, [3])
+
+
+def test_unseen_words_ending_where_the_window_starts_are_before_it():
+    assert premise.describe_worst(8, 32, 40) == "unseen words at positions 0-7, before T's window"
+    assert premise.describe_worst(9, 32, 40) == "unseen words at positions 0-8; position 0 lies before T's window"
+
+
+def test_the_draws_check_stops_a_share_of_1_that_never_leaves_and_names_its_row(lab):
+    """Support prefixes never leave A: a closed form giving the second one share 1 is caught, and named."""
+    grammar, lex, frame = lab
+    rows = np.stack(frame.filter(pl.col("delta") == 0)["ids"].to_list())[:2]
+    keys = perturbation.keys_for(1, np.arange(2))
+    with pytest.raises(ValueError, match="row 1 has exact share 1 of leaving A, but draw 0 disagrees"):
+        premise.check_shares_against_draws(
+            grammar, lex, "unseen", rows, np.array([0.0, 1.0]), "synonym", 0.5, 12, keys, 2
+        )

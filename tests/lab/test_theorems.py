@@ -51,10 +51,28 @@ def pick(table: pl.DataFrame, cls: str, name: str, delta: int, family: str = "sy
         (0.0, 0.0, np.inf, "holds"),
         (0.01, 0.0, np.inf, "violated"),
         (1.0, 1.0, 1.0, "vacuous"),
+        (0.2 + theorems.TOLERANCE, 0.2, 1.0, "holds"),  # within the tolerance of the bound
+        (0.5, 1.0, 1.0 + theorems.TOLERANCE, "vacuous"),  # a bound within the tolerance of the cap says nothing
     ],
 )
 def test_verdicts(value, bound, cap, expected):
     assert theorems.verdict(value, bound, cap) == expected
+
+
+def test_not_applicable_says_whether_u_perturb_is_above_the_tolerance():
+    assert theorems.not_applicable(theorems.TOLERANCE) == "not applicable (SP_perturb fails; U_perturb = 0)"
+    assert theorems.not_applicable(1e-9) == "not applicable (SP_perturb fails; U_perturb > 0)"
+
+
+def test_lab_runs_add_the_propositions_settings_to_uniform_ts_only():
+    specs = {"u": {"q0": "uniform", "beta": 0.9, "last": 12}, "s": {"q0": "synonym", "beta": 1.0, "last": 12}}
+    assert theorems.lab_runs(specs, 16) == {
+        **specs,
+        "u, l = L": {"q0": "uniform", "beta": 0.9, "last": 16},
+        "u, l = L, beta = 0.9844": {"q0": "uniform", "beta": 1 - 1 / 64, "last": 16},
+    }
+    whole = {"w": {"q0": "uniform", "beta": 0.5, "last": 16}}  # already l = L: no second copy of it
+    assert list(theorems.lab_runs(whole, 16)) == ["w", "w, l = L, beta = 0.9844"]
 
 
 def test_sp_perturb_holds_only_where_t_forgets_every_word():
@@ -153,3 +171,82 @@ def test_a_row_above_its_sup_is_a_bug_and_stops(table):
     with pytest.raises(ValueError, match="exceeds the sup over every prefix"):
         theorems.check_rows_within_sups(doctored)
     theorems.check_rows_within_sups(table)
+
+
+def test_class_replacement_has_no_propositions_constants_and_its_rows_c_is_its_own(lab, table):
+    """The Proposition is about uniform replacement: class replacement's rows say so rather than borrow its
+    constants; C_rows is the largest TV to the support prefix of the T that runs, row by row."""
+    _, lex, frame = lab
+    for delta in (0, 1, 2):
+        hit = pick(table, "unseen", "synonym", delta, family="composition")
+        assert hit["alpha_proposition"] is None and hit["C_proposition"] is None
+        assert hit["contraction_proposition"] == hit["robustness_proposition"] == theorems.NOT_PROPOSITION
+    ids = np.stack(frame["ids"].to_list()).astype(np.int64)
+    support = {(f, b): r for f, b, r, d in frame.select("family", "base", "row", "delta").iter_rows() if d == 0}
+    bases = ids[[support[(f, b)] for f, b in frame.select("family", "base").iter_rows()]]
+    for name, spec in SPECS.items():
+        c_rows, _ = perturbation.row_tv_to_base(lex, ids, bases, spec["q0"], spec["beta"], spec["last"])
+        for family in ("synonym", "composition"):
+            for delta in (1, 2):
+                rows = (frame["family"] == family) & (frame["delta"] == delta)
+                assert pick(table, "unseen", name, delta, family)["C_rows"] == c_rows[rows.to_numpy()].max()
+    assert pick(table, "unseen", "synonym", 1, "composition")["C_rows"] == 1.0  # a new class sequence is kept
+    assert pick(table, "unseen", "synonym", 1)["C_rows"] == 0.0  # a synonym is restored by its class
+
+
+def test_a_bound_below_the_cap_holds_and_the_factor_2_is_the_theorems(lab):
+    """Uniform replacement of all 16 words at betas where 2 x the constant x U is below the members' TV (the bound
+    says something, and holds) but 3 x would not be: the verdicts read 2, and U_base, exactly as the theorems do."""
+    table = table_of(
+        lab, {"c": {"q0": "uniform", "beta": 0.972, "last": 16}, "r": {"q0": "uniform", "beta": 0.7746, "last": 16}}
+    )
+    contraction = pick(table, "unseen", "c", 1)
+    spread = contraction["member_tv"]
+    assert contraction["U_base_inf"] == pytest.approx(spread)
+    for alpha, verdict in (
+        (contraction["alpha"], "contraction"),
+        (contraction["alpha_proposition"], "contraction_proposition"),
+    ):
+        assert 2 * alpha * spread < spread <= 3 * alpha * spread
+        assert contraction[verdict] == "holds"
+    robustness = pick(table, "unseen", "r", 2)
+    for c, verdict in ((robustness["C"], "robustness"), (robustness["C_proposition"], "robustness_proposition")):
+        assert 2 * c < spread <= 3 * c and robustness[verdict] == "holds"
+
+
+def test_delta_0_has_no_premise_or_extrapolability_verdict_and_counts_its_rows(lab, table):
+    """At delta 0 every prefix is a support prefix: SP_perturb and Extrapolability are about delta >= 1, so the
+    cells are a dash; n_prefixes is the number of the family's rows at that delta."""
+    frame = lab[2]
+    for delta in (0, 1, 2):
+        for family in ("synonym", "composition"):
+            hit = pick(table, "unseen", "uniform", delta, family)
+            assert hit["n_prefixes"] == frame.filter((pl.col("family") == family) & (pl.col("delta") == delta)).height
+            assert (hit["sp_perturb"] == "—") == (delta == 0) and (hit["extrapolability"] == "—") == (delta == 0)
+
+
+def test_many_class_replacement_ts_listed_first_still_make_one_table(lab):
+    """Class replacement has no Proposition constants (None): more than 100 such rows before the first uniform T
+    must not fix the column's type from them."""
+    specs = {f"s{i}": {"q0": "synonym", "beta": 1.0, "last": 12} for i in range(9)}
+    table = table_of(lab, {**specs, "u": {"q0": "uniform", "beta": 0.9, "last": 12}})
+    assert table.height > 100 and table["alpha_proposition"].dtype == pl.Float64
+    assert pick(table, "unseen", "u", 1)["alpha_proposition"] == pytest.approx(1.0)
+
+
+def test_a_single_row_above_its_sup_is_named(table):
+    row = (pl.col("delta") == 1) & (pl.col("class") == "unseen") & (pl.col("perturbation") == "synonym")
+    doctored = table.with_columns(
+        pl.when(row & (pl.col("family") == "composition"))
+        .then(0.5)
+        .otherwise(pl.col("U_base_rows"))
+        .alias("U_base_rows"),
+        pl.when(row & (pl.col("family") == "composition")).then(0.0).otherwise(pl.col("U_base")).alias("U_base"),
+    )
+    message = (
+        "premise class unseen, T = synonym, composition rows at delta 1: U on the rows (0.500000, 0.000000) exceeds "
+        "the sup over every prefix (0.000000, "
+    )
+    with pytest.raises(ValueError) as error:
+        theorems.check_rows_within_sups(doctored)
+    assert str(error.value).startswith(message)

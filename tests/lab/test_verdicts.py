@@ -1,5 +1,4 @@
-"""The theory lab's trained-model table (descriptive), its internal coupling assertion, the markdown and figure,
-and the `lab` CLI on a tiny grammar with its refusals."""
+"""The theory lab's markdown and figure, and the `lab` CLI on a tiny grammar with its refusals."""
 
 from __future__ import annotations
 
@@ -11,163 +10,8 @@ import polars as pl
 import pytest
 
 from workflow_lib.cli import StageError
-from workflow_lib.lab import bounds, perturbation, verdicts
+from workflow_lib.lab import bounds, perturbation, prefix_sets, theorems, verdicts
 from workflow_lib.lab.laws import build_sets, grammar_of
-
-# Four rows of one family: two support prefixes (delta 0) and their delta-1 versions (same base).
-ROWS = [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]  # (row, delta, base)
-ONE = [1.0, 0.0, 0.0]
-# "none" laws of three models on cells (word 0, word 1, other). Pair TVs (A,B), (A,C), (B,C) per row:
-# row 0: 0, 0, 0; row 1: 0, 0.1, 0.1; row 2: 0.5, 0.3, 0.2; row 3: 0.2, 0, 0.2.
-LAWS = np.array(
-    [
-        [ONE, ONE, ONE, ONE],
-        [ONE, ONE, [0.5, 0.5, 0.0], [0.8, 0.2, 0.0]],
-        [ONE, [0.9, 0.1, 0.0], [0.7, 0.3, 0.0], ONE],
-    ]
-)
-CONSTANTS = {
-    ("syn", "synonym", d): {
-        "alpha": 1.0,
-        "alpha_proposition": 0.4,
-        "C": float(d),
-        "C_proposition": 0.1 * d,
-        "C_rows": 0.05 * d,
-    }
-    for d in (0, 1)
-}
-
-
-def prefixes(family: str = "synonym", truth=(1.0, 0.0)) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "row": [r for r, _, _ in ROWS],
-            "family": [family] * 4,
-            "delta": [d for _, d, _ in ROWS],
-            "base": [b for _, _, b in ROWS],
-            "text": ["a b"] * 4,
-            "truth": [list(truth)] * 4,
-        },
-        schema={
-            "row": pl.Int64,
-            "family": pl.Utf8,
-            "delta": pl.Int64,
-            "base": pl.Int64,
-            "text": pl.Utf8,
-            "truth": pl.List(pl.Float64),
-        },
-    )
-
-
-def models(perturbed: np.ndarray | None = None, single=(True, True)) -> list[dict]:
-    """Three models with LAWS unperturbed and `perturbed` (default: LAWS again) under "syn"."""
-    perturbed = LAWS if perturbed is None else perturbed
-    return [
-        {
-            "laws": np.stack([LAWS[m], perturbed[m]]),
-            "perturbations": np.array(["none", "syn"]),
-            "single": np.array(single),
-            "label": f"model {m}",
-        }
-        for m in range(3)
-    ]
-
-
-def table(perturbed: np.ndarray | None = None, group: list[dict] | None = None) -> pl.DataFrame:
-    return bounds.uncertainty_table(prefixes(), group or models(perturbed), CONSTANTS, draws=8)
-
-
-def row(frame: pl.DataFrame, perturbation: str, delta: int) -> dict:
-    (hit,) = frame.filter((pl.col("perturbation") == perturbation) & (pl.col("delta") == delta)).iter_rows(named=True)
-    return hit
-
-
-def test_tv_of_a_model_with_itself_is_zero():
-    laws = np.random.default_rng(0).dirichlet(np.ones(5), size=(2, 7))  # two different models, 7 rows
-    tv = bounds.pairwise_tv(np.stack([laws[0], laws[0], laws[1]]))  # pairs (0,1), (0,2), (1,2)
-    assert tv.shape == (3, 7)
-    assert np.all(tv[0] == 0)
-    assert np.all(tv[1] > 0) and np.allclose(tv[1], tv[2])
-
-
-def test_pairwise_tv_matches_a_hand_computation():
-    tv = bounds.pairwise_tv(np.array([[[0.5, 0.5, 0.0]], [[1.0, 0.0, 0.0]], [[0.2, 0.2, 0.6]]]))
-    assert tv[:, 0] == pytest.approx([0.5, 0.6, 0.8])
-    by_row = [[0, 0, 0], [0, 0.1, 0.1], [0.5, 0.3, 0.2], [0.2, 0, 0.2]]  # LAWS' pairs, as in its comment
-    assert bounds.pairwise_tv(LAWS).T == pytest.approx(np.array(by_row))
-
-
-def test_coarse_truth_and_fold_move_multi_token_mass_into_the_other_cell():
-    single = np.array([True, False, True])
-    assert bounds.coarse_truth(np.array([[0.2, 0.3, 0.5]]), single) == pytest.approx(np.array([[0.2, 0.0, 0.5, 0.3]]))
-    assert bounds.fold(np.array([0.1, 0.2, 0.3, 0.4]), single) == pytest.approx([0.1, 0.0, 0.3, 0.6])
-
-
-def test_table_describes_the_models_disagreement_and_attaches_ts_constants():
-    frame = table(perturbed=np.stack([LAWS[0], LAWS[0], LAWS[1]]))
-    assert frame.columns == bounds.COLUMNS
-    none0, none1 = row(frame, "none", 0), row(frame, "none", 1)
-    assert none0["U_max"] == pytest.approx(0.1) and none1["U_max"] == pytest.approx(0.5)
-    assert none1["U_growth"] == pytest.approx(0.4) and none1["support_disagreement"] == pytest.approx(0.1)
-    assert none1["U_mean"] == pytest.approx(np.mean([0.5, 0.3, 0.2, 0.2, 0, 0.2]))
-    assert none1["tv_truth_mean"] == pytest.approx(np.mean([0, 0.5, 0.3, 0, 0.2, 0]))
-    assert none1["draws"] == 1 and none1["alpha"] is None and none1["C"] is None
-    syn1 = row(frame, "syn", 1)
-    assert syn1["draws"] == 8 and syn1["C"] == 1.0 and syn1["C_proposition"] == pytest.approx(0.1)
-    assert syn1["U_max"] == pytest.approx(0.5)  # models 0 and 1 equal, model 2 as before
-    assert not {c for c in frame.columns if c.startswith(("respects", "bound", "violations"))}
-
-
-def test_half_draws_column_reports_how_far_the_monte_carlo_average_moves():
-    group = models()
-    for m in group:
-        m["laws_half"] = m["laws"].copy()
-    group[0]["laws_half"][1, 2] = [0.0, 1.0, 0.0]  # model A's first-half average moves on row 2
-    frame = table(group=group)
-    assert row(frame, "syn", 1)["U_max"] == pytest.approx(0.5)
-    assert row(frame, "syn", 1)["U_max_half_draws"] == pytest.approx(0.7)  # A vs C on row 2: (0,1,0) vs (.7,.3,0)
-    assert row(frame, "none", 1)["U_max_half_draws"] is None
-
-
-def test_the_coupling_assertion_passes_consistent_draws_and_stops_on_inconsistent_ones():
-    group = models()
-    for m in group:  # every row changed in half of the draws: 2 x 0.5 + support TV >= any TV
-        m["differs"] = np.full((2, 4), 0.5)
-    assert table(group=group).height == 4
-    for m in group:  # no draw changed a delta-1 row: its TV must equal its support prefix's, and does not
-        m["differs"] = np.zeros((2, 4))
-    with pytest.raises(StageError, match="coupling inequality fails at row 2.*which is a bug"):
-        table(group=group)
-
-
-def test_missing_constants_are_refused_by_name():
-    with pytest.raises(StageError, match="no constants of T for perturbation 'syn', family 'synonym', delta 1"):
-        bounds.uncertainty_table(prefixes(), models(), {k: v for k, v in CONSTANTS.items() if k[2] == 0}, draws=8)
-
-
-def test_assert_coupling_names_the_row_and_pair():
-    tv = np.array([[0.0, 0.3]])
-    bounds.assert_coupling(tv, np.array([[0.0, 0.1]]), np.array([0.0, 0.1]), "syn")
-    with pytest.raises(StageError, match="row 1, pair 0"):
-        bounds.assert_coupling(tv, np.array([[0.0, 0.0]]), np.array([0.0, 0.1]), "syn")
-
-
-def test_the_coupling_assertion_allows_round_off_up_to_its_tolerance_and_no_more():
-    share, base = np.array([0.0]), np.array([[0.0]])
-    bounds.assert_coupling(np.array([[bounds.TOLERANCE]]), base, share, "syn")  # exactly at the tolerance: passes
-    with pytest.raises(StageError, match="coupling inequality fails at row 0, pair 0"):
-        bounds.assert_coupling(np.array([[2 * bounds.TOLERANCE]]), base, share, "syn")
-
-
-def test_laws_are_compared_on_the_words_every_model_spells_as_one_token():
-    laws = models(single=(True, True))
-    laws[1]["single"] = np.array([True, False])  # model B spells word 1 with several tokens
-    laws[1]["laws"] = bounds.fold(laws[1]["laws"], laws[1]["single"])
-    frame = bounds.uncertainty_table(prefixes(truth=(0.5, 0.5)), laws, CONSTANTS, draws=8)
-    # Word 1 folds into "other" for every model and for the truth: TVs are unchanged (other cells were 0).
-    assert row(frame, "none", 1)["U_max"] == pytest.approx(0.5)
-    assert row(frame, "none", 0)["truth_other_mass"] == pytest.approx(0.5)
-
 
 BUILTIN = {"seed": 7, "words_per_class": 4}
 SETS = {"prefixes": 6, "length": 16, "deltas": [0, 1, 2], "last": 12, "tries": 16, "seed": 3}
@@ -425,3 +269,142 @@ def test_the_contraction_finding_lists_only_admissible_gains_where_the_bound_is_
     assert none.endswith(
         "The bound is sufficient for a gain, not necessary: no admissible class here gains where the bound is vacuous."
     )
+
+
+@pytest.fixture(scope="module")
+def premise():
+    """The premise table for uniform replacement of all 16 words at beta 0.9, 0.972 (alpha between 1/3 and 1/2)
+    and 1, and class replacement, at delta up to 3."""
+    grammar = grammar_of(BUILTIN)
+    frame = pl.from_arrow(build_sets(grammar, {**SETS, "deltas": [0, 1, 2, 3]})).sort("row")
+    specs = {
+        "u": {"q0": "uniform", "beta": 0.9, "last": 16},
+        "s": {"q0": "synonym", "beta": 1.0, "last": 12},
+        "all": {"q0": "uniform", "beta": 1.0, "last": 16},
+        "c": {"q0": "uniform", "beta": 0.972, "last": 16},
+    }
+    lex = prefix_sets.lexicon(grammar, SETS["seed"])
+    return theorems.premise_table(grammar, lex, frame, specs, 16, SETS["seed"], draws=4)
+
+
+def test_the_findings_state_each_ts_constants_each_classs_sups_and_the_trained_models_numbers(premise):
+    """The sentences of `findings`, each number derived here from the definitions (not read from the table where
+    a formula gives it), and a trained-models table with a half-draws column."""
+    trained = pl.DataFrame(
+        {
+            "family": ["synonym"] * 3 + ["composition"] * 3,
+            "perturbation": ["u"] * 6,
+            "delta": [0, 1, 2] * 2,
+            "n_models": [3] * 6,
+            "draws": [8] * 6,
+            "U_max": [0.1, 0.3, 0.5] * 2,
+            "U_growth": [0.0, 0.2, 0.4] * 2,
+            "U_max_half_draws": [None, 0.35, 0.55] * 2,
+            "tv_truth_mean": [0.2, 0.25, 0.3] * 2,
+        }
+    )
+    lines = verdicts.findings(trained, premise, 16)
+    alpha = 1 - 0.9**16
+    assert lines[0] == (
+        f"- **T = u** (uniform replacement of the last 16 of 16 words, beta = 0.9): alpha(T) = {alpha:.3f} and C = "
+        f"{0.1:.3f} to {1 - 0.9**3:.3f} for delta >= 1, exactly; the Proposition states alpha <= 1.000 and C = "
+        f"0.100 to 0.300. On the lab's rows, whose changes lie inside the window, TV(T(.|X'), T(.|X0)) is at most "
+        f"{premise.filter(pl.col('perturbation') == 'u')['C_rows'].max():.3f}."
+    )
+    assert lines[1] == (
+        "- **T = s** (class replacement, beta = 1.0): alpha(T) = 1 and C = 1 for delta >= 1 (a changed function word "
+        "or a held-out class sequence is never restored); on the rows TV(T(.|X'), T(.|X0)) is 0 exactly where every "
+        "change keeps its class, else 1 (max 1)."
+    )
+    heads = [line.split("**")[1] for line in lines if line.startswith("- **")]
+    runs = ["u", "s", "all", "c"] + [f"{r}, l = L, beta = 0.9844" for r in ("u", "all", "c")]
+    classes = [f"Premise class `{c}`, T = {r}" for r in runs for c in ("unseen", "off-support")]
+    trained_heads = ["Trained models, synonym rows, T = u", "Trained models, composition rows, T = u"]
+    assert heads == [f"T = {r}" for r in runs] + classes + trained_heads  # in the tables' order
+    unseen_u = next(line for line in lines if line.startswith("- **Premise class `unseen`, T = u**"))
+    rows_top = premise.filter((pl.col("class") == "unseen") & (pl.col("perturbation") == "u"))["U_perturb_rows"].max()
+    member_tv = premise["member_tv"][0]
+    u_perturb = ", ".join(f"{member_tv * (1 - 0.9**d):.3f}" for d in (1, 2, 3))
+    assert (
+        f"U_perturb(delta) = {u_perturb} at delta = 1, 2, 3 (attained by unseen words at positions 0-2, inside "
+        f"T's window); on the lab's rows U_perturb reaches {rows_top:.3f}." in unseen_u
+    )
+    assert "Extrapolability (U_perturb = 0): not applicable (SP_perturb fails; U_perturb > 0);" in unseen_u
+    assert (
+        f"U_perturb^inf = {member_tv * alpha:.3f} against 2 alpha U_base^inf = {2 * alpha * member_tv:.3f}, vacuous"
+        in unseen_u
+    )
+    forgetful = next(line for line in lines if line.startswith("- **Premise class `unseen`, T = all**"))
+    assert "Extrapolability (U_perturb = 0): holds, SP_perturb holds;" in forgetful
+    assert "on the lab's rows U_perturb reaches 0.000." in forgetful  # beta 1 at l = L restores every row
+    assert lines[-2] == (
+        "- **Trained models, synonym rows, T = u**: the 3 models disagree by 0.100 (max TV) on the support and by "
+        "0.500 at delta = 2 (growth +0.400); from half of the 8 draws U_max at delta = 2 would be 0.550; TV to the "
+        "truth 0.200 -> 0.300. They do not agree on the support, so this is not U of any class."
+    )
+
+
+def test_a_gain_is_listed_only_where_the_contractivity_bound_is_vacuous(premise):
+    """T = c has alpha 0.365: its bound 2 alpha U_base^inf is below U_base^inf and says the gain itself, so it is
+    not listed among the gains the bound misses; T = u (alpha 0.815, vacuous bound) is."""
+    alpha = 1 - 0.972**16
+    assert 1 / 3 < alpha < 1 / 2
+    text = verdicts._contraction_findings(premise, 16)
+    assert "class `unseen`, T = u: U_perturb^inf" in text and "T = c:" not in text
+
+
+def test_the_markdown_tables_rows_hold_the_sups_the_bounds_and_the_rows_sample(premise):
+    rows = verdicts._premise_rows(premise)
+    assert len(rows) == 2 * 7 * 3  # classes x T's x delta >= 1
+    unseen = next(r for r in rows if r[:3] == ["unseen", "u", 1])
+    member_tv = premise["member_tv"][0]
+    assert unseen[3:8] == [
+        f"{member_tv:.3f}",
+        f"{member_tv * 0.1:.3f}",
+        "an unseen word at position 0, inside T's window",
+        verdicts._rows_sample(premise, "unseen", "u", 1),
+        f"{2 * 0.1:.3f}",  # 2 C, C = 1 - beta
+    ]
+    assert unseen[6].startswith("composition ") and "; synonym " in unseen[6]
+    assert unseen[8:] == ["holds", "holds", "fails", "not applicable (SP_perturb fails; U_perturb > 0)"]
+    off = next(r for r in rows if r[:3] == ["off-support", "u", 2])
+    assert off[4] == "0.000 (self-pairs only)"
+    glob = verdicts._global_rows(premise)
+    assert [r[:2] for r in glob] == [
+        [c, t] for t in premise["perturbation"].unique(maintain_order=True) for c in ("unseen", "off-support")
+    ]
+    alpha = 1 - 0.9**16
+    assert next(r for r in glob if r[:2] == ["unseen", "u"])[2:] == [
+        f"{member_tv:.3f}",
+        f"{member_tv * alpha:.3f}",
+        f"{alpha:.3f}",
+        f"{2 * alpha * member_tv:.3f}",
+        "vacuous",
+        "1.000",
+        "vacuous",
+    ]
+
+
+def test_a_laws_file_is_read_with_its_label_and_optional_arrays_or_refused_naming_what_it_lacks(tmp_path):
+    laws = np.full((2, 3, 4), 0.25)
+    full = tmp_path / "a.npz"
+    np.savez(
+        full,
+        laws=laws,
+        perturbations=np.array(["none", "u"]),
+        single=np.ones(3, bool),
+        label=np.array("gpt2 run 1"),
+        differs=np.zeros((2, 3)),
+        laws_half=laws,
+    )
+    model = verdicts._read_model(str(full))
+    assert model["label"] == "gpt2 run 1" and model["differs"].shape == (2, 3) and model["laws_half"].shape == (2, 3, 4)
+    bare = tmp_path / "b.npz"
+    np.savez(bare, laws=laws, perturbations=np.array(["none", "u"]), single=np.ones(3, bool))
+    model = verdicts._read_model(str(bare))
+    assert model["label"] == "b" and "differs" not in model and "laws_half" not in model
+    lacking = tmp_path / "c.npz"
+    np.savez(lacking, laws=laws)
+    with pytest.raises(StageError) as error:
+        verdicts._read_model(str(lacking))
+    assert str(error.value) == f"{lacking}: missing arrays ['perturbations', 'single']"
