@@ -299,7 +299,7 @@ def test_the_findings_state_each_ts_constants_each_classs_sups_and_the_trained_m
             "draws": [8] * 6,
             "U_max": [0.1, 0.3, 0.5] * 2,
             "U_growth": [0.0, 0.2, 0.4] * 2,
-            "U_max_half_draws": [None, 0.35, 0.55] * 2,
+            "U_max_half_draws": [None, 0.35, 0.55] + [None] * 3,  # composition: files without half-draw laws
             "tv_truth_mean": [0.2, 0.25, 0.3] * 2,
         }
     )
@@ -341,6 +341,11 @@ def test_the_findings_state_each_ts_constants_each_classs_sups_and_the_trained_m
         "- **Trained models, synonym rows, T = u**: the 3 models disagree by 0.100 (max TV) on the support and by "
         "0.500 at delta = 2 (growth +0.400); from half of the 8 draws U_max at delta = 2 would be 0.550; TV to the "
         "truth 0.200 -> 0.300. They do not agree on the support, so this is not U of any class."
+    )
+    assert lines[-1] == (
+        "- **Trained models, composition rows, T = u**: the 3 models disagree by 0.100 (max TV) on the support and "
+        "by 0.500 at delta = 2 (growth +0.400); TV to the truth 0.200 -> 0.300. They do not agree on the support, so "
+        "this is not U of any class."
     )
 
 
