@@ -166,3 +166,104 @@ def test_the_jobs_command_line_writes_the_sets_and_the_laws_the_functions_comput
     assert set(written.files) == {*expected, "label"}
     for key, value in expected.items():
         np.testing.assert_array_equal(written[key], value)
+
+
+LAWS_ARGS = {"--model": "m", "--sets": "s.parquet", "--builtin": "{}", "--settings": "{}", "--output": "o.npz"}
+SETS_ARGS = {"--builtin": "{}", "--settings": "{}", "--output": "s.parquet"}
+
+
+def _argv(command: str, args: dict[str, str]) -> list[str]:
+    return ["laws", command, *(part for pair in args.items() for part in pair)]
+
+
+@pytest.mark.parametrize(
+    "command, left_out",
+    [("sets", name) for name in SETS_ARGS] + [("laws", name) for name in LAWS_ARGS] + [(None, "command")],
+)
+def test_the_jobs_command_line_refuses_a_missing_argument_naming_it(command, left_out, monkeypatch, capsys):
+    """Every argument the rules pass is required: a rule that lost one stops at the parser, naming it (and the
+    command), before any grammar or model is built; so does a call without a command."""
+    import sys
+
+    from workflow_lib.lab import laws as job
+
+    args = {"sets": SETS_ARGS, "laws": LAWS_ARGS}.get(command or "", {})
+    argv = ["laws"] if command is None else _argv(command, {k: v for k, v in args.items() if k != left_out})
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as stopped:
+        job.main()
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    usage = "usage: python -m workflow_lib.lab.laws" + ("" if command is None else f" {command}")
+    assert error.startswith(usage) and f"error: the following arguments are required: {left_out}" in error
+
+
+@pytest.mark.parametrize(
+    "command, broken, name",
+    [
+        ("sets", "--builtin", "builtin"),
+        ("sets", "--settings", "lab"),
+        ("laws", "--builtin", "builtin"),
+        ("laws", "--settings", "lab"),
+    ],
+)
+def test_the_jobs_command_line_names_the_argument_whose_json_is_broken(command, broken, name, monkeypatch):
+    """A broken JSON argument stops the job with an error that says which one (before any model is loaded)."""
+    import sys
+
+    from workflow_lib.cli import StageError
+    from workflow_lib.lab import laws as job
+
+    args = {**(SETS_ARGS if command == "sets" else LAWS_ARGS), "--builtin": '{"seed": 7, "words_per_class": 4}'}
+    monkeypatch.setattr(sys, "argv", _argv(command, {**args, broken: "{not json"}))
+    with pytest.raises(StageError, match=rf"^{name}: not valid JSON \("):
+        job.main()
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_the_laws_command_loads_the_model_on_the_gpu_where_there_is_one_at_the_revision_given(
+    cuda, tmp_path, grammar, monkeypatch
+):
+    """The tokenizer and the model come from --model at --revision (an untrained hub model's pinned commit), the
+    model on the GPU when torch sees one: checked by recording the loaders' arguments, without a GPU."""
+    import json
+    import sys
+
+    import pyarrow.parquet as pq
+    import torch
+    import transformers
+
+    from workflow_lib.lab import laws as job
+    from workflow_lib.sample import sampler
+
+    pq.write_table(build_sets(grammar, SETTINGS), tmp_path / "sets.parquet")
+    calls = []
+
+    class Loaded(Exception):
+        pass
+
+    def tokenizer(name, **kwargs):
+        calls.append(("tokenizer", name, kwargs))
+
+    def model(name, device, **kwargs):
+        calls.append(("model", name, device, kwargs))
+        raise Loaded
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", tokenizer)
+    monkeypatch.setattr(sampler, "load_model", model)
+    args = {
+        **LAWS_ARGS,
+        "--model": "org/model",
+        "--revision": "0123abc",
+        "--sets": str(tmp_path / "sets.parquet"),
+        "--builtin": json.dumps({"seed": 7, "words_per_class": 4}),
+        "--settings": json.dumps(SETTINGS),
+    }
+    monkeypatch.setattr(sys, "argv", _argv("laws", args))
+    with pytest.raises(Loaded):
+        job.main()
+    assert calls == [
+        ("tokenizer", "org/model", {"revision": "0123abc"}),
+        ("model", "org/model", "cuda" if cuda else "cpu", {"revision": "0123abc"}),
+    ]

@@ -44,7 +44,8 @@ def lab_files(tmp_path):
     return tmp_path, [str(p) for p in paths]
 
 
-def run_cli(monkeypatch, folder, laws, settings=SETTINGS):
+def run_cli(monkeypatch, folder, laws, settings=SETTINGS, builtin=BUILTIN):
+    """The `lab` command in-process; a str settings or builtin is passed as it is (JSON or not)."""
     monkeypatch.setattr(
         sys,
         "argv",
@@ -55,9 +56,9 @@ def run_cli(monkeypatch, folder, laws, settings=SETTINGS):
             "--laws",
             *laws,
             "--builtin",
-            json.dumps(BUILTIN),
+            builtin if isinstance(builtin, str) else json.dumps(builtin),
             "--settings",
-            json.dumps(settings),
+            settings if isinstance(settings, str) else json.dumps(settings),
             "--csv",
             str(folder / "out/u.csv"),
             "--premise",
@@ -413,3 +414,173 @@ def test_a_laws_file_is_read_with_its_label_and_optional_arrays_or_refused_namin
     with pytest.raises(StageError) as error:
         verdicts._read_model(str(lacking))
     assert str(error.value) == f"{lacking}: missing arrays ['perturbations', 'single']"
+
+
+CAPTIONS = [
+    (
+        "**T's constants**, exact for the T that runs (alpha, C) beside the Proposition's statement (Prop.); C on rows: "
+        "the largest TV(T(.|X'), T(.|X0)) between a row and its own support prefix."
+    ),
+    (
+        "**Model classes that meet the premise** (pairs agree on the support; docs/theory.md, 'The theory lab'): "
+        "U_base(δ) and U_perturb(δ), exact sups over every prefix within δ of the support, the prefix that attains them, "
+        "and each theorem's verdict from them. 'On the lab's rows' is a descriptive sample, U_base / U_perturb at the rows "
+        "of each family at exactly δ, not U. Extrapolability: whether U_perturb(δ) = 0, beside its premise SP_perturb; "
+        "'self-pairs only': no two distinct members agree on the support once perturbed."
+    ),
+    (
+        "**Global uncertainties and Contractivity** (U^∞ = U(L): no prefix lies farther than L from the support; "
+        "Assumption UI holds for both classes)."
+    ),
+    (
+        "**Trained models, descriptive**: max / mean pairwise TV over the group on each delta set (not U: the models "
+        "disagree on the support), its growth from delta 0, the max from half the draws (Monte Carlo check), and the TV "
+        "to the true law. Ĉ: the largest share, over the set's rows, of T's draws in which a row's perturbed words differ "
+        "from its support prefix's (the two share T's keys); a pair's TV on a row exceeds its TV on the support prefix "
+        "by at most twice that share (asserted)."
+    ),
+]
+HEADS = [
+    ["T", "l", "family", "δ", "α", "α (Prop.)", "C", "C (Prop.)", "C on rows"],
+    [
+        "class",
+        "T",
+        "δ",
+        "U_base(δ)",
+        "U_perturb(δ)",
+        "attained at",
+        "on the lab's rows",
+        "2C",
+        "robustness",
+        "robustness (Prop.'s C)",
+        "SP_perturb",
+        "extrapolability",
+    ],
+    [
+        "class",
+        "T",
+        "U_base^∞",
+        "U_perturb^∞",
+        "α",
+        "2α U_base^∞",
+        "contraction",
+        "α (Prop.)",
+        "contraction (Prop.'s α)",
+    ],
+    [
+        "family",
+        "T",
+        "δ",
+        "prefixes",
+        "draws",
+        "U_max",
+        "U_mean",
+        "growth",
+        "U_max (half draws)",
+        "support disagreement",
+        "Ĉ",
+        "TV truth ± 2SE",
+    ],
+]
+
+
+def _cells(line: str) -> list[str]:
+    assert line.startswith("| ") and line.endswith(" |")
+    return line[2:-2].split(" | ")
+
+
+def test_the_summarys_lab_section_is_four_captioned_tables_then_the_findings(premise):
+    """What a reader of the summary sees, block by block: each caption and header as written, and every cell the
+    value its frame holds (three decimals, a dash for a missing value): no cell may lose its number."""
+    trained = pl.DataFrame(
+        {
+            "family": ["synonym", "synonym"],
+            "perturbation": ["u", "u"],
+            "delta": [0, 2],
+            "n_prefixes": [6, 5],
+            "n_models": [3, 3],
+            "draws": [8, 8],
+            "U_max": [0.1234, 0.5],
+            "U_mean": [0.05, 0.25],
+            "U_growth": [0.0, 0.3766],
+            "U_max_half_draws": [None, 0.55],
+            "support_disagreement": [0.1234, 0.1234],
+            "C_draws": [0.0, 0.375],
+            "tv_truth_mean": [0.2, 0.3],
+            "tv_truth_2se": [None, 0.0125],
+        }
+    )
+    blocks = verdicts.markdown(trained, premise, 16).split("\n\n")
+    assert blocks[-1].endswith("\n") and blocks[-1] == "\n".join(verdicts.findings(trained, premise, 16)) + "\n"
+    assert blocks[:-1:2] == CAPTIONS
+    tables = [block.split("\n") for block in blocks[1:-1:2]]
+    for table, head in zip(tables, HEADS, strict=True):
+        assert _cells(table[0]) == head and table[1] == "|" + "---|" * len(head)
+
+    def num(value):
+        return "—" if value is None else f"{value:.3f}"
+
+    consts = premise.filter(pl.col("class") == premise["class"][0])
+    assert [_cells(line) for line in tables[0][2:]] == [
+        [r["perturbation"], str(r["last"]), r["family"], str(r["delta"])]
+        + [num(r[k]) for k in ("alpha", "alpha_proposition", "C", "C_proposition", "C_rows")]
+        for r in consts.iter_rows(named=True)
+    ]
+    assert any("—" in line for line in tables[0][2:])  # class replacement has no Proposition values
+    assert [_cells(line) for line in tables[1][2:]] == [[str(c) for c in r] for r in verdicts._premise_rows(premise)]
+    assert [_cells(line) for line in tables[2][2:]] == [[str(c) for c in r] for r in verdicts._global_rows(premise)]
+    assert [_cells(line) for line in tables[3][2:]] == [
+        ["synonym", "u", "0", "6", "8", "0.123", "0.050", "0.000", "—", "0.123", "0.000", "0.200"],
+        ["synonym", "u", "2", "5", "8", "0.500", "0.250", "0.377", "0.550", "0.123", "0.375", "0.300 ± 0.013"],
+    ]
+
+
+CLI_ARGS = ["--prefixes", "--laws", "--builtin", "--settings", "--csv", "--premise", "--markdown", "--figure"]
+
+
+@pytest.mark.parametrize("left_out", CLI_ARGS)
+def test_cli_refuses_a_missing_argument_naming_it(left_out, monkeypatch, capsys):
+    """Each argument the `lab` rule passes is required: a rule that lost one stops at the parser, naming it."""
+    argv = [part for name in CLI_ARGS if name != left_out for part in (name, "x")]
+    monkeypatch.setattr(sys, "argv", ["lab", *argv])
+    with pytest.raises(SystemExit) as stopped:
+        verdicts.main()
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith("usage: python -m workflow_lib.lab.verdicts")
+    assert f"error: the following arguments are required: {left_out}" in error
+
+
+@pytest.mark.parametrize("broken, name", [("settings", "lab --settings"), ("builtin", "lab --builtin")])
+def test_cli_names_the_argument_whose_json_is_broken(broken, name, lab_files, monkeypatch):
+    folder, laws = lab_files
+    with pytest.raises(StageError, match=rf"^{name}: not valid JSON \("):
+        run_cli(monkeypatch, folder, laws, **{broken: "{not json"})
+    assert not (folder / "out").exists()
+
+
+def test_cli_refuses_prefixes_without_a_column_naming_the_file_and_the_column(lab_files, monkeypatch):
+    folder, laws = lab_files
+    pl.read_parquet(folder / "prefixes.parquet").drop("base").write_parquet(folder / "prefixes.parquet")
+    with pytest.raises(StageError) as error:
+        run_cli(monkeypatch, folder, laws)
+    assert str(error.value) == f"{folder / 'prefixes.parquet'}: missing columns ['base']"
+
+
+def test_below_beta_1_class_replacements_row_tv_is_stated_as_a_bound_not_as_0():
+    """At beta < 1 a row whose changes keep their class is restored only with probability beta^m: its TV to the
+    support prefix is at most 1 - beta^m (perturbation.row_tv_to_base marks it not exact), never "0 exactly"."""
+    grammar = grammar_of(BUILTIN)
+    frame = pl.from_arrow(build_sets(grammar, SETS)).sort("row")
+    lex = prefix_sets.lexicon(grammar, SETS["seed"])
+    specs = {"s9": {"q0": "synonym", "beta": 0.9, "last": 12}}
+    premise = theorems.premise_table(grammar, lex, frame, specs, 16, SETS["seed"], draws=4)
+    trained = pl.DataFrame(schema={"family": pl.Utf8, "perturbation": pl.Utf8})
+    (line,) = [x for x in verdicts.findings(trained, premise, 16) if x.startswith("- **T = s9**")]
+    worst = premise.filter(pl.col("delta") > 0)["C_rows"].max()
+    assert 0 < worst <= 1
+    assert line.endswith(
+        "on the rows TV(T(.|X'), T(.|X0)) is at most 1 - beta^m (m changes; a bound, not the value) where every "
+        f"change keeps its class, else 1 (max {worst:.3g})."
+    )
+    assert "0 exactly" not in line

@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from workflow_lib.report.contrasts import contrasts
+from workflow_lib.report.contrasts import _untestable_table, contrasts
 from workflow_lib.report.paired_tables import paired_section, study_sentences
 from workflow_lib.report.statistics import (
     Permutations,
@@ -20,6 +20,7 @@ from workflow_lib.report.statistics import (
     paired_t,
     permutation_mean_difference,
     permutation_perplexity_difference,
+    resamples_for,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -728,3 +729,43 @@ def test_no_file_gives_an_empty_table_with_every_column():
 
     empty = contrasts([], 0.025)
     assert empty.height == 0 and empty.schema == pl.Schema(COLUMNS)
+
+
+def _tested_row(n: int, resamples: int, p: float) -> dict:
+    return {"p": p, "n": n, "not_testable": None, "smallest_p": Permutations(n, resamples, "x").smallest_p}
+
+
+@pytest.mark.parametrize(
+    "prompts, m, testable",
+    [
+        (8, 6, True),  # 2/2^8 = 0.0078 < 0.05 / 6 = 0.0083: Holm's first step is reachable
+        (8, 7, False),  # 0.0078 >= 0.05 / 7 = 0.0071: no row of the table can be marked, whatever the data
+        (6, 1, True),  # 2/64 = 0.031 < 0.05
+        (12, 96, True),  # all 4,096 swaps (B = 19,200): 2/4096 = 0.00049 < 0.05 / 96 = 0.00052
+        (11, 96, False),  # 2/2048 = 0.00098 >= 0.00052
+        (50, 96, True),  # Monte Carlo: 1/(B + 1) with B = 200 m always passes
+    ],
+)
+def test_a_table_whose_swap_tests_cannot_reach_holms_first_step_is_not_testable(prompts, m, testable):
+    """With every swap enumerated, n prompts give no p below 2 / 2^n, and Holm marks nothing unless the table's
+    smallest p is below 0.05 / m: such a table's rows are "not testable", never "no detectable difference"."""
+    resamples = resamples_for(m, 2000)
+    table = [_tested_row(prompts, resamples, 0.5) for _ in range(m)]
+    _untestable_table(table)
+    reasons = {r["not_testable"] for r in table}
+    assert reasons == ({None} if testable else {f"{prompts} prompts for a table of {m}"})
+    assert all(r["p"] == 0.5 for r in table)  # the p is kept; Holm leaves the row out
+
+
+def test_the_table_check_counts_only_tested_rows_and_any_row_that_can_reach_keeps_the_table():
+    few = [_tested_row(8, 2000, 0.5) for _ in range(7)]
+    _untestable_table([*few, {"p": None, "n": 3, "not_testable": "3 prompts", "smallest_p": 0.25}])
+    assert {r["not_testable"] for r in few} == {"8 prompts for a table of 7"}
+    mixed = [_tested_row(8, 2000, 0.5) for _ in range(7)] + [_tested_row(20, 2000, 0.5)]
+    _untestable_table(mixed)
+    assert {r["not_testable"] for r in mixed} == {None}  # the 20-prompt row can reach 0.05 / 8
+    joint = [_tested_row(8, 2000, 0.5) for _ in range(7)] + [
+        {"p": 0.5, "n": 8, "not_testable": None, "smallest_p": None}
+    ]
+    _untestable_table(joint)
+    assert {r["not_testable"] for r in joint} == {None}  # a row of another test: no least p known, left tested

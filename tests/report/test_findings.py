@@ -163,13 +163,16 @@ def test_size_and_limits_say_whether_validation_was_still_falling():
     flat = {"a": pl.DataFrame({"step": [50, 100], "validation_loss": [2.5, 2.6]})}
     frame = metrics([0.9, 0.8, 0.7], [0.1, 0.2, 0.3], share=0.83)
     text = size_findings(frame, falling)
-    assert text[0] == "Size: 3 sampling runs of 30 prompts per eval set."
+    assert text[0] == (
+        "Size: 3 sampling runs of 30 prompts per eval set; each contrast compares two trained models of one "
+        "training seed, so its test covers prompts and sampling runs, not training randomness."
+    )
     assert text[1] == (
         "Training: 100 optimizer steps per model (1 models). The validation loss was still falling at "
         "the last evaluation in 1 of 1 models: longer training could change the comparison."
     )
     assert "accounts for an estimated median 83%" in text[2]
-    assert "had stopped falling in all 1 models" in size_findings(frame, flat)[1]
+    assert "did not fall at the last evaluation in any of the 1 models" in size_findings(frame, flat)[1]
     section = findings_section(frame, None, falling)
     assert section.startswith("Generated from the numbers below") and section.count("\n- ") == 5
 
@@ -225,7 +228,10 @@ def test_size_gives_ranges_and_says_when_the_counts_are_missing():
         ),
     }
     assert size_findings(frame, logs)[:2] == [
-        "Size: 2-3 sampling runs of 20-30 prompts per eval set.",
+        (
+            "Size: 2-3 sampling runs of 20-30 prompts per eval set; each contrast compares two trained models of one "
+            "training seed, so its test covers prompts and sampling runs, not training randomness."
+        ),
         "Training: 50-100 optimizer steps per model (2 models).",
     ]  # no model has two evaluations: nothing said of them
     no_prompts = frame.with_columns(prompts=pl.lit(None, dtype=pl.Int64))
@@ -243,7 +249,7 @@ def test_the_validation_loss_is_falling_only_when_its_last_value_is_below_the_on
     level = {"a": pl.DataFrame({"step": [1, 2, 3], "validation_loss": [3.0, 2.5, 2.5]})}
     assert size_findings(frame, level)[1] == (
         "Training: 3 optimizer steps per model (1 models). The validation loss "
-        "had stopped falling in all 1 models with two or more evaluations."
+        "did not fall at the last evaluation in any of the 1 models with two or more evaluations."
     )
 
 
@@ -306,7 +312,10 @@ def test_the_findings_section_in_full():
             "- **set0**, perturbation against none (per objective and decoder, Holm-corrected): MAUVE: helped in 1, hurt in "
             "0, no detectable difference in 0 (of 1), too few texts in 1 cell (not compared)."
         ),
-        "- Size: 3 sampling runs of 30 prompts per eval set.",
+        (
+            "- Size: 3 sampling runs of 30 prompts per eval set; each contrast compares two trained models of one "
+            "training seed, so its test covers prompts and sampling runs, not training randomness."
+        ),
         (
             "- MAUVE's k-means clustering accounts for an estimated median 50% of a single (run, clustering seed) score's "
             "variance; the rest is sampling (see the Provenance section)."

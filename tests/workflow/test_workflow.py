@@ -254,12 +254,15 @@ def test_report_builds_on_a_tiny_config(tiny_study):
     # The findings' three parts, from this study's numbers: the verdicts, the size and limits, MAUVE against the TV.
     # With 10 prompts per run MAUVE cannot resolve (under the floor of 50): the findings say so instead of comparing it.
     found = summary.split("## What this study found\n", 1)[1].split("\n## ", 1)[0]
-    assert "- **syn-test**, perturbation against none" in found and "perplexity: helped in" in found
+    assert (
+        "- **syn-test**, perturbation against none" in found
+        and "perplexity (base model: training perturbation only): helped in" in found
+    )
     assert (
         "- **mle-again against MLE** (every eval set and condition): MAUVE too few texts per run to compare; " in found
     )
     assert "ROUGE-1 no detectable difference in any of" in found
-    assert "- Size: 2 sampling runs of 10 prompts per eval set." in found
+    assert "- Size: 2 sampling runs of 10 prompts per eval set; each contrast compares two trained models" in found
     assert re.search(r"- Training: \d+(-\d+)? optimizer steps per model \(6 models\)\.", found)
     assert (
         "- MAUVE is not resolvable in this study: its runs have 10 texts per side, under the floor "

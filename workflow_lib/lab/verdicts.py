@@ -3,7 +3,7 @@ tables (CSV and the summary's Markdown), generated findings, and one figure.
 
 What each number is, with the paper's line that defines it, is in docs/theory.md, "The theory lab". In short:
 - T's constants: alpha(T) and C_{T,delta} = eta_T(delta) exactly for the T that runs (lab.perturbation), beside the
-  Proposition's values, which hold only when T perturbs every position (l = L) or the prefixes differ inside T's
+  Proposition's values, upper bounds that hold only when T perturbs every position (l = L) or the prefixes differ inside T's
   window only.
 - Premise classes (lab.premise, lab.theorems): U_base(delta) and U_perturb(delta) of model classes whose pairs agree
   on the support, exactly, as sups over every prefix within delta; each theorem's verdict from those sups; the
@@ -139,11 +139,15 @@ def findings(trained: pl.DataFrame, premise: pl.DataFrame, length: int) -> list[
                 f"changes lie inside the window, TV(T(.|X'), T(.|X0)) is at most {worst:.3f}."
             )
         else:
+            kept = (
+                "0 exactly where every change keeps its class"
+                if r["beta"] >= 1
+                else "at most 1 - beta^m (m changes; a bound, not the value) where every change keeps its class"
+            )
             lines.append(
                 f"- **T = {name}** (class replacement, beta = {r['beta']}): alpha(T) = {r['alpha']:.0f} and "
                 f"C = {cast(float, part['C'].max()):.0f} for delta >= 1 (a changed function word or a held-out class "
-                "sequence is never restored); on the rows TV(T(.|X'), T(.|X0)) is 0 exactly where every "
-                f"change keeps its class, else 1 (max {worst:.0f})."
+                f"sequence is never restored); on the rows TV(T(.|X'), T(.|X0)) is {kept}, else 1 (max {worst:.3g})."
             )
     lines.append(_contraction_findings(premise, length))
     sups = sups_frame(premise)

@@ -24,7 +24,9 @@ p-values are Holm-corrected within one (family, metric) table. A Monte Carlo p c
 Holm multiplies a table's smallest p by its m comparisons, so each table gets B = max(--resamples, 200 m)
 swaps (`resamples_for`), drawn in bounded chunks; the `resamples` column records what a row could draw. A row
 that was not tested has no p and says why in `not_testable` ("2 runs", "no spread": every run moved by the same
-amount, "5 prompts": too few for any swap test to reach 0.05); it takes no part in Holm's m and no mark.
+amount, "5 prompts": too few for any swap test to reach 0.05; "8 prompts for a table of 12": no row of the table can
+reach Holm's first step, 0.05 / m, since all 2^n swaps give no p below 2 / 2^n); it takes no part in Holm's m and no
+mark (its p, where it has one, is kept).
 `report.paired_tables` writes the summary's Markdown of them. Untrained models (evaluated as released) appear beside
 the trained ones, marked, and are never compared as an objective.
 """
@@ -54,6 +56,7 @@ from workflow_lib.report.statistics import (
     paired_t,
     permutation_mean_differences,
     permutation_perplexity_difference,
+    plural,
     resamples_for,
 )
 
@@ -330,6 +333,8 @@ def compare(
                 "method": method,
                 "not_testable": untested,
                 "resamples": draws,
+                # Not a column: the least p this row's test can give, for its table's check (`contrasts`).
+                "smallest_p": permutations.smallest_p if method == PERMUTATION else None,
             }
         )
 
@@ -434,10 +439,25 @@ def contrasts(
     for r in rows:
         by_table[(r["family"], r["metric"])].append(r)
     for table in by_table.values():
-        for r, adjusted in zip(table, holm([r["p"] for r in table])):
+        _untestable_table(table)
+        for r, adjusted in zip(table, holm([r["p"] if r["not_testable"] is None else None for r in table])):
             r |= {"p_holm": adjusted, "significant": adjusted is not None and adjusted < ALPHA, "favours": _favours(r)}
     frame = pl.DataFrame([{k: r.get(k) for k in COLUMNS} for r in rows], schema=COLUMNS, orient="row")
     return frame.sort(IDENTITY)
+
+
+def _untestable_table(table: list[dict]) -> None:
+    """In place: where no row of a Holm table can be marked, every tested row becomes "not testable (n prompts for
+    a table of m)". Holm marks nothing unless the table's smallest p is below ALPHA / m; when every swap test of
+    the table has a least attainable p at or above that (all 2^n swaps of n prompts give 2 / 2^n), no data can
+    mark a row, and "no detectable difference" would report a test that could not have detected anything. A
+    table with a row that could reach it keeps all its rows: Holm's later steps ask less of the others."""
+    tested = [r for r in table if r["p"] is not None and r["not_testable"] is None]
+    least = [r["smallest_p"] for r in tested]
+    if not tested or None in least or min(least) * len(tested) < ALPHA:
+        return
+    for r in tested:
+        r["not_testable"] = f"{plural(r['n'], 'prompt')} for a table of {len(tested)}"
 
 
 def read_contrasts(path: str) -> pl.DataFrame:

@@ -60,7 +60,9 @@ def _parts(rows: pl.DataFrame, better: str, refused_mauve: int, sep: str) -> lis
                 if m == "mauve" and refused_mauve
                 else ""
             )
-            parts.append(f"{METRICS[m]}{sep}{_verdicts(part, better)}{too_few}")
+            # Perplexity is the base model's: its perturbation rows compare training with and without it only.
+            what = " (base model: training perturbation only)" if m == "perplexity" and better == "perturbation" else ""
+            parts.append(f"{METRICS[m]}{what}{sep}{_verdicts(part, better)}{too_few}")
         elif m == "mauve" and refused_mauve:
             parts.append(f"{METRICS[m]}{sep}{TOO_FEW}")
     return parts
@@ -104,8 +106,8 @@ def size_findings(frame: pl.DataFrame, logs: dict[str, pl.DataFrame]) -> list[st
             + " sampling runs of "
             f"{cast(int, prompts.min())}"
             + (f"-{cast(int, prompts.max())}" if prompts.max() != prompts.min() else "")
-            + " prompts per eval "
-            "set."
+            + " prompts per eval set; each contrast compares two trained models of one training seed, so its test "
+            "covers prompts and sampling runs, not training randomness."
         )
         if runs.len() and prompts.len()
         else "Size: the metrics record no run or prompt counts."
@@ -128,8 +130,8 @@ def size_findings(frame: pl.DataFrame, logs: dict[str, pl.DataFrame]) -> list[st
                 f"{len(validated)} models: longer training could change the comparison."
                 if falling
                 else (
-                    f" The validation loss had stopped falling in all {len(validated)} models "
-                    "with two or more evaluations."
+                    f" The validation loss did not fall at the last evaluation in any of the {len(validated)} "
+                    "models with two or more evaluations."
                     if validated
                     else ""
                 )

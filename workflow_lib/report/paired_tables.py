@@ -98,12 +98,14 @@ def paired_section(frame: pl.DataFrame) -> str:
             "perplexity, swapping its NLL and tokens) draws from the exact null distribution; p = (1 + swaps as "
             "extreme as the data)/(B + 1), or the share of all 2^n swaps when 2^n ≤ B, and a row stops once "
             f"{STOP_AFTER} swaps reach its statistic (p = {STOP_AFTER}/swaps drawn; Besag and Clifford 1991). "
-            f"Each is exact at any number of prompts. B per table in its heading: at least {RESAMPLES}, and "
-            f"{RESAMPLES_PER_COMPARISON} per comparison, so that the smallest p, 1/(B + 1), survives Holm's "
-            "correction. Their interval is the t interval over prompts (perplexity: of its linearisation). "
-            f'"not testable (why)" is a contrast with no p, never a finding of no difference: fewer than '
-            f"{MIN_RUNS} runs, every run moved by the same amount (no spread to test), or too few prompts for any "
-            f"swap to reach p < {ALPHA:g}; it takes no part in Holm's correction. MAUVE is compared only where both "
+            "Each is exact at any number of prompts under the null that a prompt's two values are exchangeable. "
+            f"B per table in its heading: at least {RESAMPLES}, and {RESAMPLES_PER_COMPARISON} per comparison, so "
+            "that a Monte Carlo row's smallest p, 1/(B + 1), survives Holm's correction. Their interval is the t "
+            'interval over prompts (perplexity: of its linearisation). "not testable (why)" is a contrast that '
+            f"could not be marked, never a finding of no difference: fewer than {MIN_RUNS} runs, every run moved by "
+            f"the same amount (no spread to test), too few prompts for any swap to reach p < {ALPHA:g}, or too few "
+            "for any row of its table to reach Holm's first step (all 2^n swaps give no p below 2/2^n); it takes "
+            "no part in Holm's correction. MAUVE is compared only where both "
             "sides had enough texts per run to resolve it. Higher is better except for perplexity."
         ),
         "",

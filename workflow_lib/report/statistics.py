@@ -53,7 +53,7 @@ class Estimate(NamedTuple):
     untested: str | None = None
 
 
-def _plural(n: int, what: str) -> str:
+def plural(n: int, what: str) -> str:
     return f"{n} {what}" + ("" if n == 1 else "s")
 
 
@@ -72,7 +72,7 @@ def paired_t(a, b, level: float = 0.95) -> Estimate:
         raise ValueError("paired t: a non-finite per-run value; no estimate is made")
     n, mean = len(d), float(d.mean())
     if n < MIN_RUNS:
-        return Estimate(mean, None, None, None, n, _plural(n, "run"))
+        return Estimate(mean, None, None, None, n, plural(n, "run"))
     sd = float(d.std(ddof=1))
     # A spread at the level of rounding ((x - 0.25) - (x - 0.3) is not exactly 0.05 for every x) is no spread.
     if sd <= 8 * np.finfo(np.float64).eps * max(float(np.abs(a).max()), float(np.abs(b).max())):
@@ -143,7 +143,7 @@ class Permutations(NamedTuple):
 
     def untested(self, level: float = ALPHA) -> str | None:
         """Why this test cannot mark anything at `level` (its smallest p is above it), or None."""
-        return _plural(self.n, "prompt") if self.smallest_p > level else None
+        return plural(self.n, "prompt") if self.smallest_p > level else None
 
     def masks(self, start: int, rows: int) -> np.ndarray:
         if self.exact:
