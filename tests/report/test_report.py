@@ -145,7 +145,7 @@ def test_summary_says_what_ran_and_has_no_paper_match(study, tmp_path):
     config = {"models": {"tiny": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}}
     text = summary(StudyResults(study, written, ["results/report/figures/ablation.png"]), config, 0.025)
     assert "## Headline table" in text and "No model and eval set of this study is one of the paper's" in text
-    assert "Exact extrapolation error" in text and "0.200 ± 0.010" in text
+    assert "Extrapolation error against the exact law" in text and "0.200 ± 0.010" in text
     assert "Simulation study" not in text
     simulation = "# Simulation study (paper Section 4)\n\n| V | synonyms |\n|---|---|\n| 50 | oracle |\n"
     text = summary(StudyResults(study, written, simulation=simulation), config, 0.025)

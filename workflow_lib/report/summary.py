@@ -263,10 +263,12 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
     if frame["tv_mean"].drop_nulls().len():
         tv = shown_objective(frame.filter(pl.col("tv_mean").is_not_null()))
         parts += [
-            "## Exact extrapolation error (builtin corpus)\n",
+            "## Extrapolation error against the exact law (builtin corpus)\n",
             (
-                "Total variation between the model's next-word law and the grammar's, on in-support (`test`) and "
-                "out-of-support (`ood`) prefixes (lower is better):\n"
+                "Total variation between the model's next-word law and the grammar's exact one, on in-support "
+                "(`test`) and out-of-support (`ood`) prefixes (lower is better; ± 2 SE over prefixes). A condition "
+                "that perturbs at sampling averages its law over the test perturbation's draws, which biases its TV "
+                "upward by a little (docs/method.md, 'The exact TV's Monte Carlo bias'):\n"
             ),
         ]
         rows, _means, columns = pivot_cells(
