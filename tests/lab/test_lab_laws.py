@@ -267,3 +267,33 @@ def test_the_laws_command_loads_the_model_on_the_gpu_where_there_is_one_at_the_r
         ("tokenizer", "org/model", {"revision": "0123abc"}),
         ("model", "org/model", "cuda" if cuda else "cpu", {"revision": "0123abc"}),
     ]
+
+
+def test_the_model_reads_each_distinct_prefix_once_a_draw_unperturbed_and_none_is_one_draw(grammar, sets, monkeypatch):
+    """The lab draws T itself, so the model is asked for its plain law (intensity 0, one draw, seed 0) of the
+    distinct word sequences of a draw only; "none" reads the unperturbed prefixes once, not `draws` times. A
+    recording stand-in for the model checks the calls, and that each row gets its own sequence's law back."""
+    from workflow_lib.evaluate import extrapolation
+
+    ids = np.stack([np.asarray(row) for row in sets["ids"]])
+    base = np.array(sets["base"])
+    rows = base_rows(np.array(sets["family"]), np.array(sets["delta"]), base)
+    lex = prefix_sets.lexicon(grammar, SETTINGS["seed"])
+    words = len(grammar.vocabulary)
+    calls = []
+
+    def next_word(model, tokenizer, prefixes, word_tokens, perturbation, table, draws, seed, **rest):
+        calls.append((len(prefixes), perturbation, table, draws, seed, rest))
+        # A law that names its sequence: all mass on the cell of (hash of the words) mod W.
+        cells = [hash(" ".join(p)) % words for p in prefixes]
+        return np.eye(words + 1)[cells][None]
+
+    monkeypatch.setattr(extrapolation, "word_token_ids", lambda tokenizer, vocabulary: np.arange(len(vocabulary)))
+    monkeypatch.setattr(extrapolation, "model_next_word", next_word)
+    out = model_laws(None, None, grammar, lex, ids, base, rows, SETTINGS)
+    assert len(calls) == 1 + SETTINGS["draws"] * len(SETTINGS["perturbations"])
+    assert all(c[1:] == ({"intensity": 0.0}, None, 1, 0, {}) for c in calls)
+    distinct = len(np.unique(ids, axis=0))
+    assert calls[0][0] == distinct < len(ids)  # the delta-0 rows of both families share their prefixes
+    expected = np.eye(words + 1)[[hash(" ".join(np.asarray(lex.words)[row])) % words for row in ids]]
+    np.testing.assert_array_equal(out["laws"][0], expected)

@@ -719,3 +719,17 @@ def test_the_figure_names_coinciding_lines_and_says_when_a_panel_has_nothing(lab
     assert [t.get_text() for t in top.texts] == ["no trained models"] == [t.get_text() for t in bottom.texts]
     fig = _figure_of(monkeypatch, trained, premise.filter(pl.col("class") == "other"))
     assert [t.get_text() for t in fig.axes[2].texts] == ["no premise class"]
+
+
+def test_cli_names_the_laws_file_whose_draws_differ_from_the_groups(lab_files, monkeypatch):
+    """Files of one group must share the lab's draws: a file whose coupling shares differ is named by its path."""
+    folder, laws = lab_files
+    rows = pl.read_parquet(folder / "prefixes.parquet").height
+    for i, path in enumerate(laws):
+        with np.load(path) as data:
+            model = dict(data)
+        model["differs"] = np.full((2, rows), 0.5 if i == 2 else 0.25)
+        np.savez(path, **model)
+    with pytest.raises(StageError) as error:
+        run_cli(monkeypatch, folder, laws)
+    assert str(error.value).startswith(f"{laws[2]}: its perturbation draws differ from {laws[0]}'s;")
