@@ -769,3 +769,16 @@ def test_the_table_check_counts_only_tested_rows_and_any_row_that_can_reach_keep
     ]
     _untestable_table(joint)
     assert {r["not_testable"] for r in joint} == {None}  # a row of another test: no least p known, left tested
+
+
+def test_a_table_whose_least_p_is_exactly_the_level_is_not_testable_and_a_row_without_p_is_not_counted():
+    """Holm marks an adjusted p below 0.05, so a least attainable p of exactly 0.05 (1/(B + 1) at B = 19, one row)
+    can mark nothing. A row with no p (no test ran) is neither tested nor a reason to keep the table tested."""
+    edge = [{"p": 0.5, "n": 50, "not_testable": None, "smallest_p": Permutations(50, 19, "x").smallest_p}]
+    assert edge[0]["smallest_p"] * 1 == 0.05
+    _untestable_table(edge)
+    assert edge[0]["not_testable"] == "50 prompts for a table of 1"
+    no_p = {"p": None, "n": 8, "not_testable": None, "smallest_p": None}
+    few = [_tested_row(8, 2000, 0.5) for _ in range(7)]
+    _untestable_table([*few, no_p])
+    assert {r["not_testable"] for r in few} == {"8 prompts for a table of 7"} and no_p["not_testable"] is None

@@ -331,3 +331,15 @@ def test_the_findings_section_in_full():
     assert findings_section(frame, None, {}).splitlines()[2] == (
         "- No paired comparison was possible in this study, so nothing is said about what helped."
     )
+
+
+def test_perplexity_under_perturbation_is_named_the_base_models_and_under_an_objective_not():
+    """A perturbation family's perplexity rows compare base models trained with and without perturbation (no
+    sampling perturbation enters perplexity): the sentence says so. An objective's perplexity needs no such note."""
+    perturbation = one_set(contrast_rows("perturbation", "perplexity", [(-1.0, 0.01)]))
+    text = contrast_findings(contrasts_of(perturbation))[0]
+    assert text.split("Holm-corrected): ", 1)[1].startswith("perplexity (base model: training perturbation only): ")
+    objective = [{**r, "objective": "brier"} for r in contrast_rows("objective", "perplexity", [(1.0, 0.01)])]
+    line = contrast_findings(contrasts_of(objective))[0]
+    assert line.startswith("**brier against MLE** (every eval set and condition): perplexity helped in")
+    assert "base model" not in line
