@@ -782,3 +782,28 @@ def test_a_table_whose_least_p_is_exactly_the_level_is_not_testable_and_a_row_wi
     few = [_tested_row(8, 2000, 0.5) for _ in range(7)]
     _untestable_table([*few, no_p])
     assert {r["not_testable"] for r in few} == {"8 prompts for a table of 7"} and no_p["not_testable"] is None
+
+
+@pytest.mark.parametrize("prompts, testable", [(6, False), (7, True)])
+def test_a_rouge_table_too_small_for_holms_first_step_is_not_testable_end_to_end(
+    tmp_path, monkeypatch, prompts, testable
+):
+    """Two perturbation contrasts of 6 prompts each: all 64 swaps give no p below 2/64 = 0.031, and Holm's first
+    step asks for 0.05 / 2 = 0.025: no data could mark either, so both are "not testable", keep their p and take
+    no Holm p. At 7 prompts (2/128 = 0.016) the table is tested."""
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(5)
+    paths = [
+        write_metrics(
+            tmp_path, obj, ti, ti, rng.uniform(0.6, 0.8, 3), rng.uniform(0.2, 0.5, (prompts, 3)) + float(ti) * 4
+        )
+        for obj in ("mle", "emo")
+        for ti in ("0", "0.025")
+    ]
+    frame = contrasts(paths, 0.025).filter((pl.col("family") == "perturbation") & (pl.col("metric") == "rouge1"))
+    assert frame.height == 2 and frame["p"].null_count() == 0
+    if testable:
+        assert frame["not_testable"].null_count() == 2 and frame["p_holm"].null_count() == 0
+    else:
+        assert frame["not_testable"].to_list() == [f"{prompts} prompts for a table of 2"] * 2
+        assert frame["p_holm"].null_count() == 2 and not frame["significant"].any()
