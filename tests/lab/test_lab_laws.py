@@ -297,3 +297,5 @@ def test_the_model_reads_each_distinct_prefix_once_a_draw_unperturbed_and_none_i
     assert calls[0][0] == distinct < len(ids)  # the delta-0 rows of both families share their prefixes
     expected = np.eye(words + 1)[[hash(" ".join(np.asarray(lex.words)[row])) % words for row in ids]]
     np.testing.assert_array_equal(out["laws"][0], expected)
+    assert set(out) == {"laws", "laws_half", "differs", "perturbations", "single"}  # the names verdicts reads
+    assert out["single"].all()  # every word has a token here, token 0 included

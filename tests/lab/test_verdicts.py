@@ -77,6 +77,7 @@ def test_cli_writes_both_tables_the_markdown_and_the_figure(lab_files, monkeypat
     run_cli(monkeypatch, folder, laws)
     trained = pl.read_csv(folder / "out/u.csv")
     assert trained.columns == bounds.COLUMNS and trained.height == 2 * 2 * 3  # families x T's x deltas
+    assert trained["draws"].to_list() == [1 if t == "none" else SETTINGS["draws"] for t in trained["perturbation"]]
     premise = pl.read_csv(folder / "out/p.csv")
     assert {
         "class",
