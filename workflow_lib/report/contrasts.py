@@ -320,9 +320,10 @@ def compare(
     permutations: Permutations | None = None
 
     def row(metric: str, estimate: Estimate, method: str, draws: int | None = None) -> None:
+        smallest_p = None
         if method == PERMUTATION:
             assert permutations is not None, "permutation rows come after the swaps are set"
-            draws = permutations.draws
+            draws, smallest_p = permutations.draws, permutations.smallest_p
         fields = estimate._asdict()
         untested = fields.pop("untested")
         rows.append(
@@ -334,7 +335,7 @@ def compare(
                 "not_testable": untested,
                 "resamples": draws,
                 # Not a column: the least p this row's test can give, for its table's check (`contrasts`).
-                "smallest_p": permutations.smallest_p if method == PERMUTATION else None,
+                "smallest_p": smallest_p,
             }
         )
 
