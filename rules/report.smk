@@ -155,7 +155,7 @@ rule examples:
     output:
         report(
             "results/report/tables/examples.md",
-            caption="../report/table.rst",
+            caption="../report/examples.rst",
             category="Tables",
             subcategory="examples",
             labels={"table": "examples", "format": "md"},

@@ -50,6 +50,25 @@ def test_perturbation_verdicts_follow_the_holm_corrected_contrasts():
     assert contrast_findings(None)[0].startswith("No paired comparison was possible")
 
 
+def test_rows_of_the_paired_t_fallback_are_named_as_uncalibrated():
+    """MAUVE read without the joint results falls back to the paired t over runs, whose level nothing checks: its
+    verdicts say so, counting only its rows; the workflow's own tests carry no such caveat."""
+    fallback = contrast_rows("perturbation", "mauve", [(0.05, 0.01), (0.02, 0.3)], method="paired t over runs")
+    joint = contrast_rows("perturbation", "mauve", [(0.04, 0.02)])
+    rouge = contrast_rows("perturbation", "rouge1", [(0.01, 0.02)])
+    [line] = contrast_findings(contrasts_of([{**r, "eval_set": "w"} for r in fallback + joint + rouge]))
+    assert line == (
+        "**w**, perturbation against none (per objective and decoder, Holm-corrected): MAUVE: helped in 2, hurt in 0, "
+        "no detectable difference in 1 (of 3) (2 by the paired t over runs, whose level is not calibrated: a "
+        "description); ROUGE-1: helped in 1, hurt in 0, no detectable difference in 0 (of 1)."
+    )
+    quiet = untested(fallback[:1], "2 runs") + [{**fallback[1], "p_holm": 0.5, "significant": False}]
+    assert contrast_findings(contrasts_of([{**r, "eval_set": "w"} for r in quiet]))[0].endswith(
+        "MAUVE: no detectable difference in any of the 1 tested (1 by the paired t over runs, whose level is not "
+        "calibrated: a description), not testable in 1 (2 runs)."
+    )
+
+
 def untested(rows: list[dict], why: str | None) -> list[dict]:
     return [
         {**r, "p": None, "p_holm": None, "significant": False, "low": None, "high": None, "not_testable": why}

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from workflow_lib.report.collect import collect, read_metrics
-from workflow_lib.report.contrasts import COLUMNS
+from workflow_lib.report.contrasts import COLUMNS, JOINT, PERMUTATION
 from workflow_lib.report.figures import FIGURES
 from workflow_lib.report.summary import StudyResults, summary
 from workflow_lib.report.tables import paper_comparison, report_view, tables
@@ -151,6 +151,28 @@ def test_summary_says_what_ran_and_has_no_paper_match(study, tmp_path):
     text = summary(StudyResults(study, written, simulation=simulation), config, 0.025)
     assert "## Simulation study (paper Section 4)\n\n| V | synonyms |\n|---|---|\n| 50 | oracle |" in text
     assert "results/simulation/figure.png" in text and text.count("# Simulation study") == 1
+
+
+def test_the_tv_table_sizes_the_monte_carlo_bias_of_its_sampling_perturbed_rows(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tv = {"kind": "extrapolation", "mauve": None, "rouge": None}
+    paths = [
+        write(tmp_path, "mle", "0", "0", "ood", tv=(0.30, 0.011), draws=1, tv_bias_estimate=0.0, **tv),
+        write(tmp_path, "mle", "0.025", "0.025", "ood", tv=(0.20, 0.013), draws=32, tv_bias_estimate=1.8e-4, **tv),
+        write(tmp_path, "mle", "0", "0.4", "ood", tv=(0.25, 0.017), draws=32, tv_bias_estimate=2.3e-4, **tv),
+    ]
+    frame = collect([p.split(str(tmp_path) + "/")[1] for p in paths])
+    assert sorted(frame["tv_draws"].to_list()) == [1, 32, 32]
+    config = {"models": {"tiny": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}}
+    text = summary(StudyResults(frame, tables(frame, str(tmp_path / "t"), 0.025, ["ood"])), config, 0.025)
+    # the unperturbed row's exact law (0.011, no bias) takes no part: 2 rows, the larger estimate, their least 2 SE
+    assert (
+        "Here the split-half estimate of that bias (it sizes it, it does not bound it) is at most 0.00023 over the 2 "
+        "sampling-perturbed rows, at 32 draws; their smallest 2 SE is 0.013.\n" in text
+    )
+    # files of an older run carry no estimate: the caption says nothing it cannot back
+    old = collect([write(tmp_path, "mle", "0.025", "0.025", "ood", tv=(0.2, 0.01), **tv).split(str(tmp_path) + "/")[1]])
+    assert "split-half" not in summary(StudyResults(old, {}), config, 0.025)
 
 
 def test_paper_numbers_side_by_side_when_the_config_matches(study):
@@ -427,7 +449,8 @@ def contrast_rows(family, metric, outcomes, **identity):
                 "significant": p_holm < 0.05,
                 "favours": "perturbation" if difference > 0 else "no perturbation",
                 "n": 5,
-                "method": "paired t over runs",
+                # the workflow's own tests: the joint MAUVE test and the paired permutation test over prompts
+                "method": identity.get("method", JOINT if metric == "mauve" else PERMUTATION),
             }
         )
     return rows

@@ -58,6 +58,8 @@ SCHEMA = (
         "tv_mean": pl.Float64,
         "tv_2se": pl.Float64,
         "tv_law": pl.Utf8,
+        "tv_bias_estimate": pl.Float64,
+        "tv_draws": pl.Int64,
     }
     | PROVENANCE
 )
@@ -106,7 +108,16 @@ def collect(paths: list[str]) -> pl.DataFrame:
         if fields["kind"] == "metrics":
             row.update(_metric_fields(data))
         else:
-            row.update({"tv_mean": data["tv_mean"], "tv_2se": data["tv_2se"], "tv_law": data["law"]})
+            row.update(
+                {
+                    "tv_mean": data["tv_mean"],
+                    "tv_2se": data["tv_2se"],
+                    "tv_law": data["law"],
+                    # the split-half estimate of the Monte Carlo bias left (0 for an exact, unperturbed law)
+                    "tv_bias_estimate": data.get("tv_bias_estimate"),
+                    "tv_draws": data.get("draws"),
+                }
+            )
     joined = set()
     for row in rows.values():
         key = tuple(row[k] for k in MODEL_KEYS + ["eval_set"])

@@ -4,7 +4,8 @@ Three parts:
 - for each eval set and metric, whether perturbation helped, hurt or made no detectable difference (the paired
   contrasts after Holm's correction), and the same for each objective against MLE. Those three words are for
   tested rows only: a contrast with no p (fewer than 3 runs, no spread, too few prompts) is "not testable (why)",
-  counted apart and never as no difference, and a MAUVE cell with too few texts per run to resolve
+  counted apart and never as no difference; rows tested by the paired t over runs (MAUVE without the joint results),
+  whose level no calibration checks, are named as such; and a MAUVE cell with too few texts per run to resolve
   (report.resolution) is counted as such, compared with nothing;
 - the study's size and what limits it: sampling runs, prompts, training steps, whether the validation loss was
   still falling at the last evaluation, MAUVE's clustering share, and which MAUVE cells had too few texts;
@@ -21,7 +22,7 @@ from typing import cast
 
 import polars as pl
 
-from workflow_lib.report.contrasts import METRICS
+from workflow_lib.report.contrasts import METRICS, PAIRED_T
 from workflow_lib.report.paired_tables import untested_reasons
 from workflow_lib.report.resolution import refusal_sentence, refused, resolved
 from workflow_lib.report.statistics import rank_agreement
@@ -43,9 +44,12 @@ def _verdicts(part: pl.DataFrame, better: str) -> str:
     hurt = tested.filter(pl.col("significant") & (pl.col("favours") != better)).height
     same = tested.height - helped - hurt
     of = f"the {tested.height} tested" if untested else f"{part.height}"
+    # The paired t over runs (MAUVE read without the joint results) has a level no calibration checks.
+    fallback = tested.filter(pl.col("method") == PAIRED_T).height
+    caveat = f" ({fallback} by the {PAIRED_T}, whose level is not calibrated: a description)" if fallback else ""
     if helped == hurt == 0:
-        return f"no detectable difference in any of {of}{apart}"
-    return f"helped in {helped}, hurt in {hurt}, no detectable difference in {same} (of {of}){apart}"
+        return f"no detectable difference in any of {of}{caveat}{apart}"
+    return f"helped in {helped}, hurt in {hurt}, no detectable difference in {same} (of {of}){caveat}{apart}"
 
 
 def _parts(rows: pl.DataFrame, better: str, refused_mauve: int, sep: str) -> list[str]:
