@@ -282,9 +282,7 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
                 "Total variation between the model's next-word law and the grammar's exact one, on in-support "
                 "(`test`) and out-of-support (`ood`) prefixes (lower is better; ± 2 SE over prefixes). A condition "
                 "that perturbs at sampling averages its law over the test perturbation's draws, which biases its TV "
-                "upward by a little (docs/method.md, 'The exact TV's Monte Carlo bias')."
-                + tv_bias_line(tv)
-                + "\n"
+                "upward by a little (docs/method.md, 'The exact TV's Monte Carlo bias')." + tv_bias_line(tv) + "\n"
             ),
         ]
         rows, _means, columns = pivot_cells(
