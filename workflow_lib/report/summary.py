@@ -213,10 +213,11 @@ def tv_bias_line(tv: pl.DataFrame) -> str:
     if not perturbed.height:
         return ""
     worst = perturbed.sort("tv_bias_estimate", descending=True).row(0, named=True)
+    bias, draws, least_2se = float(worst["tv_bias_estimate"]), int(worst["tv_draws"]), perturbed["tv_2se"].min()
     return (
-        f" Here the split-half estimate of that bias (it sizes it, it does not bound it) is at most "
-        f"{worst['tv_bias_estimate']:.2g} over the {perturbed.height} sampling-perturbed rows, at "
-        f"{worst['tv_draws']} draws; their smallest 2 SE is {perturbed['tv_2se'].min():.2g}."
+        f" Here the split-half estimate of that bias (it sizes it, it does not bound it) is at most {bias:.2g} over "
+        f"the {perturbed.height} sampling-perturbed rows, at {draws} draws; their smallest 2 SE is "
+        f"{cast(float, least_2se):.2g}."
     )
 
 
