@@ -722,6 +722,46 @@ def test_the_figure_names_coinciding_lines_and_says_when_a_panel_has_nothing(lab
     assert [t.get_text() for t in fig.axes[2].texts] == ["no premise class"]
 
 
+def test_the_figure_plots_against_delta_shares_each_rows_axis_and_has_a_panel_when_the_lab_is_empty(
+    lab_files, monkeypatch
+):
+    """Deltas that are not 0, 1, 2 (so a line drawn against its index would show): the top and bottom lines sit at
+    their deltas, in their T's style; a missing 2 SE is a bar of 0; a row of panels shares its y axis; three rows,
+    laid out by matplotlib's constrained engine. An empty lab still draws one labelled column, at least 7 in wide."""
+    from workflow_lib.plotting import line_style
+
+    folder, laws = lab_files
+    run_cli(monkeypatch, folder, laws)
+    apart = pl.col("delta").replace_strict({0: 0, 1: 1, 2: 4})
+    trained = pl.read_csv(folder / "out/u.csv").with_columns(apart)
+    trained = trained.with_columns(
+        pl.when(pl.col("delta") == 4).then(None).otherwise(pl.col("tv_truth_2se")).alias("tv_truth_2se")
+    )
+    premise = pl.read_csv(folder / "out/p.csv").with_columns(apart)
+    fig = _figure_of(monkeypatch, trained, premise)
+    assert fig.axes[0].get_gridspec().get_geometry() == (3, 2)
+    assert type(fig.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"
+    axes = np.array(fig.axes[:6]).reshape(3, 2)
+    for row in axes:
+        assert row[0].get_shared_y_axes().joined(row[0], row[1])
+    names = dict.fromkeys(["none", *trained["perturbation"].to_list(), *premise["perturbation"].to_list()])
+    styles = {name: line_style(i) for i, name in enumerate(names)}
+    top, bottom = axes[0, 0], axes[2, 0]
+    for name, label in (("none", "no perturbation"), ("syn", "T = syn")):
+        (drawn,) = [x for x in top.get_lines() if x.get_label() == label]
+        assert list(drawn.get_xdata()) == [0, 1, 4]
+        (errors,) = [c for c in bottom.containers if c.get_label() == label]
+        points, _caps, (bars,) = errors
+        assert list(points.get_xdata()) == [0, 1, 4]
+        assert points.get_color() == styles[name]["color"] and points.get_marker() == styles[name]["marker"]
+        spans = [segment[1, 1] - segment[0, 1] for segment in bars.get_segments()]
+        assert spans[2] == 0.0 and spans[0] > 0
+    empty = _figure_of(monkeypatch, trained.clear(), premise.clear())
+    assert [ax.get_title() for ax in empty.axes[:1]] == ["(none) prefixes"]
+    assert tuple(empty.get_size_inches()) == pytest.approx((7.0, 9.0))
+    assert [t.get_text() for t in empty.axes[0].texts] == ["no trained models"]
+
+
 def test_cli_names_the_laws_file_whose_draws_differ_from_the_groups(lab_files, monkeypatch):
     """Files of one group must share the lab's draws: a file whose coupling shares differ is named by its path."""
     folder, laws = lab_files
