@@ -756,10 +756,15 @@ def test_the_figure_plots_against_delta_shares_each_rows_axis_and_has_a_panel_wh
         assert points.get_color() == styles[name]["color"] and points.get_marker() == styles[name]["marker"]
         spans = [segment[1, 1] - segment[0, 1] for segment in bars.get_segments()]
         assert spans[2] == 0.0 and spans[0] > 0
+    unseen = premise.filter((pl.col("class") == "unseen") & (pl.col("family") == "composition"))
+    middle = [x for x in axes[1, 0].get_lines() if not x.get_label().startswith("_")]
+    assert len(middle) >= 2 and 4 in unseen["delta"].to_list()
+    assert all(list(x.get_xdata()) == sorted(set(unseen["delta"].to_list())) for x in middle)
     empty = _figure_of(monkeypatch, trained.clear(), premise.clear())
     assert [ax.get_title() for ax in empty.axes[:1]] == ["(none) prefixes"]
     assert tuple(empty.get_size_inches()) == pytest.approx((7.0, 9.0))
     assert [t.get_text() for t in empty.axes[0].texts] == ["no trained models"]
+    assert empty.axes[1].get_lines() == [] and [t.get_text() for t in empty.axes[1].texts] == ["no premise class"]
 
 
 def test_cli_names_the_laws_file_whose_draws_differ_from_the_groups(lab_files, monkeypatch):
