@@ -725,19 +725,20 @@ def test_the_figure_names_coinciding_lines_and_says_when_a_panel_has_nothing(lab
 def test_the_figure_plots_against_delta_shares_each_rows_axis_and_has_a_panel_when_the_lab_is_empty(
     lab_files, monkeypatch
 ):
-    """Deltas that are not 0, 1, 2 (so a line drawn against its index would show): the top and bottom lines sit at
-    their deltas, in their T's style; a missing 2 SE is a bar of 0; a row of panels shares its y axis; three rows,
-    laid out by matplotlib's constrained engine. An empty lab still draws one labelled column, at least 7 in wide."""
+    """Deltas that are not 0, 1, 2 (so a line drawn against its index would show), and not the same in the trained
+    table (0, 1, 4) as in the premise table (0, 1, 3): every line and circle sits at its deltas, in its T's style;
+    a column's ticks are both tables' deltas; a missing 2 SE is a bar of 0; a row of panels shares its y axis;
+    three rows, laid out by matplotlib's constrained engine; only coinciding lines are named, two or more. An empty
+    lab still draws one labelled column, at least 7 in wide, with no line."""
     from workflow_lib.plotting import line_style
 
     folder, laws = lab_files
     run_cli(monkeypatch, folder, laws)
-    apart = pl.col("delta").replace_strict({0: 0, 1: 1, 2: 4})
-    trained = pl.read_csv(folder / "out/u.csv").with_columns(apart)
+    trained = pl.read_csv(folder / "out/u.csv").with_columns(pl.col("delta").replace_strict({0: 0, 1: 1, 2: 4}))
     trained = trained.with_columns(
         pl.when(pl.col("delta") == 4).then(None).otherwise(pl.col("tv_truth_2se")).alias("tv_truth_2se")
     )
-    premise = pl.read_csv(folder / "out/p.csv").with_columns(apart)
+    premise = pl.read_csv(folder / "out/p.csv").with_columns(pl.col("delta").replace_strict({0: 0, 1: 1, 2: 3}))
     fig = _figure_of(monkeypatch, trained, premise)
     assert fig.axes[0].get_gridspec().get_geometry() == (3, 2)
     assert type(fig.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"
@@ -746,7 +747,9 @@ def test_the_figure_plots_against_delta_shares_each_rows_axis_and_has_a_panel_wh
         assert row[0].get_shared_y_axes().joined(row[0], row[1])
     names = dict.fromkeys(["none", *trained["perturbation"].to_list(), *premise["perturbation"].to_list()])
     styles = {name: line_style(i) for i, name in enumerate(names)}
-    top, bottom = axes[0, 0], axes[2, 0]
+    labels = {("no perturbation" if name == "none" else f"T = {name}"): name for name in names}
+    top, middle, bottom = axes[:, 0]
+    assert all(list(ax.get_xticks()) == [0, 1, 3, 4] for ax in axes[:, 0])
     for name, label in (("none", "no perturbation"), ("syn", "T = syn")):
         (drawn,) = [x for x in top.get_lines() if x.get_label() == label]
         assert list(drawn.get_xdata()) == [0, 1, 4]
@@ -756,10 +759,21 @@ def test_the_figure_plots_against_delta_shares_each_rows_axis_and_has_a_panel_wh
         assert points.get_color() == styles[name]["color"] and points.get_marker() == styles[name]["marker"]
         spans = [segment[1, 1] - segment[0, 1] for segment in bars.get_segments()]
         assert spans[2] == 0.0 and spans[0] > 0
-    unseen = premise.filter((pl.col("class") == "unseen") & (pl.col("family") == "composition"))
-    middle = [x for x in axes[1, 0].get_lines() if not x.get_label().startswith("_")]
-    assert len(middle) >= 2 and 4 in unseen["delta"].to_list()
-    assert all(list(x.get_xdata()) == sorted(set(unseen["delta"].to_list())) for x in middle)
+    lines = [x for x in middle.get_lines() if not x.get_label().startswith("_")]
+    circles = [x for x in middle.get_lines() if x.get_label() == "_rows"]
+    assert len(lines) == len(circles) >= 2
+    for line, circle in zip(lines, circles):
+        style = styles[labels[line.get_label()]]
+        assert line.get_color() == style["color"] and line.get_marker() == style["marker"]
+        assert list(line.get_xdata()) == list(circle.get_xdata()) == [0, 1, 3]
+    sups = {x.get_label(): tuple(x.get_ydata()) for x in lines}
+    equal = {frozenset(a for a in sups if sups[a] == sups[b]) for b in sups}
+    named = {
+        frozenset(group.split("\n"))
+        for note in (t.get_text() for t in middle.texts if t.get_text().startswith("equal"))
+        for group in note.removeprefix("equal, drawn over each other:\n").split("\n\n")
+    }
+    assert named == {group for group in equal if len(group) >= 2}  # every pair or more that coincides, only those
     empty = _figure_of(monkeypatch, trained.clear(), premise.clear())
     assert [ax.get_title() for ax in empty.axes[:1]] == ["(none) prefixes"]
     assert tuple(empty.get_size_inches()) == pytest.approx((7.0, 9.0))
