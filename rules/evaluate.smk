@@ -1,13 +1,39 @@
-from workflow_lib.evaluate.settings import evaluation_settings, extrapolation_settings, perplexity_settings
-from workflow_lib.layout import FEATURES, evaluation_of, prompts_path
+from workflow_lib.evaluate.settings import (
+    control_text_settings,
+    evaluation_settings,
+    extrapolation_settings,
+    feature_settings,
+    perplexity_settings,
+)
+from workflow_lib.layout import CONTROL_FEATURES, CONTROL_TEXTS, CONTROLS, FEATURES, evaluation_of, prompts_path
 from workflow_lib.sample.settings import decoder_settings, test_perturbation
 
 
+# MAUVE's controls (workflow_lib/evaluate/controls.py): known texts in the samples' layout, built from the eval set's
+# own human text; no model is sampled.
+rule control_texts:
+    input:
+        unpack(inputs.control_texts),
+    output:
+        CONTROL_TEXTS,
+    log:
+        "results/logs/control_texts/{eval_set}.log",
+    conda:
+        "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.evaluate.controls"),
+        settings=lambda w: as_json(control_text_settings(config, w.eval_set)),
+    shell:
+        "python -m workflow_lib.evaluate.controls --eval-set {wildcards.eval_set} --prompts {input.prompts} --data {input.data} --settings {params.settings:q} --output {output} 2> {log}"
+
+
+# The human references' features and the control texts', one featuriser load on the GPU.
 rule features:
     input:
-        prompts="results/prompts/{eval_set}.parquet",
+        unpack(inputs.features),
     output:
-        FEATURES,
+        human=FEATURES,
+        controls=CONTROL_FEATURES,
     log:
         "results/logs/features/{featuriser}/{eval_set}.log",
     benchmark:
@@ -20,9 +46,30 @@ rule features:
         mem_mb=predicted_mem(FEATURES),
     params:
         code=code_digest("workflow_lib.evaluate.features"),
+        settings=lambda w: as_json(feature_settings(config)),
+    shell:
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.features human --prompts {input.prompts} --control-texts {input.controls} --settings {params.settings:q} --output {output.human} --control-output {output.controls} 2> {log}"
+
+
+# Each control's MAUVE against the human references (k-means on the CPU) and the verdict every MAUVE cell of the
+# eval set reads: reported, or "MAUVE cannot see ...".
+rule mauve_controls:
+    input:
+        human=FEATURES,
+        features=CONTROL_FEATURES,
+    output:
+        CONTROLS,
+    log:
+        "results/logs/mauve_controls/{featuriser}/{eval_set}.log",
+    benchmark:
+        "results/benchmarks/mauve_controls/{featuriser}/{eval_set}.tsv"
+    conda:
+        "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.evaluate.control_scores"),
         settings=lambda w: as_json(evaluation_settings(config)),
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.features human --prompts {input.prompts} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.control_scores --human {input.human} --features {input.features} --settings {params.settings:q} --output {output} 2> {log}"
 
 
 # An evaluation is two jobs: the model texts' features on the GPU, then MAUVE's k-means, ROUGE and diversity on the
@@ -45,7 +92,7 @@ rule sample_features:
         mem_mb=predicted_mem(SAMPLE_FEATURES_OUTPUT),
     params:
         code=code_digest("workflow_lib.evaluate.features"),
-        settings=lambda w: as_json(evaluation_settings(config)),
+        settings=lambda w: as_json(feature_settings(config)),
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.features samples --samples {input.samples} --prompts {input.prompts} --settings {params.settings:q} --output {output} 2> {log}"
 
@@ -56,6 +103,7 @@ rule evaluate:
         prompts="results/prompts/{eval_set}.parquet",
         human=lambda w: FEATURES.format(featuriser=inputs.featuriser_id(), eval_set=w.eval_set),
         features=SAMPLE_FEATURES_OUTPUT,
+        controls=inputs.controls,
     output:
         json=METRICS_OUTPUT,
         per_prompt=evaluation_template("metrics", ".prompts.parquet"),
@@ -73,7 +121,7 @@ rule evaluate:
         code=code_digest("workflow_lib.evaluate.metrics"),
         settings=lambda w: as_json(evaluation_settings(config)),
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --features {input.features} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} --curves {output.curves} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --features {input.features} --controls {input.controls} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} --curves {output.curves} 2> {log}"
 
 
 # One job per evaluated model: the model is loaded once and scores the human text of every eval set it is evaluated

@@ -2,6 +2,7 @@ from workflow_lib.evaluate.settings import evaluation_settings
 from workflow_lib.files import write_argument_file
 from workflow_lib.grid import (
     REPORT_TABLES,
+    control_targets,
     data_records,
     example_inputs,
     extrapolation_targets,
@@ -99,6 +100,7 @@ rule tables:
         data=data_records(config),
         lab=[t for t in lab_targets(config) if t.endswith(".md")],
         models=model_targets(config),
+        controls=control_targets(config),
         arguments=argument_file("tables"),
     output:
         summary=report("results/summary.md", caption="../report/summary.rst", category="Summary"),

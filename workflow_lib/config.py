@@ -223,12 +223,28 @@ def check_architecture(name: str, model: dict, schema: dict) -> None:
         )
 
 
-def check_featuriser(featuriser: str, workdir: Path) -> None:
+def default_featuriser(config: dict) -> str | dict:
+    """`evaluation.featuriser: auto`: the study's first pretrained model (`{model: key}`: a causal LM's last hidden
+    state, which sees what MAUVE's controls degrade; docs/method.md §4), else `minilm`."""
+    return next(({"model": key} for key, m in config["models"].items() if m["source"] == "hf"), "minilm")
+
+
+def check_featuriser(featuriser: str | dict, config: dict, workdir: Path) -> None:
+    if isinstance(featuriser, dict):
+        key = featuriser["model"]
+        _need(key, config["models"], "evaluation.featuriser.model", "model")
+        if config["models"][key]["source"] != "hf":
+            raise ConfigError(
+                f"config key evaluation.featuriser.model: model {key!r} is source: "
+                f"{config['models'][key]['source']} (randomly initialised, then trained per condition); a featuriser "
+                "is one pretrained checkpoint for every condition: name a source: hf model"
+            )
+        return
     if featuriser not in FEATURISERS and not (workdir / featuriser / "config.json").is_file():
         raise ConfigError(
             f"config key evaluation.featuriser: {featuriser!r} is not a local model folder (a folder "
             f"with a config.json; relative paths are read from {workdir.resolve()}); allowed: "
-            f"{', '.join(map(repr, FEATURISERS))} or such a folder"
+            f"{', '.join(map(repr, FEATURISERS))}, auto, {{model: <a models key>}} or such a folder"
         )
 
 
@@ -334,7 +350,14 @@ def check(config: dict, workdir: Path | None = None) -> None:
                     .replace("config: ", f"config key models.{name}.training: ", 1)
                 )
         check_architecture(name, model, schema)
-    check_featuriser(config.get("evaluation", {}).get("featuriser", "minilm"), workdir)
+    check_featuriser(config["evaluation"]["featuriser"], config, workdir)
+    mauve = config["evaluation"]["mauve"]
+    if mauve["controls"]["must_detect"] and mauve["kmeans_seeds"] < 2:
+        raise ConfigError(
+            "config key evaluation.mauve.kmeans_seeds: MAUVE's controls (evaluation.mauve.controls.must_detect) "
+            "compare a control's gap below the human ceiling with the spread of k-means seeds, which 1 seed does "
+            "not have: use 2 or more, or must_detect: [] to report MAUVE unchecked"
+        )
     for name, es in config.get("eval_sets", {}).items():
         _need(es["dataset"], datasets, f"eval_sets.{name}.dataset", "dataset")
         splits = dataset_splits(datasets[es["dataset"]])
@@ -521,6 +544,8 @@ def normalise(config: dict, workdir: Path | None = None) -> dict:
     for ds in config["datasets"].values():
         if ds.get("recipe") == "mixce" and ds.get("max_rows") is None:
             ds["max_rows"] = MIXCE_ROWS
+    if config["evaluation"]["featuriser"] == "auto":
+        config["evaluation"]["featuriser"] = default_featuriser(config)
     candidates = table_intensities(config)
     if len(candidates) == 1 and float(config["report"]["intensity"]) not in candidates:
         config["report"]["intensity"] = candidates[0]  # a study of one perturbed intensity reports that one

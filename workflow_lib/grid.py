@@ -14,6 +14,7 @@ import os
 from workflow_lib.constants import BUILTIN_SPLITS, FEATURISERS, UNTRAINED
 from workflow_lib.layout import (
     BASELINE,
+    CONTROLS,
     DATA,
     Evaluation,
     ModelRun,
@@ -39,10 +40,12 @@ def dataset_splits(dataset: dict) -> list[str]:
     return list(dataset.get("files", {}))
 
 
-def featuriser_id(name: str) -> str:
-    """A path-safe name for the featuriser `evaluation.featuriser` (a local folder is named by its last component):
-    the `featuriser` wildcard of results/features/."""
-    return name if name in FEATURISERS else f"local-{os.path.basename(os.path.normpath(name))}"
+def featuriser_id(featuriser: str | dict) -> str:
+    """A path-safe name for the featuriser `evaluation.featuriser` (a study model is `model-<key>`, a local folder
+    is named by its last component): the `featuriser` wildcard of results/features/ and results/controls/."""
+    if isinstance(featuriser, dict):
+        return f"model-{featuriser['model']}"
+    return featuriser if featuriser in FEATURISERS else f"local-{os.path.basename(os.path.normpath(featuriser))}"
 
 
 def train_conditions(experiment: dict) -> list[TrainCondition]:
@@ -170,6 +173,12 @@ def metric_targets(config: dict) -> list[str]:
     return sorted({ev.path("metrics") for ev in evaluation_runs(config)})
 
 
+def control_targets(config: dict) -> list[str]:
+    """MAUVE's controls (their scores and verdict) of every evaluated eval set, under the study's featuriser."""
+    featuriser = featuriser_id(config["evaluation"]["featuriser"])
+    return sorted({CONTROLS.format(featuriser=featuriser, eval_set=ev.eval_set) for ev in evaluation_runs(config)})
+
+
 def extrapolation_targets(config: dict) -> list[str]:
     """The exact TV evaluation, for eval sets of a builtin dataset."""
     out = set()
@@ -227,7 +236,7 @@ def lab_targets(config: dict) -> list[str]:
 
 # ---- the study's targets (rules/common.smk: rule all) -------------------------------------------------------
 
-REPORT_TABLES = ["table1", "metrics", "emo_brier", "strategies", "ablation"]
+REPORT_TABLES = ["table1", "metrics", "emo_brier", "strategies", "ablation", "controls"]
 
 
 def token_targets(config: dict) -> list[str]:

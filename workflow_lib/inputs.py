@@ -19,6 +19,7 @@ from workflow_lib.data.downloads import fetched, split_paths, unpacked_dir
 from workflow_lib.data.settings import prompt_cap
 from workflow_lib.evaluate.floor import mauve_never_resolves
 from workflow_lib.grid import (
+    control_targets,
     curve_inputs,
     data_records,
     dataset_splits,
@@ -32,6 +33,8 @@ from workflow_lib.grid import (
     perplexity_targets,
 )
 from workflow_lib.layout import (
+    CONTROL_TEXTS,
+    CONTROLS,
     DATA,
     FEATURES,
     NO_STRATEGY,
@@ -184,6 +187,25 @@ class Inputs:
         """A path-safe name for the featuriser (a local folder is named by its last component)."""
         return featuriser_id(self.config["evaluation"]["featuriser"])
 
+    def control_texts(self, wildcards: Any) -> dict:
+        """The eval set's prompts and the split they were cut from (the ceiling's following words, the salad's
+        unigram law)."""
+        return {"prompts": prompts_path(wildcards.eval_set), "data": self.prompts(wildcards)["data"]}
+
+    def features(self, wildcards: Any) -> dict:
+        """The human references and control texts to featurise, and the featuriser's folder when a rule writes it
+        (a study model dequantised from GGUF)."""
+        chosen = self.config["evaluation"]["featuriser"]
+        return {
+            "prompts": prompts_path(wildcards.eval_set),
+            "controls": CONTROL_TEXTS.format(eval_set=wildcards.eval_set),
+            **(self.pretrained(chosen["model"]) if isinstance(chosen, dict) else {}),
+        }
+
+    def controls(self, wildcards: Any) -> str:
+        """The eval set's controls verdict (a blind MAUVE is neither featurised nor scored)."""
+        return CONTROLS.format(featuriser=self.featuriser_id(), eval_set=wildcards.eval_set)
+
     @cached_property
     def perplexity_jobs(self) -> dict[str, list[str]]:
         return perplexity_jobs(self.config)
@@ -242,6 +264,7 @@ class Inputs:
             "tables": [
                 *["--data", *data_records(config)],
                 *["--lab", *[t for t in lab_targets(config) if t.endswith(".md")]],
+                *["--controls", *control_targets(config)],
                 *["--models", *model_targets(config)],
             ],
             "examples": example_inputs(config)[1],

@@ -37,6 +37,10 @@ TOKENIZER = "results/tokenizers/{tokenizer}"
 TOKENS = "results/tokens/{tokenizer}/{dataset}/{split}.parquet"
 PROMPTS = "results/prompts/{eval_set}.parquet"
 FEATURES = "results/features/{featuriser}/{eval_set}.npy"  # an eval set's human text, featurised (MAUVE)
+# MAUVE's controls (evaluate/controls.py): an eval set's control texts, their features, and their scores and verdict.
+CONTROL_TEXTS = "results/controls/{eval_set}.texts.parquet"
+CONTROL_FEATURES = "results/features/{featuriser}/{eval_set}.controls.parquet"
+CONTROLS = "results/controls/{featuriser}/{eval_set}.json"
 
 # The results folders of each layout, and the suffix of the file each writes (a folder has none).
 RUN_KINDS = {"models": "", "checkpoints": "", "perplexity": "", "lab/laws": ".npz"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 import subprocess
@@ -103,6 +104,12 @@ def test_unknown_model_is_reported_not_guessed(tmp_path):
     config = tiny_config()
     config["models"]["hub"] = {"source": "hf", "name": "someone/unknown-model", "tokenizer": "bpe"}
     config["experiments"]["main"]["models"] = ["hub"]
+    auto = validate_config(copy.deepcopy(config), tmp_path)  # MAUVE's featuriser: the study's model, unknown too
+    assert auto["evaluation"]["featuriser"] == {"model": "hub"}
+    assert all(
+        j.unknown for j in cost_jobs.plan_jobs(auto, DEVICES["a100-80gb"], DEVICES["cpu"], None) if j.rule == "features"
+    )
+    config["evaluation"]["featuriser"] = "minilm"
     config = validate_config(config, tmp_path)
     planned = cost_jobs.plan_jobs(config, DEVICES["a100-80gb"], DEVICES["cpu"], None)
     unknown = [j for j in planned if j.model == "hub" and j.rule not in ("sample_features", "evaluate")]  # featuriser

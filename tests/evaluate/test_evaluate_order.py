@@ -49,6 +49,8 @@ def test_evaluate_features_keep_the_samples_order_whatever_order_a_join_may_retu
     )
     settings = {
         "featuriser": "minilm",
+        "featuriser_label": "minilm",
+        "feature_text": "prompt_and_continuation",
         "max_text_length": 16,
         "feature_batch_size": 4,
         "rouge_include_prefix": True,

@@ -25,8 +25,12 @@ def zero_shot_config(folder) -> dict:
     config["decoders"] = {"neutral": {"temperature": 1.0, "top_p": 1.0, "top_k": 0}, "top-k-3": {"top_k": 3}}
     config["evaluation"]["mauve"]["kmeans_seeds"] = 2
     # Its 10 prompts a run are MAUVE's floor here, so MAUVE is scored and contrasted: the one workflow test where it is
-    # (the others' small studies are under the default floor of 50: flagged, not scored).
+    # (the others' small studies are under the default floor of 50: flagged, not scored). MiniLM over prompt +
+    # continuation is the blind instrument of docs/method.md §4: its controls fail, so nothing of MAUVE is reported
+    # until must_detect is emptied (the test's second run).
     config["evaluation"]["mauve"]["min_texts"] = config["prompts"]["max_prompts"]
+    config["evaluation"]["featuriser"] = "minilm"
+    config["evaluation"]["feature_text"] = "prompt_and_continuation"
     config.setdefault("report", {})["intensity"] = (
         0.3  # so that sampling at 0.3 against none is a designed (ablation) MAUVE contrast
     )
@@ -59,6 +63,27 @@ def test_an_untrained_checkpoint_is_evaluated_under_every_decoder_without_traini
     result = snakemake(workdir, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert not (workdir / "results/models").exists()
+    # The blind instrument: its controls fail, every MAUVE cell says so, nothing is scored, contrasted or marked.
+    controls = json.loads((workdir / "results/controls/minilm/syn-test.json").read_text())
+    assert controls["texts"] == 10 and controls["status"].startswith("MAUVE cannot see shuffled words")
+    assert controls["status"].endswith("at n = 10 with minilm") and not controls["controls"]["shuffled"]["seen"]
+    blind = [json.loads(p.read_text()) for p in (workdir / "results/metrics").rglob("*-exact.json")]
+    assert len(blind) == 6 and all(m["mauve_status"] == controls["status"] and m["mauve_mean"] is None for m in blind)
+    assert all(json.loads(p.read_text())["status"] for p in (workdir / "results/report/mauve").glob("*.json"))
+    contrasts = pl.read_csv(workdir / "results/report/contrasts.csv")
+    assert contrasts.filter(pl.col("metric") == "mauve").height == 0
+    summary = (workdir / "results/summary.md").read_text()
+    assert "## What MAUVE can see here" in summary and f"on syn-test, {controls['status']}" in summary
+    assert controls["status"] in (workdir / "results/report/tables/table1.md").read_text()
+    # must_detect: [] reports MAUVE unchecked: the controls' verdict, MAUVE and the report rerun; no sampling or
+    # featurisation job does.
+    config = zero_shot_config(folder)
+    config["evaluation"]["mauve"]["controls"] = {"must_detect": []}
+    write_config(workdir, config)
+    plan = planned_rules((p := snakemake(workdir, "-n")).stdout + p.stderr)
+    assert {"mauve_controls", "evaluate", "tables"} <= plan and not plan & {"sample", "features", "sample_features"}
+    result = snakemake(workdir, timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = workdir / "results/samples/released/synthetic/untrained/none/augment-m1/none-0/seed1/syn-test"
     for condition in ("none/none-0-exact", "uniform/insertion-0.3-exact"):
         ids = {
@@ -81,6 +106,8 @@ def test_an_untrained_checkpoint_is_evaluated_under_every_decoder_without_traini
     )
     provenance = metrics["provenance"]
     assert len(provenance["git_commit"] or "x" * 40) == 40 and provenance["featuriser"] == "minilm"
+    unchecked = json.loads((workdir / "results/controls/minilm/syn-test.json").read_text())
+    assert unchecked["status"] is None and unchecked["controls"] == controls["controls"]  # the same scores
     assert {"torch", "transformers", "mauve-text"} <= set(provenance["versions"]) and provenance["settings_sha256"]
     split = metrics["mauve_variance"]
     assert split["sampling"] + split["clustering"] == pytest.approx(split["total"])

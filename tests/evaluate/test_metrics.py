@@ -225,6 +225,8 @@ def test_minilm_features_separate_text_from_noise(texts):
 def settings_for(mauve: dict) -> dict:
     return {
         "featuriser": "minilm",
+        "featuriser_label": "minilm",
+        "feature_text": "prompt_and_continuation",
         "max_text_length": 64,
         "feature_batch_size": 16,
         "rouge_include_prefix": True,
@@ -316,6 +318,7 @@ def cli_outputs(texts, tmp_path_factory):
     np.save(folder / "human.npy", featurize(english[:n], "minilm", 64))
     out = {name: folder / name for name in ("metrics.json", "curves.parquet", "per_prompt.parquet", "features.parquet")}
     settings = json.dumps(settings_for(FAST_MAUVE | {"min_texts": n}))
+    (folder / "controls.json").write_text(json.dumps({"status": None}))  # the eval set's controls: MAUVE sees
     featurise = ["features", "samples", "--samples", str(folder / "samples.parquet"), "--prompts"]
     featurise += [str(folder / "prompts.parquet"), "--settings", settings, "--output", str(out["features.parquet"])]
     argv = [
@@ -328,6 +331,8 @@ def cli_outputs(texts, tmp_path_factory):
         str(folder / "human.npy"),
         "--features",
         str(out["features.parquet"]),
+        "--controls",
+        str(folder / "controls.json"),
         "--settings",
         settings,
         "--output",

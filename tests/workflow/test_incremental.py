@@ -198,14 +198,15 @@ CODE_CHANGED = "Params have changed since last execution"
 @pytest.mark.parametrize(
     ("module", "runs_it", "planned"),
     [
-        # The CPU half of an evaluation: evaluate alone reruns; no featurisation (GPU) job does.
-        ("workflow_lib/evaluate/metrics.py", {"evaluate"}, {"evaluate"}),
-        # The featuriser, run by its two rules: features and sample_features rerun for the edit; evaluate too, which
-        # snakemake reports by its first reason, the features it reads.
+        # The CPU half of an evaluation: evaluate and MAUVE's controls (their k-means) rerun; no featurisation (GPU)
+        # job does, nor the control texts. Snakemake gives evaluate's first reason: the controls' verdict it reads.
+        ("workflow_lib/evaluate/metrics.py", {"mauve_controls"}, {"evaluate", "mauve_controls"}),
+        # The featuriser, run by its two rules: features and sample_features rerun for the edit; evaluate and the
+        # controls too, which snakemake reports by their first reason, the features they read.
         (
             "workflow_lib/evaluate/features.py",
             {"features", "sample_features"},
-            {"features", "sample_features", "evaluate"},
+            {"features", "sample_features", "evaluate", "mauve_controls"},
         ),
         # A subpackage's __init__ runs before any of its modules: train reruns for it, and what reads new models.
         (

@@ -164,6 +164,8 @@ def expected_jobs(config: dict) -> dict[str, int]:
         "tokenize": len(tokenized),
         "prompts": len(prompts),
         "features": len(prompts),
+        "control_texts": len(prompts),  # MAUVE's controls: one set of texts and one verdict per eval set
+        "mauve_controls": len(prompts),
         "synonyms": len(synonyms),
         "perturb": len(perturbed),
         "train": len(trained),

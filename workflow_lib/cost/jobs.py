@@ -298,7 +298,14 @@ def scoring_job(
 
 
 def featuriser(config: dict, workdir: Path | None) -> Shape | None:
-    return featuriser_shape(config["evaluation"]["featuriser"], workdir)
+    """The featuriser's shape, without a head (MAUVE reads the last hidden state): a study model's own shape."""
+    from dataclasses import replace
+
+    chosen = config["evaluation"]["featuriser"]
+    if isinstance(chosen, dict):
+        shape = model_shape(config, chosen["model"], workdir)
+        return replace(shape, head=False) if shape else None
+    return featuriser_shape(chosen, workdir)
 
 
 def mauve_seconds(config: dict, prompts: int, runs: int, mauve_s: float) -> float:
@@ -388,15 +395,20 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
                 e["gpus"],
             )
         )
+    from workflow_lib.evaluate.controls import CONTROLS
+    from workflow_lib.evaluate.floor import mauve_status
+
     for eval_set in sorted({ev.eval_set for ev in grid.evaluation_runs(config)}):
         p = sizes.eval_set_prompts(config, eval_set, workdir)
+        # the human references, and MAUVE's control texts where MAUVE is scored (evaluate/controls.py)
+        copies = 1 if mauve_status(int(p["prompts"]), e["mauve"]) else 1 + len(CONTROLS)
         jobs.append(
             scoring_job(
                 "features",
                 FEATURES.format(featuriser=grid.featuriser_id(e["featuriser"]), eval_set=eval_set),
                 "featuriser",
                 featuriser(config, workdir),
-                p["prompts"],
+                p["prompts"] * copies,
                 min(e["max_text_length"], p["reference_words"] * 1.3),
                 e["feature_batch_size"],
                 on(e["gpus"]),

@@ -21,7 +21,10 @@ it ranks a 25% mixture of another genre below no difference no better than a coi
 model texts are not featurised (the featuriser is never loaded, which is most of a small evaluation's time), its
 MAUVE fields are null, its curves table is empty and its features column null (features.py), and `mauve_status` says
 "too few texts (n)"; the report shows that text instead of a number and leaves it out of contrasts, marks and
-findings (`workflow_lib.report.resolution`). ROUGE and diversity are computed either way. docs/method.md §4.
+findings (`workflow_lib.report.resolution`). So is a cell of an eval set whose MAUVE controls fail
+(workflow_lib.evaluate.control_scores: the featuriser cannot see a must-detect degradation of the human text at this n),
+whose status reads "MAUVE cannot see <controls> at n = .. with <featuriser>". ROUGE and diversity are computed
+either way. docs/method.md §4.
 
 ROUGE-1, ROUGE-2 and ROUGE-L F of each sample against its reference, averaged per run: rouge-score's numbers (no
 stemming), computed by `rouge_f` without importing it; distinct-n and repetition of the continuations come from
@@ -256,10 +259,13 @@ def features_in_order(table, prompt_id: np.ndarray, run: np.ndarray) -> np.ndarr
     return matrix[found["at"].to_numpy()]
 
 
-def evaluate(samples, prompts, human_features: np.ndarray, model_features, settings: dict, seed: int):
+def evaluate(
+    samples, prompts, human_features: np.ndarray, model_features, settings: dict, seed: int, blind: str | None = None
+):
     """Metrics of one sample file against its eval set's human references: (summary dict, curves table,
     per-prompt table); `model_features` is the samples' features table (features.py), read only where MAUVE is
-    scored. See the module docstring. Clustering seeds are seed, seed + 1, ..."""
+    scored; `blind`, the eval set's controls' status (evaluate/control_scores.py: MAUVE cannot see a must-detect control
+    here), refuses MAUVE as too few texts do. See the module docstring. Clustering seeds are seed, seed + 1, ..."""
     import polars as pl
     import pyarrow as pa
 
@@ -268,7 +274,7 @@ def evaluate(samples, prompts, human_features: np.ndarray, model_features, setti
     runs, run_index = np.unique(samples.column("run").to_numpy(), return_inverse=True)  # run_index: per sample row
     run_of_row = frame["run"].to_numpy()
     texts = fewest_texts(run_of_row)
-    status = mauve_status(texts, settings["mauve"])
+    status = mauve_status(texts, settings["mauve"]) or blind
     q_all = None
     if status is None:  # an unresolvable cell is not scored, and was not featurised (module docstring)
         q_all = features_in_order(model_features, frame["prompt_id"].to_numpy(), run_of_row)
@@ -310,12 +316,7 @@ def evaluate(samples, prompts, human_features: np.ndarray, model_features, setti
         "mauve_status": status,
     }
     if status:
-        log.warning(
-            "MAUVE: %s per side in a run, under evaluation.mauve.min_texts %d: not scored, and the report "
-            "shows it as such",
-            status,
-            common["mauve_min_texts"],
-        )
+        log.warning("MAUVE not scored (%s), and the report shows it as such", status)
         summary = {
             "mauve": None,
             "mauve_mean": None,
@@ -347,9 +348,9 @@ def evaluate(samples, prompts, human_features: np.ndarray, model_features, setti
         "run_ids": [int(r) for r in runs],
         "runs": len(runs),
         "prompts": len(order),
-        "featuriser": settings["featuriser"],
+        "featuriser": settings["featuriser_label"],
         "settings": settings,
-        "provenance": provenance(settings, settings["featuriser"]),
+        "provenance": provenance(settings, settings["featuriser_label"]),
     }
     per_prompt = pa.table(
         {
@@ -369,11 +370,15 @@ def main() -> None:
     parser.add_argument("--prompts", required=True)
     parser.add_argument("--human-features", required=True, help=".npy: the eval set's human references' features")
     parser.add_argument("--features", required=True, help="Parquet: the samples' features (features.py samples)")
+    parser.add_argument("--controls", required=True, help="JSON: the eval set's MAUVE controls (control_scores.py)")
     parser.add_argument("--settings", required=True)
     parser.add_argument("--output", required=True, help="metrics JSON")
     parser.add_argument("--curves", required=True, help="Parquet: MAUVE divergence curve of every (run, k-means seed)")
     parser.add_argument("--per-prompt", required=True, help="Parquet: ROUGE of every sample, for paired comparisons")
     args = parser.parse_args()
+
+    import json
+    from pathlib import Path
 
     from workflow_lib.files import read_parquet
 
@@ -385,6 +390,7 @@ def main() -> None:
         read_parquet(args.features),
         settings,
         settings["seed"],
+        json.loads(Path(args.controls).read_text())["status"],
     )
     mauve = (
         f"MAUVE {summary['mauve_status']}: not scored"

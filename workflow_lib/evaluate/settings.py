@@ -3,8 +3,49 @@
 from __future__ import annotations
 
 
+def featuriser_settings(config: dict) -> dict:
+    """What loads the MAUVE featuriser of a normalised config: `featuriser`, the load path (a name the featuriser
+    knows, a folder, or a hub id); `featuriser_revision`; and `featuriser_label`, how the report names it. A study
+    model (`{model: name}`) loads its pretrained checkpoint: the hub id or folder its `name` holds (a GGUF model's
+    dequantised folder, workflow_lib/pretrained.py)."""
+    chosen = config["evaluation"]["featuriser"]
+    if isinstance(chosen, dict):
+        model = config["models"][chosen["model"]]
+        return {
+            "featuriser": model["name"],
+            "featuriser_revision": model.get("revision"),
+            "featuriser_label": chosen["model"],
+        }
+    return {"featuriser": chosen, "featuriser_revision": None, "featuriser_label": chosen}
+
+
 def evaluation_settings(config: dict) -> dict:
-    return {**config["evaluation"], "seed": config["seed"]}
+    return {**config["evaluation"], **featuriser_settings(config), "seed": config["seed"]}
+
+
+def feature_settings(config: dict) -> dict:
+    """What the featurisation jobs (features, sample_features) read: the featuriser, its layout and batch, and
+    MAUVE's floor (a cell under it is not featurised); nothing of k-means or the controls' rule, whose edits then
+    recluster without featurising again."""
+    e = config["evaluation"]
+    return {
+        **featuriser_settings(config),
+        **{k: e[k] for k in ("feature_text", "max_text_length", "feature_batch_size")},
+        "mauve": {"min_texts": e["mauve"]["min_texts"]},
+    }
+
+
+def control_text_settings(config: dict, eval_set: str) -> dict:
+    """What the control_texts job of one eval set reads: how its prompts were cut, and the study's seed."""
+    from workflow_lib.data.settings import prompt_settings
+
+    cut = prompt_settings(config, eval_set)
+    return {
+        "prefix_words": cut["prefix_words"],
+        "reference_words": cut["reference_words"],
+        "forbidden": cut["forbidden"],
+        "seed": config["seed"],
+    }
 
 
 def perplexity_settings(config: dict) -> dict:

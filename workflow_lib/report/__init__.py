@@ -8,8 +8,9 @@
   human text, with its permutation p.
 - `paired_tables`: the summary's "Paired comparisons" section, written from `contrasts.csv`.
 - `statistics`: the paired permutation test over prompts, the t intervals, the rank agreement and Holm, on arrays.
-- `resolution`: which MAUVE cells had enough texts per run to be shown, compared and found on (the rest read
-  "too few texts (n)").
+- `resolution`: which MAUVE cells may be shown, compared and found on (the rest read "too few texts (n)" or
+  "MAUVE cannot see ...").
+- `instrument`: "What MAUVE can see here": the controls of every eval set as a table and a summary section.
 - `findings`: the summary's opening "What this study found", generated from the numbers.
 - `tables`: Table 1 and the other tables (CSV, Markdown, LaTeX), and the comparison with the paper.
 - `summary`: results/summary.md: provenance, data records and the tables.

@@ -49,6 +49,7 @@ def main() -> None:
     )
     tb.add_argument("--lab", nargs="*", default=[], help="results/lab/<experiment>/uncertainty.md of the theory lab")
     tb.add_argument("--models", nargs="*", default=[], help="trained model folders (their train_log.csv)")
+    tb.add_argument("--controls", nargs="*", default=[], help="results/controls/<featuriser>/<eval set>.json")
     fg = sub.add_parser("figure")
     fg.add_argument("--metrics", required=True)
     fg.add_argument("--name", required=True)
@@ -85,6 +86,10 @@ def main() -> None:
         config = parse_json_arg(args.config, "config")
         frame = read_metrics(args.metrics)
         written = tables(frame, args.out_dir, settings["intensity"], settings["eval_order"])
+        from workflow_lib.report.instrument import controls_table, read_controls
+
+        controls = read_controls(args.controls)
+        written["controls"] = controls_table(controls, str(Path(args.out_dir) / "controls"))
         with atomic_path(args.summary) as tmp:
             simulation = Path(args.simulation).read_text() if args.simulation else None
             records = [data_record(path) for path in args.data]
@@ -102,6 +107,7 @@ def main() -> None:
                         contrasts=contrasts,
                         lab={Path(path).parent.name: Path(path).read_text() for path in args.lab},
                         logs={path: read_train_log(path) for path in args.models},
+                        controls=controls,
                     ),
                     config,
                     settings["intensity"],

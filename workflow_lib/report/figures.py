@@ -26,7 +26,7 @@ import polars as pl
 
 from workflow_lib.plotting import Panel, _save, assign_styles, bar_style, empty_panel, legend_below, split_panels
 from workflow_lib.report.conditions import ABLATION, ablation_frame, parse_model_dir, shown_objective
-from workflow_lib.report.resolution import refused, resolved
+from workflow_lib.report.resolution import refusal_label, refused, resolved
 
 log = logging.getLogger("workflow_lib.report.figures")
 
@@ -139,11 +139,9 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) ->
     study has several) that has all four conditions. Bars: a colour and a hatch per condition."""
     arms = ablation_frame(frame, intensity)
     empty_text = (
-        "MAUVE not resolvable here:\ntoo few texts per run"
-        if refused(arms).height and not resolved(arms).height
-        else "no ablation in this study"
+        refusal_label(arms) if refused(arms).height and not resolved(arms).height else "no ablation in this study"
     )
-    frame = shown_objective(resolved(arms))  # a cell with too few texts is no bar (report.resolution)
+    frame = shown_objective(resolved(arms))  # a refused cell is no bar (report.resolution)
     group_keys = ["model", "objective", *_varying(frame, SHARED_FIELDS[1:])]
     complete = (
         frame.group_by([*group_keys, "eval_set"])
@@ -214,11 +212,11 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
     several)."""
     same = frame.filter(pl.col("train_intensity") == pl.col("test_intensity"))
     empty_text = (
-        "MAUVE not resolvable here:\ntoo few texts per run"
+        refusal_label(same)
         if refused(same).height and not resolved(same).height
         else "fewer than two perturbed intensities\nin this study"
     )
-    same = shown_objective(resolved(same))  # a cell with too few texts is no point (report.resolution)
+    same = shown_objective(resolved(same))  # a refused cell is no point (report.resolution)
     perturbed = same.filter((pl.col("train_intensity") > 0) & (pl.col("train_strategy") == pl.col("test_strategy")))
     eval_sets = sorted(set(same["eval_set"].to_list()))
     groups = ["objective", *_varying(same, ["model"])]

@@ -24,11 +24,12 @@ import polars as pl
 
 from workflow_lib.report.contrasts import METRICS, PAIRED_T
 from workflow_lib.report.paired_tables import untested_reasons
-from workflow_lib.report.resolution import refusal_sentence, refused, resolved
+from workflow_lib.report.resolution import BLIND, STATUS, refusal_sentence, refused, resolved
 from workflow_lib.report.statistics import rank_agreement
 
 METRIC_ORDER = ("mauve", "rouge1", "perplexity")
 TOO_FEW = "too few texts per run to compare"
+BLIND_CELLS = "not compared: its controls fail, MAUVE cannot see degraded human text here (below)"
 
 
 def _verdicts(part: pl.DataFrame, better: str) -> str:
@@ -52,49 +53,56 @@ def _verdicts(part: pl.DataFrame, better: str) -> str:
     return f"helped in {helped}, hurt in {hurt}, no detectable difference in {same} (of {of}){caveat}{apart}"
 
 
-def _parts(rows: pl.DataFrame, better: str, refused_mauve: int, sep: str) -> list[str]:
-    """One verdict per metric with rows. MAUVE cells with too few texts (`refused_mauve` of them) are in no
-    contrast: said so instead of a verdict when MAUVE has no row, and counted apart beside one when it has."""
+def _refusals(flagged: pl.DataFrame) -> list[str]:
+    """'too few texts in 2 cells', 'controls failed in 1 cell': the refused MAUVE cells by why (report.resolution)."""
+    if not flagged.height:
+        return []
+    blind = flagged.filter(pl.col(STATUS).str.starts_with(BLIND)).height
+    few = flagged.height - blind
+    cells = lambda n: f"{n} cell{'s' if n > 1 else ''}"
+    return [f"too few texts in {cells(few)}"] * bool(few) + [f"its controls failed in {cells(blind)}"] * bool(blind)
+
+
+def _parts(rows: pl.DataFrame, better: str, flagged: pl.DataFrame, sep: str) -> list[str]:
+    """One verdict per metric with rows. MAUVE cells that are not resolvable (`flagged`: too few texts, or controls
+    the featuriser cannot see) are in no contrast: said so instead of a verdict when MAUVE has no row, and counted
+    apart beside one when it has."""
     parts = []
+    refusals = _refusals(flagged)
     for m in METRIC_ORDER:
         part = rows.filter(pl.col("metric") == m)
         if part.height:
-            too_few = (
-                f", too few texts in {refused_mauve} cell{'s' if refused_mauve > 1 else ''} (not compared)"
-                if m == "mauve" and refused_mauve
-                else ""
-            )
+            apart = f", {' and '.join(refusals)} (not compared)" if m == "mauve" and refusals else ""
             # Perplexity is the base model's: its perturbation rows compare training with and without it only.
             what = " (base model: training perturbation only)" if m == "perplexity" and better == "perturbation" else ""
-            parts.append(f"{METRICS[m]}{what}{sep}{_verdicts(part, better)}{too_few}")
-        elif m == "mauve" and refused_mauve:
-            parts.append(f"{METRICS[m]}{sep}{TOO_FEW}")
+            parts.append(f"{METRICS[m]}{what}{sep}{_verdicts(part, better)}{apart}")
+        elif m == "mauve" and refusals:
+            blind = flagged.filter(pl.col(STATUS).str.starts_with(BLIND)).height
+            parts.append(f"{METRICS[m]}{sep}{BLIND_CELLS if blind else TOO_FEW}")
     return parts
 
 
 def contrast_findings(contrasts: pl.DataFrame | None, frame: pl.DataFrame | None = None) -> list[str]:
     """Per eval set: perturbation vs none, then each objective vs MLE, per metric, after Holm. `frame`: the tidy
-    metrics, whose MAUVE cells with too few texts (report.resolution) are named where MAUVE has no contrast."""
+    metrics, whose refused MAUVE cells (report.resolution) are named where MAUVE has no contrast."""
     if contrasts is None or contrasts.height == 0:
         return ["No paired comparison was possible in this study, so nothing is said about what helped."]
-    too_few = refused(frame) if frame is not None else None
+    flagged = refused(frame) if frame is not None else pl.DataFrame({"eval_set": [], "objective": [], STATUS: []})
     lines = []
     perturbation = contrasts.filter(pl.col("family") == "perturbation")
     for eval_set in sorted(set(perturbation["eval_set"].to_list())):
         rows = perturbation.filter(pl.col("eval_set") == eval_set)
-        flagged = 0 if too_few is None else too_few.filter(pl.col("eval_set") == eval_set).height
         lines.append(
             f"**{eval_set}**, perturbation against none (per objective and decoder, Holm-corrected): "
-            + "; ".join(_parts(rows, "perturbation", flagged, ": "))
+            + "; ".join(_parts(rows, "perturbation", flagged.filter(pl.col("eval_set") == eval_set), ": "))
             + "."
         )
     objective = contrasts.filter(pl.col("family") == "objective")
     for name in sorted(set(objective["objective"].to_list())):
         rows = objective.filter(pl.col("objective") == name)
-        flagged = 0 if too_few is None else too_few.filter(pl.col("objective") == name).height
         lines.append(
             f"**{name} against MLE** (every eval set and condition): "
-            + "; ".join(_parts(rows, name, flagged, " "))
+            + "; ".join(_parts(rows, name, flagged.filter(pl.col("objective") == name), " "))
             + "."
         )
     return lines
@@ -172,10 +180,12 @@ def mauve_tv_findings(frame: pl.DataFrame) -> list[str]:
         rows = tv.filter(pl.col("eval_set") == eval_set)
         if rows.height < 2:
             if refused(truth.filter(pl.col("eval_set") == eval_set)).height:
-                lines.append(
-                    f"**{eval_set}**: MAUVE is not set against the exact TV to the true law: its runs had too "
-                    "few texts to resolve it."
+                why = (
+                    "its controls fail (MAUVE cannot see degraded human text here)"
+                    if refused(truth.filter(pl.col("eval_set") == eval_set))[STATUS].str.starts_with(BLIND).any()
+                    else "its runs had too few texts to resolve it"
                 )
+                lines.append(f"**{eval_set}**: MAUVE is not set against the exact TV to the true law: {why}.")
             continue
         # TV's direction flipped, so that rho = 1 is full agreement (higher MAUVE, lower TV)
         agreement = rank_agreement(

@@ -14,8 +14,9 @@ import polars as pl
 from workflow_lib.constants import UNTRAINED
 from workflow_lib.report.collect import version_column
 from workflow_lib.report.conditions import KEYS, UNTRAINED_LABEL, shown_objective
+from workflow_lib.report.instrument import controls_section
 from workflow_lib.report.paired_tables import paired_section
-from workflow_lib.report.resolution import refused, resolved
+from workflow_lib.report.resolution import BLIND, STATUS, refused, resolved
 from workflow_lib.report.tables import paper_comparison, pivot_cells, rehearsal_stand_ins
 
 
@@ -194,7 +195,8 @@ class StudyResults:
     simulation study's summary.md (its table), included as a section; `data`: the data stage's records of the
     splits the study read, listed with their sources; `contrasts`: the paired comparisons of
     workflow_lib.report.contrasts; `lab`: the theory lab's uncertainty.md of each lab experiment; `logs`: each
-    trained model folder's train_log.csv (the findings say whether validation was still falling)."""
+    trained model folder's train_log.csv (the findings say whether validation was still falling); `controls`: MAUVE's
+    controls of each eval set (report.instrument)."""
 
     frame: pl.DataFrame
     written: dict[str, str]
@@ -204,6 +206,7 @@ class StudyResults:
     contrasts: pl.DataFrame | None = None
     lab: dict[str, str] = field(default_factory=dict)
     logs: dict[str, pl.DataFrame] = field(default_factory=dict)
+    controls: list[dict] = field(default_factory=list)
 
 
 def tv_bias_line(tv: pl.DataFrame) -> str:
@@ -246,6 +249,8 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
         ),
         "## What this study found\n",
         findings_section(frame, contrasts, logs or {}),
+        "## What MAUVE can see here\n",
+        controls_section(results.controls, written.get("controls", "")),
         "## Provenance\n",
         provenance_section(frame),
         f"{models.height - untrained} trained models"
@@ -260,7 +265,13 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
         + (
             ' A MAUVE cell that reads "too few texts (n)" had n texts per side in a run, fewer than '
             "evaluation.mauve.min_texts: it is not reported, compared or marked."
-            if refused(frame).height
+            if refused(frame).filter(~pl.col(STATUS).str.starts_with(BLIND)).height
+            else ""
+        )
+        + (
+            ' A MAUVE cell that reads "MAUVE cannot see ..." is one whose eval set\'s controls failed ("What MAUVE '
+            'can see here"): it is not reported, compared or marked.'
+            if refused(frame).filter(pl.col(STATUS).str.starts_with(BLIND)).height
             else ""
         )
         + "\n",

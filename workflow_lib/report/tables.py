@@ -178,7 +178,11 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
     untrained_note = f"; {UNTRAINED_LABEL}: the model as released, not trained here" if any_untrained else ""
     # Said in every caption with a MAUVE column when a cell shows it (report.resolution).
     refused_note = (
-        ('; "too few texts (n)": MAUVE not reported, its runs had n texts per side, below evaluation.mauve.min_texts')
+        (
+            '; "too few texts (n)": MAUVE not reported, its runs had n texts per side, below '
+            'evaluation.mauve.min_texts; "MAUVE cannot see ...": not reported, the eval set\'s controls show that the '
+            "featuriser does not see those degradations of human text at this n (results/report/tables/controls.md)"
+        )
         if refused(frame).height
         else ""
     )

@@ -1,0 +1,167 @@
+"""What MAUVE can see here: control texts in the study's own layout, their scores against the human references, and
+the rule that decides whether an eval set's MAUVE cells are reported (docs/method.md §4, "MAUVE's controls").
+
+A MAUVE cell scores a model's texts against the human references of the same prompts. Whether the number means
+anything depends on the featuriser, the number of texts and the text itself: with a sentence encoder over prompt +
+continuation, 100 WikiText-2 prompts continued by word salad score like human text (issue 51). So every eval set's
+references are also scored against texts whose answer is known, built from the references themselves and laid out
+exactly as the model texts are (the same prompts, the reference's number of words, one text per prompt):
+
+- `human`, the ceiling: each prompt with the human words that follow its reference in the eval set's text (the next
+  `reference_words` words of the row, continuing into the following rows where the row ends);
+- `shuffled`: the reference's continuation with its words in a random order;
+- `loop`: the continuation's first `LOOP_WORDS` words repeated to its length;
+- `salad`: words drawn independently from the eval set's unigram distribution;
+- `swapped`: another prompt's continuation (fluent, but not about this prompt).
+
+This module builds the texts (the `control_texts` rule: no featuriser, no model); the `features` job featurises them
+beside the references (features.py), and `control_scores` scores them and applies the rule that decides whether the
+eval set's MAUVE cells are reported. Kept apart so that an edit of the scoring code rebuilds no text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+
+import numpy as np
+
+from workflow_lib.cli import StageError, parse_json_arg, run
+from workflow_lib.files import write_parquet
+
+log = logging.getLogger("workflow_lib.evaluate.controls")
+
+CEILING = "human"
+# name -> its short name (a refused cell's text) and what it is (the summary's table)
+CONTROLS: dict[str, str] = {
+    CEILING: "human text",
+    "shuffled": "shuffled words",
+    "loop": "a 5-word loop",
+    "salad": "word salad",
+    "swapped": "another prompt's continuation",
+}
+DESCRIPTIONS: dict[str, str] = {
+    CEILING: "the human words that follow the reference (the ceiling)",
+    "shuffled": "the reference's continuation, its words in a random order",
+    "loop": "the continuation's first 5 words, repeated to its length",
+    "salad": "words drawn from the eval set's unigram distribution",
+    "swapped": "another prompt's human continuation (fluent, off-prompt)",
+}
+FLUENCY = ("shuffled", "loop", "salad")  # the default must_detect: degradations of fluency
+LOOP_WORDS = 5
+
+
+def control_seed(seed: int, eval_set: str, control: str) -> np.random.Generator:
+    """A control's generator, from the study's seed and the eval set's and control's names (same config, same
+    bytes; no two controls or eval sets share a stream)."""
+    key = hashlib.sha256(f"{eval_set}\0{control}".encode()).digest()
+    return np.random.default_rng([seed, int.from_bytes(key[:8], "little")])
+
+
+def word_stream(texts: list[str], forbidden: str | None) -> tuple[list[list[str]], np.ndarray]:
+    """The eval set's rows as whitespace words, rows holding `forbidden` (WikiText headings) dropped as the prompts
+    drop them, and the kept rows' indices in `texts`."""
+    keep = [i for i, t in enumerate(texts) if t and not (forbidden and forbidden in t)]
+    return [texts[i].split() for i in keep], np.asarray(keep, dtype=np.int64)
+
+
+def following_words(rows: list[list[str]], row: int, start: int, count: int) -> list[str]:
+    """`count` words of the row stream from word `start` of row `row`, continuing into the next rows (and from the
+    first row after the last)."""
+    out: list[str] = []
+    r, at = row, start
+    for _ in range(len(rows) + 1):
+        out += rows[r][at : at + count - len(out)]
+        if len(out) == count:
+            return out
+        r, at = (r + 1) % len(rows), 0
+    raise StageError(f"the eval set holds fewer than {count} words after a prompt's reference")
+
+
+def control_texts(
+    prompts,
+    texts: list[str],
+    doc_ids: list[int],
+    eval_set: str,
+    prefix_words: int,
+    reference_words: int,
+    forbidden: str | None,
+    seed: int,
+):
+    """Every control's continuation of every prompt: a table (control, prompt_id, text) whose `text` is a
+    continuation as a samples file holds one (the prompt's prefix goes before it), in CONTROLS order, then by
+    prompt_id. `prompts` is the prompts table (prompt_id, doc_id, prefix, reference); `texts` and `doc_ids` the eval
+    set's rows, from which the prompts were cut (data/prompts.py)."""
+    import pyarrow as pa
+
+    ids = np.asarray(prompts.column("prompt_id").to_numpy(), dtype=np.int64)
+    prefixes = prompts.column("prefix").to_pylist()
+    references = prompts.column("reference").to_pylist()
+    if len(ids) < 2:
+        raise StageError(f"eval_sets.{eval_set}: MAUVE's controls need at least 2 prompts, not {len(ids)}")
+    continuations = [r[len(p) :].split() for r, p in zip(references, prefixes, strict=True)]
+    rows, kept = word_stream(texts, forbidden)
+    row_of_doc = {int(doc_ids[i]): k for k, i in enumerate(kept)}
+    doc_of_prompt = prompts.column("doc_id").to_pylist()
+    if missing := [d for d in doc_of_prompt if int(d) not in row_of_doc]:
+        raise StageError(f"eval_sets.{eval_set}: a prompt's document {missing[0]} is not among the eval set's rows")
+
+    built: dict[str, list[list[str]]] = {
+        CEILING: [
+            following_words(rows, row_of_doc[int(d)], prefix_words + reference_words, reference_words)
+            for d in doc_of_prompt
+        ]
+    }
+    rng = control_seed(seed, eval_set, "shuffled")
+    built["shuffled"] = [[c[i] for i in rng.permutation(len(c))] for c in continuations]
+    built["loop"] = [(c[:LOOP_WORDS] * (len(c) // max(1, len(c[:LOOP_WORDS])) + 1))[: len(c)] for c in continuations]
+    vocabulary, counts = np.unique(np.asarray([w for row in rows for w in row], dtype=object), return_counts=True)
+    rng = control_seed(seed, eval_set, "salad")
+    lengths = np.asarray([len(c) for c in continuations])
+    drawn = rng.choice(len(vocabulary), size=int(lengths.sum()), p=counts / counts.sum())
+    built["salad"] = [list(vocabulary[part]) for part in np.split(drawn, np.cumsum(lengths)[:-1])]
+    shift = int(control_seed(seed, eval_set, "swapped").integers(1, len(ids)))
+    built["swapped"] = [continuations[(i + shift) % len(ids)] for i in range(len(ids))]
+
+    names = [name for name in CONTROLS for _ in ids]
+    return pa.table(
+        {
+            "control": pa.array(names, pa.string()),
+            "prompt_id": pa.array(np.tile(ids, len(CONTROLS)), pa.int64()),
+            "text": pa.array([" " + " ".join(words) for name in CONTROLS for words in built[name]], pa.string()),
+        }
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m workflow_lib.evaluate.controls", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--eval-set", required=True)
+    parser.add_argument("--prompts", required=True)
+    parser.add_argument("--data", required=True, help="the eval set's split (Parquet: doc_id, text)")
+    parser.add_argument("--settings", required=True, help="JSON: the prompts' settings and the seed")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args()
+
+    from workflow_lib.files import read_parquet
+
+    settings = parse_json_arg(args.settings, "prompts")
+    data = read_parquet(args.data, columns=["doc_id", "text"])
+    table = control_texts(
+        read_parquet(args.prompts),
+        data.column("text").to_pylist(),
+        data.column("doc_id").to_pylist(),
+        args.eval_set,
+        settings["prefix_words"],
+        settings["reference_words"],
+        settings["forbidden"],
+        settings["seed"],
+    )
+    log.info("%d control texts of %d prompts", table.num_rows, table.num_rows // len(CONTROLS))
+    write_parquet(table, args.output)
+
+
+if __name__ == "__main__":
+    run(main)
