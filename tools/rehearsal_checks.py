@@ -8,6 +8,7 @@ tests/workflow/test_rehearsal.py runs them on a finished rehearsal and shows eac
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -196,6 +197,22 @@ def report_problems(results: Path, contrasts: pl.DataFrame, models: list[str]) -
     return problems
 
 
+def controls_problems(results: Path, eval_sets: list[str]) -> list[str]:
+    """MAUVE's controls of every eval set: a verdict file each under the one featuriser, and a row each in
+    tables/controls.csv (at the rehearsal's 8 prompts they are not scored: "not checked", the floor's text)."""
+    problems = []
+    found = {p.stem: p for p in results.glob("controls/*/*.json")}
+    for eval_set in eval_sets:
+        if eval_set not in found:
+            problems.append(f"controls: no verdict of {eval_set}")
+        elif "status" not in json.loads(found[eval_set].read_text()):
+            problems.append(f"{found[eval_set]}: no status")
+    table = results / "report/tables/controls.csv"
+    listed = set(pl.read_csv(table)["eval set"].to_list()) if table.exists() else set()
+    problems += [f"tables/controls.csv: no row of {e}" for e in eval_sets if e not in listed]
+    return problems
+
+
 def summary_problems(summary: str, fetched_sha256: dict[str, str]) -> list[str]:
     """The paper comparison renders and says it is a rehearsal; the data section lists each fetched file with the
     sha256 of its bytes (`fetched_sha256`: file name -> sha256 computed here)."""
@@ -203,6 +220,8 @@ def summary_problems(summary: str, fetched_sha256: dict[str, str]) -> list[str]:
     section = (
         summary.split("## Paper comparison", 1)[1].split("\n## ", 1)[0] if "## Paper comparison" in summary else ""
     )
+    if "## What MAUVE can see here" not in summary:
+        problems.append("summary.md: no section on what MAUVE can see (its controls)")
     if not section:
         problems.append("summary.md: no paper comparison section")
     elif "Rehearsal: these numbers mean nothing" not in section:

@@ -53,7 +53,7 @@ def test_a_blind_eval_set_s_cells_are_refused_everywhere(tmp_path, monkeypatch):
     assert refusal_label(frame).startswith("MAUVE not shown here: its controls fail")
     rows = contrasts_of(contrast_rows("perturbation", "rouge1", [(0.01, 0.5)]))
     found = contrast_findings(rows.with_columns(pl.lit("test").alias("eval_set")), frame)[0]
-    assert found.startswith("**test**, perturbation against none") and "MAUVE: not compared: its controls fail" in found
+    assert found.startswith("**test**, perturbation against none") and "MAUVE: not compared (its controls fail" in found
     truth = frame.with_columns(pl.lit(0.3).alias("tv_mean"), pl.lit(0.01).alias("tv_2se"))
     assert mauve_tv_findings(truth) == [
         (

@@ -31,9 +31,17 @@ def test_shards_are_whole_batches_covering_every_row_once():
                 assert all(start % batch == 0 for start, _ in ranges)  # each starts a batch of the unsharded job
                 sizes = [-(-(stop - start) // batch) for start, stop in ranges]
                 assert max(sizes) - min(sizes) <= 1, (rows, batch, count, sizes)
+                # shard_rows computes one shard alone: the same as batch_ranges' list
+                expected = [
+                    (min(a * batch, rows), min(b * batch, rows)) for a, b in batch_ranges(-(-rows // batch), count)
+                ]
+                assert ranges == expected
     assert batch_ranges(4, 3) == [(0, 1), (1, 2), (2, 4)]
     with pytest.raises(ValueError):
         batch_ranges(4, 0)
+    for index, count in ((3, 3), (-1, 3), (0, 0)):
+        with pytest.raises(ValueError):
+            shard_rows(10, 2, index, count)
 
 
 def test_shards_needed_is_the_fewest_that_fit():

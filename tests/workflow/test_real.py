@@ -166,9 +166,27 @@ def provenance_problems(results: Path, real: dict) -> list[str]:
     return problems
 
 
+def controls_problems(results: Path, metrics: pl.DataFrame, eval_sets: list[str]) -> list[str]:
+    """MAUVE's controls ran for every eval set with the study's featuriser (SmolLM2), and every MAUVE cell is a
+    number only where its eval set's controls passed, else says why (issue 51)."""
+    problems = []
+    for eval_set in eval_sets:
+        path = results / "controls/model-smollm2" / f"{eval_set}.json"
+        if not path.is_file():
+            problems.append(f"{eval_set}: no MAUVE controls at {path}")
+            continue
+        status = json.loads(path.read_text())["status"]
+        for row in metrics.filter(pl.col("eval_set") == eval_set).iter_rows(named=True):
+            if status and (row["mauve_status"] != status or row["mauve_mean"] is not None):
+                problems.append(f"{eval_set}: a MAUVE cell is reported though the controls fail ({status})")
+            if not status and row["mauve_mean"] is None and not row["mauve_status"]:
+                problems.append(f"{eval_set}: a MAUVE cell has neither a number nor a reason")
+    return problems
+
+
 def summary_problems(summary: str) -> list[str]:
     problems = []
-    for needed in ("What this study found", "wikitext2", "licences"):
+    for needed in ("What this study found", "What MAUVE can see here", "wikitext2", "licences"):
         if needed not in summary:
             problems.append(f"results/summary.md does not mention {needed!r}")
     return problems
@@ -198,8 +216,27 @@ def test_checks_fail_on_doctored_input(tmp_path):
     assert provenance_problems(tmp_path, real)
     (tmp_path / "pretrained/smollm2/gguf.json").write_text(json.dumps({"sha256": "f" * 64}))
     assert provenance_problems(tmp_path, real)
-    assert summary_problems("# What this study found\nwikitext2 licences") == []
+    assert summary_problems("# What this study found\n# What MAUVE can see here\nwikitext2 licences") == []
+    assert summary_problems("# What this study found\nwikitext2 licences")
     assert summary_problems("# Summary\nwikitext2")
+    cells = pl.DataFrame(
+        {"eval_set": ["wikitext2"] * 2, "mauve_mean": [0.9, None], "mauve_status": [None, "too few texts (8)"]}
+    )
+    (tmp_path / "controls/model-smollm2").mkdir(parents=True)
+    assert controls_problems(tmp_path, cells, ["wikitext2"]) == [
+        f"wikitext2: no MAUVE controls at {tmp_path}/controls/model-smollm2/wikitext2.json"
+    ]
+    (tmp_path / "controls/model-smollm2/wikitext2.json").write_text(json.dumps({"status": None}))
+    assert controls_problems(tmp_path, cells, ["wikitext2"]) == []
+    assert controls_problems(tmp_path, cells.with_columns(pl.lit(None, pl.Utf8).alias("mauve_status")), ["wikitext2"])
+    blind = "MAUVE cannot see word salad at n = 50 with smollm2"
+    (tmp_path / "controls/model-smollm2/wikitext2.json").write_text(json.dumps({"status": blind}))
+    assert controls_problems(tmp_path, cells, ["wikitext2"])  # a number where the controls fail
+    refused = pl.DataFrame(
+        {"eval_set": ["wikitext2"], "mauve_mean": [None], "mauve_status": [blind]},
+        schema_overrides={"mauve_mean": pl.Float64},
+    )
+    assert controls_problems(tmp_path, refused, ["wikitext2"]) == []
 
 
 @pytest.mark.real
@@ -214,6 +251,7 @@ def test_finished_real_study_holds():
     problems = row_problems(metrics, list(real["eval_sets"]))
     problems += provenance_problems(results, real)
     problems += summary_problems((results / "summary.md").read_text())
+    problems += controls_problems(results, metrics, list(real["eval_sets"]))
     from tools.browser import check_report, chromium
 
     if chromium():

@@ -314,7 +314,7 @@ def test_report_check_fails_without_contrasts_examples_or_curves(tmp_path):
 def test_summary_check_fails_unless_marked_and_listing_the_fetched_files():
     digest = "ab" * 32
     summary = (
-        "# Summary\n\n## Paper comparison\n\n**Rehearsal: these numbers mean nothing.** ...\n\n| model | objective |"
+        "# Summary\n\n## What MAUVE can see here\n\n...\n\n## Paper comparison\n\n**Rehearsal: these numbers mean nothing.** ...\n\n| model | objective |"
         " perturbation |\n| gpt2 | mle | no | 0.9 ± 0.1 (paper 0.82) |\n\n## Data\n\n- **webtext/test**: ...\n"
         f"  - http://127.0.0.1:1/v1/webtext.test.jsonl: sha256 `{digest}` (not pinned: set this sha256 in the "
         "config to pin it)\n\n## Figures\n"
@@ -322,6 +322,9 @@ def test_summary_check_fails_unless_marked_and_listing_the_fetched_files():
     assert checks.summary_problems(summary, {"webtext.test.jsonl": digest}) == []
     assert checks.summary_problems(summary.replace("Rehearsal: these", "These"), {}) == [
         "summary.md: the paper comparison is not marked as a rehearsal"
+    ]
+    assert checks.summary_problems(summary.replace("## What MAUVE can see here", "## Other"), {}) == [
+        "summary.md: no section on what MAUVE can see (its controls)"
     ]
     assert checks.summary_problems(summary, {"webtext.test.jsonl": "cd" * 32}) == [
         f"summary.md: the data section does not list webtext.test.jsonl with sha256 {'cd' * 32}, to pin"
@@ -355,6 +358,7 @@ def test_finished_rehearsal_holds_the_papers_study(paper):
         + checks.simulation_problems(pl.read_csv(results / "simulation/summary.csv"), settings)
         + checks.report_problems(results, pl.read_csv(results / "report/contrasts.csv"), list(paper["models"]))
         + checks.summary_problems((results / "summary.md").read_text(), fetched)
+        + checks.controls_problems(results, list(paper["eval_sets"]))
     )
     assert problems == []
 

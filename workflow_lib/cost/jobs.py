@@ -20,6 +20,7 @@ Every forward call adds the device's per-layer overhead, and every job its fixed
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,10 +260,15 @@ def sample_jobs(config: dict, ev, dev: Device, workdir: Path | None) -> list[Job
     count = shard_count(config, ev, dev)
     rows, batch = sample_rows(config, ev.eval_set, workdir), config["sampling"]["batch_size"]
     jobs = []
+    by_rows: dict[int, Job] = {}  # shards hold at most three row counts: each is predicted once
     for index, path in enumerate(ev.shards(count)):
         start, stop = shard_rows(rows, batch, index, count)
-        job = sample_job(config, path, ev.run.model, ev.eval_set, ev.test, dev, workdir, rows=stop - start)
-        job.samples, job.shards = ev.path("samples"), count
+        if stop - start not in by_rows:
+            by_rows[stop - start] = sample_job(
+                config, "", ev.run.model, ev.eval_set, ev.test, dev, workdir, stop - start
+            )
+        job = copy.copy(by_rows[stop - start])
+        job.key, job.samples, job.shards, job.parts = path, ev.path("samples"), count, dict(job.parts)
         jobs.append(job)
     return jobs
 

@@ -29,7 +29,7 @@ from workflow_lib.report.statistics import rank_agreement
 
 METRIC_ORDER = ("mauve", "rouge1", "perplexity")
 TOO_FEW = "too few texts per run to compare"
-BLIND_CELLS = "not compared: its controls fail, MAUVE cannot see degraded human text here (below)"
+BLIND_CELLS = "not compared (its controls fail: MAUVE cannot see degraded human text here)"
 
 
 def _verdicts(part: pl.DataFrame, better: str) -> str:

@@ -22,8 +22,12 @@ def batch_ranges(batches: int, count: int) -> list[tuple[int, int]]:
 
 
 def shard_rows(rows: int, batch_size: int, index: int, count: int) -> tuple[int, int]:
-    """[start, stop) of shard `index` of `count` among `rows` rows batched by `batch_size`: whole batches."""
-    start, stop = batch_ranges(math.ceil(rows / batch_size), count)[index]
+    """[start, stop) of shard `index` of `count` among `rows` rows batched by `batch_size`: whole batches (shard
+    `index` of `batch_ranges`, computed alone: the cost model asks for every shard of a plan)."""
+    if not 0 <= index < count:
+        raise ValueError(f"shard {index} of {count}")
+    batches = math.ceil(rows / batch_size)
+    start, stop = index * batches // count, (index + 1) * batches // count
     return min(start * batch_size, rows), min(stop * batch_size, rows)
 
 
