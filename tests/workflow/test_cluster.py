@@ -248,7 +248,9 @@ def test_tiny_study_runs_end_to_end_through_the_slurm_profile(failed_then_fixed)
     assert set(rules) == {
         "tokenize",
         "perturb",
+        "control_texts",
         "features",
+        "mauve_controls",
         "sample_features",
         "train",
         "sample",
