@@ -32,20 +32,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 import pyarrow as pa
-from shared import REPO
+from shared import REPO, mauve_defaults
 
 DATA = REPO.parent / "shared" / "data"
-MAUVE = {
-    "num_buckets": "auto",
-    "max_buckets": 500,
-    "kmeans_num_redo": 5,
-    "kmeans_max_iter": 500,
-    "discretization": 25,
-    "scaling": 5,
-    "kmeans_seeds": 5,
-    "min_texts": 50,
-    "controls": {"must_detect": ["shuffled", "loop", "salad"]},
-}
+MAUVE = mauve_defaults()  # the schema's: 5 k-means seeds, floor 50, must detect shuffled, loop and salad
 LAYOUTS = ("continuation", "prompt_and_continuation")
 
 

@@ -30,7 +30,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
-from shared import REPO
+from shared import REPO, mauve_defaults
 
 DATA = REPO.parent / "shared" / "data"
 
@@ -38,14 +38,7 @@ SIZES = (10, 20, 30, 50, 75, 100, 200, 400)
 REPS = 20
 MIXES = {"mix10": 0.10, "mix25": 0.25}
 WORDS, WIKI_POOL = 60, 2000
-SETTINGS = {
-    "num_buckets": "auto",
-    "max_buckets": 500,
-    "kmeans_num_redo": 5,
-    "kmeans_max_iter": 500,
-    "discretization": 25,
-    "scaling": 5,
-}
+SETTINGS = mauve_defaults()  # the schema's: buckets auto (n/10, at most 500), 5 restarts of 500 iterations, 25, 5
 
 
 def paragraphs() -> tuple[list[str], list[str]]:

@@ -18,6 +18,16 @@ TINY = {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 256}
 GPT2_SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024}
 
 
+def mauve_defaults() -> dict:
+    """The schema's defaults of `evaluation.mauve` (buckets, k-means, curve, seeds, floor, the controls' rule): what
+    a study scores MAUVE with unless its config says otherwise."""
+    from workflow_lib.config import load_schema
+
+    keys = load_schema()["properties"]["evaluation"]["properties"]["mauve"]["properties"]
+    defaults = {key: spec["default"] for key, spec in keys.items() if key != "controls"}
+    return defaults | {"controls": {"must_detect": keys["controls"]["properties"]["must_detect"]["default"]}}
+
+
 def timed(fn: Callable, *args: Any, **kwargs: Any) -> tuple[Any, float]:
     """fn's result and its wall time in seconds."""
     start = time.perf_counter()

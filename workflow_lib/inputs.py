@@ -203,7 +203,7 @@ class Inputs:
         }
 
     def controls(self, wildcards: Any) -> str:
-        """The eval set's controls verdict (a blind MAUVE is neither featurised nor scored)."""
+        """The eval set's controls verdict, which `evaluate` reads (a blind MAUVE is not scored)."""
         return CONTROLS.format(featuriser=self.featuriser_id(), eval_set=wildcards.eval_set)
 
     @cached_property

@@ -48,7 +48,6 @@ DESCRIPTIONS: dict[str, str] = {
     "salad": "words drawn from the eval set's unigram distribution",
     "swapped": "another prompt's human continuation (fluent, off-prompt)",
 }
-FLUENCY = ("shuffled", "loop", "salad")  # the default must_detect: degradations of fluency
 LOOP_WORDS = 5
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from workflow_lib.evaluate.controls import CEILING, CONTROLS, DESCRIPTIONS
 from workflow_lib.report.tables import write_table
 
-FEATURISER_WHY = {
+LAYOUTS = {  # evaluation.feature_text, as a reader is told it
     "continuation": "the continuation alone",
     "prompt_and_continuation": "prompt + continuation",
 }
@@ -80,7 +80,7 @@ def controls_section(records: list[dict], table: str) -> str:
         return "No eval set of this study was scored with MAUVE, so no control was run.\n"
     lines = [table.strip(), ""]
     for r in records:
-        layout = FEATURISER_WHY.get(r["feature_text"], r["feature_text"])
+        layout = LAYOUTS.get(r["feature_text"], r["feature_text"])
         if r.get("floor"):
             lines.append(f"- **{r['eval_set']}**: not checked: {r['floor']}, so MAUVE is not scored there at all.")
         elif r["status"]:
