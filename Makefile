@@ -10,7 +10,7 @@ CONFIG ?= config.yaml
 ESTIMATE_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: venv install run report test test-fast lint dryrun bench clean rehearsal real real-ci estimate docs
+.PHONY: venv install run report test test-fast lint dryrun bench clean rehearsal real real-ci estimate docs simulation
 
 # The venv is rebuilt only when the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -55,6 +55,18 @@ real: $(SMOLLM2)
 # The same at CI's size (configs/real-ci.yaml), in results/real-ci/.
 real-ci: $(SMOLLM2)
 	$(BIN)/python -m tools.real --ci --workdir results/real-ci --cores $(CORES) $(SNAKEMAKE_ARGS)
+
+# The simulation study alone at the paper's 100 replications, with its controls (configs/simulation.yaml: oracle and
+# empirical synonyms, shrinkage toward uniform), in results/simulation-study/ (apart from the default study's
+# results/). The |V| = 800 job, the longest, goes first.
+SIMULATION_DIR := results/simulation-study
+SIMULATION_FILES := summary.csv summary.md tests.csv conclusions.md figure.png figure.pdf
+simulation: $(STAMP)
+	$(BIN)/snakemake -s $(CURDIR)/Snakefile --directory $(SIMULATION_DIR) \
+		--configfile $(CURDIR)/config.yaml $(CURDIR)/configs/simulation.yaml \
+		--prioritize results/simulation/V800.parquet --cores $(CORES) $(SNAKEMAKE_ARGS) \
+		$(addprefix results/simulation/,$(SIMULATION_FILES))
+	@echo "Simulation: $(SIMULATION_DIR)/results/simulation/ (conclusions.md, summary.md, figure.png)"
 
 # What a study will cost, before it runs: `make estimate CONFIG=configs/paper.yaml ESTIMATE_ARGS="--device h100 --gpus 4"`
 # (docs/cluster.md, "What a study costs"; --calibrate measures this machine first).

@@ -154,7 +154,8 @@ rule extrapolation:
     input:
         unpack(inputs.sample),
     output:
-        EXTRAPOLATION_OUTPUT,
+        json=EXTRAPOLATION_OUTPUT,
+        per_prompt=evaluation_template("extrapolation", ".prompts.parquet"),
     log:
         evaluation_template("logs/extrapolation", ".log"),
     benchmark:
@@ -175,4 +176,4 @@ rule extrapolation:
         settings=lambda w: as_json(extrapolation_settings(config, w.eval_set)["settings"]),
         synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.extrapolation {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --builtin {params.builtin:q} --split {params.split} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.extrapolation {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --builtin {params.builtin:q} --split {params.split} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} 2> {log}"

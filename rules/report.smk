@@ -1,5 +1,5 @@
 from workflow_lib.evaluate.settings import evaluation_settings
-from workflow_lib.files import write_argument_file
+from workflow_lib.files import sha256_file, write_argument_file
 from workflow_lib.grid import (
     REPORT_TABLES,
     control_targets,
@@ -74,7 +74,7 @@ rule contrasts:
     input:
         # The metrics JSON and their per-prompt sidecars, listed so that they are inputs too (contrasts reads them
         # beside each JSON); the perplexity folders hold both files of each eval set.
-        metrics=metric_targets(config),
+        metrics=metric_targets(config) + extrapolation_targets(config),
         sidecars=inputs.metric_sidecars(),
         perplexity=list(inputs.perplexity_jobs),
         mauve=inputs.mauve_contrast_targets(),
@@ -104,6 +104,7 @@ rule tables:
         arguments=argument_file("tables"),
     output:
         summary=report("results/summary.md", caption="../report/summary.rst", category="Summary"),
+        landing=LANDING,
         tables=[
             report(
                 f"results/report/tables/{t}.{ext}",
@@ -121,10 +122,11 @@ rule tables:
         "../envs/evaluate.yaml"
     params:
         code=code_digest("workflow_lib.report.build"),
+        description=sha256_file(workflow.source_path("../report/workflow.rst")),
         config=lambda w: as_json(report_view(config)),
         settings=lambda w: as_json(report_settings(config)),
     shell:
-        "python -m workflow_lib.report.build tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --simulation {input.simulation} --contrasts {input.contrasts} @{input.arguments} 2> {log}"
+        "python -m workflow_lib.report.build tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --landing {output.landing} --simulation {input.simulation} --contrasts {input.contrasts} @{input.arguments} 2> {log}"
 
 
 rule figure:
@@ -177,6 +179,7 @@ rule examples:
 rule training_curves:
     input:
         models=inputs.training_curves,
+        arguments=lambda w: argument_file(curves_argument(w.model, w.dataset)),
     output:
         png=report(
             "results/report/figures/training/{model}/{dataset}.png",
@@ -192,4 +195,4 @@ rule training_curves:
     params:
         code=code_digest("workflow_lib.report.build"),
     shell:
-        "python -m workflow_lib.report.build curves --stem results/report/figures/training/{wildcards.model}/{wildcards.dataset} {input.models} 2> {log}"
+        "python -m workflow_lib.report.build curves --stem results/report/figures/training/{wildcards.model}/{wildcards.dataset} @{input.arguments} 2> {log}"

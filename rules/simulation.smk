@@ -41,6 +41,13 @@ rule simulation_summary:
             labels={"output": "figure"},
         ),
         pdf="results/simulation/figure.pdf",
+        tests="results/simulation/tests.csv",
+        conclusions=report(
+            "results/simulation/conclusions.md",
+            caption="../report/simulation.rst",
+            category="Simulation",
+            labels={"output": "conclusions"},
+        ),
     log:
         "results/logs/simulation/summary.log",
     benchmark:
@@ -48,7 +55,7 @@ rule simulation_summary:
     conda:
         "../envs/simulation.yaml"
     params:
-        code=code_digest("workflow_lib.simulation.study"),
+        code=code_digest("workflow_lib.simulation.summary"),
         stem=lambda w, output: output.png.removesuffix(".png"),
     shell:
-        "python -m workflow_lib.simulation.study summarize --inputs {input.fits} --csv {output.csv} --markdown {output.markdown} --figure {params.stem} 2> {log}"
+        "python -m workflow_lib.simulation.summary --inputs {input.fits} --csv {output.csv} --markdown {output.markdown} --figure {params.stem} --tests {output.tests} --conclusions {output.conclusions} 2> {log}"

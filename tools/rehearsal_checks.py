@@ -161,12 +161,24 @@ def strategy_problems(metrics: pl.DataFrame, strategies: pl.DataFrame) -> list[s
 
 
 def simulation_problems(summary: pl.DataFrame, settings: dict) -> list[str]:
-    """The simulation's grid: every (|V|, intensity) the config names, each over all its replications, finite."""
+    """The simulation's grid: every (|V|, intensity) the config names for each synonym rule, and the shrinkage
+    control of each |V| (no intensity) unless `shrinkage: false`, each over all its replications, finite."""
     problems = []
+    rules = settings.get("synonyms", ["oracle", "empirical"])
     for vocab in settings["vocab_sizes"]:
+        if settings.get("shrinkage", True):
+            control = summary.filter((pl.col("vocab_size") == vocab) & (pl.col("arm") == "shrinkage"))
+            if control.height != 1 or control["replications"][0] != settings["replications"]:
+                problems.append(f"simulation V={vocab}: the shrinkage control over all replications is missing")
+            elif not finite(control["mae_unseen_pairs_mean"][0]):
+                problems.append(f"simulation V={vocab}, shrinkage: MAE (b) = {control['mae_unseen_pairs_mean'][0]}")
         for alpha in settings["intensities"]:
-            rows = summary.filter((pl.col("vocab_size") == vocab) & ((pl.col("intensity") - alpha).abs() < 1e-12))
-            if rows.height == 0:
+            rows = summary.filter(
+                (pl.col("vocab_size") == vocab)
+                & ((pl.col("intensity") - alpha).abs() < 1e-12)
+                & pl.col("arm").is_in(rules)
+            )
+            if rows.height < len(rules):
                 problems.append(f"simulation: no row for V={vocab}, alpha={alpha:g}")
                 continue
             if rows["replications"].to_list() != [settings["replications"]] * rows.height:

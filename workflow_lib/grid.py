@@ -118,10 +118,14 @@ def curve_inputs(config: dict, model: str, dataset: str) -> list[str]:
     return [run.folder() for run in trained_runs(config) if (run.model, run.dataset) == (model, dataset)]
 
 
+def curve_pairs(config: dict) -> list[tuple[str, str]]:
+    """The (model, dataset) pairs that train: one training-curves figure each."""
+    return sorted({(run.model, run.dataset) for run in trained_runs(config)})
+
+
 def curve_targets(config: dict) -> list[str]:
     """One training-curves figure per (model, dataset) that trains."""
-    pairs = {(run.model, run.dataset) for run in trained_runs(config)}
-    return sorted(f"results/report/figures/training/{model}/{dataset}.png" for model, dataset in pairs)
+    return [f"results/report/figures/training/{model}/{dataset}.png" for model, dataset in curve_pairs(config)]
 
 
 def sampling_conditions(experiment: dict) -> list[SamplingCondition]:
@@ -276,7 +280,8 @@ def simulation_fits(config: dict) -> list[str]:
 def simulation_targets(config: dict) -> list[str]:
     if not config["simulation"]["enabled"]:
         return []
-    return [f"results/simulation/{f}" for f in ("summary.csv", "summary.md", "figure.png", "figure.pdf")]
+    files = ("summary.csv", "summary.md", "tests.csv", "conclusions.md", "figure.png", "figure.pdf")
+    return [f"results/simulation/{f}" for f in files]
 
 
 def simulation_summary_input(config: dict) -> list[str]:

@@ -21,6 +21,7 @@ from workflow_lib.evaluate.floor import mauve_never_resolves
 from workflow_lib.grid import (
     control_targets,
     curve_inputs,
+    curve_pairs,
     data_records,
     dataset_splits,
     example_inputs,
@@ -59,6 +60,11 @@ MAUVE_CONTRAST_OUTPUT = "results/report/mauve/{pair}.json"
 
 def argument_file(name: str) -> str:
     return ARGUMENT_FILE.format(name=name)
+
+
+def curves_argument(model: str, dataset: str) -> str:
+    """The argument file's name of one training-curves job."""
+    return f"curves-{model}-{dataset}"
 
 
 class Inputs:
@@ -232,8 +238,9 @@ class Inputs:
         )
 
     def metric_sidecars(self) -> list[str]:
-        """The per-prompt sidecar of every metrics JSON (the contrasts read them beside each JSON)."""
-        return [sidecar(path, ".prompts.parquet") for path in metric_targets(self.config)]
+        """The per-prompt sidecar of every metrics and extrapolation JSON (the contrasts read them beside each JSON)."""
+        paths = metric_targets(self.config) + extrapolation_targets(self.config)
+        return [sidecar(path, ".prompts.parquet") for path in paths]
 
     def mauve_contrast_targets(self) -> list[str]:
         return [MAUVE_CONTRAST_OUTPUT.format(pair=p) for p in sorted(self.mauve_contrasts)]
@@ -257,6 +264,7 @@ class Inputs:
             "collect": metric_targets(config) + extrapolation_targets(config) + perplexity_targets(config),
             "contrasts": [
                 *metric_targets(config),
+                *extrapolation_targets(config),
                 *perplexity_targets(config),
                 "--mauve",
                 *self.mauve_contrast_targets(),
@@ -268,6 +276,11 @@ class Inputs:
                 *["--models", *model_targets(config)],
             ],
             "examples": example_inputs(config)[1],
+            # one training-curves figure per (model, dataset): its model folders (a study with many seeds has many)
+            **{
+                curves_argument(model, dataset): curve_inputs(config, model, dataset)
+                for model, dataset in curve_pairs(config)
+            },
         }
 
     def training_curves(self, wildcards: Any) -> list[str]:

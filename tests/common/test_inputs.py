@@ -88,11 +88,11 @@ def test_a_tokenizer_job_reads_what_its_source_needs(study):
 
 def test_the_contrasts_read_each_metrics_sidecar_and_each_mauve_pair_reads_planned_samples(study):
     config, inputs = study
-    metrics = grid.metric_targets(config)
+    metrics = grid.metric_targets(config) + grid.extrapolation_targets(config)  # the exact TV is paired too
     sidecars = inputs.metric_sidecars()
     assert [s.removesuffix(".prompts.parquet") for s in sidecars] == [m.removesuffix(".json") for m in metrics]
     assert all(layout.parse(s).columns() == layout.parse(m).columns() for s, m in zip(sidecars, metrics))
-    planned = set(metrics)
+    planned = set(grid.metric_targets(config))
     for pair in inputs.mauve_contrasts:
         got = inputs.mauve_contrast(Wildcards(pair=pair))
         assert {got["a"], got["b"]} <= planned

@@ -231,17 +231,17 @@ def test_estimate_prints_the_paper_table_offline_in_seconds(tmp_path):
     assert done.returncode == 0, done.stderr
     assert seconds < 30, seconds
     shards = sum(slurm.shard_counts(load_config(["configs/paper.yaml"], REPO)).values())
-    for rule, jobs in {"train": 42, "sample": shards, "sample_features": 148, "perplexity": 45, "features": 4}.items():
+    for rule, jobs in {"train": 54, "sample": shards, "sample_features": 196, "perplexity": 57, "features": 4}.items():
         assert f"| {rule} | {jobs} | GPU |" in done.stdout, done.stdout
     # MAUVE's k-means runs in CPU jobs: the GPU-hours it would have idled, less the split's start-up, are saved
-    assert "| evaluate | 148 | CPU |" in done.stdout, done.stdout
+    assert "| evaluate | 196 | CPU |" in done.stdout, done.stdout
     saved = re.search(
         r"GPU-hours saved by the split: ([\d.,]+)\. .* \(([\d.,]+) core-hours\);.* adds ([\d.,]+)\.", done.stdout
     )
     assert saved, done.stdout
     saved_h, core_h, added_h = (float(x.replace(",", "")) for x in saved.groups())
     assert core_h > 30 and 0 < added_h < 1 and saved_h == pytest.approx(core_h - added_h, abs=0.11)
-    assert f"Sampling: 148 evaluations in {shards} shards (auto" in done.stdout
+    assert f"Sampling: 196 evaluations in {shards} shards (auto" in done.stdout
     assert "A prediction, not a measurement" in done.stdout and "GPU-hours" in done.stdout
     assert (tmp_path / "estimate/a100-80gb.md").read_text() == done.stdout.rstrip("\n") + "\n"
     assert (tmp_path / "estimate/a100-80gb.csv").read_text().startswith("rule,jobs,unknown,on,flops")
@@ -315,7 +315,7 @@ def test_the_papers_study_plans_every_job_within_its_four_hour_limit():
     assert max(slurm.runtime_minutes(config, key) for key in planned) <= 240
     assert max(j.seconds for j in planned.values()) * config["cost"]["safety"] <= 240 * 60
     shards = slurm.shard_counts(config)
-    assert len(shards) == 148 and max(shards.values()) > 1
+    assert len(shards) == 196 and max(shards.values()) > 1
     # Without a limit the longest sampling job is predicted far past 4 h: the limit is what splits it.
     unlimited = paper_config(max_minutes=None)
     assert set(slurm.shard_counts(unlimited).values()) == {1}

@@ -10,13 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs/cluster.md"
 
 
-def estimate(tmp_path: Path, *overlays: str) -> str:
-    """`make estimate CONFIG=configs/paper.yaml ESTIMATE_ARGS="--device a100-80gb --gpus 8"`, with overlays."""
+def estimate(tmp_path: Path, *overlays: str, base: Path = REPO / "configs/paper.yaml") -> str:
+    """`make estimate CONFIG=configs/paper.yaml ESTIMATE_ARGS="--device a100-80gb --gpus 8"`, with overlays (on
+    `base`, the paper config unless told)."""
     files = []
     for i, overlay in enumerate(overlays):
         files.append(tmp_path / f"overlay{i}.yaml")
@@ -27,7 +29,7 @@ def estimate(tmp_path: Path, *overlays: str) -> str:
             "-m",
             "workflow_lib.cost.estimate",
             "--configfile",
-            str(REPO / "configs/paper.yaml"),
+            str(base),
             *map(str, files),
             "--device",
             "a100-80gb",
@@ -87,8 +89,8 @@ def test_the_pages_figures_are_the_commands(printed, tmp_path):
         in page
     )
     assert all(part in job for part in ("gpt-neo-1.3b", "/brier/", "/writingprompts/", "insertion-0.025-exact"))
-    shards = re.search(r"Sampling: 148 evaluations in (\d+) shards \(auto: 1 to (\d+)", printed).groups()
-    assert f"{shards[0]} shards for the 148 evaluations, up to {shards[1]} for one" in page
+    shards = re.search(r"Sampling: 196 evaluations in (\d+) shards \(auto: 1 to (\d+)", printed).groups()
+    assert f"{shards[0]} shards for the 196 evaluations, up to {shards[1]} for one" in page
     day = re.search(r"in (\d+) shards", estimate(tmp_path, "cost: {max_minutes: 1440}\n")).group(1)
     assert f"{day} at a 24-hour limit" in page
     longest = re.search(r"Longest job: ([\d.]+) h \(sample \S+\); its request \(([\d,]+) min\)", printed).groups()
@@ -96,3 +98,22 @@ def test_the_pages_figures_are_the_commands(printed, tmp_path):
     assert "Every job's static memory" in page and "every job's static memory fits" in printed.lower()
     bf16 = total(estimate(tmp_path, "sampling: {precision: bf16}\n"))
     assert f"predicts {bf16:,.1f} GPU-hours for the whole study instead of {gpu_hours:,.1f}" in page
+
+
+def test_the_pages_cost_of_the_training_seeds_is_the_commands(printed, tmp_path):
+    """The 3 training seeds of MLE without and with insertion (experiments `seeds` and `seeds-perturbed`): the study's
+    GPU-hours with them and without them (the paper config less those two experiments: an overlay cannot drop one)."""
+    paper = yaml.safe_load((REPO / "configs/paper.yaml").read_text())
+    for name in ("seeds", "seeds-perturbed"):
+        assert paper["experiments"][name]["seeds"] == [42, 43, 44], name
+        del paper["experiments"][name]
+    base = tmp_path / "paper-without-seeds.yaml"
+    base.write_text(yaml.safe_dump(paper, sort_keys=False))
+    with_seeds, without = total(printed), total(estimate(tmp_path, base=base))
+    assert with_seeds > without
+    page = " ".join(PAGE.read_text().split())
+    assert "(experiments `seeds` and `seeds-perturbed`;" in page
+    assert (
+        f"cost {with_seeds - without:,.1f} GPU-hours: the study predicts {with_seeds:,.1f} GPU-hours with them and "
+        f"{without:,.1f} without"
+    ) in page

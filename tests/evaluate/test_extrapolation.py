@@ -60,6 +60,22 @@ def test_a_perfect_model_has_zero_error_and_a_wrong_law_does_not(world):
     assert right["tv_mean"] < 1e-6
 
 
+def test_each_references_mean_tv_is_written_for_the_paired_contrasts(world):
+    """The per-reference sidecar (report.contrasts pairs the TV over references): each reference's mean over its
+    possible prefixes, weighted by their count, gives back the overall mean; the out-of-support law's impossible
+    prefixes are in no reference's count."""
+    grammar, tokenizer = world
+    none = {"strategy": "insertion", "intensity": 0.0}
+    refs = references(grammar, "ood")
+    result = extrapolation_error(
+        OracleModel(grammar, tokenizer, "in_support"), tokenizer, grammar, refs, "ood", none, None
+    )
+    per = result["per_prompt"]
+    assert per["prefixes"].sum() == result["prefixes"] and len(per["reference"]) <= len(refs)
+    assert np.average(per["tv"], weights=per["prefixes"]) == pytest.approx(result["tv_mean"])
+    assert (per["tv"] > 0).any() and (per["tv"] <= 1).all()
+
+
 def test_perturbation_changes_the_model_law(world):
     from workflow_lib.perturb.synonym_table import SynonymTable
 

@@ -134,6 +134,52 @@ def calibrate(
     return Calibration(studies, false / studies, found / studies if effect is not None else None)
 
 
+# Training seeds as the unit (report.seeds): the real study trains 3 seeds per arm, and its seed tables have 2 rows
+# (one per eval set); CI's overlay 2 (not testable); a paper-sized table of 16 rows at 5 seeds.
+SEED_SHAPES = ("normal", "heavy", "rouge")
+SEED_SIZES = ((3, 2), (3, 16), (5, 16))  # (seeds, rows of the Holm table)
+
+
+def seed_differences(rng: np.random.Generator, shape: str, rows: int, seeds: int, prompts: int = 100) -> np.ndarray:
+    """[rows, seeds] differences d_s of two training methods of one law, each seed's estimate on shared prompts: a
+    training-randomness part (the two checkpoints of seed s differ even under the null) plus the seed's sampling
+    noise, the mean over `prompts` of ROUGE-like per-prompt differences (null_differences "rouge", 3 runs):
+    - normal: N(0, 1) training part;
+    - heavy: Student t with 3 degrees of freedom (rare seeds that train far off);
+    - rouge: no training part beyond the sampling noise of bounded, tied per-prompt scores (a seed's difference is
+      then nearly normal by averaging, the case the t-test is built for, with the smallest spread)."""
+    noise = null_differences(rng, "rouge", rows * seeds, Size("seeds", prompts, 3, rows)).mean(axis=1)
+    noise = noise.reshape(rows, seeds) / 0.03  # the sampling part on the scale of the training part (sd ~1)
+    if shape == "normal":
+        return rng.standard_normal((rows, seeds)) + noise
+    if shape == "heavy":
+        return rng.standard_t(3, (rows, seeds)) + noise
+    if shape == "rouge":
+        return noise
+    raise ValueError(f"unknown shape {shape!r}; one of {SEED_SHAPES}")
+
+
+def calibrate_seeds(
+    shape: str, seeds: int, table: int, studies: int, seed: int = 0, effect: float | None = None
+) -> Calibration:
+    """`studies` simulated Holm tables of `table` seed-level contrasts (statistics.across_seeds on `seeds` seeds
+    each), marked by Holm's adjusted p < ALPHA. `effect`: the first row shifted by this many standard deviations of a
+    null seed difference (its power is reported; the family-wise error counts the other rows)."""
+    from workflow_lib.report.statistics import across_seeds
+
+    rng = np.random.default_rng(seed)
+    sd = seed_differences(np.random.default_rng(seed + 1), shape, 4000, 1).std()  # a null seed difference's
+    false, found = 0, 0
+    for _ in range(studies):
+        d = seed_differences(rng, shape, table, seeds)
+        if effect is not None:
+            d[0] += effect * sd
+        marked = [p is not None and p < ALPHA for p in holm([across_seeds(row).p for row in d])]
+        found += marked[0] if effect is not None else 0
+        false += any(marked[1:] if effect is not None else marked)
+    return Calibration(studies, false / studies, found / studies if effect is not None else None)
+
+
 # The joint MAUVE contrasts (report.joint_mauve) of the default study: 50 prompts (MAUVE's floor, config.yaml's cap),
 # 3 runs, 5 clustering seeds, its largest MAUVE table (16 rows), the evaluation's k-means settings, 5 buckets (MAUVE's
 # rule at 50 texts), features of the featuriser's kind (d dimensions, several modes).

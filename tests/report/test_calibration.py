@@ -8,7 +8,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from null_studies import DEFAULT, PAPER, SHAPES, Calibration, bootstrap_p, calibrate, permutation_p
+from null_studies import (
+    DEFAULT,
+    PAPER,
+    SEED_SHAPES,
+    SEED_SIZES,
+    SHAPES,
+    Calibration,
+    bootstrap_p,
+    calibrate,
+    calibrate_seeds,
+    permutation_p,
+)
 
 from workflow_lib.report.contrasts import ALPHA
 from workflow_lib.report.statistics import Permutations, permutation_perplexity_difference
@@ -70,3 +81,41 @@ def test_the_perplexity_test_holds_its_level():
         ).p
     for level in (ALPHA, ALPHA / 16):
         assert (p <= level).mean() <= level + 3 * np.sqrt(level * (1 - level) / studies)
+
+
+@pytest.mark.parametrize("shape", SEED_SHAPES)
+@pytest.mark.parametrize(("seeds", "table"), SEED_SIZES)
+def test_the_test_across_training_seeds_holds_its_level(shape, seeds, table):
+    """Training seeds as the unit (report.seeds): the t-test over k seeds' differences, Holm-corrected over a table,
+    holds its family-wise level at the sizes the workflow runs (3 seeds in the real study, tables of 2 and 16 rows)
+    when the seed-to-seed differences are normal, heavy-tailed (t with 3 df) or ROUGE-like sampling noise."""
+    result = calibrate_seeds(shape, seeds, table, studies=1000, seed=3)
+    assert result.family_wise_error <= result.bound()
+
+
+@pytest.mark.parametrize("seeds", [3, 5, 10])
+def test_a_planted_training_effect_of_the_stated_detectable_size_is_found_with_80_percent_power(seeds):
+    """The findings say what a test could have seen (statistics.detectable: the shift its t-test finds with 80% power
+    at Holm's first step). Plant exactly that shift in one row of a 2-row table of seed contrasts: it is marked in
+    at least 80% of studies (less three Monte Carlo standard errors), and the other row keeps the level. 3 seeds need
+    a shift of about 7.6 standard deviations of a seed's difference (t with 2 df at 0.025: a critical value of 6.2)."""
+    from scipy import stats
+
+    from workflow_lib.report.statistics import detectable
+
+    se = 1 / np.sqrt(seeds)  # a mean over k seeds of differences of sd 1, its interval as the report reads it
+    half = stats.t.ppf(0.975, seeds - 1) * se
+    shift = detectable(-half, half, seeds - 1, comparisons=2)
+    result = calibrate_seeds("normal", seeds, 2, studies=400, seed=4, effect=shift)
+    assert result.power >= 0.8 - 3 * np.sqrt(0.8 * 0.2 / 400)
+    assert result.power <= 0.8 + 3 * np.sqrt(0.8 * 0.2 / 400) + 0.05  # and not much more: the size is the smallest
+    assert result.family_wise_error <= result.bound()
+
+
+def test_two_seeds_are_not_testable_and_three_are():
+    from workflow_lib.report.statistics import across_seeds
+
+    two = across_seeds([0.1, 0.12])
+    assert two.p is None and two.untested == "2 seeds" and two.difference == pytest.approx(0.11)
+    three = across_seeds([0.1, 0.12, 0.11])
+    assert three.p is not None and three.p < 0.01 and three.n == 3 and three.low > 0

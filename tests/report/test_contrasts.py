@@ -255,9 +255,10 @@ def test_the_studys_pairs_and_what_they_favour(study):
 
     ablation = frame.filter((pl.col("family") == "ablation") & (pl.col("metric") == "mauve"))
     arms = {(r["objective"], r["decoder"], r["a"]): r for r in ablation.to_dicts()}
-    assert set(arms) == {
-        ("mle", d, a) for d in ("unbiased", "top-p-0.9") for a in ("TrainPerturb", "TestPerturb", "Both")
-    } | {("emo", "unbiased", "Both"), ("untrained", "unbiased", "TestPerturb")}
+    # Both against NoPerturb is the perturbation family's contrast, counted there only (issue 52)
+    assert set(arms) == {("mle", d, a) for d in ("unbiased", "top-p-0.9") for a in ("TrainPerturb", "TestPerturb")} | {
+        ("untrained", "unbiased", "TestPerturb")
+    }
     assert arms[("mle", "unbiased", "TestPerturb")]["favours"] == "no perturbation"
 
     objective = frame.filter(pl.col("family") == "objective")
@@ -293,7 +294,8 @@ def test_sentences_and_section(study):
         "2 of 2 emo-vs-MLE contrasts (MAUVE) favour emo; 0 of them are significant after Holm correction." in sentences
     )
     section = paired_section(frame)
-    assert "### With vs without perturbation: MAUVE (paired t over runs)" in section and "✱" in section
+    heading = "### With vs without perturbation: MAUVE, each pair of checkpoints (paired t over runs)"
+    assert heading in section and "✱" in section
     assert "untrained (zero-shot)" in section and "| decoder |" in section
 
 
@@ -323,7 +325,7 @@ def test_the_csv_is_byte_identical_on_a_rerun(study, tmp_path):
     header = outputs[0].decode().splitlines()[0]
     assert header == (
         "family,metric,model,dataset,objective,eval_set,decoder,seed,a,b,difference,low,high,p,p_holm,"
-        "significant,favours,n,resamples,method,not_testable"
+        "significant,favours,n,resamples,method,not_testable,unit,spread,detectable"
     )
 
 
@@ -372,8 +374,6 @@ def test_labels_name_the_fields_that_vary_among_the_arms_they_concern():
     ) == [
         ("perturbation", "insertion 0.5 (train distributional)", "no perturbation"),
         ("perturbation", "insertion 0.5 (train oracle)", "no perturbation"),
-        ("ablation", "Both (train distributional)", "NoPerturb"),
-        ("ablation", "Both (train oracle)", "NoPerturb"),
     ]
     # one model at intensity 0.5 with one set of synonyms: nothing varies, no label part
     assert _labels([_metrics_path(), _metrics_path(syn="distributional", **both)])[0] == (
@@ -469,12 +469,12 @@ def test_designed_mauve_lists_each_sampled_pair_with_its_identity_and_its_tables
 
     designed = designed_mauve(study, 0.025, resamples=10)
     sampled = [p for p in pairs(conditions(study), 0.025) if p["kind"] == "metrics"]
-    assert len(sampled) == 13 and sorted(designed) == sorted(pair_id(p) for p in sampled)
+    assert len(sampled) == 10 and sorted(designed) == sorted(pair_id(p) for p in sampled)
     for p in sampled:
         assert designed[pair_id(p)] == {
             **p,
             "identity": pair_identity(p),
-            "resamples": {"perturbation": 600, "ablation": 1600, "objective": 400}[p["family"]],
+            "resamples": {"perturbation": 600, "ablation": 1000, "objective": 400}[p["family"]],
         }
     assert {d["resamples"] for d in designed_mauve(study, 0.025).values()} == {2000}  # RESAMPLES is the least B
 
@@ -489,7 +489,7 @@ def test_no_mauve_contrast_is_designed_on_an_eval_set_whose_cap_is_under_the_flo
     assert not mauve_never_resolves(None, {}) and mauve_never_resolves(60, {"min_texts": 61})
     every = designed_mauve(study, 0.025, resamples=10)
     eval_sets = sorted({p["eval_set"] for p in every.values()})
-    assert len(every) == 13 and designed_mauve(study, 0.025, resamples=10, unresolvable=["another set"]) == every
+    assert len(every) == 10 and designed_mauve(study, 0.025, resamples=10, unresolvable=["another set"]) == every
     assert designed_mauve(study, 0.025, resamples=10, unresolvable=eval_sets) == {}
 
 
@@ -517,7 +517,7 @@ def test_the_command_line_writes_the_studys_contrasts(study, tmp_path, monkeypat
     monkeypatch.setattr(sys, "argv", ["contrasts", "--intensity", "0.025", "--output", str(out), *study])
     module.main()
     written = module.read_contrasts(str(out))
-    assert written.equals(contrasts(study, 0.025)) and written.height == 56
+    assert written.equals(contrasts(study, 0.025)) and written.height == 44
     assert written.filter(pl.col("method") == module.PERMUTATION)["resamples"].min() == 2000
     smaller = tmp_path / "out" / "fewer.csv"
     monkeypatch.setattr(
@@ -544,7 +544,7 @@ def test_what_a_difference_favours():
 
 
 def test_mauve_by_run_reads_the_run_ids_or_numbers_the_runs(tmp_path):
-    from workflow_lib.report.contrasts import _mauve_by_run
+    from workflow_lib.report.study_files import mauve_by_run as _mauve_by_run
 
     assert _mauve_by_run({"mauve": [0.5, 0.6]}) == {0: 0.5, 1: 0.6}
     assert _mauve_by_run({"mauve": [0.5, 0.6], "run_ids": [3, 7]}) == {3: 0.5, 7: 0.6}
@@ -586,7 +586,7 @@ def test_the_pair_identity_names_every_field():
 
 
 def test_shared_prompts_average_each_sides_rouge_over_the_runs_both_have():
-    from workflow_lib.report.contrasts import _shared_prompts
+    from workflow_lib.report.study_files import shared_prompts as _shared_prompts
 
     a = pl.DataFrame({"prompt_id": [0, 0, 1, 1, 2], "run": [0, 1, 0, 1, 0], "rouge1": [0.1, 0.3, 0.5, 0.7, 0.9]})
     b = pl.DataFrame({"prompt_id": [0, 1, 1, 3], "run": [1, 0, 1, 0], "rouge1": [0.2, 0.4, 0.6, 0.8]})

@@ -18,14 +18,18 @@ def test_perturbation_verdicts_follow_the_holm_corrected_contrasts():
     )
     assert contrast_findings(helped) == [
         (
-            "**webtext**, perturbation against none (per objective and decoder, "
-            "Holm-corrected): MAUVE: helped in 2, hurt in 0, no detectable difference in 0 (of 2)."
+            "**webtext**, perturbation against none, about these checkpoints (one training seed: the test covers prompts and runs, not training), Holm-corrected: MAUVE: helped in 2 (mle +0.050 [+0.040, +0.060], p_holm "
+            "0.010, near the 0.05 line: fragile; mle +0.040 [+0.030, +0.050], p_holm 0.020, near the 0.05 line: "
+            "fragile), hurt in 0, no detectable difference in 0 (of 2)."
         )
     ]
     hurt = contrasts_of(
         [{**r, "eval_set": "webtext"} for r in contrast_rows("perturbation", "mauve", [(-0.05, 0.01), (0.04, 0.4)])]
     )
-    assert "helped in 0, hurt in 1, no detectable difference in 1 (of 2)" in contrast_findings(hurt)[0]
+    assert (
+        "helped in 0, hurt in 1 (mle -0.050 [-0.060, -0.040], p_holm 0.010, near the 0.05 line: fragile), no "
+        "detectable difference in 1 (of 2)" in contrast_findings(hurt)[0]
+    )
     unclear = contrasts_of(
         [{**r, "eval_set": "webtext"} for r in contrast_rows("perturbation", "mauve", [(0.05, 0.2)])]
     )
@@ -43,8 +47,10 @@ def test_perturbation_verdicts_follow_the_holm_corrected_contrasts():
     ]
     assert contrast_findings(contrasts_of(objective)) == [
         (
-            "**brier against MLE** (every eval set and condition): MAUVE helped in 1, hurt in 1, no detectable difference "
-            "in 1 (of 3)."
+            "**brier against MLE** (every eval set and condition), about these checkpoints (one training seed: the test "
+            "covers prompts and runs, not training): MAUVE helped in 1 (set0 no perturbation +0.050 [+0.040, +0.060], "
+            "p_holm 0.010, near the 0.05 line: fragile), hurt in 1 (set1 no perturbation -0.030 [-0.040, -0.020], "
+            "p_holm 0.010, near the 0.05 line: fragile), no detectable difference in 1 (of 3)."
         )
     ]
     assert contrast_findings(None)[0].startswith("No paired comparison was possible")
@@ -58,9 +64,11 @@ def test_rows_of_the_paired_t_fallback_are_named_as_uncalibrated():
     rouge = contrast_rows("perturbation", "rouge1", [(0.01, 0.02)])
     [line] = contrast_findings(contrasts_of([{**r, "eval_set": "w"} for r in fallback + joint + rouge]))
     assert line == (
-        "**w**, perturbation against none (per objective and decoder, Holm-corrected): MAUVE: helped in 2, hurt in 0, "
+        "**w**, perturbation against none, about these checkpoints (one training seed: the test covers prompts and runs, not training), Holm-corrected: MAUVE: helped in 2 (mle +0.050 [+0.040, +0.060], p_holm 0.010, near "
+        "the 0.05 line: fragile; mle +0.040 [+0.030, +0.050], p_holm 0.020, near the 0.05 line: fragile), hurt in 0, "
         "no detectable difference in 1 (of 3) (2 by the paired t over runs, whose level is not calibrated: a "
-        "description); ROUGE-1: helped in 1, hurt in 0, no detectable difference in 0 (of 1)."
+        "description); ROUGE-1: helped in 1 (mle +0.010 [+0.000, +0.020], p_holm 0.020, near the 0.05 line: "
+        "fragile), hurt in 0, no detectable difference in 0 (of 1)."
     )
     quiet = untested(fallback[:1], "2 runs") + [{**fallback[1], "p_holm": 0.5, "significant": False}]
     assert contrast_findings(contrasts_of([{**r, "eval_set": "w"} for r in quiet]))[0].endswith(
@@ -94,8 +102,7 @@ def test_untested_rows_are_counted_apart_never_as_no_difference():
         untested(one_set(contrast_rows("perturbation", "rouge1", [(0.02, 0.5)])), "5 prompts"),
     )
     assert (
-        "ROUGE-1: helped in 1, hurt in 0, no detectable difference in 1 (of the 2 tested), not testable in 1 "
-        "(5 prompts)"
+        "hurt in 0, no detectable difference in 1 (of the 2 tested), not testable in 1 (5 prompts)"
     ) in contrast_findings(marked)[0]
     old = contrasts_of(untested(rows[:1], None))  # a contrasts file from before the reason was recorded
     assert "not testable in any of 1 (no p)" in contrast_findings(old)[0]
@@ -114,10 +121,7 @@ def test_mauve_cells_with_too_few_texts_are_counted_apart_and_compared_with_noth
         }
     )
     lines = contrast_findings(rows, frame)
-    assert (
-        "MAUVE: helped in 1, hurt in 0, no detectable difference in 0 (of 1), too few texts in 2 cells (not compared)"
-        in lines[0]
-    )
+    assert "hurt in 0, no detectable difference in 0 (of 1), too few texts in 2 cells (not compared)" in lines[0]
     only_rouge = contrasts_of(contrast_rows("perturbation", "rouge1", [(0.01, 0.5)]))
     assert (
         "MAUVE: too few texts per run to compare; ROUGE-1: no detectable difference in any of 1"
@@ -184,7 +188,8 @@ def test_size_and_limits_say_whether_validation_was_still_falling():
     text = size_findings(frame, falling)
     assert text[0] == (
         "Size: 3 sampling runs of 30 prompts per eval set; each contrast compares two trained models of one "
-        "training seed, so its test covers prompts and sampling runs, not training randomness."
+        "training seed, so its test covers prompts and sampling runs, not training randomness: what it finds is about "
+        "those checkpoints, not the training methods."
     )
     assert text[1] == (
         "Training: 100 optimizer steps per model (1 models). The validation loss was still falling at "
@@ -208,8 +213,9 @@ def test_one_mauve_cell_with_too_few_texts_is_singular():
     )
     assert contrast_findings(rows, frame) == [
         (
-            "**set0**, perturbation against none (per objective and decoder, Holm-corrected): MAUVE: helped in 1, hurt in 0, "
-            "no detectable difference in 0 (of 1), too few texts in 1 cell (not compared)."
+            "**set0**, perturbation against none, about these checkpoints (one training seed: the test covers prompts and runs, not training), Holm-corrected: MAUVE: helped in 1 (mle +0.050 [+0.040, +0.060], p_holm 0.010, "
+            "near the 0.05 line: fragile), hurt in 0, no detectable difference in 0 (of 1), too few texts in 1 cell "
+            "(not compared)."
         )
     ]
 
@@ -232,8 +238,10 @@ def test_an_objectives_too_few_cells_are_its_own_and_its_metrics_are_joined():
     )
     assert contrast_findings(contrasts_of(objective), frame) == [
         (
-            "**brier against MLE** (every eval set and condition): MAUVE helped in 1, hurt in 0, no detectable difference "
-            "in 0 (of 1), too few texts in 2 cells (not compared); ROUGE-1 no detectable difference in any of 1."
+            "**brier against MLE** (every eval set and condition), about these checkpoints (one training seed: the test "
+            "covers prompts and runs, not training): MAUVE helped in 1 (set0 no perturbation +0.050 [+0.040, +0.060], "
+            "p_holm 0.010, near the 0.05 line: fragile), hurt in 0, no detectable difference in 0 (of 1), too few texts "
+            "in 2 cells (not compared); ROUGE-1 no detectable difference in any of 1."
         )
     ]
 
@@ -249,7 +257,8 @@ def test_size_gives_ranges_and_says_when_the_counts_are_missing():
     assert size_findings(frame, logs)[:2] == [
         (
             "Size: 2-3 sampling runs of 20-30 prompts per eval set; each contrast compares two trained models of one "
-            "training seed, so its test covers prompts and sampling runs, not training randomness."
+            "training seed, so its test covers prompts and sampling runs, not training randomness: what it finds is "
+            "about those checkpoints, not the training methods."
         ),
         "Training: 50-100 optimizer steps per model (2 models).",
     ]  # no model has two evaluations: nothing said of them
@@ -328,12 +337,14 @@ def test_the_findings_section_in_full():
         "Generated from the numbers below (not written by hand).",
         "",
         (
-            "- **set0**, perturbation against none (per objective and decoder, Holm-corrected): MAUVE: helped in 1, hurt in "
-            "0, no detectable difference in 0 (of 1), too few texts in 1 cell (not compared)."
+            "- **set0**, perturbation against none, about these checkpoints (one training seed: the test covers prompts and runs, not training), Holm-corrected: MAUVE: helped in 1 (mle +0.050 [+0.040, +0.060], p_holm 0.010, "
+            "near the 0.05 line: fragile), hurt in 0, no detectable difference in 0 (of 1), too few texts in 1 cell "
+            "(not compared)."
         ),
         (
             "- Size: 3 sampling runs of 30 prompts per eval set; each contrast compares two trained models of one "
-            "training seed, so its test covers prompts and sampling runs, not training randomness."
+            "training seed, so its test covers prompts and sampling runs, not training randomness: what it finds is "
+            "about those checkpoints, not the training methods."
         ),
         (
             "- MAUVE's k-means clustering accounts for an estimated median 50% of a single (run, clustering seed) score's "
@@ -357,8 +368,11 @@ def test_perplexity_under_perturbation_is_named_the_base_models_and_under_an_obj
     sampling perturbation enters perplexity): the sentence says so. An objective's perplexity needs no such note."""
     perturbation = one_set(contrast_rows("perturbation", "perplexity", [(-1.0, 0.01)]))
     text = contrast_findings(contrasts_of(perturbation))[0]
-    assert text.split("Holm-corrected): ", 1)[1].startswith("perplexity (base model: training perturbation only): ")
-    objective = [{**r, "objective": "brier"} for r in contrast_rows("objective", "perplexity", [(1.0, 0.01)])]
+    assert text.split("Holm-corrected: ", 1)[1].startswith("perplexity (base model: training perturbation only): ")
+    objective = [
+        {**r, "objective": "brier", "favours": "mle"} for r in contrast_rows("objective", "perplexity", [(1.0, 0.01)])
+    ]
     line = contrast_findings(contrasts_of(objective))[0]
-    assert line.startswith("**brier against MLE** (every eval set and condition): perplexity helped in")
+    assert line.startswith("**brier against MLE** (every eval set and condition), about these checkpoints")
+    assert ": perplexity helped in 0, hurt in 1 (set0 no perturbation +1.000" in line
     assert "base model" not in line

@@ -182,7 +182,7 @@ def test_empty_reading_a_is_flagged_not_a_number(tmp_path):
                 {
                     "vocab_size": 3,
                     "replication": rep,
-                    "synonyms": "none" if alpha == 0 else "oracle",
+                    "arm": "none" if alpha == 0 else "oracle",
                     "intensity": alpha,
                     "n_eligible": 4,
                     "n_replaced": 2,
@@ -206,15 +206,16 @@ def test_empty_reading_a_is_flagged_not_a_number(tmp_path):
     assert (tmp_path / "fig.png").stat().st_size > 0 and (tmp_path / "fig.pdf").stat().st_size > 0
 
 
-def readings_summary(rules: list[str]) -> pl.DataFrame:
-    """A summary over two vocabulary sizes with both readings non-empty, one line per synonym rule."""
+def readings_summary(rules: list[str], control: bool = False) -> pl.DataFrame:
+    """A summary over two vocabulary sizes with both readings non-empty, one line per synonym rule (and the
+    shrinkage control's level with `control`)."""
     M = np.full((3, 3), 1 / 3)
     r = mae_readings(M, M, np.array([[0, 1, 0, 1]]))  # token 2 never conditions: reading (a) has a row
     rows = [
         {
             "vocab_size": V,
             "replication": rep,
-            "synonyms": "none" if alpha == 0 else rule,
+            "arm": "none" if alpha == 0 else rule,
             "intensity": alpha,
             "n_eligible": 4,
             "n_replaced": 2,
@@ -229,12 +230,20 @@ def readings_summary(rules: list[str]) -> pl.DataFrame:
         for rule in rules
         for alpha in (0.0, 0.5)
     ]
-    return summarize(results_table(expand_baseline(rows, rules)))
+    controls = [
+        {**rows[0], "vocab_size": V, "replication": rep, "arm": "shrinkage", "intensity": None, "shrinkage": 0.2}
+        | {"mae_unseen_pairs": 0.09 + 0.01 * rep}
+        for V in (3, 4)
+        for rep in range(3)
+        if control
+    ]
+    return summarize(results_table(expand_baseline(rows, rules) + controls))
 
 
 def test_figure_tells_the_rules_apart_by_colour_and_dashes(monkeypatch):
     """Was black and dim gray lines: each synonym rule now has a colour-blind-safe palette style, fixed by its
-    name, so a study running only `empirical` draws it as one running both does; the uniform line is gray."""
+    name, so a study running only `empirical` draws it as one running both does; the shrinkage control is a
+    blue dash-dot level (it has no intensity); the uniform line is gray."""
     from matplotlib.colors import to_hex
 
     from workflow_lib.plotting import PALETTE, line_style
@@ -242,14 +251,14 @@ def test_figure_tells_the_rules_apart_by_colour_and_dashes(monkeypatch):
 
     saved = []
     monkeypatch.setattr(figure, "_save", lambda fig, stem: saved.append(fig))
-    figure.simulation_figure(readings_summary(["oracle", "empirical"]), "unused")
+    figure.simulation_figure(readings_summary(["oracle", "empirical"], control=True), "unused")
     figure.simulation_figure(readings_summary(["empirical"]), "unused")
     both, alone = saved
     for ax in both.axes:
         lines = [line for line in ax.get_lines() if line.get_linestyle() != "None"]  # not the error bars' caps
         assert 0 < len(lines) <= 5
-        cues = [(to_hex(line.get_color()), line._unscaled_dash_pattern) for line in lines]
-        assert len(set(cues)) == len(cues) == 3  # oracle, empirical, uniform
+        cues = [(to_hex(line.get_color()), line.get_linestyle()) for line in lines]
+        assert len(set(cues)) == len(cues) == 4  # oracle, empirical, shrinkage, uniform
         colours = {c.get_label(): to_hex(c.lines[0].get_color()) for c in ax.containers}  # errorbars: the rules
         colours |= {
             line.get_label(): to_hex(line.get_color()) for line in lines if not line.get_label().startswith("_")
@@ -257,10 +266,29 @@ def test_figure_tells_the_rules_apart_by_colour_and_dashes(monkeypatch):
         assert colours["oracle"] == to_hex(line_style(0)["color"]) and colours["empirical"] == to_hex(
             line_style(1)["color"]
         )
+        assert colours[figure.CONTROL_LABEL] == to_hex(line_style(2)["color"])
         assert colours["uniform 1/|V|"] not in {to_hex(c) for c in PALETTE}
     assert {to_hex(c.lines[0].get_color()) for ax in alone.axes for c in ax.containers} == {
         to_hex(line_style(1)["color"])
     }
+    legend = [text.get_text() for text in both.legends[0].get_texts()]
+    assert legend == ["oracle", "empirical", figure.CONTROL_LABEL, "uniform 1/|V|"]
+
+
+def test_a_uniform_line_far_off_the_data_becomes_a_note(monkeypatch):
+    """At |V| = 50 the uniform predictor's MAE is about 2.5 times the models': drawn as a line it would squash the
+    curves into a band, so the panel names its value instead (and keeps it in the legend)."""
+    from workflow_lib.simulation import figure
+
+    saved = []
+    monkeypatch.setattr(figure, "_save", lambda fig, stem: saved.append(fig))
+    summary = readings_summary(["oracle"]).with_columns(uniform_unseen_pairs_mean=pl.lit(5.0))
+    figure.simulation_figure(summary, "unused")
+    bottom = saved[0].axes[-1]
+    notes = [t.get_text() for t in bottom.texts]
+    assert any("uniform 1/|V| = 5.0000" in n and "off this panel's scale" in n for n in notes)
+    assert bottom.get_ylim()[1] < 1.0  # the curves' scale, not the uniform value's
+    assert "uniform 1/|V|" in bottom.get_legend_handles_labels()[1]
 
 
 def test_schema_requires_the_baseline_intensity():
@@ -294,23 +322,38 @@ def test_simulation_rules_run_and_are_reproducible(workdir):
         "epochs": 2,
         "batch_size": 50,
         "synonyms": ["oracle", "empirical"],
+        "heldout_sequences": 20,
     }
     write_config(workdir, config)
     first = snakemake(workdir, *SIM_TARGETS)
     assert first.returncode == 0, first.stderr
     results = workdir / "results"
     fits = pl.read_parquet(results / "simulation/V80.parquet")
-    assert fits.height == 3 * 2 * 2  # replications x rules x intensities (the baseline listed under each rule)
+    # replications x rules x intensities (the baseline listed under each rule), and the control once per replication
+    assert fits.height == 3 * 2 * 2 + 3
+    control = fits.filter(pl.col("arm") == "shrinkage")
+    assert control["intensity"].is_null().all() and control["shrinkage"].is_between(0, 1).all()
+    assert fits["heldout_nll"].is_finite().all()
     assert (fits["n_unseen_rows"] > 0).all()  # 80 tokens, 100 pairs: many never condition
     small = pl.read_parquet(results / "simulation/V6.parquet")
     assert (small["n_unseen_rows"] == 0).all() and small["mae_unseen_rows"].is_null().all()
     summary = pl.read_csv(results / "simulation/summary.csv")
-    assert summary.height == 2 * 2 * 2 and {"mae_unseen_rows_mean", "diff_unseen_pairs_2se"} <= set(summary.columns)
+    assert summary.height == 2 * (2 * 2 + 1) and {"mae_unseen_rows_mean", "diff_unseen_pairs_2se"} <= set(
+        summary.columns
+    )
     assert "n/a" in (results / "simulation/summary.md").read_text()
+    tests = pl.read_csv(results / "simulation/tests.csv")
+    assert set(tests["kind"]) == {"panel", "vs unperturbed", "vs uniform", "contrast"}
+    conclusions = (results / "simulation/conclusions.md").read_text()
+    assert "|V| = 80" in conclusions and "Against the regulariser" in conclusions
     assert (results / "simulation/figure.png").exists() and (results / "logs/simulation/V80.log").exists()
 
     def outputs():
-        return {p.name: p.read_bytes() for p in (results / "simulation").iterdir() if p.suffix in (".parquet", ".csv")}
+        return {
+            p.name: p.read_bytes()
+            for p in (results / "simulation").iterdir()
+            if p.suffix in (".parquet", ".csv", ".md", ".png", ".pdf")
+        }
 
     produced = outputs()
     shutil.rmtree(results / "simulation")

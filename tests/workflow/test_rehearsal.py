@@ -1,7 +1,7 @@
 """`make rehearsal`: configs/paper.yaml with configs/paper-rehearsal.yaml is the paper's study, only smaller.
 
 - The overlay changes only where things come from and how big they are (its keys, checked), and the rehearsal
-  plans the same rules with the same job counts as the paper's study (755 jobs), but for its 220 MAUVE contrasts
+  plans the same rules with the same job counts as the paper's study (986 jobs), but for its 184 MAUVE contrasts
   (at the rehearsal's 8 prompts, under MAUVE's floor, there is no MAUVE to contrast) and its sampling shards (the
   paper's time limit splits its sampling into more jobs than the rehearsal's tiny models need).
 - The post-run checks (tools.rehearsal_checks) hold on a finished rehearsal: `make rehearsal` runs
@@ -106,11 +106,11 @@ def test_rehearsal_plans_the_papers_jobs(tmp_path):
     paper, rehearsal = plan(tmp_path / "paper", PAPER), plan(tmp_path / "rehearsal", PAPER, OVERLAY)
     # One mauve_contrast job per designed MAUVE contrast in the paper's study; none at the rehearsal's 8 prompts, under
     # MAUVE's floor of 50 texts (every MAUVE cell there is "too few texts": evaluate.floor.mauve_never_resolves).
-    assert paper.pop("mauve_contrast") == 220 and "mauve_contrast" not in rehearsal
+    assert paper.pop("mauve_contrast") == 184 and "mauve_contrast" not in rehearsal
     # Sampling shards fit the paper's time limit (cost.max_minutes) at the paper's sizes; at the rehearsal's, one shard
     # an evaluation does. Either way one gather_samples job an evaluation joins them.
     assert paper.pop("sample") > paper["gather_samples"] == rehearsal.pop("sample")
-    assert rehearsal == paper and sum(paper.values()) + paper["gather_samples"] == 755  # the rehearsal's jobs
+    assert rehearsal == paper and sum(paper.values()) + paper["gather_samples"] == 986  # the rehearsal's jobs
 
 
 def test_served_stand_ins_repeat_byte_for_byte_and_are_shaped_as_the_originals():
@@ -283,19 +283,31 @@ def test_ablation_sweep_and_strategy_checks_fail_on_a_missing_arm(paper, tmp_pat
 
 
 def test_simulation_check_fails_on_a_missing_point_or_replication():
-    settings = {"vocab_sizes": [50, 100], "intensities": [0, 0.5], "replications": 2}
+    settings = {"vocab_sizes": [50, 100], "intensities": [0, 0.5], "replications": 2, "synonyms": ["oracle"]}
     summary = pl.DataFrame(
         {
-            "vocab_size": [50, 50, 100, 100],
-            "intensity": [0.0, 0.5, 0.0, 0.5],
-            "replications": [2, 2, 2, 2],
-            "mae_unseen_pairs_mean": [0.1, 0.1, 0.1, 0.1],
+            "vocab_size": [50, 50, 100, 100, 50, 100],
+            "arm": ["oracle"] * 4 + ["shrinkage"] * 2,
+            "intensity": [0.0, 0.5, 0.0, 0.5, None, None],
+            "replications": [2, 2, 2, 2, 2, 2],
+            "mae_unseen_pairs_mean": [0.1, 0.1, 0.1, 0.1, 0.1, 0.1],
         }
     )
     assert checks.simulation_problems(summary, settings) == []
-    assert checks.simulation_problems(summary.head(3), settings) == ["simulation: no row for V=100, alpha=0.5"]
-    short = summary.with_columns(pl.Series("replications", [2, 2, 1, 2]))
+    assert checks.simulation_problems(summary.head(3).vstack(summary.tail(2)), settings) == [
+        "simulation: no row for V=100, alpha=0.5"
+    ]
+    short = summary.with_columns(pl.Series("replications", [2, 2, 1, 2, 2, 2]))
     assert checks.simulation_problems(short, settings) == ["simulation V=100, alpha=0: replications [1]"]
+    # The control (issue 52): its row per |V|, over every replication.
+    assert checks.simulation_problems(summary.head(5), settings) == [
+        "simulation V=100: the shrinkage control over all replications is missing"
+    ]
+    assert checks.simulation_problems(summary.head(5), {**settings, "shrinkage": False}) == []
+    # Both rules: a rule's missing row is a missing point.
+    assert checks.simulation_problems(summary, {**settings, "synonyms": ["oracle", "empirical"]}) == [
+        f"simulation: no row for V={v}, alpha={a:g}" for v in (50, 100) for a in (0, 0.5)
+    ]
 
 
 def test_report_check_fails_without_contrasts_examples_or_curves(tmp_path):

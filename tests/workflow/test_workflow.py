@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -176,12 +177,17 @@ def test_training_writes_every_model_its_log_and_no_leftover_checkpoint(tiny_stu
         for p in (workdir / "results/models").rglob("model.safetensors")
         if "brier" not in p.parts
     )  # Brier: the lab's group (tests/lab/test_lab_workflow.py)
-    assert [str(m) for m in models] == [
-        f"tiny/synthetic/{o}/{c}/seed1"
-        for o in ("emo", "mle")
-        for c in ("none/augment-m1/none-0", "oracle/augment-m1/insertion-0.2")
-    ] + ["tiny/synthetic/mle-again/none/augment-m1/none-0/seed1"]
-    assert (workdir / "results/models/tiny/synthetic/brier/none/augment-m1/none-0/seed1/model.safetensors").exists()
+    plain = "none/augment-m1/none-0"
+    assert models == sorted(
+        Path(path)
+        for path in [
+            f"tiny/synthetic/{o}/{c}/seed1" for o in ("emo", "mle") for c in (plain, "oracle/augment-m1/insertion-0.2")
+        ]
+        + [f"tiny/synthetic/mle/{plain}/seed{s}" for s in (2, 3)]  # experiment "same": 3 training seeds
+        + [f"tiny/synthetic/mle-again/{plain}/seed{s}" for s in (1, 2, 3)]
+    )
+    for seed in (1, 2, 3):
+        assert (workdir / f"results/models/tiny/synthetic/brier/{plain}/seed{seed}/model.safetensors").exists()
     log = (workdir / "results/models" / models[0] / "train_log.csv").read_text().splitlines()
     assert log[0] == "step,epoch,loss,lr,grad_norm,tokens_per_s,validation_loss,validation_objective" and len(log) > 5
     assert (workdir / "results/logs/train" / f"{models[0]}.log").exists()
@@ -258,12 +264,23 @@ def test_report_builds_on_a_tiny_config(tiny_study):
         "- **syn-test**, perturbation against none" in found
         and "perplexity (base model: training perturbation only): helped in" in found
     )
+    # Training seeds as the unit: MLE, MLE under another name and Brier from 3 seeds each. The null (two arms that
+    # differ only by a label) marks nothing across seeds; the training effect (Brier's perplexity) is found.
+    across = contrasts.filter((pl.col("unit") == "seeds") & (pl.col("family") == "objective"))
+    assert set(across["objective"]) == {"brier", "mle-again"} and set(across["n"]) == {3}
+    assert not across.filter(pl.col("objective") == "mle-again")["significant"].any()
+    brier = across.filter((pl.col("objective") == "brier") & (pl.col("metric") == "perplexity"))
+    assert brier.height == 1 and brier["significant"][0] and brier["method"][0] == "paired t over training seeds"
     assert (
-        "- **mle-again against MLE** (every eval set and condition): MAUVE too few texts per run to compare; " in found
+        "- **mle-again against MLE** (every eval set and condition), across 3 training seeds (the training method: "
+        "paired t over training seeds, df = seeds - 1): TV to the true law no detectable difference in any of 1"
+        in found
     )
+    assert "- **brier against MLE** (every eval set and condition), across 3 training seeds" in found
+    assert "about each seed's pair of checkpoints" in found
     assert "ROUGE-1 no detectable difference in any of" in found
-    assert "- Size: 2 sampling runs of 10 prompts per eval set; each contrast compares two trained models" in found
-    assert re.search(r"- Training: \d+(-\d+)? optimizer steps per model \(6 models\)\.", found)
+    assert "- Size: 2 sampling runs of 10 prompts per eval set; 1-3 training seeds per trained arm" in found
+    assert re.search(r"- Training: \d+(-\d+)? optimizer steps per model \(12 models\)\.", found)
     assert (
         "- MAUVE is not resolvable in this study: its runs have 10 texts per side, under the floor "
         "evaluation.mauve.min_texts = 50"
@@ -283,6 +300,8 @@ def test_report_builds_on_a_tiny_config(tiny_study):
     assert "ERROR/" not in html.stderr, html.stderr  # docutils errors in a caption
     page = (workdir / "results/report.html").read_text()
     assert len(page) > 10000
+    # The report opens on the study's findings (report.build.landing_page, the Snakefile's `report:`).
+    assert "What this study found" in page and "across 3 training seeds" in page
     for caption in (
         "Summary",
         "Tables",

@@ -47,6 +47,12 @@ def evaluation_prefixes(references: list[str], start: int, stride: int) -> list[
     return out
 
 
+def prefix_owners(references: list[str], start: int, stride: int) -> np.ndarray:
+    """For each prefix of `evaluation_prefixes`, the index of the reference it is cut from."""
+    counts = [len(range(start, len(ref.split()), stride)) for ref in references]
+    return np.repeat(np.arange(len(references)), counts)
+
+
 @torch.no_grad()
 def model_next_word(
     model,
@@ -132,9 +138,10 @@ def coarsened_laws(
     stride: int = 10,
     decoder: dict | None = None,
     blocks: int = 1,
-) -> tuple[np.ndarray, np.ndarray, int]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The truth's [n, C] and the model's [blocks, n, C] next-word laws on the coarsened space (single-token words,
-    then one remaining cell) at the possible evaluation prefixes, and the number of impossible prefixes skipped."""
+    then one remaining cell) at the possible evaluation prefixes, and which prefixes are possible (a mask over all of
+    `evaluation_prefixes`; the impossible ones are skipped)."""
     prefixes = evaluation_prefixes(references, start, stride)
     word_ids = [np.asarray(ids) for ids in grammar.encode([" ".join(p) for p in prefixes])]
     truth = grammar.next_word_probs(word_ids, law)
@@ -157,7 +164,7 @@ def coarsened_laws(
         blocks=blocks,
     )
     model_cells = np.concatenate([model_law[:, :, :-1][:, :, single], model_law[:, :, -1:]], axis=2)
-    return truth_cells, model_cells, int((~possible).sum())
+    return truth_cells, model_cells, possible
 
 
 def total_variation(model_cells: np.ndarray, truth_cells: np.ndarray) -> np.ndarray:
@@ -210,7 +217,7 @@ def extrapolation_error(
             f"evaluation.extrapolation.draws: {draws} is odd; the Monte Carlo bias estimates need two "
             "halves of equal size"
         )
-    truth_cells, halves, impossible = coarsened_laws(
+    truth_cells, halves, possible = coarsened_laws(
         model,
         tokenizer,
         grammar,
@@ -231,6 +238,15 @@ def extrapolation_error(
         tv = total_variation(halves[0], truth_cells)
         excess, cross_fitted = np.zeros_like(tv), tv
     (tv_mean, tv_2se), (bias, bias_2se), (lower, lower_2se) = mean_2se(tv), mean_2se(excess), mean_2se(cross_fitted)
+    # Per reference: its prefixes' mean TV, the unit the report's paired TV contrasts swap (the prefixes of one
+    # reference share their words, so they are not independent units; report.contrasts).
+    owners = prefix_owners(references, start, stride)[possible]
+    counts = np.bincount(owners, minlength=len(references))
+    per_prompt = {
+        "reference": np.flatnonzero(counts),
+        "tv": (np.bincount(owners, weights=tv, minlength=len(references)) / np.maximum(counts, 1))[counts > 0],
+        "prefixes": counts[counts > 0],
+    }
     if not np.isfinite([tv_mean, bias, lower]).all():
         raise StageError(f"extrapolation: a TV is not finite ({len(tv)} possible prefixes); nothing is written")
     return {
@@ -241,12 +257,13 @@ def extrapolation_error(
         "tv_lower": lower,
         "tv_lower_2se": lower_2se,
         "prefixes": len(tv),
-        "impossible_prefixes": impossible,
+        "impossible_prefixes": int((~possible).sum()),
         "law": law,
         "coverage": float(truth_cells[:, :-1].sum(1).mean()),
         "draws": draws if perturbed else 1,
         "perturbation": perturbation,
         "decoder": decoder or {},
+        "per_prompt": per_prompt,
     }
 
 
@@ -262,10 +279,13 @@ def main() -> None:
     parser.add_argument("--settings", required=True, help="JSON: draws, stride, seed")
     parser.add_argument("--decoder", default="{}", help="JSON: the decoder whose law is compared (default: unbiased)")
     parser.add_argument("--output", required=True)
+    parser.add_argument("--per-prompt", required=True, help="Parquet: each reference's mean TV over its prefixes")
     args = parser.parse_args()
 
+    import pyarrow as pa
+
     from workflow_lib.data.builtin_corpus import build_grammar
-    from workflow_lib.files import read_parquet
+    from workflow_lib.files import read_parquet, write_parquet
     from workflow_lib.perturb.synonym_table import SynonymTable
     from workflow_lib.sample.sampler import load_model
 
@@ -279,7 +299,8 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision)
     model = load_model(args.model, device, revision=args.revision)
     table = SynonymTable.from_arrow(read_parquet(args.synonyms)) if args.synonyms else None
-    references = read_parquet(args.prompts).column("reference").to_pylist()
+    prompts = read_parquet(args.prompts)
+    references = prompts.column("reference").to_pylist()
     result = extrapolation_error(
         model,
         tokenizer,
@@ -301,6 +322,11 @@ def main() -> None:
         result["law"],
         result["tv_bias_estimate"],
         result["tv_lower"],
+    )
+    per_prompt = result.pop("per_prompt")
+    ids = np.asarray(prompts.column("prompt_id").to_pylist())[per_prompt["reference"]]
+    write_parquet(
+        pa.table({"prompt_id": ids, "tv": per_prompt["tv"], "prefixes": per_prompt["prefixes"]}), args.per_prompt
     )
     write_json(result, args.output)
 

@@ -25,6 +25,24 @@ from workflow_lib.report.tables import examples, tables
 log = logging.getLogger("workflow_lib.report.build")
 
 
+FINDINGS = "## What this study found\n"
+# The workflow's report description, beside the package (the Snakefile's `report:` names it too); the tables rule
+# reruns on its content (a params digest), not on its file's time, so a clone or a touch reruns nothing.
+DESCRIPTION = Path(__file__).resolve().parents[2] / "report" / "workflow.rst"
+
+
+def landing_page(description: str, summary_text: str) -> str:
+    """The HTML report's first page (Snakemake shows the workflow description there, beside the job graph): the
+    description, then the summary's "What this study found" as reStructuredText. The findings' Markdown is bold and
+    bullets, which RST reads alike; a '|' would open an RST substitution and is escaped, and the block is raw for the
+    Jinja pass Snakemake renders the description with."""
+    if FINDINGS not in summary_text:
+        return description
+    findings = summary_text.split(FINDINGS, 1)[1].split("\n## ", 1)[0].strip().replace("|", "\\|")
+    title = FINDINGS.removeprefix("## ").strip()
+    return f"{description.rstrip()}\n\n{title}\n{'-' * len(title)}\n\n{{% raw %}}\n{findings}\n{{% endraw %}}\n"
+
+
 def main() -> None:
     # @FILE: arguments read from FILE, one a line (the workflow's gather jobs get their paths so).
     parser = argparse.ArgumentParser(prog="python -m workflow_lib.report.build", fromfile_prefix_chars="@")
@@ -42,6 +60,10 @@ def main() -> None:
     tb.add_argument("--settings", required=True, help="JSON: headline intensity, eval set order, figures")
     tb.add_argument("--out-dir", required=True)
     tb.add_argument("--summary", required=True)
+    tb.add_argument(
+        "--description", default=str(DESCRIPTION), help="the HTML report's static description (report/workflow.rst)"
+    )
+    tb.add_argument("--landing", help="writes the description with the study's findings: the HTML report's first page")
     tb.add_argument("--simulation", nargs="?", help="the simulation study's summary.md, if it ran")
     tb.add_argument("--data", nargs="*", default=[], help="results/data/<dataset>/<split>.json records to list")
     tb.add_argument(
@@ -65,8 +87,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "figure":
         from workflow_lib.report.figures import FIGURES
+        from workflow_lib.report.seeds import pool_seeds
 
-        FIGURES[args.name](read_metrics(args.metrics), args.stem, args.intensity)
+        # one point per condition: a condition's training seeds pooled (report.seeds)
+        FIGURES[args.name](pool_seeds(read_metrics(args.metrics)), args.stem, args.intensity)
         return
     if args.command == "curves":
         from workflow_lib.report.figures import training_curves
@@ -113,6 +137,9 @@ def main() -> None:
                     settings["intensity"],
                 )
             )
+        if args.landing:
+            with atomic_path(args.landing) as tmp:
+                tmp.write_text(landing_page(Path(args.description).read_text(), Path(args.summary).read_text()))
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@
 A result path names its condition (workflow_lib.grid writes the paths; `parse_path` reads one back). Each
 table compares conditions: Table 1 the model with and without perturbation (insertion at the headline
 intensity at training and sampling against intensity 0 at both), each objective against MLE, and the
-ablation TrainPerturb / TestPerturb / Both against NoPerturb. A comparison pairs two conditions that share
-everything else (model, eval set, decoder, seed), so the uncertainty of their difference is that of paired
-data (docs/method.md §4):
+ablation TrainPerturb / TestPerturb against NoPerturb (Both is the perturbation row, counted once). A
+comparison pairs two conditions that share everything else (model, eval set, decoder, seed), so the
+uncertainty of their difference is that of paired data (docs/method.md §4):
 
 - MAUVE, on one quantisation shared by both conditions and the human text (report.joint_mauve, one
   `mauve_contrast` job per designed pair, listed by `designed_mauve` and read back by pair id): a permutation
@@ -20,7 +20,15 @@ data (docs/method.md §4):
   conditions have, so a condition with an extra run is compared on the shared ones. The swaps are seeded from
   the comparison's identity, so a rerun writes the same bytes.
 
-p-values are Holm-corrected within one (family, metric) table. A Monte Carlo p cannot be below 1/(B + 1) and
+- The exact TV to the true law (builtin eval sets), paired over references: each reference's mean TV over its
+  prefixes (evaluate.extrapolation's sidecar), the same permutation test as ROUGE; lower is better.
+
+Each row above is about one pair of checkpoints (unit "checkpoint": one training seed). Where both arms were trained
+from several seeds, report.seeds adds one row per comparison and metric across them (unit "seeds": the t-test over the
+seeds' differences), the test of the training method. Every tested row carries `detectable`, the smallest difference
+its test finds with 80% power at Holm's first step (statistics.detectable).
+
+p-values are Holm-corrected within one (family, metric, unit) table. A Monte Carlo p cannot be below 1/(B + 1) and
 Holm multiplies a table's smallest p by its m comparisons, so each table gets B = max(--resamples, 200 m)
 swaps (`resamples_for`), drawn in bounded chunks; the `resamples` column records what a row could draw. A row
 that was not tested has no p and says why in `not_testable` ("2 runs", "no spread": every run moved by the same
@@ -40,18 +48,18 @@ from collections import Counter, defaultdict
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 from workflow_lib.cli import StageError, run
 from workflow_lib.constants import UNTRAINED
 from workflow_lib.files import atomic_path
-from workflow_lib.layout import sidecar
 from workflow_lib.report.conditions import KEYS, MODEL_KEYS, parse_path, typed
+from workflow_lib.report.seeds import seed_rows
 from workflow_lib.report.statistics import (
     ALPHA,
     Estimate,
     Permutations,
+    detectable,
     holm,
     paired_t,
     permutation_mean_differences,
@@ -59,13 +67,24 @@ from workflow_lib.report.statistics import (
     plural,
     resamples_for,
 )
+from workflow_lib.report.study_files import ROUGE, StudyFiles, mauve_by_run, shared_prompts
 
 log = logging.getLogger("workflow_lib.report.contrasts")
 
 FAMILIES = ["perturbation", "ablation", "objective"]
-METRICS = {"mauve": "MAUVE", "rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "perplexity": "perplexity"}
-ROUGE = ["rouge1", "rouge2", "rougeL"]
-LOWER_IS_BETTER = {"perplexity"}
+METRICS = {
+    "mauve": "MAUVE",
+    "rouge1": "ROUGE-1",
+    "rouge2": "ROUGE-2",
+    "rougeL": "ROUGE-L",
+    "perplexity": "perplexity",
+    "tv": "TV to the true law",
+}
+LOWER_IS_BETTER = {"perplexity", "tv"}
+KINDS = ("metrics", "extrapolation", "perplexity")  # the result files a contrast reads
+# A contrast's unit: one pair of checkpoints (a training seed), its prompts and runs the replicates; or the training
+# seeds of the two arms, each seed's difference the replicate (report.seeds).
+CHECKPOINT, SEEDS = "checkpoint", "seeds"
 RESAMPLES = 2000  # the least B of a permutation table; a table of m comparisons gets max(RESAMPLES, 200 m)
 PAIRED_T, PERMUTATION = "paired t over runs", "paired permutation test over prompts"
 JOINT = "paired permutation test over (prompt, run) on one shared quantisation"
@@ -91,17 +110,21 @@ COLUMNS = {
     "resamples": pl.Int64,
     "method": pl.Utf8,
     "not_testable": pl.Utf8,
+    "unit": pl.Utf8,
+    "spread": pl.Float64,
+    "detectable": pl.Float64,
 }
-IDENTITY = ["family", "metric", "model", "dataset", "objective", "eval_set", "decoder", "seed", "a", "b"]
+IDENTITY = ["family", "metric", "unit", "model", "dataset", "objective", "eval_set", "decoder", "seed", "a", "b"]
 
 
 # ---- pairing the study's conditions --------------------------------------------------------------------
 
 
 def conditions(paths: list[str]) -> pl.DataFrame:
-    """One row per metrics or perplexity file: its condition (perplexity rows have no sampling fields), kind, path."""
+    """One row per metrics, extrapolation or perplexity file: its condition (perplexity rows have no sampling fields),
+    kind, path."""
     rows = [parse_path(p) | {"path": str(p)} for p in paths]
-    rows = [r for r in rows if r["kind"] in ("metrics", "perplexity")]
+    rows = [r for r in rows if r["kind"] in KINDS]
     schema = {k: pl.Utf8 for k in ["kind", *KEYS, "path"]}
     return typed(pl.DataFrame([{k: r.get(k) for k in schema} for r in rows], schema=schema, orient="row"))
 
@@ -147,7 +170,9 @@ def pairs(frame: pl.DataFrame, intensity: float) -> list[dict]:
     """Every designed comparison of the study: family, identity, the two arms' labels and files."""
     rows = frame.to_dicts()
     varying = _variants(rows)
-    sampled = [r for r in rows if r["kind"] == "metrics"]
+    # Sampled conditions: the metrics of samples and the exact TV of the model's perturbed law (builtin eval sets),
+    # compared alike; `kind` is in every match, so a pair never mixes them.
+    sampled = [r for r in rows if r["kind"] in ("metrics", "extrapolation")]
     models = [r for r in rows if r["kind"] == "perplexity"]
 
     def headline(r, side):
@@ -184,7 +209,7 @@ def pairs(frame: pl.DataFrame, intensity: float) -> list[dict]:
 
     # What two arms of the perturbation and ablation families share: everything but the perturbation (and
     # the decoder, for perplexity, which does not sample).
-    same_model = ["model", "dataset", "objective", "eval_set", "seed", "train_mode", "copies"]
+    same_model = ["kind", "model", "dataset", "objective", "eval_set", "seed", "train_mode", "copies"]
     # Perturbation (Table 1): both sides at the headline intensity against intensity 0 at both.
     for items, sides, match in (
         (sampled, ("train", "test"), [*same_model, "decoder"]),
@@ -194,20 +219,23 @@ def pairs(frame: pl.DataFrame, intensity: float) -> list[dict]:
         base = [r for r in items if all(plain(r, s) for s in sides)]
         for a, b in _pair(arms, base, match):
             add("perturbation", a, b, f"insertion {intensity:g}", "no perturbation")
-    # Ablation: each arm against NoPerturb (sampled conditions only: perplexity does not see sampling).
+    # Ablation: each one-sided arm against NoPerturb (sampled conditions only: perplexity does not see sampling).
+    # Both against NoPerturb is the perturbation family's contrast: counted there once, not a second time here.
     match = [*same_model, "decoder"]
-    arm_of = {(True, False): "TrainPerturb", (False, True): "TestPerturb", (True, True): "Both"}
+    arm_of = {(True, False): "TrainPerturb", (False, True): "TestPerturb"}
     arms = [
         r
         for r in sampled
-        if any(headline(r, s) for s in ("train", "test"))
-        and all(headline(r, s) or plain(r, s) for s in ("train", "test"))
+        if headline(r, "train") != headline(r, "test") and all(headline(r, s) or plain(r, s) for s in ("train", "test"))
     ]
     base = [r for r in sampled if plain(r, "train") and plain(r, "test")]
     for a, b in _pair(arms, base, match):
         add("ablation", a, b, arm_of[(headline(a, "train"), headline(a, "test"))], "NoPerturb")
     # Objectives: each against MLE in Table 1's two conditions; untrained models are no objective.
-    for items, sides, keys in ((sampled, ("train", "test"), KEYS), (models, ("train",), MODEL_KEYS + ["eval_set"])):
+    for items, sides, keys in (
+        (sampled, ("train", "test"), ["kind", *KEYS]),
+        (models, ("train",), MODEL_KEYS + ["eval_set"]),
+    ):
         match = [k for k in keys if k != "objective"]
         table1 = [r for r in items if in_table1(r, sides)]
         arms = [r for r in table1 if r["objective"] not in ("mle", UNTRAINED)]
@@ -217,76 +245,6 @@ def pairs(frame: pl.DataFrame, intensity: float) -> list[dict]:
 
 
 # ---- reading the files and computing ------------------------------------------------------------------
-
-
-def _sidecar(path: str) -> Path:
-    return Path(sidecar(str(path), ".prompts.parquet"))
-
-
-class StudyFiles:
-    """A study's metrics files and their per-prompt sidecars, each read once for as long as this object lives (one
-    `contrasts` call: a pair's side is in several comparisons). Not a module-level cache: another call, or another
-    study with the same relative paths, reads its own files afresh."""
-
-    def __init__(self) -> None:
-        self._metrics: dict[str, dict] = {}
-        self._per_prompt: dict[str, pl.DataFrame | None] = {}
-
-    def metrics(self, path: str) -> dict:
-        if path not in self._metrics:
-            self._metrics[path] = json.loads(Path(path).read_text())
-        return self._metrics[path]
-
-    def per_prompt(self, path: str) -> pl.DataFrame | None:
-        """A metrics file's ROUGE per (prompt_id, run) or a perplexity file's NLL and tokens per prompt_id; None
-        (and a warning) when the sidecar is missing."""
-        if path not in self._per_prompt:
-            sidecar = _sidecar(path)
-            if not sidecar.exists():
-                log.warning(
-                    "%s: no per-prompt sidecar %s; its prompt-paired comparisons are left out", path, sidecar.name
-                )
-                self._per_prompt[path] = None
-            else:
-                table = pl.read_parquet(sidecar)
-                self._per_prompt[path] = table.sort([c for c in ("prompt_id", "run") if c in table.columns])
-        return self._per_prompt[path]
-
-
-def _shared_prompts(a: pl.DataFrame, b: pl.DataFrame, pair: dict) -> pl.DataFrame:
-    """The prompts both sides have, one row each, sorted. ROUGE: only the (prompt, run) samples both sides
-    have, then each side's mean over those runs, so a run one side lacks never enters the other's mean."""
-    if "run" not in a.columns:
-        return a.join(b, on="prompt_id", suffix="_b").sort("prompt_id")
-    both = a.join(b, on=["prompt_id", "run"], suffix="_b").sort(["prompt_id", "run"])
-    if both.height < max(a.height, b.height):
-        log.warning(
-            "%s vs %s: %d and %d (prompt, run) samples, %d on both sides; ROUGE is paired on those",
-            pair["path_a"],
-            pair["path_b"],
-            a.height,
-            b.height,
-            both.height,
-        )
-    # Mean over runs with bincount, which adds in row order: the same bytes on every rerun.
-    ids, prompt = np.unique(both["prompt_id"].to_numpy(), return_inverse=True)
-    counts = np.bincount(prompt, minlength=len(ids))
-    columns = [c for metric in ROUGE if metric in a.columns for c in (metric, f"{metric}_b")]
-    return pl.DataFrame(
-        {
-            "prompt_id": ids,
-            **{c: np.bincount(prompt, weights=both[c].to_numpy(), minlength=len(ids)) / counts for c in columns},
-        }
-    )
-
-
-def _mauve_by_run(data: dict) -> dict[int, float]:
-    """A metrics file's MAUVE per run id; empty when its MAUVE is flagged "too few texts (n)", which takes no
-    part in any comparison (workflow_lib.evaluate.floor.mauve_status)."""
-    if data.get("mauve_status"):
-        return {}
-    scores = data.get("mauve") or []
-    return dict(zip(data.get("run_ids") or range(len(scores)), scores))
 
 
 def pair_identity(pair: dict) -> str:
@@ -327,12 +285,13 @@ def compare(
         fields = estimate._asdict()
         untested = fields.pop("untested")
         rows.append(
-            {k: pair[k] for k in IDENTITY if k != "metric"}
+            {k: pair[k] for k in IDENTITY if k not in ("metric", "unit")}
             | {"metric": metric}
             | fields
             | {
                 "method": method,
                 "not_testable": untested,
+                "unit": CHECKPOINT,
                 "resamples": draws,
                 # Not a column: the least p this row's test can give, for its table's check (`contrasts`).
                 "smallest_p": smallest_p,
@@ -343,20 +302,25 @@ def compare(
         if (estimate := _joint_estimate(joint)) is not None:
             row("mauve", estimate, JOINT, joint["resamples"])
     elif pair["kind"] == "metrics":
-        a_runs, b_runs = _mauve_by_run(files.metrics(pair["path_a"])), _mauve_by_run(files.metrics(pair["path_b"]))
+        a_runs, b_runs = mauve_by_run(files.metrics(pair["path_a"])), mauve_by_run(files.metrics(pair["path_b"]))
         common = sorted(set(a_runs) & set(b_runs))
         if common:
             row("mauve", paired_t([a_runs[r] for r in common], [b_runs[r] for r in common]), PAIRED_T)
     a, b = files.per_prompt(pair["path_a"]), files.per_prompt(pair["path_b"])
     if a is None or b is None:
         return rows
-    both = _shared_prompts(a, b, pair)
+    both = shared_prompts(a, b, pair)
     if both.height == 0:
         log.warning("%s and %s share no prompt; no prompt-paired comparison", pair["path_a"], pair["path_b"])
         return rows
     permutations = Permutations(both.height, resamples, identity)
     try:
-        if pair["kind"] == "metrics":
+        if pair["kind"] == "extrapolation":
+            # Each reference's mean TV over its prefixes (evaluate.extrapolation): the prefixes of one reference
+            # share its words, so the reference, not the prefix, is the unit a swap exchanges.
+            tv = permutation_mean_differences(both["tv"].to_numpy(), both["tv_b"].to_numpy(), permutations)[0]
+            row("tv", tv, PERMUTATION)
+        elif pair["kind"] == "metrics":
             metrics = [m for m in ROUGE if m in both.columns]
             estimates = permutation_mean_differences(
                 both.select(metrics).to_numpy().T, both.select([f"{m}_b" for m in metrics]).to_numpy().T, permutations
@@ -381,6 +345,7 @@ def compare(
 
 
 def _favours(row: dict) -> str:
+    """Which side the difference points to; "neither" for a zero difference, which has no direction."""
     better = -row["difference"] if row["metric"] in LOWER_IS_BETTER else row["difference"]
     if better == 0:
         return "neither"
@@ -436,13 +401,19 @@ def contrasts(
             files,
         )
     ]
+    rows += seed_rows(rows, [k for k in IDENTITY if k not in ("seed", "unit")], SEEDS)
     by_table = defaultdict(list)
     for r in rows:
-        by_table[(r["family"], r["metric"])].append(r)
+        by_table[(r["family"], r["metric"], r["unit"])].append(r)
     for table in by_table.values():
         _untestable_table(table)
         for r, adjusted in zip(table, holm([r["p"] if r["not_testable"] is None else None for r in table])):
             r |= {"p_holm": adjusted, "significant": adjusted is not None and adjusted < ALPHA, "favours": _favours(r)}
+        tested = sum(r["p_holm"] is not None for r in table)
+        for r in table:
+            if r["p_holm"] is not None and r["high"] != r["low"]:  # a zero-width interval: identical arms, no test
+                # The percentile interval of the joint MAUVE contrast has no degrees of freedom: read as normal.
+                r["detectable"] = detectable(r["low"], r["high"], None if r["method"] == JOINT else r["n"] - 1, tested)
     frame = pl.DataFrame([{k: r.get(k) for k in COLUMNS} for r in rows], schema=COLUMNS, orient="row")
     return frame.sort(IDENTITY)
 

@@ -22,35 +22,95 @@ from typing import cast
 
 import polars as pl
 
-from workflow_lib.report.contrasts import METRICS, PAIRED_T
+from workflow_lib.constants import UNTRAINED
+from workflow_lib.report.conditions import KEYS
+from workflow_lib.report.contrasts import CHECKPOINT, METRICS, PAIRED_T, SEEDS
 from workflow_lib.report.paired_tables import untested_reasons
 from workflow_lib.report.resolution import BLIND, STATUS, refusal_sentence, refused, resolved
-from workflow_lib.report.statistics import rank_agreement
+from workflow_lib.report.seeds import SEED_T
+from workflow_lib.report.statistics import fragile, rank_agreement
 
-METRIC_ORDER = ("mauve", "rouge1", "perplexity")
+# The sharpest instrument first: the exact TV to the true law needs no proxy (builtin eval sets only).
+METRIC_ORDER = ("tv", "mauve", "rouge1", "perplexity")
 TOO_FEW = "too few texts per run to compare"
 BLIND_CELLS = "not compared (its controls fail: MAUVE cannot see degraded human text here)"
 
 
+def _label(row: dict, models: bool = False) -> str:
+    """What tells one row of a verdict from the others: its model (`models`: the rows come from several), objective
+    (or eval set, for an objective against MLE), ablation arm and decoder when it is not the unbiased one."""
+    parts = [row["model"]] if models else []
+    parts.append(row["eval_set"] if row["family"] == "objective" else row["objective"])
+    if row["family"] == "ablation":
+        parts.append(row["a"].split(" (")[0])
+    if row["family"] == "objective":
+        parts.append(row["b"].removeprefix("mle, "))
+    if row.get("decoder") not in (None, "", "unbiased"):
+        parts.append(row["decoder"])
+    return " ".join(str(p) for p in parts)
+
+
+def _effect(row: dict, seeds: bool, models: bool = False) -> str:
+    """'mle +0.020 [+0.012, +0.028], p_holm 0.003': a resolved row's effect, interval and Holm p (fragile when near
+    the line, statistics.FRAGILE); `seeds`: name the row's training seed (its rows come from several)."""
+    interval = f" [{row['low']:+.3f}, {row['high']:+.3f}]" if row["low"] is not None else ""
+    near = ", near the 0.05 line: fragile" if fragile(row["p_holm"]) else ""
+    seed = f" seed {row['seed']}" if seeds and row.get("seed") is not None else ""
+    return f"{_label(row, models)}{seed} {row['difference']:+.3f}{interval}, p_holm {row['p_holm']:.3f}{near}"
+
+
+def _size(x: float) -> str:
+    return f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
+
+
+def _could_have_seen(rows: pl.DataFrame) -> str:
+    """'; it could have seen a difference of 0.012 to 0.020 at 80% power' over rows with a detectable effect."""
+    seen = rows["detectable"].drop_nulls() if "detectable" in rows.columns else pl.Series([], dtype=pl.Float64)
+    if not seen.len():
+        return ""
+    low, high = _size(cast(float, seen.min())), _size(cast(float, seen.max()))
+    span = low if low == high else f"{low} to {high}"
+    near = rows.filter(pl.col("p_holm").map_elements(fragile, return_dtype=pl.Boolean))
+    fragile_note = (
+        f"; {near.height} of them near the 0.05 line (fragile: "
+        + ", ".join(f"{_label(r)} p_holm {r['p_holm']:.3f}" for r in near.to_dicts())
+        + ")"
+        if near.height
+        else ""
+    )
+    return f": it could have seen a difference of {span} at 80% power{fragile_note}"
+
+
 def _verdicts(part: pl.DataFrame, better: str) -> str:
-    """'helped in 2, hurt in 1, no detectable difference in 3 (of 6)' for the rows of one metric. The three words
-    count tested rows only; a row with no Holm p was not tested and is counted apart with its reason: 'no detectable
-    difference in 1 of the 2 tested, not testable in 1 (2 runs)'."""
+    """'helped in 1 (mle -0.012 [...], p_holm 0.003), hurt in 1 (...), no detectable difference in 3 (of 5): it could
+    have seen a difference of 0.010 to 0.020 at 80% power' for the rows of one metric. A resolved row says its effect
+    and interval; the rows with no detectable difference say the smallest effect their test could have detected
+    (statistics.detectable); a zero difference has no direction. The three words count tested rows only; a row with
+    no Holm p was not tested and is counted apart with its reason: 'not testable in 1 (2 seeds)'."""
     tested = part.filter(pl.col("p_holm").is_not_null())
     untested = part.height - tested.height
     apart = f", not testable in {untested} ({untested_reasons(part)})" if untested else ""
     if not tested.height:
         return f"not testable in any of {part.height} ({untested_reasons(part)})"
-    helped = tested.filter(pl.col("significant") & (pl.col("favours") == better)).height
-    hurt = tested.filter(pl.col("significant") & (pl.col("favours") != better)).height
-    same = tested.height - helped - hurt
+    worse = "mle" if better not in ("perturbation",) else "no perturbation"
+    helped = tested.filter(pl.col("significant") & (pl.col("favours") == better))
+    hurt = tested.filter(pl.col("significant") & (pl.col("favours") == worse))
+    same = tested.filter(~(pl.col("significant") & pl.col("favours").is_in([better, worse])))
     of = f"the {tested.height} tested" if untested else f"{part.height}"
     # The paired t over runs (MAUVE read without the joint results) has a level no calibration checks.
     fallback = tested.filter(pl.col("method") == PAIRED_T).height
     caveat = f" ({fallback} by the {PAIRED_T}, whose level is not calibrated: a description)" if fallback else ""
-    if helped == hurt == 0:
-        return f"no detectable difference in any of {of}{caveat}{apart}"
-    return f"helped in {helped}, hurt in {hurt}, no detectable difference in {same} (of {of}){caveat}{apart}"
+    seeds = "seed" in part.columns and part["seed"].drop_nulls().n_unique() > 1
+    models = "model" in part.columns and part["model"].n_unique() > 1
+    effects = lambda rows: (
+        " (" + "; ".join(_effect(r, seeds, models) for r in rows.to_dicts()) + ")" if rows.height else ""
+    )
+    if helped.height == hurt.height == 0:
+        return f"no detectable difference in any of {of}{_could_have_seen(same)}{caveat}{apart}"
+    return (
+        f"helped in {helped.height}{effects(helped)}, hurt in {hurt.height}{effects(hurt)}, no detectable difference "
+        f"in {same.height} (of {of}){_could_have_seen(same)}{caveat}{apart}"
+    )
 
 
 def _refusals(flagged: pl.DataFrame) -> list[str]:
@@ -82,30 +142,70 @@ def _parts(rows: pl.DataFrame, better: str, flagged: pl.DataFrame, sep: str) -> 
     return parts
 
 
+def _units(rows: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
+    """The rows by what their test is about, the training method first (report.seeds): across training seeds where
+    the arms were trained from two or more; otherwise, or beside them, each seed's pair of checkpoints."""
+    unit = pl.col("unit").fill_null(CHECKPOINT) if "unit" in rows.columns else pl.lit(CHECKPOINT)
+    seeds, checkpoints = rows.filter(unit == SEEDS), rows.filter(unit != SEEDS)
+    if not seeds.height:
+        return [("about these checkpoints (one training seed: the test covers prompts and runs, not training)", rows)]
+    counts = "/".join(str(k) for k in sorted(set(seeds["n"].to_list())))
+    return [
+        (f"across {counts} training seeds (the training method: {SEED_T}, df = seeds - 1)", seeds),
+        ("about each seed's pair of checkpoints (prompts and runs, not training)", checkpoints),
+    ]
+
+
 def contrast_findings(contrasts: pl.DataFrame | None, frame: pl.DataFrame | None = None) -> list[str]:
-    """Per eval set: perturbation vs none, then each objective vs MLE, per metric, after Holm. `frame`: the tidy
-    metrics, whose refused MAUVE cells (report.resolution) are named where MAUVE has no contrast."""
+    """Per eval set: perturbation vs none and the ablation's one-sided arms, then each objective vs MLE, per metric,
+    after Holm; the contrasts across training seeds first where there are any. `frame`: the tidy metrics, whose
+    refused MAUVE cells (report.resolution) are named where MAUVE has no contrast."""
     if contrasts is None or contrasts.height == 0:
         return ["No paired comparison was possible in this study, so nothing is said about what helped."]
     flagged = refused(frame) if frame is not None else pl.DataFrame({"eval_set": [], "objective": [], STATUS: []})
     lines = []
-    perturbation = contrasts.filter(pl.col("family") == "perturbation")
-    for eval_set in sorted(set(perturbation["eval_set"].to_list())):
-        rows = perturbation.filter(pl.col("eval_set") == eval_set)
-        lines.append(
-            f"**{eval_set}**, perturbation against none (per objective and decoder, Holm-corrected): "
-            + "; ".join(_parts(rows, "perturbation", flagged.filter(pl.col("eval_set") == eval_set), ": "))
-            + "."
-        )
+    for family, what in (
+        ("perturbation", "perturbation against none"),
+        ("ablation", "ablation arms against NoPerturb"),
+    ):
+        rows_of = contrasts.filter(pl.col("family") == family)
+        for eval_set in sorted(set(rows_of["eval_set"].to_list())):
+            for phrase, rows in _units(rows_of.filter(pl.col("eval_set") == eval_set)):
+                if rows.height:
+                    cells = flagged.filter(pl.col("eval_set") == eval_set) if family == "perturbation" else flagged[:0]
+                    lines.append(
+                        f"**{eval_set}**, {what}, {phrase}, Holm-corrected: "
+                        + "; ".join(_parts(rows, "perturbation", cells, ": "))
+                        + "."
+                    )
     objective = contrasts.filter(pl.col("family") == "objective")
     for name in sorted(set(objective["objective"].to_list())):
-        rows = objective.filter(pl.col("objective") == name)
-        lines.append(
-            f"**{name} against MLE** (every eval set and condition): "
-            + "; ".join(_parts(rows, name, flagged.filter(pl.col("objective") == name), " "))
-            + "."
-        )
+        for phrase, rows in _units(objective.filter(pl.col("objective") == name)):
+            if rows.height:
+                lines.append(
+                    f"**{name} against MLE** (every eval set and condition), {phrase}: "
+                    + "; ".join(_parts(rows, name, flagged.filter(pl.col("objective") == name), " "))
+                    + "."
+                )
     return lines
+
+
+def _seeds_sentence(frame: pl.DataFrame) -> str:
+    """How many training seeds each trained arm has, and so what the contrasts can speak of."""
+    trained = frame.filter(pl.col("objective") != UNTRAINED) if "seed" in frame.columns else frame[:0]
+    keys = [k for k in KEYS if k != "seed" and k in trained.columns]
+    counts = trained.group_by(keys).agg(pl.col("seed").n_unique())["seed"] if trained.height else pl.Series([1])
+    low, high = cast(int, counts.min()), cast(int, counts.max())
+    if high < 2:
+        return (
+            "each contrast compares two trained models of one training seed, so its test covers prompts and sampling "
+            "runs, not training randomness: what it finds is about those checkpoints, not the training methods."
+        )
+    return (
+        f"{low}" + (f"-{high}" if high != low else "") + " training seeds per trained arm: the contrasts across seeds "
+        "test the training methods (each seed's difference the unit); those of each seed's checkpoints cover prompts "
+        "and sampling runs only."
+    )
 
 
 def size_findings(frame: pl.DataFrame, logs: dict[str, pl.DataFrame]) -> list[str]:
@@ -118,8 +218,8 @@ def size_findings(frame: pl.DataFrame, logs: dict[str, pl.DataFrame]) -> list[st
             + " sampling runs of "
             f"{cast(int, prompts.min())}"
             + (f"-{cast(int, prompts.max())}" if prompts.max() != prompts.min() else "")
-            + " prompts per eval set; each contrast compares two trained models of one training seed, so its test "
-            "covers prompts and sampling runs, not training randomness."
+            + " prompts per eval set; "
+            + _seeds_sentence(frame)
         )
         if runs.len() and prompts.len()
         else "Size: the metrics record no run or prompt counts."

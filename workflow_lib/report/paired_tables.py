@@ -10,14 +10,24 @@ import polars as pl
 
 from workflow_lib.report.conditions import ABLATION, shown_objective
 from workflow_lib.report.contrasts import (
+    CHECKPOINT,
     FAMILIES,
     JOINT,
     METRICS,
     PAIRED_T,
     PERMUTATION,
     RESAMPLES,
+    SEEDS,
 )
-from workflow_lib.report.statistics import ALPHA, MIN_RUNS, RESAMPLES_PER_COMPARISON, STOP_AFTER
+from workflow_lib.report.statistics import (
+    ALPHA,
+    FRAGILE,
+    MIN_RUNS,
+    MIN_SEEDS,
+    RESAMPLES_PER_COMPARISON,
+    STOP_AFTER,
+    fragile,
+)
 
 
 def _number(x: float | None) -> str:
@@ -44,8 +54,13 @@ def untested_reasons(rows: pl.DataFrame) -> str:
 def study_sentences(frame: pl.DataFrame, metric: str = "mauve") -> list[str]:
     """'N of M ... contrasts (MAUVE) favour ...; K of them are significant after Holm correction', per family
     and per ablation arm and objective, and how many of the M were not tested and why (fewer than 3 runs, no
-    spread, too few prompts), which are neither significant nor evidence of no difference."""
+    spread, too few prompts), which are neither significant nor evidence of no difference. A difference that shows as
+    0.000 at the tables' three decimals has no direction and favours neither side. Where some contrasts were tested
+    across training seeds, those are counted (the training method), else each seed's checkpoints."""
     sub = frame.filter(pl.col("metric") == metric)
+    if "unit" in sub.columns:
+        unit = pl.col("unit").fill_null(CHECKPOINT)
+        sub = sub.filter(unit == (SEEDS if sub.filter(unit == SEEDS).height else CHECKPOINT))
     groups = [("perturbation", "perturbation", "perturbation", sub.filter(pl.col("family") == "perturbation"))]
     ablation = sub.filter(pl.col("family") == "ablation")
     for arm in ABLATION[1:]:
@@ -58,11 +73,14 @@ def study_sentences(frame: pl.DataFrame, metric: str = "mauve") -> list[str]:
     lines = []
     for what, side, favoured, part in groups:
         if part.height:
-            favour = part.filter(pl.col("favours") == side)
+            shown = pl.col("difference").round(3) != 0
+            favour = part.filter((pl.col("favours") == side) & shown)
+            zero = part.filter(~shown).height
             untested = part.filter(pl.col("p_holm").is_null()).height
             lines.append(
                 f"{favour.height} of {part.height} {what} contrasts ({METRICS[metric]}) favour {favoured}; "
                 f"{favour['significant'].sum()} of them are significant after Holm correction"
+                + (f"; {zero} show a difference of 0.000 (no direction)" if zero else "")
                 + (f"; not testable: {untested} of the {part.height} ({untested_reasons(part)})." if untested else ".")
             )
     return lines
@@ -106,7 +124,14 @@ def paired_section(frame: pl.DataFrame) -> str:
             f"the same amount (no spread to test), too few prompts for any swap to reach p < {ALPHA:g}, or too few "
             "for any row of its table to reach Holm's first step (all 2^n swaps give no p below 2/2^n); it takes "
             "no part in Holm's correction. MAUVE is compared only where both "
-            "sides had enough texts per run to resolve it. Higher is better except for perplexity."
+            "sides had enough texts per run to resolve it. Higher is better except for perplexity and the TV to the "
+            "true law (builtin eval sets: each reference's mean TV over its prefixes, paired over references). "
+            "Where both arms were trained from several seeds, a table of its own tests the training method across "
+            f"them (the mean over seeds of each seed's difference, its t interval with seeds − 1 degrees of freedom, "
+            f"the between-seed sd; fewer than {MIN_SEEDS} seeds: not testable); the per-checkpoint tables speak of "
+            "those checkpoints only. *detectable*: the smallest true difference the row's test finds with 80% power "
+            "at Holm's first step (0.05/m), from its interval. *fragile*: a Holm p in "
+            f"[{FRAGILE[0]:g}, {FRAGILE[1]:g}), near the 0.05 line, which a rerun on another machine can move across it."
         ),
         "",
     ]
@@ -127,24 +152,39 @@ def paired_section(frame: pl.DataFrame) -> str:
         "ablation": "Ablation arms vs NoPerturb",
         "objective": "Each objective vs MLE",
     }
+    unit = pl.col("unit").fill_null(CHECKPOINT) if "unit" in shown.columns else pl.lit(CHECKPOINT)
     for family in FAMILIES:
         for metric, label in METRICS.items():
-            part = shown.filter((pl.col("family") == family) & (pl.col("metric") == metric))
-            if not part.height:
-                continue
-            how = part["method"][0] + _swaps_heading(part)
-            lines += [
-                f"### {titles[family]}: {label} ({how})",
-                "",
-                "| " + " | ".join(columns) + " | A vs B | difference [95% interval] | p (Holm) | |",
-                "|" + "---|" * (len(columns) + 4),
-            ]
-            for r in part.to_dicts():
-                interval = f" [{_number(r['low'])}, {_number(r['high'])}]" if r["low"] is not None else ""
-                identity = [str(r[c]) if r[c] not in (None, "") else "—" for c in columns]
-                lines.append(
-                    "| " + " | ".join(identity) + f" | {r['a']} vs {r['b']} | {_number(r['difference'])}{interval} | "
-                    f"{_p(r['p_holm'], r.get('not_testable'))} | {'✱' if r['significant'] else ''} |"
-                )
-            lines.append("")
+            for kind in (SEEDS, CHECKPOINT):
+                part = shown.filter((pl.col("family") == family) & (pl.col("metric") == metric) & (unit == kind))
+                if part.height:
+                    lines += _table(part, f"{titles[family]}: {label}", columns, kind)
     return "\n".join(lines)
+
+
+def _table(part: pl.DataFrame, title: str, columns: list[str], unit: str) -> list[str]:
+    """One Holm table: its rows, each with its interval, Holm p, mark and what it could have seen (80% power)."""
+    how = part["method"][0] + _swaps_heading(part)
+    seeds = unit == SEEDS
+    what = "across training seeds: the training method" if seeds else "each pair of checkpoints"
+    extra = " sd between seeds |" if seeds else ""
+    columns = [c for c in columns if not (seeds and c == "seed")]
+    lines = [
+        f"### {title}, {what} ({how})",
+        "",
+        "| " + " | ".join(columns) + " | A vs B | difference [95% interval] |" + extra + " p (Holm) | | detectable |",
+        "|" + "---|" * (len(columns) + 5 + seeds),
+    ]
+    for r in part.to_dicts():
+        interval = f" [{_number(r['low'])}, {_number(r['high'])}]" if r["low"] is not None else ""
+        if seeds:
+            interval += f" (t, df {r['n'] - 1})" if r["low"] is not None else ""
+        identity = [str(r[c]) if r[c] not in (None, "") else "—" for c in columns]
+        spread = f" {r['spread']:.3f} |" if seeds and r.get("spread") is not None else (" |" if seeds else "")
+        seen = r.get("detectable")
+        lines.append(
+            "| " + " | ".join(identity) + f" | {r['a']} vs {r['b']} | {_number(r['difference'])}{interval} |{spread} "
+            f"{_p(r['p_holm'], r.get('not_testable'))}{' (fragile)' if fragile(r['p_holm']) else ''} | "
+            f"{'✱' if r['significant'] else ''} | {'' if seen is None else f'{seen:.3f}'} |"
+        )
+    return [*lines, ""]

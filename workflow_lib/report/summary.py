@@ -17,7 +17,8 @@ from workflow_lib.report.conditions import KEYS, UNTRAINED_LABEL, shown_objectiv
 from workflow_lib.report.instrument import controls_section
 from workflow_lib.report.paired_tables import paired_section
 from workflow_lib.report.resolution import BLIND, STATUS, refused, resolved
-from workflow_lib.report.tables import paper_comparison, pivot_cells, rehearsal_stand_ins
+from workflow_lib.report.seeds import pool_seeds
+from workflow_lib.report.tables import INTERVAL, paper_comparison, pivot_cells, rehearsal_stand_ins
 
 
 def _file_source(record: dict) -> str:
@@ -258,7 +259,7 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
         + f", {frame.select('eval_set').unique().height} eval sets, {frame.height} evaluated "
         f"(model, eval set, sampling condition) combinations; objectives: {', '.join(objectives) or 'none'}; "
         f"decoders: {', '.join(decoders)}; headline perturbation: insertion at {intensity:g}.\n",
-        "Each MAUVE / ROUGE cell is the mean over sampling runs ± 2 standard errors; an empty cell is a combination "
+        f"Each MAUVE / ROUGE cell is the {INTERVAL}; an empty cell is a combination "
         "this configuration does not define. Bold marks the largest mean of a column, not a significant difference: "
         "what is significant is the ✱ of the paired comparisons below."
         + (f" {UNTRAINED_LABEL}: the model as released, evaluated without training." if untrained else "")
@@ -287,12 +288,13 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
         parts += ["## Paired comparisons\n", paired_section(contrasts)]
     parts += ["## Paper comparison\n", paper_comparison(frame, config, intensity)]
     if frame["tv_mean"].drop_nulls().len():
-        tv = shown_objective(frame.filter(pl.col("tv_mean").is_not_null()))
+        tv = shown_objective(pool_seeds(frame.filter(pl.col("tv_mean").is_not_null())))  # a row per condition
         parts += [
             "## Extrapolation error against the exact law (builtin corpus)\n",
             (
                 "Total variation between the model's next-word law and the grammar's exact one, on in-support "
-                "(`test`) and out-of-support (`ood`) prefixes (lower is better; ± 2 SE over prefixes). A condition "
+                "(`test`) and out-of-support (`ood`) prefixes (lower is better; ± 2 SE over prefixes, or the 95% t "
+                "half-width over training seeds where a condition has several). A condition "
                 "that perturbs at sampling averages its law over the test perturbation's draws, which biases its TV "
                 "upward by a little (docs/method.md, 'The exact TV's Monte Carlo bias')." + tv_bias_line(tv) + "\n"
             ),
@@ -302,7 +304,14 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
                 pl.col("train_intensity").cast(pl.Utf8).alias("train α"),
                 pl.col("test_intensity").cast(pl.Utf8).alias("test α"),
             ),
-            ["objective", *(["decoder"] if len(decoders) > 1 else []), "train α", "test α"],
+            [
+                *(["model"] if tv["model"].n_unique() > 1 else []),
+                "objective",
+                *(["decoder"] if len(decoders) > 1 else []),
+                "train α",
+                "test α",
+                *(["seeds"] if tv["seeds"].n_unique() > 1 else []),
+            ],
             "eval_set",
             [("tv", "TV")],
         )

@@ -22,6 +22,7 @@ from workflow_lib.report.conditions import (
     shown_objective,
 )
 from workflow_lib.report.resolution import refused
+from workflow_lib.report.seeds import pool_seeds
 
 PAPER_DECODER = "unbiased"  # the paper's: ancestral sampling, top_k 0, top_p 1, temperature 1
 
@@ -49,10 +50,31 @@ BOLD_NOTE = (
 )
 
 
-def cell(mean, se) -> str:
+# What the ± of every table's cell is (report.seeds.pool_seeds makes the rows; `half_width` the number).
+INTERVAL = (
+    "mean ± the half-width of its 95% t interval: over sampling runs (df = runs − 1; the TV: over prefixes), or over "
+    "training seeds (df = seeds − 1) where a condition was trained from several (its `seeds` column)"
+)
+
+
+def cell(mean, half) -> str:
     if mean is None:
         return ""
-    return f"{mean:.3f}" if se is None else f"{mean:.3f} ± {se:.3f}"
+    return f"{mean:.3f}" if half is None else f"{mean:.3f} ± {half:.3f}"
+
+
+def half_width(row: dict, metric: str) -> float | None:
+    """The 95% t interval's half-width of a cell: t(0.975, df) times its standard error (half its `<metric>_2se`),
+    df = seeds - 1 for a row pooled over training seeds, else runs - 1 (at 3 runs t is 4.30, not 2); the exact TV's
+    2 SE is over hundreds of prefixes, where t is 2 to the precision shown."""
+    from scipy import stats
+
+    twice = row.get(f"{metric}_2se")
+    seeds, runs = row.get("seeds") or 1, row.get("runs")
+    df = seeds - 1 if seeds > 1 else (None if metric == "tv" or runs is None else runs - 1)
+    if twice is None or df == 0:
+        return None
+    return twice if df is None else float(stats.t.ppf(0.975, df)) * twice / 2
 
 
 def metric_cell(row: dict, metric: str) -> tuple[str, float | None]:
@@ -62,7 +84,7 @@ def metric_cell(row: dict, metric: str) -> tuple[str, float | None]:
     if status := row.get(f"{metric}_status"):
         return status, None
     mean = row.get(f"{metric}_mean", row.get(metric))
-    return cell(mean, row.get(f"{metric}_2se")), mean
+    return cell(mean, half_width(row, metric)), mean
 
 
 def pivot_cells(frame: pl.DataFrame, row_keys: list[str], col_key: str, metrics: list[tuple[str, str]], col_order=None):
@@ -172,7 +194,9 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
     has the decoder among each table's row keys; untrained models are rows like the others, marked."""
     out = Path(out_dir)
     written = {}
+    frame = pool_seeds(frame)  # one row per condition: several training seeds pooled
     decoder = ["decoder"] if frame["decoder"].n_unique() > 1 else []
+    decoder += ["seeds"] if frame["seeds"].n_unique() > 1 else []
     any_untrained = (frame["objective"] == UNTRAINED).any()
     frame = shown_objective(frame)
     untrained_note = f"; {UNTRAINED_LABEL}: the model as released, not trained here" if any_untrained else ""
@@ -195,7 +219,7 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
             "eval_set",
             metrics,
             (
-                f"Table 1: MAUVE and ROUGE-1 (mean ± 2 SE over runs), without and with insertion at {intensity:g}"
+                f"Table 1: MAUVE and ROUGE-1 ({INTERVAL}), without and with insertion at {intensity:g}"
                 f"{untrained_note}{refused_note}. {BOLD_NOTE}."
             ),
         ),
@@ -224,7 +248,7 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         "intensity",
         [("mauve", "MAUVE")],
         (
-            "Perturbation strategies: MAUVE (mean ± 2 SE) by intensity, same strategy and intensity at training and "
+            f"Perturbation strategies: MAUVE ({INTERVAL}) by intensity, same strategy and intensity at training and "
             f"sampling{refused_note}. {BOLD_NOTE}."
         ),
     )
@@ -235,7 +259,7 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         "condition",
         [("mauve", "MAUVE")],
         (
-            f"Ablation: perturbation at training, at sampling, both, or neither (MAUVE, mean ± 2 SE){refused_note}. "
+            f"Ablation: perturbation at training, at sampling, both, or neither (MAUVE, {INTERVAL}){refused_note}. "
             f"{BOLD_NOTE}."
         ),
     )
@@ -261,7 +285,9 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         ["_order", "eval_set", "model", "objective", pl.col("perturbation") != "no", "perturbation", "decoder", "seed"]
     )
     rows, means, columns = long_cells(
-        other, ["eval_set", "model", "objective", "perturbation", "decoder"], OTHER_METRICS
+        other,
+        ["eval_set", "model", "objective", "perturbation", "decoder", *(["seeds"] if "seeds" in decoder else [])],
+        OTHER_METRICS,
     )
     write_table(
         rows,
@@ -271,7 +297,7 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         lower_is_better={"perplexity"},
         unranked={"distinct-2", "repetition"},
         groups=other["eval_set"].to_list(),
-        caption="Other metrics peers report (mean ± 2 SE over runs; perplexity of the model on the eval set's human "
+        caption=f"Other metrics peers report ({INTERVAL}; perplexity of the model on the eval set's human "
         "text, which no sampling setting changes). Bold: the best mean per eval set (lowest perplexity), a "
         "description, not a significant difference (significance is the ✱ of the paired comparisons in "
         "results/summary.md); distinct-2 (share of distinct bigrams) and repetition are not ranked.",
@@ -314,7 +340,7 @@ def paper_comparison(frame: pl.DataFrame, config: dict, intensity: float) -> str
     if not lines:
         return "No model and eval set of this study is one of the paper's, so there are no paper numbers to compare with.\n"
     head = "| model | objective | perturbation | " + " | ".join(PAPER_EVAL_SETS) + " |\n|" + "---|" * 7 + "\n"
-    intro = "MAUVE, ours (mean ± 2 SE) beside the paper's Table 1:\n\n"
+    intro = f"MAUVE, ours ({INTERVAL}) beside the paper's Table 1:\n\n"
     if stand_ins := rehearsal_stand_ins(config):
         intro = (
             f"**Rehearsal: these numbers mean nothing.** The models are tiny random stand-ins ({stand_ins}) on random "

@@ -1,7 +1,10 @@
 """The simulation study (rules/simulation.smk): the paper's bigram experiment, where the truth is known.
 
-- `study`: the `simulation` and `simulation_summary` rules' command line.
+- `study`: the `simulation_fit` rule's command line: truth, data, perturbation, the fits of one |V|.
 - `model`: the bigram model and its training with perturbation.
-- `summary`: the replications summarised into a table.
-- `figure`: the simulation figure (the paper's Figure 2).
+- `regulariser`: the control arm, the unperturbed fit shrunk toward uniform, tuned on held-out sequences.
+- `summary`: the `simulation_summary` rule's command line: the replications summarised into tables.
+- `statistics`: the paired tests on unseen pairs, Holm's correction, the smallest detectable differences.
+- `conclusions`: those tests as plain sentences.
+- `figure`: the simulation figure (the paper's Figure 2, with the controls).
 """

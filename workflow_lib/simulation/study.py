@@ -1,4 +1,6 @@
-"""The simulation study of the paper (Section 4, Supplement "Details on simulation studies"): one vocabulary size.
+"""The simulation study of the paper (Section 4, Supplement "Details on simulation studies"): one vocabulary size
+(the `simulation_fit` rule's command; the summary has its own, workflow_lib.simulation.summary, so that a change to
+the summary reruns no fit).
 
 Truth: a bigram language with a uniform initial law and Dirichlet(0.5) transition rows M; n sequences of a
 fixed length are the training data D. Each replication r of vocabulary size V draws truth, data and the
@@ -18,6 +20,12 @@ S_t depends on both neighbours, so every occurrence has its own set. They are co
 once as an [occurrences, V] mask (never the |V|^3 table of all (previous, next) pairs) and handed to the shared
 perturber (workflow_lib.perturb.perturber) as a synonym table whose "tokens" are the occurrences, which selects each
 eligible occurrence with probability alpha and samples its synonym.
+
+The control arm (`shrinkage`, workflow_lib.simulation.regulariser): the intensity-0 fit shrunk toward uniform,
+(1 - lambda) M^ + lambda/|V|, lambda tuned per replication on held-out sequences: `heldout_sequences` more
+sequences from the replication's truth M, drawn on their own stream (seed, V, r, HELDOUT), so adding them changes
+no other draw. Every fit's held-out negative log-likelihood per pair (`heldout_nll`) is recorded too: the
+summary tunes the perturbation's intensity on it, the same data and criterion the control's lambda gets.
 
 Metrics, on the estimated matrix M^ (the trained model, dropout off) against M:
 - (a) `unseen_rows`: mean |M^ - M| over the rows of tokens that never occur as the first element of a training
@@ -43,7 +51,8 @@ from workflow_lib.perturb.synonym_table import SynonymTable, _row_keys
 
 log = logging.getLogger("workflow_lib.simulation.study")
 SYNONYM_RULES = ("oracle", "empirical")
-TRUTH, INIT, TRAIN, PERTURB = 0, 1, 2, 3  # stream ids under (seed, V, replication)
+CONTROL = "shrinkage"  # the arm of the regulariser control (no synonyms, no intensity)
+TRUTH, INIT, TRAIN, PERTURB, HELDOUT = 0, 1, 2, 3, 4  # stream ids under (seed, V, replication)
 # Pairs x vocabulary entries of one chunk of models trained together: keeps every [B, pairs, V] tensor small
 # enough to be reused by the allocator instead of being page-faulted in at every step.
 CHUNK_ELEMENTS = 2_000_000
@@ -62,13 +71,19 @@ def sample_truth(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(M [V, V], sequences [n, L]): Dirichlet rows, uniform first tokens, then L-1 bigram steps."""
     M = rng.dirichlet(np.full(vocab_size, concentration), size=vocab_size)
+    return M, sample_sequences(M, n_sequences, seq_len, rng)
+
+
+def sample_sequences(M: np.ndarray, n_sequences: int, seq_len: int, rng: np.random.Generator) -> np.ndarray:
+    """n sequences [n, L] of the bigram M: uniform first tokens, then L-1 steps."""
+    vocab_size = M.shape[0]
     cumulative = np.cumsum(M, axis=1)
     x = np.empty((n_sequences, seq_len), dtype=np.int64)
     x[:, 0] = rng.integers(vocab_size, size=n_sequences)
     for t in range(1, seq_len):  # vectorised over sequences: inverse CDF of each row
         u = rng.random(n_sequences)
         x[:, t] = np.minimum((cumulative[x[:, t - 1]] < u[:, None]).sum(1), vocab_size - 1)
-    return M, x
+    return x
 
 
 def empirical_bigram(x: np.ndarray, vocab_size: int) -> np.ndarray:
@@ -146,7 +161,8 @@ def units_of(original: np.ndarray, copy: np.ndarray, x: np.ndarray, batch_unit: 
 
 
 def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, chunk: int | None = None) -> list[dict]:
-    """Every replication x synonym rule x intensity of one vocabulary size: one row per fit.
+    """Every replication x synonym rule x intensity of one vocabulary size, one row per fit, and with
+    `shrinkage` one row per replication for the control arm (the intensity-0 fit shrunk, no training of its own).
 
     The fits train together in chunks of `chunk` models (default: as many as keep the logits of one step
     near CHUNK_ELEMENTS floats); chunk=1 trains them one by one, with the same results.
@@ -154,6 +170,7 @@ def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, 
     import torch
 
     from workflow_lib.simulation.model import ModelSettings, train_bigrams
+    from workflow_lib.simulation.regulariser import heldout_nll, heldout_pairs, shrink, tune_shrinkage
 
     if threads:
         torch.set_num_threads(threads)
@@ -175,7 +192,10 @@ def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, 
             settings["dirichlet"],
             np.random.default_rng(stream(seed, V, rep, TRUTH)),
         )
-        truths[rep] = (M, x)
+        heldout = sample_sequences(
+            M, settings["heldout_sequences"], settings["seq_len"], np.random.default_rng(stream(seed, V, rep, HELDOUT))
+        )
+        truths[rep] = (M, x, heldout_pairs(heldout))
         original = x[:, :-1]
         conditions = [("none", 0.0, original, 0, 0, 0, 0.0)]
         for rule in rules:
@@ -194,7 +214,7 @@ def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, 
                 {
                     "vocab_size": V,
                     "replication": rep,
-                    "synonyms": rule,
+                    "arm": rule,
                     "intensity": float(alpha),
                     "n_eligible": eligible,
                     "n_replaced": replaced,
@@ -209,6 +229,7 @@ def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, 
     per_step = V * (min(model.batch_size, units) * pairs if model.dropout_masks == "pair" else V)  # logits of one model
     chunk = chunk or max(1, CHUNK_ELEMENTS // per_step)
     started = time.perf_counter()
+    controls = []
     for first in range(0, len(jobs), chunk):
         part = jobs[first : first + chunk]
         M_hat = train_bigrams(
@@ -220,27 +241,42 @@ def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, 
             [stream(seed, V, j[1], TRAIN) for j in part],
         )
         for (index, rep, _, _), estimate in zip(part, M_hat):
-            M, x = truths[rep]
-            rows[index].update(mae_readings(estimate, M, x))
+            M, x, (held_cond, held_target) = truths[rep]
+            rows[index].update(mae_readings(estimate, M, x), heldout_nll=heldout_nll(estimate, held_cond, held_target))
+            if settings["shrinkage"] and rows[index]["arm"] == "none":
+                lam = tune_shrinkage(estimate, held_cond, held_target)
+                shrunk = shrink(estimate, lam)
+                controls.append(
+                    {
+                        "vocab_size": V,
+                        "replication": rep,
+                        "arm": CONTROL,
+                        "shrinkage": lam,
+                        **mae_readings(shrunk, M, x),
+                        "heldout_nll": heldout_nll(shrunk, held_cond, held_target),
+                    }
+                )
         log.info("V=%d: %d/%d fits done (%.1fs)", V, first + len(part), len(jobs), time.perf_counter() - started)
-    return expand_baseline(rows, rules)
+    return expand_baseline(rows, rules) + sorted(controls, key=lambda r: r["replication"])
 
 
 def expand_baseline(rows: list[dict], rules: list[str]) -> list[dict]:
     """The intensity-0 fit (D twice) is the same for every synonym rule: one row per rule, so each rule's
-    curve starts from it. Sorted by (rule, intensity, replication)."""
+    curve starts from it. Sorted by (arm, intensity, replication)."""
     out = []
     for row in rows:
-        for rule in rules if row["synonyms"] == "none" else [row["synonyms"]]:
-            out.append({**row, "synonyms": rule})
-    return sorted(out, key=lambda r: (r["synonyms"], r["intensity"], r["replication"]))
+        for rule in rules if row["arm"] == "none" else [row["arm"]]:
+            out.append({**row, "arm": rule})
+    return sorted(out, key=lambda r: (r["arm"], r["intensity"], r["replication"]))
 
 
 COLUMNS = {
     "vocab_size": "Int32",
     "replication": "Int32",
-    "synonyms": "String",
-    "intensity": "Float64",
+    "arm": "String",  # a synonym rule (oracle, empirical) at an intensity, or the control (shrinkage)
+    "intensity": "Float64",  # null for the control
+    "shrinkage": "Float64",  # the control's lambda; null for a perturbation arm
+    "heldout_nll": "Float64",
     "mae_unseen_rows": "Float64",
     "mae_unseen_pairs": "Float64",
     "mae_all": "Float64",
@@ -264,27 +300,17 @@ def results_table(rows: list[dict]):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Simulation study (paper Section 4)")
+    parser = argparse.ArgumentParser(description="Simulation study (paper Section 4): the fits of one |V|")
     sub = parser.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("fit", help="all replications, rules and intensities of one vocabulary size")
     fit.add_argument("--vocab-size", type=int, required=True)
     fit.add_argument("--settings", required=True, help="the simulation config section as JSON (seed resolved)")
     fit.add_argument("--threads", type=int, default=None)
     fit.add_argument("--output", required=True)
-    summary = sub.add_parser("summarize", help="summary table and figure over every vocabulary size")
-    summary.add_argument("--inputs", nargs="+", required=True)
-    summary.add_argument("--csv", required=True)
-    summary.add_argument("--markdown", required=True)
-    summary.add_argument("--figure", required=True, help="path stem: writes STEM.png and STEM.pdf")
     args = parser.parse_args()
-    if args.command == "fit":
-        settings = parse_json_arg(args.settings, "--settings")
-        log.info("simulation V=%d settings %s", args.vocab_size, settings)
-        write_parquet(results_table(fit_vocabulary(args.vocab_size, settings, args.threads)), args.output)
-    else:
-        from workflow_lib.simulation.summary import write_summary
-
-        write_summary(args.inputs, args.csv, args.markdown, args.figure)
+    settings = parse_json_arg(args.settings, "--settings")
+    log.info("simulation V=%d settings %s", args.vocab_size, settings)
+    write_parquet(results_table(fit_vocabulary(args.vocab_size, settings, args.threads)), args.output)
 
 
 if __name__ == "__main__":

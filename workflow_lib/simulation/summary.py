@@ -1,20 +1,37 @@
-"""The simulation study's summary: mean +- 2 SE over replications, paired differences to intensity 0, figure.
+"""The simulation study's summary: mean +- 2 SE over replications, paired differences to intensity 0, the paired
+tests and their conclusions, the figure.
 
-Every replication of a vocabulary size shares truth, data and initial weights across intensities, so the
-difference MAE(alpha) - MAE(0) is taken within a replication and its SE is the SE of those differences.
-Reading (a) (rows never seen as a first element) exists only in replications that leave such rows; its mean
-is over those replications (`n_unseen_rows_reps` says how many), and where none do, the summary and the
-figure say so instead of showing a number.
+Every replication of a vocabulary size shares truth, data and initial weights across intensities and arms, so
+the difference MAE(arm) - MAE(alpha = 0) is taken within a replication and its SE is the SE of those
+differences. The control arm (`shrinkage`, no intensity) is the alpha = 0 fit shrunk toward uniform, so its
+difference is paired the same way. Reading (a) (rows never seen as a first element) exists only in replications
+that leave such rows; its mean is over those replications (`n_unseen_rows_reps` says how many), and where none
+do, the summary and the figure say so instead of showing a number. The tests (statistics.py) are on reading (b),
+the paper's metric: unseen pairs.
 """
 
 from __future__ import annotations
 
+import argparse
+
 import polars as pl
 
+from workflow_lib.cli import run
 from workflow_lib.files import atomic_path
+from workflow_lib.simulation.conclusions import conclusions, evidence, number, p_value
+from workflow_lib.simulation.statistics import (
+    CONTROL,
+    LEVEL,
+    PANEL,
+    POWER,
+    READING,
+    VS_UNPERTURBED,
+    paired_tests,
+    tuning_summary,
+)
 
 READINGS = ("unseen_rows", "unseen_pairs", "all")
-KEYS = ["vocab_size", "synonyms", "intensity"]
+KEYS = ["vocab_size", "arm", "intensity"]
 
 
 def _mean_2se(column: str, name: str) -> list[pl.Expr]:
@@ -26,12 +43,14 @@ def _mean_2se(column: str, name: str) -> list[pl.Expr]:
     ]
 
 
-def summarize(results: pl.DataFrame) -> pl.DataFrame:
-    """One row per (vocab_size, synonyms, intensity)."""
-    baseline = results.filter(pl.col("intensity") == 0).select(
-        ["vocab_size", "synonyms", "replication"] + [pl.col(f"mae_{r}").alias(f"base_{r}") for r in READINGS]
+def summarize(results: pl.DataFrame, tests: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per (vocab_size, arm, intensity); the control's intensity is null. With `tests` (paired_tests
+    of the same results), reading (b)'s difference to alpha = 0 gets its 95% t interval and Holm's p."""
+    first_rule = results.filter(pl.col("intensity") == 0)["arm"].min()
+    baseline = results.filter((pl.col("intensity") == 0) & (pl.col("arm") == first_rule)).select(
+        ["vocab_size", "replication"] + [pl.col(f"mae_{r}").alias(f"base_{r}") for r in READINGS]
     )
-    paired = results.join(baseline, on=["vocab_size", "synonyms", "replication"], how="left")
+    paired = results.join(baseline, on=["vocab_size", "replication"], how="left")
     aggregations = [
         pl.len().alias("replications"),
         (pl.col("n_unseen_rows") > 0).sum().alias("n_unseen_rows_reps"),
@@ -39,12 +58,23 @@ def summarize(results: pl.DataFrame) -> pl.DataFrame:
         pl.col("n_unseen_pairs").mean().alias("n_unseen_pairs_mean"),
         (pl.col("n_replaced").sum() / pl.col("n_eligible").sum()).alias("replaced_share"),
         pl.col("n_unseen_rows_perturbed").mean().alias("n_unseen_rows_perturbed_mean"),
+        pl.col("shrinkage").mean().alias("shrinkage_mean"),
+        pl.col("heldout_nll").mean().alias("heldout_nll_mean"),
     ]
     for r in READINGS:
         aggregations += _mean_2se(f"mae_{r}", f"mae_{r}") + _mean_2se(f"uniform_{r}", f"uniform_{r}")
         aggregations += _mean_2se(f"diff_{r}", f"diff_{r}")
     paired = paired.with_columns([(pl.col(f"mae_{r}") - pl.col(f"base_{r}")).alias(f"diff_{r}") for r in READINGS])
-    return paired.group_by(KEYS).agg(aggregations).sort(KEYS)
+    summary = paired.group_by(KEYS).agg(aggregations).sort(KEYS, nulls_last=True)
+    if tests is None:
+        return summary
+    panels = tests.filter(pl.col("kind") == PANEL).with_columns(arm=pl.col("a").str.split(",").list.first())
+    control = tests.filter((pl.col("kind") == VS_UNPERTURBED) & (pl.col("a") == CONTROL)).with_columns(arm=pl.col("a"))
+    columns = ["vocab_size", "arm", "intensity", "low", "high", "p_holm"]
+    intervals = pl.concat([panels.select(columns), control.select(columns)]).rename(
+        {"low": f"diff_{READING}_low", "high": f"diff_{READING}_high"}
+    )
+    return summary.join(intervals, on=KEYS, how="left", nulls_equal=True, maintain_order="left")
 
 
 def _cell(mean, se, digits=5) -> str:
@@ -53,45 +83,142 @@ def _cell(mean, se, digits=5) -> str:
     return f"{mean:.{digits}f}" + ("" if se is None else f" ± {se:.{digits}f}")
 
 
-def markdown(summary: pl.DataFrame) -> str:
-    """A readable table: both readings with their 2 SE and the paired difference to intensity 0."""
+def _interval(row: dict) -> str:
+    """Reading (b)'s paired difference to alpha = 0, mean ± the 95% t interval's half-width, and Holm's p ('—' at
+    alpha = 0)."""
+    low = row.get(f"diff_{READING}_low")
+    if row["intensity"] == 0:
+        return "— | —"
+    mean = row[f"diff_{READING}_mean"]
+    if low is None:
+        return f"{_cell(mean, None)} | untested"
+    half = number((row[f"diff_{READING}_high"] - low) / 2, sign=False)
+    return f"{number(mean, digits=3)} ± {half} | {p_value(row['p_holm'])}"
+
+
+def _arm_cell(row: dict) -> str:
+    if row["intensity"] is None:
+        return f"λ tuned (mean {row['shrinkage_mean']:.3f})"
+    return f"{row['intensity']:g}"
+
+
+def tests_table(tests: pl.DataFrame) -> list[str]:
+    """The tests that answer the referee (all but the fixed-alpha panels, which the table above carries)."""
     lines = [
-        "# Simulation study (paper Section 4)",
-        "",
+        "| V | test | a | b | a − b, 95% CI, p (Holm) | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in tests.filter(pl.col("kind") != PANEL).iter_rows(named=True):
+        verdict = {"a lower": "a better", "a higher": "a worse"}.get(r["verdict"], r["verdict"])
+        lines.append(f"| {r['vocab_size']} | {r['kind']} | {r['a']} | {r['b']} | {evidence(r)} | {verdict} |")
+    return lines
+
+
+def markdown(summary: pl.DataFrame, tests: pl.DataFrame | None = None, sentences: list[str] | None = None) -> str:
+    """The conclusions, the tests behind them, and the table of every arm and intensity. Its sections are level 3:
+    results/summary.md includes this file under a level-2 heading of its own (workflow_lib.report.summary)."""
+    lines = ["# Simulation study (paper Section 4)", ""]
+    if tests is not None:
+        m = tests["p_holm"].drop_nulls().len()
+        reps = max(tests["n"].to_list(), default=0)
+        lines += [
+            (
+                f"Paired over {reps} replications (same truth, data and initial weights in every arm), on the MAE of "
+                f"the estimated transition matrix on unseen pairs (the paper's Figure 2 metric); a − b < 0: a is "
+                f"closer to the truth, and the percentage is of b's mean MAE. Intervals: 95% t (df = replications − "
+                f"1), written mean ± half-width; p: paired t test, Holm-corrected over the family of all {m} tests of "
+                f"this summary (every |V|: each synonym rule at each α > 0 against α = 0; the tuned arms and the "
+                f"shrinkage control against α = 0; the unperturbed model, each rule at the largest α and the control "
+                f"against the uniform predictor; and the direct contrasts empirical vs shrinkage, oracle vs "
+                f"shrinkage and oracle vs empirical, each at the largest and at the tuned α), marked at {LEVEL:g}. A "
+                f"difference not marked gives the smallest one detectable at {POWER:.0%} power at Holm's first step "
+                f"({LEVEL:g}/{m}). 'α tuned': per replication, the intensity (0 included) with the lowest held-out "
+                "negative log-likelihood; the control's λ is tuned on the same held-out sequences."
+            ),
+            "",
+            "### Conclusions",
+            "",
+            *[f"- {s}" for s in sentences or []],
+            "",
+            "### Paired tests on unseen pairs",
+            "",
+            *tests_table(tests),
+            "",
+            "### MAE per arm and intensity",
+            "",
+        ]
+    lines += [
         (
             "MAE of the estimated transition matrix, mean ± 2 SE over replications; Δ = paired difference to "
-            "intensity 0. (a) rows never seen as a first element of a training pair, (b) pairs never seen. "
-            "'n/a' under (a): no replication left an unseen row."
+            "intensity 0 (for (b): mean ± its 95% t interval's half-width, and Holm's p). (a) rows never seen as a first element of a "
+            "training pair, (b) pairs never seen. 'n/a' under (a): no replication left an unseen row. The shrinkage "
+            "row is the α = 0 model shrunk toward uniform (λ tuned on held-out sequences)."
         ),
         "",
         (
-            "| V | synonyms | alpha | reps | reps with (a) | rows (a) | MAE (a) | Δ (a) | uniform (a) | pairs (b) "
-            "| MAE (b) | Δ (b) | uniform (b) |"
+            "| V | arm | α | reps | reps with (a) | rows (a) | MAE (a) | Δ (a) | uniform (a) | pairs (b) "
+            "| MAE (b) | Δ (b) ± 95% CI | p (Holm) | uniform (b) |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary.iter_rows(named=True):
         lines.append(
-            f"| {r['vocab_size']} | {r['synonyms']} | {r['intensity']:g} | {r['replications']} "
+            f"| {r['vocab_size']} | {r['arm']} | {_arm_cell(r)} | {r['replications']} "
             f"| {r['n_unseen_rows_reps']} "
             f"| {r['n_unseen_rows_mean']:.1f} | {_cell(r['mae_unseen_rows_mean'], r['mae_unseen_rows_2se'])} "
             f"| {_cell(r['diff_unseen_rows_mean'], r['diff_unseen_rows_2se'])} "
             f"| {_cell(r['uniform_unseen_rows_mean'], None)} | {r['n_unseen_pairs_mean']:.0f} "
             f"| {_cell(r['mae_unseen_pairs_mean'], r['mae_unseen_pairs_2se'])} "
-            f"| {_cell(r['diff_unseen_pairs_mean'], r['diff_unseen_pairs_2se'])} "
+            f"| {_interval(r) if 'p_holm' in r else _cell(r['diff_unseen_pairs_mean'], r['diff_unseen_pairs_2se']) + ' | '} "
             f"| {_cell(r['uniform_unseen_pairs_mean'], None)} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def write_summary(inputs: list[str], csv_path: str, markdown_path: str, figure_stem: str) -> pl.DataFrame:
+def conclusions_markdown(sentences: list[str]) -> str:
+    """The sentences alone, one bullet each: what a report quotes."""
+    return "\n".join(f"- {s}" for s in sentences) + "\n"
+
+
+def write_summary(
+    inputs: list[str],
+    csv_path: str,
+    markdown_path: str,
+    figure_stem: str,
+    tests_path: str | None = None,
+    conclusions_path: str | None = None,
+) -> pl.DataFrame:
     from workflow_lib.simulation.figure import simulation_figure
 
     results = pl.concat([pl.read_parquet(p) for p in inputs])
-    summary = summarize(results)
+    tests = paired_tests(results)
+    sentences = conclusions(tests, tuning_summary(results))
+    summary = summarize(results, tests)
     with atomic_path(csv_path) as tmp:
         summary.write_csv(tmp, float_precision=8)
+    if tests_path:
+        with atomic_path(tests_path) as tmp:  # scientific: a p of 1e-150 must not print as 0.00000000
+            tests.write_csv(tmp, float_precision=8, float_scientific=True)
     with atomic_path(markdown_path) as tmp:
-        tmp.write_text(markdown(summary))
+        tmp.write_text(markdown(summary, tests, sentences))
+    if conclusions_path:
+        with atomic_path(conclusions_path) as tmp:
+            tmp.write_text(conclusions_markdown(sentences))
     simulation_figure(summary, figure_stem)
     return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Simulation study: summary, paired tests and figure over every |V|")
+    parser.add_argument("--inputs", nargs="+", required=True, help="the fits' Parquet files, one per |V|")
+    parser.add_argument("--csv", required=True)
+    parser.add_argument("--markdown", required=True)
+    parser.add_argument("--figure", required=True, help="path stem: writes STEM.png and STEM.pdf")
+    parser.add_argument("--tests", help="every paired test on unseen pairs, with Holm's p (CSV)")
+    parser.add_argument("--conclusions", help="the conclusions as plain sentences (Markdown list)")
+    args = parser.parse_args()
+    write_summary(args.inputs, args.csv, args.markdown, args.figure, args.tests, args.conclusions)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,157 @@
+"""Training seeds as the unit of a method comparison (report.seeds): a study whose arms were trained from k seeds gets,
+beside each seed's per-checkpoint contrasts, one contrast across seeds per comparison, tested by the t-test over the
+seeds' differences in Holm tables of its own; and the exact TV to the true law is compared like ROUGE, paired over
+references (evaluate.extrapolation's per-reference sidecar)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from workflow_lib.report.contrasts import CHECKPOINT, SEEDS, contrasts
+from workflow_lib.report.findings import contrast_findings, size_findings
+from workflow_lib.report.seeds import SEED_T, seed_rows
+
+ARM = "results/{kind}/tiny/syn/mle/{syn}/augment-m1/{st}-{ti}/seed{seed}/{es}/unbiased/{syn}/{st}-{ti}-exact"
+PROMPTS = 40
+
+
+def _stem(root: Path, kind: str, perturbed: bool, seed: int, es: str = "test") -> Path:
+    syn, st, ti = ("distributional", "insertion", "0.025") if perturbed else ("none", "none", "0")
+    stem = root / ARM.format(kind=kind, syn=syn, st=st, ti=ti, seed=seed, es=es)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    return stem
+
+
+def write_arm(root: Path, perturbed: bool, seed: int, rouge: np.ndarray, tv: np.ndarray | None = None) -> list[str]:
+    """One arm's metrics (ROUGE per (prompt, run), no MAUVE) and, with `tv`, its exact TV per reference."""
+    stem = _stem(root, "metrics", perturbed, seed)
+    Path(f"{stem}.json").write_text(json.dumps({"runs": rouge.shape[1], "prompts": rouge.shape[0]}))
+    prompts, runs = np.meshgrid(np.arange(rouge.shape[0]), np.arange(rouge.shape[1]), indexing="ij")
+    pl.DataFrame(
+        {"prompt_id": prompts.ravel(), "run": runs.ravel(), "rouge1": rouge.ravel(), "rouge2": rouge.ravel() / 2}
+    ).write_parquet(f"{stem}.prompts.parquet")
+    paths = [str(Path(f"{stem}.json").relative_to(root))]
+    if tv is not None:
+        stem = _stem(root, "extrapolation", perturbed, seed)
+        Path(f"{stem}.json").write_text(json.dumps({"tv_mean": float(tv.mean()), "law": "in_support"}))
+        pl.DataFrame({"prompt_id": np.arange(len(tv)), "tv": tv, "prefixes": np.full(len(tv), 3)}).write_parquet(
+            f"{stem}.prompts.parquet"
+        )
+        paths.append(str(Path(f"{stem}.json").relative_to(root)))
+    return paths
+
+
+def study(root: Path, seeds: int, effect: float, rng: np.random.Generator) -> list[str]:
+    """Two arms (perturbed or not) trained from `seeds` seeds: each seed's checkpoints shift every prompt's ROUGE by a
+    training part of their own (sd 0.02, the same for both arms of the null), and the perturbed arm by `effect` too.
+    TV per reference: the same design, lower is better, `effect` subtracted."""
+    paths = []
+    prompt_level = rng.uniform(0.2, 0.5, (PROMPTS, 1))
+    for seed in range(1, seeds + 1):
+        for perturbed in (False, True):
+            shift = rng.normal(0, 0.02) + (effect if perturbed else 0.0)
+            rouge = np.clip(prompt_level + shift + rng.normal(0, 0.05, (PROMPTS, 3)), 0, 1)
+            tv = np.clip(0.3 - shift + rng.normal(0, 0.02, PROMPTS), 0, 1)
+            paths += write_arm(root, perturbed, seed, rouge, tv)
+    return paths
+
+
+def test_a_null_across_seeds_marks_nothing_and_a_planted_training_effect_is_found(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # result paths are relative, as the workflow gives them
+    rng = np.random.default_rng(5)
+    paths = study(Path("."), 4, 0.0, rng)
+    null = contrasts(paths, 0.025)
+    across = null.filter(pl.col("unit") == SEEDS)
+    # one row per metric (rouge1, rouge2, tv) of the one comparison, across the 4 seeds
+    assert sorted(across["metric"].to_list()) == ["rouge1", "rouge2", "tv"]
+    assert across["seed"].is_null().all() and set(across["n"]) == {4} and set(across["method"]) == {SEED_T}
+    assert not across["significant"].any() and across["detectable"].is_not_null().all()
+    assert (across["spread"] > 0).all()
+    # each seed's checkpoints are compared too, in tables of their own
+    checkpoints = null.filter(pl.col("unit") == CHECKPOINT)
+    assert checkpoints.height == 4 * 3 and sorted(set(checkpoints["seed"])) == [1, 2, 3, 4]
+    # the seeds' mean difference is the mean of the per-seed differences
+    for metric in ("rouge1", "tv"):
+        per_seed = checkpoints.filter(pl.col("metric") == metric)["difference"].mean()
+        assert across.filter(pl.col("metric") == metric)["difference"][0] == pytest.approx(per_seed)
+
+    planted_dir = tmp_path / "planted"
+    planted_dir.mkdir()
+    monkeypatch.chdir(planted_dir)
+    every = contrasts(study(Path("."), 4, 0.1, rng), 0.025)
+    planted = every.filter(pl.col("unit") == SEEDS)
+    assert planted["significant"].all()
+    assert set(planted.filter(pl.col("metric") == "tv")["favours"]) == {"perturbation"}  # lower TV is better
+    lines = contrast_findings(every)
+    assert lines[0].startswith("**test**, perturbation against none, across 4 training seeds (the training method")
+    assert "TV to the true law: helped in 1 (mle -0.0" in lines[0]  # the sharpest instrument first
+    assert lines[0].index("TV to the true law") < lines[0].index("ROUGE-1")
+    assert lines[1].startswith("**test**, perturbation against none, about each seed's pair of checkpoints")
+
+
+def test_two_seeds_are_not_testable_and_one_seed_has_no_row_across_seeds():
+    rows = [
+        {"family": "perturbation", "metric": "rouge1", "eval_set": "e", "seed": s, "difference": d}
+        for s, d in ((1, 0.1), (2, 0.12))
+    ]
+    [row] = seed_rows(rows, ["family", "metric", "eval_set"], SEEDS)
+    assert row["p"] is None and row["not_testable"] == "2 seeds" and row["n"] == 2 and row["seed"] is None
+    assert seed_rows(rows[:1], ["family", "metric", "eval_set"], SEEDS) == []
+
+
+def test_the_size_line_says_how_many_seeds_and_what_the_contrasts_speak_of():
+    frame = pl.DataFrame(
+        {
+            "model": ["tiny"] * 6,
+            "objective": ["mle"] * 6,
+            "eval_set": ["e"] * 6,
+            "seed": [1, 2, 3, 1, 2, 3],
+            "train_intensity": [0.0] * 3 + [0.025] * 3,
+            "runs": [3] * 6,
+            "prompts": [40] * 6,
+            "mauve_clustering_share": [None] * 6,
+        },
+        schema_overrides={"mauve_clustering_share": pl.Float64},
+    )
+    assert (
+        "3 training seeds per trained arm: the contrasts across seeds test the training methods"
+        in size_findings(frame, {})[0]
+    )
+    one = frame.filter(pl.col("seed") == 1)
+    assert "what it finds is about those checkpoints, not the training methods" in size_findings(one, {})[0]
+
+
+def test_the_tables_pool_a_conditions_seeds_with_a_t_interval_and_keep_one_seeds_runs():
+    """A condition trained from 3 seeds is one row of the tables: the mean over seeds, ± t(0.975, 2) times the
+    between-seed standard error, and its seeds named; a condition of one seed keeps its runs' interval, t(0.975, 2)
+    times its standard error at 3 runs (4.30, not 2)."""
+    from scipy import stats
+
+    from workflow_lib.report.seeds import pool_seeds
+    from workflow_lib.report.tables import half_width
+
+    base = {"model": "tiny", "dataset": "syn", "objective": "mle", "eval_set": "e", "decoder": "unbiased", "runs": 3}
+    frame = pl.DataFrame(
+        [
+            base | {"train_intensity": 0.0, "seed": s, "rouge1_mean": m, "rouge1_2se": 0.01, "perplexity": p}
+            for s, m, p in ((1, 0.40, 30.0), (2, 0.42, 31.0), (3, 0.47, 29.0))
+        ]
+        + [base | {"train_intensity": 0.025, "seed": 1, "rouge1_mean": 0.5, "rouge1_2se": 0.02, "perplexity": 28.0}]
+    )
+    pooled = pool_seeds(frame).sort("train_intensity")
+    assert pooled.height == 2 and pooled["seeds"].to_list() == [3, 1]
+    three = pooled.row(0, named=True)
+    sd = np.std([0.40, 0.42, 0.47], ddof=1)
+    assert three["seed"] is None and three["rouge1_mean"] == pytest.approx(0.43)
+    assert three["rouge1_2se"] == pytest.approx(2 * sd / np.sqrt(3))
+    assert half_width(three, "rouge1") == pytest.approx(stats.t.ppf(0.975, 2) * sd / np.sqrt(3))
+    assert three["perplexity"] == pytest.approx(30.0) and three["perplexity_2se"] == pytest.approx(2 / np.sqrt(3))
+    one = pooled.row(1, named=True)
+    assert one["seed"] == 1 and one["rouge1_mean"] == 0.5
+    assert half_width(one, "rouge1") == pytest.approx(stats.t.ppf(0.975, 2) * 0.01)
+    assert half_width({"tv_2se": 0.02, "runs": 3}, "tv") == 0.02  # over hundreds of prefixes: 2 SE as it is

@@ -1,0 +1,273 @@
+"""The simulation study's conclusions as plain sentences, generated from the paired tests (statistics.py).
+
+Each sentence names its |V| and its numbers: the mean difference a - b of the MAE on unseen pairs, its 95% t
+interval, Holm's p over the study's family, and, where nothing was detected, the smallest difference the test
+could have seen at 80% power. A difference not detected has no direction, so such a clause never says better or
+worse. A perturbation arm is read at the grid's largest intensity (fixed in advance; the verdict of the sentence)
+and with its intensity tuned on held-out data (a clause of its own). The order is the referee's question: the
+uniform baseline, whether the gain survives without the oracle, against the regulariser, how much the oracle
+adds, the fixed-alpha panels, and what the held-out tuning chose.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from workflow_lib.simulation.statistics import (
+    CONTRAST,
+    CONTROL,
+    LEVEL,
+    PANEL,
+    POWER,
+    RULES,
+    UNIFORM,
+    UNPERTURBED,
+    VS_UNIFORM,
+    VS_UNPERTURBED,
+    tuned,
+)
+
+
+def label(name: str) -> str:
+    """An estimator's name in a sentence."""
+    if name == UNPERTURBED:
+        return "the unperturbed model (α = 0)"
+    if name == CONTROL:
+        return "shrinkage toward uniform (λ tuned on held-out data)"
+    if name == UNIFORM:
+        return "the uniform predictor"
+    rule, _, alpha = name.partition(", ")
+    return f"{rule} synonyms ({alpha} on held-out data)" if alpha == "α tuned" else f"{rule} synonyms at {alpha}"
+
+
+def number(x: float, sign: bool = True, digits: int = 2) -> str:
+    """`digits` significant digits, positional (MAE differences are ~1e-4: '-0.00025', not '-2.5e-04'); a
+    difference carries its sign, a mean or an MDE does not."""
+    return np.format_float_positional(x, precision=digits, unique=True, fractional=False, trim="-", sign=sign)
+
+
+def p_value(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def relative(row: dict) -> str:
+    """The difference as a share of b's mean MAE (nonzero), ' -5.9% of the unperturbed MAE': what a reader compares
+    sizes with."""
+    share = np.format_float_positional(
+        100 * row["difference"] / row["b_mean"], precision=2, fractional=False, trim="-", sign=True
+    )
+    whose = {UNPERTURBED: "the unperturbed", UNIFORM: "the uniform predictor's", CONTROL: "shrinkage's"}
+    name = whose.get(row["b"], row["b"].replace(",", "") + "'s")
+    return f" {share}% of {name} MAE"
+
+
+def evidence(row: dict) -> str:
+    """'difference +0.000348 ± 0.0000064 (95% CI; +29% of the uniform predictor's MAE), p_holm = 2.5e-201': the
+    mean to three significant digits, the t interval's half-width to two (the interval is symmetric), the share of
+    b's mean MAE (b: the comparison's second estimator), and the MDE when nothing was marked."""
+    if row["verdict"] == "identical":
+        return f"the same estimate in all {row['n']} replications: nothing to test"
+    if row["p"] is None:
+        return f"difference {number(row['difference'], digits=3)} over {row['n']} replication(s): untested"
+    half = number((row["high"] - row["low"]) / 2, sign=False)
+    share = f";{relative(row)}" if row["b_mean"] else ""
+    text = (
+        f"difference {number(row['difference'], digits=3)} ± {half} (95% CI{share}), p_holm = {p_value(row['p_holm'])}"
+    )
+    if row["verdict"] == "not detected":
+        text += f"; the smallest difference it could detect at {POWER:.0%} power: ±{number(row['mde'], sign=False)}"
+    return text
+
+
+def mae(row: dict, side: str = "a") -> str:
+    return f"MAE {number(row[f'{side}_mean'], sign=False, digits=3)}"
+
+
+def verdict(row: dict, lower: str, higher: str, neither: str) -> str:
+    """The words for a row's verdict; `neither` for a difference not detected (or not testable)."""
+    return {"a lower": lower, "a higher": higher}.get(row["verdict"], neither)
+
+
+def tuned_clause(row: dict | None, lower: str, higher: str, same: str) -> str:
+    """'; with α tuned on held-out data: <lower | higher | no difference detected> (evidence)' for the tuned
+    arm's row of the same comparison; `same` where its estimates equal the other side's in every replication."""
+    if row is None:
+        return ""
+    if row["verdict"] == "identical":
+        return f"; with α tuned on held-out data, {same}"
+    return f"; with α tuned on held-out data: {verdict(row, lower, higher, 'no difference detected')} ({evidence(row)})"
+
+
+def agrees(name: str, singular: str, plural: str) -> str:
+    """The verb form for an estimator as subject: synonyms are plural, the model and the control singular."""
+    return singular if name in (UNPERTURBED, CONTROL, UNIFORM) else plural
+
+
+ALPHA_ZERO = "the held-out data chose α = 0 in every replication: the unperturbed model itself"
+
+
+class Tests:
+    """The test table of one |V|, looked up by (kind, a, b)."""
+
+    def __init__(self, tests: pl.DataFrame, vocab: int):
+        self.vocab = vocab
+        self.rows = {(r["kind"], r["a"], r["b"]): r for r in tests.filter(pl.col("vocab_size") == vocab).to_dicts()}
+        panels = [r for r in self.rows.values() if r["kind"] == PANEL]
+        self.strongest = {}  # rule -> its arm at the largest intensity
+        for rule in RULES:
+            mine = [r for r in panels if r["a"].startswith(f"{rule},")]
+            if mine:
+                self.strongest[rule] = max(mine, key=lambda r: r["intensity"])["a"]
+
+    def get(self, kind: str, a: str | None, b: str | None) -> dict | None:
+        return self.rows.get((kind, a, b)) if a and b else None
+
+
+def uniform_sentences(t: Tests) -> list[str]:
+    out = []
+    base = t.get(VS_UNIFORM, UNPERTURBED, UNIFORM)
+    if base:
+        words = verdict(base, "is better than", "is worse than", "cannot be told apart from")
+        out.append(
+            f"|V| = {t.vocab}: the trained model without perturbation {words} the uniform predictor on unseen pairs "
+            f"({mae(base)} vs {number(base['b_mean'], sign=False, digits=3)}; {evidence(base)})."
+        )
+    clauses = []
+    for arm in [*t.strongest.values(), CONTROL]:
+        row = t.get(VS_UNIFORM, arm, UNIFORM)
+        if row:
+            words = verdict(
+                row,
+                agrees(arm, "beats it", "beat it"),
+                agrees(arm, "is worse", "are worse"),
+                agrees(arm, "cannot be told apart from it", "cannot be told apart from it"),
+            )
+            clauses.append(f"{label(arm)} {words} ({mae(row)}; {evidence(row)})")
+    if clauses and base:
+        out.append(
+            f"|V| = {t.vocab}, against the uniform predictor on unseen pairs "
+            f"(MAE {number(base['b_mean'], sign=False, digits=3)}): {'; '.join(clauses)}."
+        )
+    return out
+
+
+def gain_sentences(t: Tests) -> list[str]:
+    out = []
+    oracle = t.get(PANEL, t.strongest.get("oracle"), UNPERTURBED)
+    if oracle:
+        words = verdict(oracle, "lower", "raise", "do not detectably change")
+        out.append(
+            f"|V| = {t.vocab}: {label(oracle['a'])} {words} the MAE on unseen pairs against the unperturbed model "
+            f"({evidence(oracle)})"
+            f"{tuned_clause(t.get(VS_UNPERTURBED, tuned('oracle'), UNPERTURBED), 'lower', 'higher', ALPHA_ZERO)}."
+        )
+    empirical = t.get(PANEL, t.strongest.get("empirical"), UNPERTURBED)
+    if empirical:
+        head = verdict(
+            empirical,
+            f"Perturbation's gain on unseen pairs survives without the oracle at |V| = {t.vocab}",
+            f"Perturbation without the oracle raises the MAE on unseen pairs at |V| = {t.vocab}",
+            f"Perturbation's gain on unseen pairs is not detected without the oracle at |V| = {t.vocab}",
+        )
+        out.append(
+            f"{head}: {label(empirical['a'])} against the unperturbed model ({evidence(empirical)})"
+            f"{tuned_clause(t.get(VS_UNPERTURBED, tuned('empirical'), UNPERTURBED), 'lower', 'higher', ALPHA_ZERO)}."
+        )
+    control = t.get(VS_UNPERTURBED, CONTROL, UNPERTURBED)
+    if control:
+        words = verdict(control, "lowers", "raises", "does not detectably change")
+        out.append(
+            f"|V| = {t.vocab}: {label(CONTROL)} {words} the MAE on unseen pairs against the unperturbed model "
+            f"({evidence(control)}; no perturbation, no synonyms)."
+        )
+    return out
+
+
+def contrast_sentences(t: Tests) -> list[str]:
+    out = []
+    for rule in ("empirical", "oracle"):
+        row = t.get(CONTRAST, t.strongest.get(rule), CONTROL)
+        if not row:
+            continue
+        a = label(row["a"])
+        body = verdict(
+            row,
+            f"{a} beat {label(CONTROL)} on unseen pairs",
+            f"{label(CONTROL)} beats {a} on unseen pairs",
+            f"no difference between {a} and {label(CONTROL)} on unseen pairs is detected",
+        )
+        out.append(
+            f"Against the regulariser at |V| = {t.vocab}: {body} ({rule} minus shrinkage: {evidence(row)})"
+            f"{tuned_clause(t.get(CONTRAST, tuned(rule), CONTROL), f'{rule} better', 'shrinkage better', 'the same')}."
+        )
+    row = t.get(CONTRAST, t.strongest.get("oracle"), t.strongest.get("empirical"))
+    same_alpha = t.get(CONTRAST, tuned("oracle"), tuned("empirical"))
+    if row:
+        alpha = row["a"].partition(", ")[2]
+        body = verdict(
+            row,
+            "oracle synonyms beat empirical ones on unseen pairs, by what reading the true M adds",
+            "empirical synonyms beat oracle ones on unseen pairs",
+            "no difference between oracle and empirical synonyms on unseen pairs is detected",
+        )
+        out.append(
+            f"Oracle against empirical at |V| = {t.vocab}, both at {alpha}: {body} (oracle minus empirical: "
+            f"{evidence(row)})"
+            f"{tuned_clause(same_alpha, 'oracle better', 'empirical better', 'both chose α = 0 in every replication')}."
+        )
+    return out
+
+
+def panel_sentences(t: Tests) -> list[str]:
+    out = []
+    for rule in RULES:
+        rows = sorted(
+            (r for r in t.rows.values() if r["kind"] == PANEL and r["a"].startswith(f"{rule},")),
+            key=lambda r: r["intensity"],
+        )
+        if not rows:
+            continue
+        parts = []
+        for key, words in (
+            ("a lower", "lower MAE"),
+            ("a higher", "higher MAE"),
+            ("not detected", "no difference detected"),
+            ("identical", "the same estimate"),
+            ("untested", "untested"),
+        ):
+            alphas = [f"{r['intensity']:g}" for r in rows if r["verdict"] == key]
+            if alphas:
+                parts.append(f"{words} at α = {', '.join(alphas)}")
+        out.append(
+            f"|V| = {t.vocab}, {rule} synonyms at each fixed α against the unperturbed model on unseen pairs: "
+            f"{'; '.join(parts)} (Holm-corrected, marked at {LEVEL:g})."
+        )
+    return out
+
+
+def tuning_sentences(tuning: pl.DataFrame) -> list[str]:
+    out = []
+    for row in tuning.iter_rows(named=True):
+        parts = []
+        if row.get("lambda_mean") is not None:
+            parts.append(f"λ = {row['lambda_mean']:.3f} on average")
+        for rule in RULES:
+            if row.get(f"alpha_{rule}_mean") is not None:
+                parts.append(
+                    f"{rule} α = {row[f'alpha_{rule}_mean']:.2f} on average (α = 0 in "
+                    f"{row[f'alpha_{rule}_zero']} of {row['replications']} replications)"
+                )
+        if parts:
+            out.append(f"|V| = {row['vocab_size']}: the held-out sequences chose {'; '.join(parts)}.")
+    return out
+
+
+def conclusions(tests: pl.DataFrame, tuning: pl.DataFrame) -> list[str]:
+    """Every sentence, grouped by question, |V| ascending within each."""
+    per_vocab = [Tests(tests, vocab) for vocab in sorted(tests["vocab_size"].unique().to_list())]
+    out: list[str] = []
+    for make in (uniform_sentences, gain_sentences, contrast_sentences, panel_sentences):
+        for t in per_vocab:
+            out += make(t)
+    return out + tuning_sentences(tuning)
