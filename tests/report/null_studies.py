@@ -36,7 +36,7 @@ class Size(NamedTuple):
     table: int
 
 
-# The default study (config.yaml): 3 runs; its tables have 10, 14 and 16 rows (perturbation, ablation, each objective
+# The default study (config.yaml): 3 runs; its tables have 12, 4 and 16 rows (perturbation, ablation, each objective
 # against MLE). 30 prompts, the size issue 32 measured the bootstrap at; config.yaml now keeps up to 50 prompts per eval
 # set (MAUVE's floor), where the bootstrap errs less: the smaller size is the harder test.
 DEFAULT = Size("default study", 30, 3, 16)

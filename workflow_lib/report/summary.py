@@ -310,7 +310,6 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
                 *(["decoder"] if len(decoders) > 1 else []),
                 "train α",
                 "test α",
-                *(["seeds"] if tv["seeds"].n_unique() > 1 else []),
             ],
             "eval_set",
             [("tv", "TV")],

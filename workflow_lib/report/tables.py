@@ -53,7 +53,7 @@ BOLD_NOTE = (
 # What the ± of every table's cell is (report.seeds.pool_seeds makes the rows; `half_width` the number).
 INTERVAL = (
     "mean ± the half-width of its 95% t interval: over sampling runs (df = runs − 1; the TV: over prefixes), or over "
-    "training seeds (df = seeds − 1) where a condition was trained from several (its `seeds` column)"
+    "training seeds (df = seeds − 1) where a condition was trained from several (the cell says how many)"
 )
 
 
@@ -84,7 +84,10 @@ def metric_cell(row: dict, metric: str) -> tuple[str, float | None]:
     if status := row.get(f"{metric}_status"):
         return status, None
     mean = row.get(f"{metric}_mean", row.get(metric))
-    return cell(mean, half_width(row, metric)), mean
+    seeds = row.get("seeds") or 1
+    # A condition pooled over training seeds says so in its cell (a row key would split a table's arms by seed count).
+    pooled = f" ({seeds} seeds)" if seeds > 1 and mean is not None else ""
+    return cell(mean, half_width(row, metric)) + pooled, mean
 
 
 def pivot_cells(frame: pl.DataFrame, row_keys: list[str], col_key: str, metrics: list[tuple[str, str]], col_order=None):
@@ -196,7 +199,6 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
     written = {}
     frame = pool_seeds(frame)  # one row per condition: several training seeds pooled
     decoder = ["decoder"] if frame["decoder"].n_unique() > 1 else []
-    decoder += ["seeds"] if frame["seeds"].n_unique() > 1 else []
     any_untrained = (frame["objective"] == UNTRAINED).any()
     frame = shown_objective(frame)
     untrained_note = f"; {UNTRAINED_LABEL}: the model as released, not trained here" if any_untrained else ""
@@ -286,7 +288,7 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
     )
     rows, means, columns = long_cells(
         other,
-        ["eval_set", "model", "objective", "perturbation", "decoder", *(["seeds"] if "seeds" in decoder else [])],
+        ["eval_set", "model", "objective", "perturbation", "decoder"],
         OTHER_METRICS,
     )
     write_table(
