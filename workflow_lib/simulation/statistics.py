@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from workflow_lib.report.statistics import holm  # the one Holm rule (the summary job only: no fit imports it)
+
 LEVEL = 0.05
 POWER = 0.8
 READING = "unseen_pairs"  # the paper's metric (Figure 2's caption): MAE on unobserved token pairs
@@ -176,19 +178,6 @@ def t_quantile(q: float, df: int) -> float:
     from scipy import stats
 
     return float(stats.t.ppf(q, df))
-
-
-def holm(p_values: list[float | None]) -> list[float | None]:
-    """Holm's step-down adjustment: the k-th smallest of m p-values becomes max over j <= k of
-    min(1, (m - j + 1) p_(j)); a missing p (no test) stays missing and does not count in m.
-    (The same rule as workflow_lib.report.statistics.holm, kept here so the simulation imports no report code.)"""
-    present = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
-    adjusted: list[float | None] = [None] * len(p_values)
-    running = 0.0
-    for rank, (p, i) in enumerate(present):
-        running = max(running, min(1.0, (len(present) - rank) * p))
-        adjusted[i] = running
-    return adjusted
 
 
 def paired_tests(results: pl.DataFrame, reading: str = READING) -> pl.DataFrame:
