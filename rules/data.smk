@@ -56,7 +56,7 @@ rule download:
         mem_mb=4000,
     params:
         code=code_digest("workflow_lib.data.prepare"),
-        spec=lambda w: as_json(DATASETS[w.dataset]),
+        spec=lambda w: as_json(split_spec(DATASETS[w.dataset], w.split)),
     shell:
         "python -m workflow_lib.data.prepare download --dataset {wildcards.dataset} --spec {params.spec:q} --split {wildcards.split} --output {output.parquet} --meta {output.meta} 2> {log}"
 

@@ -34,6 +34,10 @@ def snakemake_command(workdir: Path, configs: list[Path], *args: str) -> list[st
     ]
 
 
+# The config files a finished study ran with, for its post-run checks (they merge them as snakemake did).
+CONFIGS_ENV = "PERTURBED_LM_CONFIGS"
+
+
 def run_served_study(
     name: str,
     workdir: Path,
@@ -75,7 +79,7 @@ def run_served_study(
     outcome = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / checks), "-m", name],
         cwd=REPO,
-        env={**env, results_env: str(workdir)},
+        env={**env, results_env: str(workdir), CONFIGS_ENV: os.pathsep.join(map(str, configs))},
     )
     print(
         f"{name}: {'passed' if outcome.returncode == 0 else 'FAILED'} in {time.monotonic() - start:.0f} s "

@@ -181,6 +181,16 @@ def check_recipe(name: str, ds: dict) -> None:
             raise ConfigError(
                 f"{key}.top_up: dataset {name!r} has no split {ds['top_up']!r}; allowed: {', '.join(splits)}"
             )
+    if isinstance(ds.get("max_rows"), dict):
+        if ds.get("recipe", "raw") != "raw":
+            raise ConfigError(
+                f"{key}.max_rows: a cap per split is part of recipe 'raw'; give recipe 'mixce' one number"
+            )
+        unknown = sorted(set(ds["max_rows"]) - set(splits))
+        if unknown:
+            raise ConfigError(
+                f"{key}.max_rows: dataset {name!r} has no split {unknown[0]!r}; allowed: {', '.join(splits)}"
+            )
     if ds.get("recipe") == "mixce" and ds.get("cleaning", "none") not in MIXCE_CLEANINGS:
         raise ConfigError(
             f"{key}.recipe: 'mixce' filters MixCE's cleaned text, so cleaning must be one of "

@@ -64,6 +64,33 @@ def test_max_rows_keeps_the_first_rows_after_cleaning(tmp_path, monkeypatch):
     assert meta["steps"][1]["dropped_length"] == 2
 
 
+def test_max_rows_per_split_caps_each_split_by_its_own_number(tmp_path, monkeypatch):
+    """max_rows {train: 3, validation: 1}: each split keeps its own first rows; a split it omits keeps all; the
+    config refuses a split the dataset lacks and a per-split cap on recipe mixce; the data job's params see only
+    its split's cap, so changing train's cap leaves validation's job as it was."""
+    from workflow_lib.config import ConfigError, check_recipe
+    from workflow_lib.grid import split_spec
+
+    monkeypatch.chdir(tmp_path)
+    for split in ("train", "validation", "test"):
+        (tmp_path / f"{split}.jsonl").write_text(
+            "".join(json.dumps({"text": f"{split} row {i}"}) + "\n" for i in range(5))
+        )
+    files = {split: f"{split}.jsonl" for split in ("train", "validation", "test")}
+    spec = filled({"source": "local", "format": "jsonl", "files": files, "max_rows": {"train": 3, "validation": 1}})
+    assert [normalise("web", spec, s)[1]["rows_written"] for s in ("train", "validation", "test")] == [3, 1, 5]
+    assert normalise("web", spec, "validation")[1]["max_rows"] == 1
+    assert split_spec(spec, "validation") == split_spec(
+        {**spec, "max_rows": {"train": 9, "validation": 1}}, "validation"
+    )
+    assert split_spec(spec, "train") != split_spec({**spec, "max_rows": {"train": 9, "validation": 1}}, "train")
+    check_recipe("web", spec)
+    with pytest.raises(ConfigError, match=r"datasets\.web\.max_rows: dataset 'web' has no split 'tset'"):
+        check_recipe("web", {**spec, "max_rows": {"tset": 2}})
+    with pytest.raises(ConfigError, match=r"datasets\.web\.max_rows: a cap per split is part of recipe 'raw'"):
+        check_recipe("web", {**spec, "recipe": "mixce", "cleaning": "webtext", "max_rows": {"test": 2}})
+
+
 def test_empty_result_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "short.jsonl").write_text(json.dumps({"text": "too short"}) + "\n")

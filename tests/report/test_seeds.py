@@ -155,3 +155,46 @@ def test_the_tables_pool_a_conditions_seeds_with_a_t_interval_and_keep_one_seeds
     assert one["seed"] == 1 and one["rouge1_mean"] == 0.5
     assert half_width(one, "rouge1") == pytest.approx(stats.t.ppf(0.975, 2) * 0.01)
     assert half_width({"tv_2se": 0.02, "runs": 3}, "tv") == 0.02  # over hundreds of prefixes: 2 SE as it is
+
+
+def test_a_check_of_algorithm_2_on_one_seed_is_its_own_row_never_in_cacheds_place():
+    """A study that samples its perturbed arm in `cached` mode on 3 seeds and in `exact` on one (configs/real.yaml):
+    Table 1 and the ablation show the two as rows or columns of their own, named by mode, the pooled `cached` row
+    over its 3 seeds; a study of one mode keeps the plain names. An untrained model's training mode (always
+    augment-m1 in its path) does not make the labels of trained arms name their training mode."""
+    from workflow_lib.report.conditions import ablation_frame, method_frame
+    from workflow_lib.report.contrasts import _label, _variants
+    from workflow_lib.report.seeds import pool_seeds
+
+    base = {"model": "m", "dataset": "d", "eval_set": "e", "decoder": "unbiased", "runs": 2, "copies": 1}
+    base |= {"train_strategy": "insertion", "test_strategy": "insertion", "train_mode": "prefix"}
+    base |= {"train_synonyms": "embedding", "test_synonyms": "embedding", "objective": "mle"}
+    rows = [base | {"train_intensity": 0.0, "test_intensity": 0.0, "test_mode": "exact", "seed": s} for s in (1, 2, 3)]
+    rows += [
+        base | {"train_intensity": 0.025, "test_intensity": 0.025, "test_mode": "cached", "seed": s} for s in (1, 2, 3)
+    ]
+    exact = base | {"train_intensity": 0.025, "test_intensity": 0.025, "test_mode": "exact", "seed": 1}
+    frame = pl.DataFrame(
+        [r | {"mauve_mean": 0.5 + 0.01 * r["seed"], "mauve_2se": 0.01, "perplexity": 30.0} for r in rows]
+        + [exact | {"mauve_mean": 0.2, "mauve_2se": 0.01, "perplexity": 30.0}]
+    )
+    pooled = pool_seeds(frame)
+    methods = method_frame(pooled, 0.025).sort("perturbation")
+    assert methods.select("perturbation", "seeds").rows() == [
+        ("insertion 0.025 (cached)", 3),
+        ("insertion 0.025 (exact)", 1),
+        ("no", 3),
+    ]
+    assert methods.filter(pl.col("perturbation") == "insertion 0.025 (exact)")["mauve_mean"].to_list() == [0.2]
+    assert sorted(ablation_frame(pooled, 0.025)["condition"].to_list()) == [
+        "Both (cached)",
+        "Both (exact)",
+        "NoPerturb",
+    ]
+    one_mode = pool_seeds(frame.filter((pl.col("test_mode") != "exact") | (pl.col("test_intensity") == 0)))
+    assert sorted(set(method_frame(one_mode, 0.025)["perturbation"].to_list())) == ["insertion 0.025", "no"]
+    untrained = base | {"objective": "untrained", "train_mode": "augment", "train_intensity": 0.0}
+    contrast_rows = [*rows, exact, untrained | {"test_intensity": 0.0, "test_mode": "exact", "seed": 42}]
+    varying = _variants(contrast_rows)
+    assert varying == ["test_mode"]
+    assert _label("insertion 0.025", exact, varying) == "insertion 0.025 (exact)"

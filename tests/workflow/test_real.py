@@ -44,11 +44,20 @@ SIZE_KEYS = {
     "training.max_length",
     "tokenize.block_size",
     "training.checkpoint_every",
+    "experiments.*.seeds",
 }
 # The report's categories: no study figure (no ablation or sweep) and no simulation (simulation.enabled: false).
 REPORT_CATEGORIES = ("Summary", "Tables", "Training curves")
-# The rows the issue asks of the real study: (objective, train intensity, test intensity), on every eval set.
-ROWS = [("untrained", 0.0, 0.0), ("mle", 0.0, 0.0), ("mle", 0.025, 0.025), ("emo", 0.0, 0.0)]
+# The rows the issue asks of the real study: (objective, train intensity, test intensity, test mode), on every eval
+# set; each trained one once per training seed (the config's), the zero-shot one once. The `exact` row is Algorithm 2's
+# own check: the first perturbed seed on the eval sets of experiment exact-check only.
+ROWS = [
+    ("untrained", 0.0, 0.0, "exact"),
+    ("mle", 0.0, 0.0, "exact"),
+    ("mle", 0.025, 0.025, "cached"),
+    ("emo", 0.0, 0.0, "exact"),
+]
+EXACT = ("mle", 0.025, 0.025, "exact")
 
 
 def leaves(tree: dict, prefix: tuple = ()) -> list[tuple]:
@@ -84,7 +93,12 @@ def test_local_overlay_changes_only_sources_and_pins_the_same_bytes_as_the_users
 def test_ci_overlay_changes_only_sizes():
     ci = yaml.safe_load(CI.read_text())
     assert [key for key in leaves(ci) if not allowed(key, SIZE_KEYS)] == []
-    assert ci["sampling"].get("runs", 3) >= 3  # a paired test over runs needs 3
+    # The overlay keeps an across-seeds row for every trained arm (2 seeds: planned, reported "not testable").
+    real = yaml.safe_load(REAL.read_text())
+    trained = [name for name, exp in real["experiments"].items() if len(exp.get("seeds", [])) > 1]
+    assert trained and all(
+        len(ci["experiments"].get(name, real["experiments"][name])["seeds"]) >= 2 for name in trained
+    )
 
 
 def test_served_files_are_the_pinned_bytes():
@@ -128,27 +142,39 @@ def test_the_real_study_plans_its_rules(tmp_path):
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     jobs = job_stats(result.stdout + result.stderr)
     assert jobs["fetch_gguf"] == 1 and jobs["dequantise"] == 1 and jobs["tokenizer"] == 1
-    assert jobs["train"] == 3 and jobs["sample"] == 8 and jobs["perplexity"] == 4  # 4 rows x 2 eval sets
+    # MLE, EMO and MLE + insertion from 3 seeds each; sampled on 2 eval sets with the zero-shot model, and the
+    # first perturbed seed once more in `exact` mode on the licences; one perplexity job a model.
+    assert jobs["train"] == 9 and jobs["sample"] == 2 * 10 + 1 and jobs["perplexity"] == 10
 
 
 # The post-run checks ------------------------------------------------------------------------------------------
 
 
-def row_problems(metrics: pl.DataFrame, eval_sets: list[str]) -> list[str]:
-    """Every row of ROWS on every eval set, with a finite ROUGE-1 (MAUVE may be refused, never missing silently)."""
+def row_problems(metrics: pl.DataFrame, real: dict) -> list[str]:
+    """Every row of ROWS on every eval set, once per training seed, with a finite ROUGE-1 (MAUVE may be refused, never
+    missing silently); the `exact` check on exactly the eval sets and seeds experiment exact-check names."""
+    experiments = real["experiments"]
+    seeds = sorted(experiments["perturbed"]["seeds"])
+    expected = {row: ([real["seed"]] if row[0] == "untrained" else seeds) for row in ROWS}
     problems = []
-    for eval_set in eval_sets:
-        for objective, train, test in ROWS:
+    for eval_set in real["eval_sets"]:
+        check = {**expected}
+        if eval_set in experiments["exact-check"]["eval_sets"]:
+            check[EXACT] = sorted(experiments["exact-check"]["seeds"])
+        for (objective, train, test, mode), want in [*check.items(), *([(EXACT, [])] if EXACT not in check else [])]:
             rows = metrics.filter(
                 (pl.col("eval_set") == eval_set)
                 & (pl.col("objective") == objective)
                 & (pl.col("train_intensity") == train)
                 & (pl.col("test_intensity") == test)
+                & (pl.col("test_mode") == mode)
             )
-            if rows.height != 1:
-                problems.append(f"{eval_set}: {rows.height} rows for {objective} at {train}/{test}, not 1")
+            if sorted(rows["seed"].to_list()) != want:
+                problems.append(
+                    f"{eval_set}: {objective} at {train}/{test} ({mode}) has seeds {sorted(rows['seed'].to_list())}, not {want}"
+                )
             elif rows["rouge1_mean"].is_null().any() or not rows["rouge1_mean"].is_finite().all():
-                problems.append(f"{eval_set}: {objective} at {train}/{test} has no finite ROUGE-1")
+                problems.append(f"{eval_set}: {objective} at {train}/{test} ({mode}) has no finite ROUGE-1")
     return problems
 
 
@@ -193,14 +219,27 @@ def summary_problems(summary: str) -> list[str]:
 
 
 def test_checks_fail_on_doctored_input(tmp_path):
-    rows = [("wikitext2", o, a, b, 0.5) for o, a, b in ROWS]
-    metrics = pl.DataFrame(
-        rows, schema=["eval_set", "objective", "train_intensity", "test_intensity", "rouge1_mean"], orient="row"
-    )
-    assert row_problems(metrics, ["wikitext2"]) == []
-    assert row_problems(metrics.filter(pl.col("objective") != "emo"), ["wikitext2"])
-    assert row_problems(metrics.with_columns(pl.lit(float("nan")).alias("rouge1_mean")), ["wikitext2"])
-    assert row_problems(metrics, ["wikitext2", "licences"])
+    real = yaml.safe_load(REAL.read_text())
+    seeds = real["experiments"]["perturbed"]["seeds"]
+    rows = [
+        (eval_set, o, a, b, m, seed, 0.5)
+        for eval_set in real["eval_sets"]
+        for o, a, b, m in ROWS
+        for seed in ([real["seed"]] if o == "untrained" else seeds)
+    ] + [
+        (e, *EXACT, s, 0.5)
+        for e in real["experiments"]["exact-check"]["eval_sets"]
+        for s in real["experiments"]["exact-check"]["seeds"]
+    ]
+    schema = ["eval_set", "objective", "train_intensity", "test_intensity", "test_mode", "seed", "rouge1_mean"]
+    metrics = pl.DataFrame(rows, schema=schema, orient="row")
+    assert row_problems(metrics, real) == []
+    assert row_problems(metrics.filter(pl.col("objective") != "emo"), real)
+    assert row_problems(metrics.filter(pl.col("seed") != seeds[-1]), real)  # a seed missing
+    assert row_problems(metrics.filter(pl.col("test_mode") != "exact"), real)  # the exact check missing (and baselines)
+    assert row_problems(metrics.filter(~((pl.col("test_mode") == "exact") & (pl.col("test_intensity") > 0))), real)
+    assert row_problems(metrics.with_columns(pl.lit(float("nan")).alias("rouge1_mean")), real)
+    assert row_problems(pl.concat([metrics, metrics.head(1)]), real)  # a row twice
     real = yaml.safe_load(REAL.read_text())
     (tmp_path / "pretrained/smollm2").mkdir(parents=True)
     (tmp_path / "data/licences").mkdir(parents=True)
@@ -239,6 +278,18 @@ def test_checks_fail_on_doctored_input(tmp_path):
     assert controls_problems(tmp_path, refused, ["wikitext2"]) == []
 
 
+def study_config() -> dict:
+    """The config the finished study ran with: its config files merged in order, as snakemake merges them."""
+    from snakemake.utils import update_config
+
+    from tools.served_study import CONFIGS_ENV
+
+    config: dict = {}
+    for path in os.environ.get(CONFIGS_ENV, str(REAL)).split(os.pathsep):
+        update_config(config, yaml.safe_load(Path(path).read_text()))
+    return config
+
+
 @pytest.mark.real
 def test_finished_real_study_holds():
     folder = os.environ.get("PERTURBED_LM_REAL")
@@ -246,9 +297,9 @@ def test_finished_real_study_holds():
         pytest.skip("set PERTURBED_LM_REAL to a finished `make real` folder (make real does)")
     workdir = Path(folder)
     results = workdir / "results"
-    real = yaml.safe_load(REAL.read_text())
+    real = study_config()
     metrics = pl.read_csv(results / "report/metrics.csv")
-    problems = row_problems(metrics, list(real["eval_sets"]))
+    problems = row_problems(metrics, real)
     problems += provenance_problems(results, real)
     problems += summary_problems((results / "summary.md").read_text())
     problems += controls_problems(results, metrics, list(real["eval_sets"]))

@@ -15,6 +15,7 @@ from typing import Any
 
 from workflow_lib.cli import StageError, parse_json_arg, run
 from workflow_lib.files import sha256_file, write_json, write_parquet
+from workflow_lib.grid import split_spec
 
 log = logging.getLogger("workflow_lib.data.prepare")
 
@@ -125,6 +126,7 @@ def normalise(key: str, spec: dict, split: str) -> tuple[Any, dict]:
             log.info("%s/%s: %d rows loaded", key, name, len(loaded[name][0]))
         return loaded[name][0]
 
+    spec = split_spec(spec, split)  # the job's own params already are; a direct call may pass the whole entry
     recipe, cleaning = spec.get("recipe", "raw"), spec.get("cleaning", "none")
     try:
         if recipe == "mixce":  # a hub, local or url dataset (a builtin one has no MixCE cleaning)

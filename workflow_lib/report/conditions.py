@@ -71,9 +71,19 @@ def method_frame(frame: pl.DataFrame, intensity: float) -> pl.DataFrame:
     return pl.concat(
         [
             plain.with_columns(pl.lit("no").alias("perturbation")),
-            perturbed.with_columns(pl.lit(f"insertion {intensity:g}").alias("perturbation")),
+            perturbed.with_columns(
+                (pl.lit(f"insertion {intensity:g}") + sampling_mode(perturbed)).alias("perturbation")
+            ),
         ]
     )
+
+
+def sampling_mode(perturbed: pl.DataFrame) -> pl.Expr:
+    """' (exact)' / ' (cached)' where a study samples its perturbed conditions in both modes (a check of Algorithm 2
+    on one seed beside `cached` on all), so that a table never shows one mode's row in the other's place; else ''."""
+    if perturbed.height and perturbed["test_mode"].n_unique() > 1:
+        return pl.lit(" (") + pl.col("test_mode") + pl.lit(")")
+    return pl.lit("")
 
 
 def ablation_frame(frame: pl.DataFrame, intensity: float) -> pl.DataFrame:
@@ -94,4 +104,5 @@ def ablation_frame(frame: pl.DataFrame, intensity: float) -> pl.DataFrame:
         .then(pl.lit("TestPerturb"))
         .otherwise(pl.lit("NoPerturb"))
     )
-    return frame.with_columns(condition.alias("condition"))
+    mode = sampling_mode(frame.filter(test))
+    return frame.with_columns(pl.when(test).then(condition + mode).otherwise(condition).alias("condition"))

@@ -133,11 +133,12 @@ def _variants(rows: list[dict]) -> list[str]:
     """The condition fields that take more than one value in this study: labels must name them."""
     perturbed_train = [r for r in rows if r["train_intensity"] > 0]
     perturbed_test = [r for r in rows if (r["test_intensity"] or 0) > 0]
+    trained = [r for r in rows if r["objective"] != UNTRAINED]  # an untrained model has no training mode
     varying = []
     for field, among in (
         ("train_synonyms", perturbed_train),
-        ("train_mode", rows),
-        ("copies", rows),
+        ("train_mode", trained),
+        ("copies", trained),
         ("test_synonyms", perturbed_test),
         ("test_mode", perturbed_test),
     ):

@@ -138,6 +138,9 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) ->
     panel per eval set, one bar group per (model, objective, and decoder / seed / training mode where the
     study has several) that has all four conditions. Bars: a colour and a hatch per condition."""
     arms = ablation_frame(frame, intensity)
+    # A study that samples its perturbed arms in two modes names them "Both (cached)", "Both (exact)": its bar groups
+    # would not be the four conditions, so they are left out here (the ablation table shows every mode).
+    arms = arms.filter(pl.col("condition").is_in(ABLATION))
     empty_text = (
         refusal_label(arms) if refused(arms).height and not resolved(arms).height else "no ablation in this study"
     )

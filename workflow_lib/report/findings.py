@@ -43,6 +43,8 @@ def _label(row: dict, models: bool = False) -> str:
     parts.append(row["eval_set"] if row["family"] == "objective" else row["objective"])
     if row["family"] == "ablation":
         parts.append(row["a"].split(" (")[0])
+    if row["family"] == "perturbation" and " (" in row["a"]:  # what else varies: its sampling mode, its synonyms
+        parts.append("(" + row["a"].split(" (", 1)[1])
     if row["family"] == "objective":
         parts.append(row["b"].removeprefix("mle, "))
     if row.get("decoder") not in (None, "", "unbiased"):

@@ -270,7 +270,8 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         if col_k == "intensity":
             order = sorted(set(sub[col_k].to_list()), key=float)
         if col_k == "condition":
-            order = [c for c in ABLATION if c in set(sub[col_k].to_list())]
+            present = sorted(set(sub[col_k].to_list()))  # "Both", or "Both (cached)" and "Both (exact)"
+            order = [c for a in ABLATION for c in present if c == a or c.startswith(f"{a} (")]
         rows, means, columns = pivot_cells(sub, rows_k, col_k, mets, order)
         write_table(rows, means, columns, str(out / name), caption=caption)
         written[name] = (out / f"{name}.md").read_text()
