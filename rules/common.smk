@@ -21,7 +21,14 @@ from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, runtime_minutes 
 from workflow_lib.data.downloads import fetched
 from workflow_lib.grid import all_targets, dataset_splits, split_spec
 from workflow_lib.inputs import ARGUMENT_FILE, MAUVE_CONTRAST_OUTPUT, Inputs, argument_file, curves_argument
-from workflow_lib.layout import NO_STRATEGY, condition_constraints, evaluation_template, run_template, shard_template
+from workflow_lib.layout import (
+    NO_STRATEGY,
+    condition_constraints,
+    evaluation_of,
+    evaluation_template,
+    run_template,
+    shard_template,
+)
 
 # A rule's `code` param, code_digest("workflow_lib.<stage>.<module>"): the sha256 of the files `python -m <module>`
 # runs (found by a static import scan), compared by value: an edit reruns the rule's jobs, a clone, move or touch does not.
@@ -84,6 +91,16 @@ def predicted_runtime(output):
     output pattern) on cost.device (cost.cpu without a GPU), times cost.safety and the attempt (docs/cluster.md, "What a
     study costs"). SLURM's --time, through the profile; ignored by local runs."""
     return lambda wildcards, attempt: predicted_minutes(config, output.format(**dict(wildcards.items())), attempt)
+
+
+# Scheduling hints, no rerun follows them: on a machine of few cores, trainings first (everything waits on them),
+# then Algorithm 2's `exact` sampling (on a CPU about 9x a `cached` job: started last, it would end the run alone).
+TRAIN_PRIORITY = 2
+
+
+def sampling_priority(wildcards):
+    test = evaluation_of(wildcards).test
+    return 1 if test.mode == "exact" and float(test.intensity) > 0 else 0
 
 
 def predicted_mem(output):

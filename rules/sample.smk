@@ -14,6 +14,7 @@ rule sample:
         shard_template("logs/sample", ".log"),
     benchmark:
         shard_template("benchmarks/sample", ".tsv")
+    priority: sampling_priority
     conda:
         "../envs/train.yaml"
     resources:

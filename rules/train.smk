@@ -17,6 +17,7 @@ rule train:
         run_template("logs/train", ".log"),
     benchmark:
         run_template("benchmarks/train", ".tsv")
+    priority: TRAIN_PRIORITY
     conda:
         "../envs/train.yaml"
     # One core per process; each process runs one thread (OMP_NUM_THREADS=1): processes, not threads, scale it.
