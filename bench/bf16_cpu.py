@@ -3,7 +3,7 @@
 Why: configs/real.yaml trains in bf16 autocast (`training.mixed_precision: bf16`, float32 master weights) because on a
 CPU with AVX512-BF16 it steps 2.5x as fast, which is what fits 9 SmolLM2 fine-tunings in `make real`'s hour.
 
-    python bench/bf16_cpu.py --model results/real/results/pretrained/smollm2
+    python bench/bf16_cpu.py [--model results/real/results/pretrained/smollm2]   (after `make real`)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="a hub-style model folder (e.g. the dequantised SmolLM2)")
+    parser.add_argument("--model", default="results/real/results/pretrained/smollm2", help="a hub-style model folder")
     parser.add_argument("--steps", type=int, default=4)
     args = parser.parse_args()
     torch.set_num_threads(1)

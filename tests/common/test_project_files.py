@@ -113,3 +113,16 @@ def test_the_git_hooks_run_what_make_lint_and_ci_run():
     assert "make lint" in (REPO / ".ci/run").read_text()
     revs = [line for line in (REPO / ".git-blame-ignore-revs").read_text().splitlines() if not line.startswith("#")]
     assert revs and all(re.fullmatch(r"[0-9a-f]{40}", rev) for rev in revs)
+
+
+def test_make_help_lists_every_target_with_one_line():
+    """`make help` (issue 53): each .PHONY target once, with its description; a target without one would be missing."""
+    import subprocess
+
+    makefile = (REPO / "Makefile").read_text()
+    phony = re.search(r"^\.PHONY: (.+)$", makefile, re.MULTILINE).group(1).split()  # type: ignore[union-attr]
+    defined = set(re.findall(r"^([a-z-]+):", makefile, re.MULTILINE))
+    assert set(phony) <= defined, set(phony) - defined  # no .PHONY name without a rule
+    listed = subprocess.run(["make", "-s", "help"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    names = [line.split()[0] for line in listed.splitlines()]
+    assert sorted(names) == sorted(phony) and all(len(line.split()) > 1 for line in listed.splitlines())
