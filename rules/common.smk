@@ -19,7 +19,8 @@ from workflow_lib.constants import NO_TRAIN_DATASET, UNTRAINED
 from workflow_lib.cost.devices import check_cost
 from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, runtime_minutes as predicted_minutes, shard_counts
 from workflow_lib.data.downloads import fetched
-from workflow_lib.grid import all_targets, dataset_splits, split_spec
+from workflow_lib.data.splits import split_spec
+from workflow_lib.grid import all_targets, dataset_splits
 from workflow_lib.inputs import ARGUMENT_FILE, MAUVE_CONTRAST_OUTPUT, Inputs, argument_file, curves_argument
 from workflow_lib.layout import (
     NO_STRATEGY,

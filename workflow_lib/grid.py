@@ -40,15 +40,6 @@ def dataset_splits(dataset: dict) -> list[str]:
     return list(dataset.get("files", {}))
 
 
-def split_spec(dataset: dict, split: str) -> dict:
-    """The dataset's entry as one split's job sees it: a `max_rows` given per split becomes that split's number
-    (or null), so a cap changed for train reruns train's job only."""
-    cap = dataset.get("max_rows")
-    if not isinstance(cap, dict):
-        return dataset
-    return {**dataset, "max_rows": cap.get(split)}
-
-
 def featuriser_id(featuriser: str | dict) -> str:
     """A path-safe name for the featuriser `evaluation.featuriser` (a study model is `model-<key>`, a local folder
     is named by its last component): the `featuriser` wildcard of results/features/ and results/controls/."""

@@ -69,7 +69,7 @@ def test_max_rows_per_split_caps_each_split_by_its_own_number(tmp_path, monkeypa
     config refuses a split the dataset lacks and a per-split cap on recipe mixce; the data job's params see only
     its split's cap, so changing train's cap leaves validation's job as it was."""
     from workflow_lib.config import ConfigError, check_recipe
-    from workflow_lib.grid import split_spec
+    from workflow_lib.data.splits import split_spec
 
     monkeypatch.chdir(tmp_path)
     for split in ("train", "validation", "test"):

@@ -5,6 +5,7 @@ blocks and evaluation prompts.
 - `downloads`: where fetched files and archive members live under results/downloads (paths only; Snakefile-safe).
 - `readers`: parsing of text, jsonl, csv and parquet files into rows.
 - `cleaning`: the registered text cleanings (`datasets.<key>.cleaning`).
+- `splits`: what one split's job sees of its dataset's entry (its own `max_rows`; Snakefile-safe).
 - `recipes`: the registered split recipes (`raw`, MixCE's `mixce` with its top-up).
 - `builtin_corpus`: the synthetic grammar corpus whose true next-word law is known.
 - `prepare`: the `download` and `prompts` rules' command line (a split to Parquet, prompts from a split).

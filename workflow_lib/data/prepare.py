@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from workflow_lib.cli import StageError, parse_json_arg, run
+from workflow_lib.data.splits import split_spec
 from workflow_lib.files import sha256_file, write_json, write_parquet
-from workflow_lib.grid import split_spec
 
 log = logging.getLogger("workflow_lib.data.prepare")
 
