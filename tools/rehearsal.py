@@ -34,7 +34,7 @@ def main() -> int:
     parser.add_argument("--cores", default="all")
     parser.add_argument("--workdir", type=Path, default=REPO / "results/rehearsal")
     parser.add_argument("--keep-going", action="store_true", help="snakemake --keep-going")
-    parser.add_argument("--cold", action="store_true", help="every job in its own process (no workflow_lib.warm)")
+    parser.add_argument("--cold", action="store_true", help="every job in its own process (no tools.warm server)")
     args, snakemake_args = parser.parse_known_args()  # the rest goes to snakemake (e.g. --forceall, -n)
     workdir = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)

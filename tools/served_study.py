@@ -52,7 +52,7 @@ def run_served_study(
 ) -> int:
     """Serve `files` on 127.0.0.1:`port` while snakemake runs the study in `workdir`, write its report, then run the
     post-run checks (`checks`, a test module run with marker `name` and `results_env` naming the workdir). With
-    `warm`, the study's single-thread `python -m workflow_lib...` jobs run in a `workflow_lib.warm` server (its log:
+    `warm`, the study's single-thread `python -m workflow_lib...` jobs run in a `tools.warm` server (its log:
     <workdir>/results/logs/warm.log). The exit status of the first step that fails, else the checks'."""
     env = job_environment({**os.environ, **OFFLINE})
     with contextlib.ExitStack() as stack:

@@ -157,15 +157,15 @@ def job_environment(env: dict) -> dict:
 
 @contextlib.contextmanager
 def warm_server(env: dict, log: Path):
-    """A `workflow_lib.warm` server for a study's jobs: yields the environment that sends them to it (`env` itself
+    """A `tools.warm` server for a study's jobs: yields the environment that sends them to it (`env` itself
     if it did not start: every job then runs cold, slower, never different)."""
-    from workflow_lib.warm import ENV, environment
+    from tools.warm import ENV, environment, hooked
 
     log.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="warm-") as folder, open(log, "w") as handle:
         path = Path(folder) / "jobs.sock"
         server = subprocess.Popen(
-            [sys.executable, "-m", "workflow_lib.warm", "--socket", str(path)],
+            [sys.executable, "-m", "tools.warm", "--socket", str(path)],
             env=environment(env),
             stderr=handle,
             cwd=REPO,
@@ -174,7 +174,7 @@ def warm_server(env: dict, log: Path):
             deadline = time.monotonic() + 300
             while not path.exists() and server.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.2)
-            yield {**env, ENV: str(path)} if path.exists() else env
+            yield {**hooked(env), ENV: str(path)} if path.exists() else env
         finally:
             server.terminate()
             server.wait(timeout=60)
@@ -190,18 +190,18 @@ def _warm_variable() -> dict[str, str]:
 
 @functools.cache
 def _session_server() -> dict[str, str]:
-    from workflow_lib.warm import ENV
+    from tools.warm import ENV
 
     stack = contextlib.ExitStack()
     atexit.register(stack.close)
     log = Path(tempfile.mkdtemp(prefix="warm-log-")) / "warm.log"
     started = stack.enter_context(warm_server(job_environment(SESSION_ENV), log))
-    return {ENV: started[ENV]} if ENV in started else {}
+    return {ENV: started[ENV], "PYTHONPATH": started["PYTHONPATH"]} if ENV in started else {}
 
 
 def snakemake(workdir: Path, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the real workflow on `workdir/config.yaml`, with workdir as the working directory. Its jobs of one
-    thread run in the session's warm server (`workflow_lib.warm`: the same outputs, without importing torch and
+    thread run in the session's warm server (`tools.warm`: the same outputs, without importing torch and
     transformers each time); a job whose environment differs from the server's (a test's own `env`) runs cold.
     Without `env`, snakemake gets the session's starting environment."""
     cmd = [

@@ -2,11 +2,12 @@
 
 Snakemake reruns a job when its shell command changes, not when a module that the command runs changes. So
 every rule that runs `python -m workflow_lib.<stage>.<module>` has a `code` param, `code_digest(module)`: the
-sha256 of the content of that module's file and of every workflow_lib module it imports, directly or through
-others, at the top or inside a function (heavy imports live inside functions), each named by its path inside the
-package. Snakemake compares params by value, so editing one of those files reruns the job (and what reads its
-outputs), while a fresh clone, a moved checkout, a `git checkout` that leaves them alone or a `touch` (new paths,
-new mtimes, same bytes) reruns nothing. (Listed as `input:` files instead, they were compared by absolute path
+sha256 of what Python executes of that module's file and of every workflow_lib module it imports, directly or
+through others, at the top or inside a function (heavy imports live inside functions), each named by its path
+inside the package. What Python executes is the syntax tree without docstrings (`normal_form`): a comment, a
+docstring, a reformatting rerun nothing. Snakemake compares params by value, so a change to executed code reruns
+the job (and what reads its outputs), while a fresh clone, a moved checkout, a `git checkout` that leaves the code
+alone or a `touch` (new paths, new mtimes, same code) reruns nothing. (Listed as `input:` files instead, they were compared by absolute path
 and mtime: a clone of the repository next to copied results reran every job.) Nothing is imported or executed:
 the source is parsed with `ast`, once per module and process, which takes a few milliseconds at Snakefile parse
 time. Standard library only.
@@ -56,10 +57,20 @@ def _parents(module: str) -> list[str]:
 
 
 @cache
+def _parse(text: str, filename: str) -> ast.Module:
+    return ast.parse(text, filename=filename)
+
+
+def _tree(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once per process and content (the import scan and the digest read it)."""
+    return _parse(path.read_text(), str(path))
+
+
+@cache
 def direct_imports(module: str) -> frozenset[str]:
     """Every module name imported anywhere in `module`'s source (absolute; relative imports resolved)."""
     path = module_path(module)
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = _tree(path)
     # A relative import counts from the package that holds the module; a package's __init__ is its own package.
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
@@ -98,14 +109,54 @@ def module_closure(module: str) -> tuple[str, ...]:
     return tuple(sorted(seen))
 
 
+DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _without_docstring(body: list) -> list:
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return body[1:]
+    return body
+
+
+def _normal(value) -> str:
+    """A node as text: its class and its fields, without positions, comments (never in the tree), docstrings, or the
+    empty and None fields that Python versions add or drop (3.12's `type_params`, 3.13's dump), so the text changes
+    when the code Python runs changes and only then."""
+    if isinstance(value, ast.AST):
+        fields = []
+        for name, field in ast.iter_fields(value):
+            if name == "body" and isinstance(value, DOCUMENTED):
+                field = _without_docstring(field)
+            if field is None or field == [] or name in ("type_comment", "kind"):
+                continue
+            fields.append(f"{name}={_normal(field)}")
+        return f"{type(value).__name__}({','.join(fields)})"
+    if isinstance(value, list):
+        return "[" + ",".join(_normal(v) for v in value) + "]"
+    return repr(value)
+
+
+def normal_form(path: Path) -> bytes:
+    """What of a source file Python executes: its syntax tree without docstrings, as text (`_normal`). A comment, a
+    docstring, a blank line or a reformatting leaves it unchanged; so does any edit that leaves the tree the same."""
+    return _normal_text(path.read_text(), str(path))
+
+
+@cache
+def _normal_text(text: str, filename: str) -> bytes:
+    return _normal(_parse(text, filename)).encode()
+
+
 def code_digest(module: str) -> str:
-    """'sha256:<hex>' of the files `python -m <module>` runs from this package: each file's path inside the
-    package and its bytes, in sorted order. The same in every checkout, whatever its path or mtimes."""
+    """'sha256:<hex>' of what `python -m <module>` runs from this package: each file's path inside the package and
+    its normal form (the syntax tree without docstrings), in sorted order. The same in every checkout, whatever its
+    path, mtimes, formatting, comments or docstrings; any change to the code that runs changes it."""
     digest = hashlib.sha256()
     for name in module_closure(module):
         path = module_path(name)
         digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(hashlib.sha256(normal_form(path)).digest())
     return "sha256:" + digest.hexdigest()
 
 

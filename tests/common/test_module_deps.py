@@ -190,3 +190,37 @@ def test_the_costly_jobs_code_leaves_out_the_workflows_data_model():
         "workflow_lib.report.joint_mauve",
     ):
         assert planning.isdisjoint(module_closure(module)), module
+
+
+def test_formatting_comments_and_docstrings_change_no_digest_and_executed_code_does(fake_package):
+    """The digest is of what Python runs (issue 53): a comment, a reformatting, a docstring added, edited or removed
+    at module, class or function level, leave it; a changed constant, name, argument or string that is not a
+    docstring (an f-string, a log message) change it."""
+    source = 'x = 1\n\n\ndef f(a, b=2):\n    return a + b\n\n\nclass C:\n    y = "text"\n'
+    root = fake_package({"__init__.py": "", "stage/__init__.py": "", "stage/job.py": source})
+
+    def digest_of(text: str) -> str:
+        (root / "stage/job.py").write_text(text)
+        return code_digest("workflow_lib.stage.job")
+
+    before = digest_of(source)
+    same = [
+        source + "# a comment\n",
+        source.replace("x = 1", "x = 1  # why"),
+        source.replace("return a + b", "return (\n        a\n        + b\n    )"),
+        source.replace("b=2", "b = 2").replace('"text"', "'text'"),
+        '"""A module docstring."""\n' + source,
+        source.replace("def f(a, b=2):\n", 'def f(a, b=2):\n    """Why f adds."""\n'),
+        source.replace("class C:\n", "class C:\n    '''A class docstring.'''\n\n"),
+    ]
+    assert [digest_of(text) == before for text in same] == [True] * len(same)
+    changed = [
+        source.replace("x = 1", "x = 2"),
+        source.replace("b=2", "b=3"),
+        source.replace("a + b", "b + a"),
+        source.replace('"text"', '"texts"'),
+        source.replace("def f(a, b=2):\n", 'def f(a, b=2):\n    print("Why f adds.")\n'),
+        source.replace("x = 1", "x = 1\ny = 0"),
+    ]
+    assert [digest_of(text) == before for text in changed] == [False] * len(changed)
+    assert digest_of(source) == before

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -90,10 +91,11 @@ def plan_after(study, config: dict) -> list:
 
 
 def plan_with_edited(study, module: Path) -> list:
-    """The plan after appending a comment to `module`; the file, and its modification time, restored after."""
+    """The plan after appending an executed line to `module` (a comment reruns nothing: the next test); the file,
+    and its modification time, restored after."""
     original, stat = module.read_text(), module.stat()
     try:
-        module.write_text(original + "\n# edited\n")
+        module.write_text(original + "\n_EDITED = True\n")
         return plan_after(study, study_config())
     finally:
         module.write_text(original)
@@ -189,6 +191,35 @@ def test_editing_a_workflow_lib_module_reruns_the_jobs_whose_rules_run_it(study)
     assert all("results/samples/" in job.reason for job in by_rule["evaluate"] + by_rule["sample_features"])
     assert len(by_rule["sample"]) == len(list((study[1] / "results/samples").rglob("*.parquet")))
     assert not plan_after(study, study_config())  # restored: nothing to do
+
+
+def test_comments_docstrings_and_formatting_rerun_nothing(study):
+    """Issue 53: a job's code digest is of what Python runs. A comment appended to every module, a docstring edited
+    in every module that has one (added where it has none) and `ruff format` of the whole package at another line
+    length plan no job at all, the report's included; the files are restored after."""
+    import ast
+
+    workflow, workdir = study
+    modules = sorted((workflow / "workflow_lib").rglob("*.py"))
+    saved = {path: (path.read_text(), path.stat()) for path in modules}
+    try:
+        for path, (text, _) in saved.items():
+            doc = ast.get_docstring(ast.parse(text), clean=False)
+            edited = text.replace(doc, doc + " Edited.", 1) if doc else '"""Added."""\n' + text
+            path.write_text(edited + "\n# a comment appended\n")
+        ruff = Path(sys.executable).parent / "ruff"  # the venv's, as `make lint` runs it
+        formatted = subprocess.run(
+            [str(ruff), "format", "--line-length", "88", "--no-cache", str(workflow / "workflow_lib")],
+            capture_output=True,
+            text=True,
+        )
+        assert formatted.returncode == 0 and "reformatted" in formatted.stdout, formatted.stdout + formatted.stderr
+        assert sum(path.read_text() != text for path, (text, _) in saved.items()) == len(modules)
+        assert full_plan(workflow, workdir) == []
+    finally:
+        for path, (text, stat) in saved.items():
+            path.write_text(text)
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
 # Snakemake's reason for a job whose params changed, here its `code` param (rules/common.smk, code_digest).
@@ -410,3 +441,19 @@ def test_make_estimate_finds_every_planned_jobs_benchmark(study):
     measured = measured_seconds(workdir / "results")
     assert {"sample_features", "evaluate", "sample", "train"} <= {job.rule for job in jobs}
     assert not [benchmark_key(job) for job in jobs if benchmark_key(job) not in measured], sorted(measured)
+
+
+def test_a_code_change_judged_harmless_is_adopted_with_cleanup_metadata(study, tmp_path):
+    """docs/usage.md, "Across a change of the digest itself": after an executed-code change that the user judges
+    harmless for their results (here a new unused constant in evaluate/metrics.py), `--cleanup-metadata` on the
+    outputs the plan names makes snakemake forget their recorded params, and the next plan is empty; the plan
+    before it was not (the change is real to snakemake)."""
+    workflow, workdir = adopted_copy(study, tmp_path, clone=True)
+    module = workflow / "workflow_lib/evaluate/metrics.py"
+    module.write_text(module.read_text() + "\n_UNUSED = 1\n")
+    jobs = [job for job in full_plan(workflow, workdir) if not job.aggregates]
+    assert {job.rule for job in jobs} == {"evaluate", "mauve_controls"}, [(job.rule, job.reason) for job in jobs]
+    outputs = sorted({output for job in jobs for output in job.outputs})
+    forgotten = snakemake_in(workflow, workdir, "--cleanup-metadata", *outputs)
+    assert forgotten.returncode == 0, (forgotten.stdout + forgotten.stderr)[-3000:]
+    assert_nothing_planned([job for job in full_plan(workflow, workdir) if not job.aggregates])

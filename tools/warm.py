@@ -1,10 +1,12 @@
-"""Warm job processes: one preloaded Python forks the `python -m workflow_lib.<stage>` jobs of a CPU run.
+"""Warm job processes: one preloaded Python forks the `python -m workflow_lib.<stage>` jobs of a CPU run (test and
+rehearsal infrastructure: it lives outside the workflow's package, so it is in no job's code digest).
 
 Why: on stand-in models a job's own work takes well under a second, but importing torch and transformers takes
 about 5 s of it (BENCHMARKS.md, "Test suite time"), so `make rehearsal` spends most of its time importing the same
 modules 447 times. `serve` imports them once; for each job it forks a child that runs the job's module as
 `__main__` with the job's arguments, working directory, environment and standard streams. The job's own process
-(the client: `handoff`, which `workflow_lib/__init__.py` calls before anything heavy is imported) waits for the
+(the client: `handoff`, which tools/warm_hook/sitecustomize.py calls at Python's start-up, before anything is
+imported, in an environment that `hooked` put that folder on PYTHONPATH for) waits for the
 child, forwards SIGTERM, SIGINT and SIGHUP to it, and exits with its status.
 
 It only ever saves time. A job runs cold, exactly as without it, whenever PERTURBED_LM_WARM is unset, its socket
@@ -15,7 +17,7 @@ counts Snakemake sets, the ranks of a distributed launch: any but those in FREE)
 start a server; `make run`, `make real` and cluster jobs run cold. A warm job's `benchmark:` file measures the client: its wall time holds, its memory
 columns do not.
 
-    python -m workflow_lib.warm --socket /tmp/x/warm.sock [--preload MODULE ...]
+    python -m tools.warm --socket /tmp/x/warm.sock [--preload MODULE ...]
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import signal
 import socket
 import struct
 import sys
+from pathlib import Path
 
 ENV = "PERTURBED_LM_WARM"  # the server's socket path, in a job's environment
 # Snakemake gives every job these, set to its threads (snakemake/shell.py); numpy's OpenBLAS reads them at import, so a
@@ -78,14 +81,23 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # ---------------------------------------------------------------------------------------------------- the client
 
 
+HOOK = Path(__file__).resolve().parent / "warm_hook"  # its sitecustomize.py hands jobs over
+
+
+def hooked(env: dict) -> dict:
+    """`env` with the start-up hook's folder first on PYTHONPATH: what the server and its jobs both run with."""
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(HOOK)]
+    return {**env, "PYTHONPATH": os.pathsep.join([str(HOOK), *paths])}
+
+
 def environment(env: dict) -> dict:
     """`env` as a server for the jobs of one thread must be started with."""
-    return {**env, **dict.fromkeys(THREADS, "1")}
+    return {**hooked(env), **dict.fromkeys(THREADS, "1")}
 
 
 def job_module(argv: list[str]) -> str | None:
     """The module of `python -m workflow_lib.<module> ...`, else None (any other form runs cold)."""
-    if len(argv) >= 3 and argv[1] == "-m" and argv[2].startswith("workflow_lib.") and argv[2] != __name__:
+    if len(argv) >= 3 and argv[1] == "-m" and argv[2].startswith("workflow_lib."):
         return argv[2]
     return None
 
@@ -118,7 +130,7 @@ def request(path: str, module: str, args: list[str]) -> None:
         signal.signal(number, lambda received, frame: os.kill(pid, received))
     last = reply.readline().split()
     if last[:1] != ["exit"]:
-        sys.stderr.write(f"workflow_lib.warm: the server lost job {pid} ({module})\n")
+        sys.stderr.write(f"tools.warm: the server lost job {pid} ({module})\n")
         sys.stderr.flush()
         os._exit(1)
     code = int(last[1])
@@ -196,12 +208,12 @@ def serve(path: str, preload: list[str]) -> None:
     imported_env = {k: v for k, v in os.environ.items() if server_env.get(k) != v}
     threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
     if threads != 1:  # forking a process with other threads can deadlock the child
-        sys.exit(f"workflow_lib.warm: {threads} threads after preloading; serving nothing")
+        sys.exit(f"tools.warm: {threads} threads after preloading; serving nothing")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
     log = sys.stderr
-    print(f"workflow_lib.warm: serving on {path} ({len(preload)} modules preloaded)", file=log, flush=True)
+    print(f"tools.warm: serving on {path} ({len(preload)} modules preloaded)", file=log, flush=True)
     running: dict[int, tuple[socket.socket, str]] = {}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while True:
@@ -212,7 +224,7 @@ def serve(path: str, preload: list[str]) -> None:
                 break
             conn, module = running.pop(pid)
             code = os.waitstatus_to_exitcode(status)
-            print(f"workflow_lib.warm: ran {module} (pid {pid}, status {code})", file=log, flush=True)
+            print(f"tools.warm: ran {module} (pid {pid}, status {code})", file=log, flush=True)
             try:
                 conn.sendall(f"exit {code}\n".encode())
             except OSError:
@@ -229,7 +241,7 @@ def serve(path: str, preload: list[str]) -> None:
         differ = refusal(server_env, job["env"])
         if differ:
             print(
-                f"workflow_lib.warm: {job['module']} runs cold: its environment differs in {', '.join(differ)}",
+                f"tools.warm: {job['module']} runs cold: its environment differs in {', '.join(differ)}",
                 file=log,
                 flush=True,
             )
@@ -256,7 +268,7 @@ def serve(path: str, preload: list[str]) -> None:
         for fd in fds:
             os.close(fd)
         running[pid] = (conn, job["module"])
-        print(f"workflow_lib.warm: started {job['module']} (pid {pid})", file=log, flush=True)
+        print(f"tools.warm: started {job['module']} (pid {pid})", file=log, flush=True)
         try:
             conn.sendall(f"pid {pid}\n".encode())
         except OSError:  # the client is gone; the job still runs, and is reaped above
@@ -266,7 +278,7 @@ def serve(path: str, preload: list[str]) -> None:
 def main() -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m workflow_lib.warm", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.warm", description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True, help="the Unix socket to listen on (PERTURBED_LM_WARM of jobs)")
     parser.add_argument(
         "--preload",
