@@ -10,7 +10,9 @@ if os.environ.get("PERTURBED_LM_WARM"):
     import importlib.util
     from pathlib import Path
 
-    _spec = importlib.util.spec_from_file_location("_perturbed_lm_warm", Path(__file__).resolve().parent.parent / "warm.py")
+    _spec = importlib.util.spec_from_file_location(
+        "_perturbed_lm_warm", Path(__file__).resolve().parent.parent / "warm.py"
+    )
     _warm = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_warm)
     _warm.handoff()
