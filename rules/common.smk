@@ -17,7 +17,7 @@ from snakemake.utils import update_config
 from workflow_lib.config import ConfigError, typed_overrides, validate_config
 from workflow_lib.constants import NO_TRAIN_DATASET, UNTRAINED
 from workflow_lib.cost.devices import check_cost
-from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, runtime_minutes as predicted_minutes, shard_counts
+from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, planned, runtime_minutes as predicted_minutes
 from workflow_lib.data.downloads import fetched
 from workflow_lib.data.splits import split_spec
 from workflow_lib.grid import all_targets, dataset_splits
@@ -43,7 +43,7 @@ update_config(config, typed_overrides(workflow.config_settings.config))
 try:
     validate_config(config, workdir=Path.cwd())
     check_cost(config["cost"])
-    shard_counts(config)  # the plan's shards: a time limit below one sampling batch is refused here
+    planned(config)  # the cost model's plan: a sampling shard predicted past cost.max_minutes is refused here
 except ConfigError as error:
     print(f"Invalid configuration: {error}", file=sys.stderr)
     sys.exit(1)

@@ -3,7 +3,7 @@ from workflow_lib.sample.settings import decoder_settings, sampling_settings, te
 
 
 # One shard of an evaluation's samples: whole batches of its rows (workflow_lib/sample/shards.py). How many shards
-# each evaluation has comes from cost.max_minutes or sampling.shards (inputs.sample_shards); a shard is kept until
+# each evaluation has comes from its planned rows and sampling.shard_batches (inputs.sample_shards); a shard is kept until
 # gather_samples has joined them, so a lost shard reruns alone.
 rule sample:
     input:

@@ -108,6 +108,12 @@ def check_schema(config: dict, schema: dict | None = None) -> None:
             "`experiments.<name>.decoders` (default [unbiased])"
         )
 
+    if "shards" in (config.get("sampling") or {}):
+        raise ConfigError(
+            "config key sampling.shards: replaced by sampling.shard_batches, the most batches one sampling job "
+            "continues (null: one job per evaluation), so that no cost setting moves a shard; the plan refuses shards "
+            "predicted past cost.max_minutes and names the value that fits"
+        )
     schema = schema or load_schema()
     validator = jsonschema.Draft202012Validator(schema)
     error = best_match(validator.iter_errors(config))
@@ -515,6 +521,13 @@ def typed_overrides(overrides: Mapping) -> dict:
 def check_input(config: dict) -> None:
     """The config as written: the schema (one line naming the key), and the names the workflow reserves."""
     check_schema(config)
+    most = (config.get("sampling") or {}).get("shard_batches")
+    unknown = sorted(set(most) - set(config["models"]) - {"default"}) if isinstance(most, dict) else []
+    if unknown:
+        raise ConfigError(
+            f"config key sampling.shard_batches.{unknown[0]}: not a model of this config; name one of "
+            f"{', '.join(sorted(config['models']))}, or `default` for the others"
+        )
     if NO_TRAIN_DATASET in config["datasets"]:
         raise ConfigError(
             f"config key datasets.{NO_TRAIN_DATASET}: the name is reserved (a zero-shot experiment's "

@@ -183,11 +183,11 @@ class Inputs:
         return inputs
 
     def sample_shards(self, wildcards: Any) -> list[str]:
-        """The shards of one evaluation's samples, in order (the plan's number: `cost.slurm.shard_counts`)."""
-        from workflow_lib.cost.slurm import shard_counts
+        """The shards of one evaluation's samples, in order (their number is the data's: `sizes.sampling_shards`)."""
+        from workflow_lib.cost.sizes import sampling_shards
 
         ev = evaluation_of(wildcards)
-        return ev.shards(shard_counts(self.config)[ev.path("samples")])
+        return ev.shards(sampling_shards(self.config, ev.eval_set, ev.run.model))
 
     def featuriser_id(self) -> str:
         """A path-safe name for the featuriser (a local folder is named by its last component)."""

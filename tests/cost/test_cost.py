@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from tools.workflow_runs import REPO, tiny_config
 from workflow_lib import layout
@@ -230,7 +231,8 @@ def test_estimate_prints_the_paper_table_offline_in_seconds(tmp_path):
     seconds = time.monotonic() - start
     assert done.returncode == 0, done.stderr
     assert seconds < 30, seconds
-    shards = sum(slurm.shard_counts(load_config(["configs/paper.yaml"], REPO)).values())
+    paper = load_config(["configs/paper.yaml"], REPO)
+    shards = sum(1 for job in slurm.planned(paper).values() if job.rule == "sample")
     for rule, jobs in {"train": 54, "sample": shards, "sample_features": 196, "perplexity": 57, "features": 4}.items():
         assert f"| {rule} | {jobs} | GPU |" in done.stdout, done.stdout
     # MAUVE's k-means runs in CPU jobs: the GPU-hours it would have idled, less the split's start-up, are saved
@@ -241,7 +243,10 @@ def test_estimate_prints_the_paper_table_offline_in_seconds(tmp_path):
     assert saved, done.stdout
     saved_h, core_h, added_h = (float(x.replace(",", "")) for x in saved.groups())
     assert core_h > 30 and 0 < added_h < 1 and saved_h == pytest.approx(core_h - added_h, abs=0.11)
-    assert f"Sampling: 196 evaluations in {shards} shards (auto" in done.stdout
+    assert (
+        f"Sampling: 196 evaluations in {shards} shards (sampling.shard_batches {{default: 400, gpt-neo-1.3b: 48}}"
+        in done.stdout
+    )
     assert "A prediction, not a measurement" in done.stdout and "GPU-hours" in done.stdout
     assert (tmp_path / "estimate/a100-80gb.md").read_text() == done.stdout.rstrip("\n") + "\n"
     assert (tmp_path / "estimate/a100-80gb.csv").read_text().startswith("rule,jobs,unknown,on,flops")
@@ -307,6 +312,15 @@ def paper_config(**cost) -> dict:
     return config
 
 
+def shard_plan(config: dict) -> dict[str, list[str]]:
+    """{samples path: its shards' paths}, as the cost model plans them."""
+    shards: dict[str, list[str]] = {}
+    for job in slurm.planned(config).values():
+        if job.rule == "sample":
+            shards.setdefault(job.samples, []).append(job.key)
+    return shards
+
+
 def test_the_papers_study_plans_every_job_within_its_four_hour_limit():
     config = paper_config()
     assert (config["cost"]["device"], config["cost"]["max_minutes"]) == ("a100-80gb", 240)
@@ -314,37 +328,59 @@ def test_the_papers_study_plans_every_job_within_its_four_hour_limit():
     assert all(not j.unknown for j in planned.values())
     assert max(slurm.runtime_minutes(config, key) for key in planned) <= 240
     assert max(j.seconds for j in planned.values()) * config["cost"]["safety"] <= 240 * 60
-    shards = slurm.shard_counts(config)
-    assert len(shards) == 196 and max(shards.values()) > 1
-    # Without a limit the longest sampling job is predicted far past 4 h: the limit is what splits it.
-    unlimited = paper_config(max_minutes=None)
-    assert set(slurm.shard_counts(unlimited).values()) == {1}
-    assert max(j.seconds for j in slurm.planned(unlimited).values()) > 4 * 3600
-    # A day's limit needs fewer shards; each shard of an evaluation is its whole batches, so the shards' rows add up.
-    day = slurm.shard_counts(paper_config(max_minutes=1440))
-    assert len(shards) < sum(day.values()) < sum(shards.values())
-    rows = {}
+    shards = shard_plan(config)
+    assert len(shards) == 196 and max(map(len, shards.values())) > 1
+    # Each shard of an evaluation is whole batches of its rows, at most sampling.shard_batches of them.
     for job in planned.values():
         if job.rule == "sample":
-            rows[job.samples] = rows.get(job.samples, 0) + 1
-    assert rows == shards
+            assert job.flops > 0 and len(shards[job.samples]) == job.shards
 
 
-def test_a_time_limit_below_one_sampling_batch_is_refused_naming_the_smallest_workable_value():
-    with pytest.raises(ConfigError, match=r"cost.max_minutes: 1 minutes .* smallest workable value is (\d+)") as error:
+def test_no_cost_setting_or_device_moves_a_sampling_shard():
+    """Issue 53: the shards are the data's (sampling.shard_batches), so what a user changes after a timeout (a
+    larger cost.safety or cost.max_minutes) or for another cluster (cost.device, a datasheet) leaves every shard's
+    path, and so every finished sampling job, as it was; only the requests change."""
+    base = shard_plan(paper_config())
+    for cost in ({"safety": 3}, {"device": "h100"}, {"max_minutes": 480}, {"max_minutes": None}, {"min_minutes": 30}):
+        assert shard_plan(paper_config(**cost)) == base, cost
+    faster = paper_config(devices={"a100-80gb": {"peak_fp32": 1e15, "mfu_forward": 0.9}})  # a datasheet override
+    assert shard_plan(faster) == base
+    key = next(iter(base.values()))[0]
+    assert slurm.runtime_minutes(paper_config(safety=3), key) > slurm.runtime_minutes(paper_config(), key)
+
+
+def test_a_shard_predicted_past_the_limit_is_refused_naming_the_shard_batches_that_fit():
+    with pytest.raises(ConfigError, match=r"set sampling.shard_batches to at most (\{.*\}) \(its") as error:
+        slurm.planned(paper_config(max_minutes=60, min_minutes=1))
+    fits = yaml.safe_load(re.search(r"at most (\{.*\}) \(its", error.value.args[0]).group(1))
+    assert set(fits) == {"gpt2", "opt-125m", "gpt-neo-1.3b"} and 1 <= fits["gpt-neo-1.3b"] < 48
+    assert "cost.max_minutes: 60 minutes" in error.value.args[0]
+    config = paper_config(max_minutes=60, min_minutes=1)
+    config["sampling"]["shard_batches"] = fits  # what the message names: every shard then fits
+    assert max(j.seconds for j in slurm.planned(config).values() if j.rule == "sample") * 2 <= 60 * 60
+    with pytest.raises(ConfigError, match=r"not even one batch of 64 rows fits .* raise cost.max_minutes"):
         slurm.planned(paper_config(max_minutes=1, min_minutes=1))
-    smallest = int(error.value.args[0].split("the smallest workable value is ")[1].split(",")[0])
-    assert smallest > 1
-    slurm.planned(paper_config(max_minutes=smallest, min_minutes=1))  # it is workable
-    with pytest.raises(ConfigError, match="cost.max_minutes"):
-        slurm.planned(paper_config(max_minutes=smallest - 1, min_minutes=1))
+    # predicted within the limit but not x cost.safety: planned, asking for the limit
+    config = paper_config(safety=3)
+    assert max(j.seconds for j in slurm.planned(config).values()) * 3 > 240 * 60
+    assert max(slurm.runtime_minutes(config, key) for key in slurm.planned(config)) == 240
+
+
+def test_the_old_shards_key_and_unknown_models_are_refused_naming_the_key():
+    with pytest.raises(ConfigError, match="sampling.shards: replaced by sampling.shard_batches"):
+        config_of(sampling={"shards": 3})
+    with pytest.raises(ConfigError, match="sampling.shard_batches.gpt9: not a model of this config; name one of tiny"):
+        config_of(sampling={"shard_batches": {"default": 2, "gpt9": 1}})
+    mapped = config_of(sampling={"shard_batches": {"default": None, "tiny": 1}, "batch_size": 2})
+    assert {j.shards for j in slurm.planned(mapped).values() if j.rule == "sample"} != {1}
 
 
 def test_a_fixed_number_of_shards_is_kept_and_requests_stay_under_the_limit():
-    config = config_of(sampling={"shards": 3}, cost={"max_minutes": 15, "min_minutes": 1, "safety": 1_000_000})
-    assert set(slurm.shard_counts(config).values()) == {3}
+    config = config_of(
+        sampling={"shard_batches": 1, "batch_size": 2}, cost={"max_minutes": 15, "min_minutes": 1, "safety": 1_000_000}
+    )
     sample = next(j for j in slurm.planned(config).values() if j.rule == "sample")
-    assert sample.key.endswith(".shards/0-of-3.parquet")
+    assert sample.shards > 1 and sample.key.endswith(f".shards/0-of-{sample.shards}.parquet")
     # predicted x safety is far over 15 minutes: the request stops at the limit, for every attempt
     assert slurm.runtime_minutes(config, sample.key, 1) == slurm.runtime_minutes(config, sample.key, 3) == 15
     with pytest.raises(ConfigError, match="cost.max_minutes: 5 is below cost.min_minutes"):

@@ -81,20 +81,22 @@ def test_the_pages_figures_are_the_commands(printed, tmp_path):
     assert f"less {added} of start-up" in page and f"of which the split saves {saved}" in page
     sample_share = next(float(row[6].rstrip("%")) for row in rows if row[0] == "sample")
     assert round(sample_share / 100, 1) == 0.9 and "Sampling is nine tenths of the study" in page
-    # The longest job one evaluation's sampling would be, without the 4-hour limit, and the shards the limit makes
-    unlimited = estimate(tmp_path, "cost: {max_minutes: null}\n")
-    hours, job = re.search(r"Longest job: ([\d.]+) h \(sample (\S+)\)", unlimited).groups()
-    assert (
-        f"predicted at {float(hours):.1f} hours: sampling GPT-Neo-1.3B on WritingPrompts with Brier at insertion"
-        in page
-    )
+    # The longest job one evaluation's sampling would be in one job, and the shards sampling.shard_batches makes
+    whole = estimate(tmp_path, "cost: {max_minutes: null}\nsampling: {shard_batches: null}\n")
+    hours, job = re.search(r"Longest job: ([\d.]+) h \(sample (\S+)\)", whole).groups()
+    assert f"would be predicted at up to {float(hours):.1f} hours: sampling GPT-Neo-1.3B on WritingPrompts" in page
+    assert f"in one job an evaluation would take up to {float(hours):.1f}" in page
     assert all(part in job for part in ("gpt-neo-1.3b", "/brier/", "/writingprompts/", "insertion-0.025-exact"))
-    shards = re.search(r"Sampling: 196 evaluations in (\d+) shards \(auto: 1 to (\d+)", printed).groups()
-    assert f"{shards[0]} shards for the 196 evaluations, up to {shards[1]} for one" in page
-    day = re.search(r"in (\d+) shards", estimate(tmp_path, "cost: {max_minutes: 1440}\n")).group(1)
-    assert f"{day} at a 24-hour limit" in page
+    assert f"{total(whole):,.1f} GPU-hours in one job per evaluation" in page and f"{gpu_hours:,.1f} in shards" in page
+    pattern = r"Sampling: 196 evaluations in (\d+) shards \(sampling.shard_batches (\{.*\}): (\d+) to (\d+)"
+    shards = re.search(pattern, printed).groups()
+    assert (
+        f"`sampling.shard_batches: {shards[1]}`): {shards[0]} shards for the 196 evaluations, up to {shards[3]}" in page
+    )
+    assert f"{shards[0]} shards ({shards[2]} to {shards[3]} for one)" in page
     longest = re.search(r"Longest job: ([\d.]+) h \(sample \S+\); its request \(([\d,]+) min\)", printed).groups()
     assert f"the longest shard is predicted at {longest[0]} h, a request of {longest[1]} minutes" in page
+    assert f"is predicted at {longest[0]} hours; in one job" in page
     assert "Every job's static memory" in page and "every job's static memory fits" in printed.lower()
     bf16 = total(estimate(tmp_path, "sampling: {precision: bf16}\n"))
     assert f"predicts {bf16:,.1f} GPU-hours for the whole study instead of {gpu_hours:,.1f}" in page

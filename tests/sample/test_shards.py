@@ -14,7 +14,7 @@ from workflow_lib.cli import StageError
 from workflow_lib.files import read_parquet, write_parquet
 from workflow_lib.perturb.synonym_table import SynonymTable
 from workflow_lib.sample import gather, sampler
-from workflow_lib.sample.shards import batch_ranges, shard_rows, shards_needed
+from workflow_lib.sample.shards import batch_ranges, batches_that_fit, shard_count, shard_rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: tiny models on one thread
 
@@ -44,20 +44,21 @@ def test_shards_are_whole_batches_covering_every_row_once():
             shard_rows(10, 2, index, count)
 
 
-def test_shards_needed_is_the_fewest_that_fit():
-    # 10 batches of 60 s and 30 s to start: 630 s unsharded
-    assert shards_needed(10, 60, 30, 630) == 1
-    assert shards_needed(10, 60, 30, 629) == 2  # 5 batches each: 330 s
-    assert shards_needed(10, 60, 30, 330) == 2
-    assert shards_needed(10, 60, 30, 329) == 3  # at most 4 batches: 270 s
-    assert shards_needed(10, 60, 30, 90) == 10
-    assert shards_needed(10, 60, 30, 89) is None  # one batch does not fit
-    for limit in range(90, 700, 7):
-        count = shards_needed(10, 60, 30, limit)
-        longest = max(stop - start for start, stop in batch_ranges(10, count))
-        assert 30 + 60 * longest <= limit
-        if count > 1:  # one shard fewer would not fit
-            assert 30 + 60 * max(stop - start for start, stop in batch_ranges(10, count - 1)) > limit
+def test_an_evaluation_has_the_fewest_shards_of_at_most_shard_batches_batches():
+    assert shard_count(100, 8, None) == 1  # null: one job per evaluation
+    assert shard_count(100, 8, 13) == 1  # 13 batches (the last of 4 rows) in one
+    assert shard_count(100, 8, 12) == 2 and shard_count(100, 8, 1) == 13
+    assert shard_count(0, 8, 4) == 1
+    for rows, batch, most in ((100, 8, 5), (97, 10, 3), (64, 64, 1), (1000, 7, 9)):
+        count = shard_count(rows, batch, most)
+        sizes = [stop - start for start, stop in batch_ranges(-(-rows // batch), count)]
+        assert max(sizes) <= most and (count == 1 or sum(sizes) > most * (count - 1))  # one fewer would not hold them
+
+
+def test_batches_that_fit_is_the_most_one_job_runs_within_a_limit():
+    # batches of 60 s and 30 s to start
+    assert batches_that_fit(60, 30, 630) == 10 and batches_that_fit(60, 30, 629) == 9
+    assert batches_that_fit(60, 30, 90) == 1 and batches_that_fit(60, 30, 89) == 0
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +143,6 @@ def test_the_number_of_shards_is_not_a_setting_of_the_sampled_law():
 
     test = SamplingCondition("unbiased", "none", "none", "0", "exact")
     config = tiny_config()
-    fixed = validate_config({**config, "sampling": {**config["sampling"], "shards": 4}})
+    fixed = validate_config({**config, "sampling": {**config["sampling"], "shard_batches": 4}})
     assert sampling_settings(fixed, test) == sampling_settings(validate_config(tiny_config()), test)
-    assert "shards" not in sampling_settings(fixed, test) and fixed["sampling"]["shards"] == 4
+    assert "shard_batches" not in sampling_settings(fixed, test) and fixed["sampling"]["shard_batches"] == 4

@@ -155,8 +155,8 @@ def minutes(limit: str) -> int:
 # A large safety factor and a floor of one minute, so each GPU rule's request differs from the others' and from
 # any constant: the test can then see that --time follows each job's prediction.
 COST = {"safety": 60, "min_minutes": 1}
-# Sampling in 3 shards of whole batches: 10 prompts x 2 runs in batches of 8 is shards of 8, 8 and 4 rows.
-SAMPLING = {"shards": 3, "batch_size": 8}
+# Sampling in 3 shards of one batch: 10 prompts x 2 runs in batches of 8 is shards of 8, 8 and 4 rows.
+SAMPLING = {"shard_batches": 1, "batch_size": 8}
 CANCELLED_SHARD = r"^rule_sample_wildcards_.*_1_3$"  # shard 1 of 3 (its wildcards end with the shard and the count)
 
 

@@ -41,6 +41,9 @@ def study_config() -> dict:
             "train_perturbation": {"intensities": [0, 0.1], "synonyms": ["oracle"]},
         },
     }
+    # Sampling in shards (20 rows in batches of 8: 3 batches, shards of at most 2) under a time limit, as on a cluster
+    config["sampling"] = {**config["sampling"], "batch_size": 8, "shard_batches": 2}
+    config["cost"] = {"max_minutes": 600}
     return config
 
 
@@ -113,6 +116,7 @@ def test_adding_an_intensity_plans_only_that_intensity(study):
         "perplexity",
         "perturb",
         "sample",
+        "sample",  # its 2 shards
         "sample_features",
         "train",
     ]
@@ -148,6 +152,7 @@ def test_changing_an_objectives_hyperparameter_reruns_only_its_trainings_and_wha
         "gather_samples",
         "perplexity",
         "sample",
+        "sample",  # its 2 shards
         "sample_features",
         "train",
     ]
@@ -161,9 +166,9 @@ def test_changing_an_evaluation_setting_reruns_no_training(study):
     config = study_config()
     config["sampling"]["runs"] = 3  # read by the sampling jobs only; the evaluations read their samples
     jobs = plan_after(study, config)
-    assert sorted(job.rule for job in jobs).count("sample") == len(
+    assert sorted(job.rule for job in jobs).count("sample") == 2 * len(
         list((study[1] / "results/samples").rglob("*.parquet"))
-    )
+    )  # 2 shards an evaluation
     assert {job.rule for job in jobs} == {"sample", "gather_samples", "sample_features", "evaluate"}, [
         (job.rule, job.reason) for job in jobs
     ]
@@ -189,7 +194,7 @@ def test_editing_a_workflow_lib_module_reruns_the_jobs_whose_rules_run_it(study)
     for job in by_rule["sample"]:  # a shard is a temporary file, gone once gathered: missing, and its code changed
         assert job.reason.startswith("Missing output files") and CODE_CHANGED in job.reason, job.reason
     assert all("results/samples/" in job.reason for job in by_rule["evaluate"] + by_rule["sample_features"])
-    assert len(by_rule["sample"]) == len(list((study[1] / "results/samples").rglob("*.parquet")))
+    assert len(by_rule["sample"]) == 2 * len(list((study[1] / "results/samples").rglob("*.parquet")))  # 2 shards
     assert not plan_after(study, study_config())  # restored: nothing to do
 
 
@@ -410,6 +415,29 @@ def test_an_unrelated_config_edit_plans_nothing(study):
         assert_nothing_planned(full_plan(workflow, workdir))
     finally:
         write_config(workdir, study_config())
+
+
+@pytest.mark.parametrize(
+    "cost",
+    [
+        {"safety": 3},  # what a user raises after a timeout
+        {"max_minutes": 1200},  # ... or a partition with a longer limit
+        {"device": "h100", "cpu": "a100-80gb"},  # another cluster
+        {"devices": {"cpu": {"peak_fp32": 1e9, "load_bytes_per_s": 1e7}}},  # a datasheet of its own
+    ],
+)
+def test_cost_settings_rerun_nothing_not_even_a_sampling_shard(study, cost):
+    """Issue 53: the study samples each evaluation in 2 shards under a 600-minute limit; a cost setting changes what
+    the jobs ask a cluster for and no result path, so the plan is empty (the shards are temporary and gone: a moved
+    shard would have replanned the gather and its sampling)."""
+    from workflow_lib.config import validate_config
+    from workflow_lib.cost.slurm import planned
+
+    config = study_config()
+    assert {job.shards for job in planned(validate_config(study_config())).values() if job.rule == "sample"} == {2}
+    config["cost"] = {**config["cost"], **cost}
+    assert_nothing_planned(plan_after(study, config))
+    write_config(study[1], study_config())
 
 
 def test_a_report_key_reruns_only_the_report(study):

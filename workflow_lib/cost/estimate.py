@@ -22,7 +22,7 @@ from pathlib import Path
 
 from workflow_lib.config import ConfigError
 from workflow_lib.cost.devices import Device, assumptions, device
-from workflow_lib.cost.jobs import RULES, Job, plan_jobs
+from workflow_lib.cost.jobs import RULES, Job, flow, plan_jobs
 
 CALIBRATION = Path("results/estimate/calibration.json")
 PARTS = {
@@ -89,7 +89,8 @@ def rule_table(jobs: list[Job], gpus: int, cores: int) -> list[dict]:
 
 def time_limit_plan(config: dict, jobs: list[Job], gpu: Device) -> list[str]:
     """The shards of sampling and the longest job against `cost.max_minutes`, as the workflow will run them (the
-    shards are planned from the config alone, on the device the estimate is for: `cost.device` in a run)."""
+    shards are the data's: `sampling.shard_batches`, the same on every device; their times are predicted on the
+    device the estimate is for)."""
     cost = config["cost"]
     limit, safety = cost["max_minutes"], cost["safety"]
     shards = {j.samples: j.shards for j in jobs if j.shards}
@@ -103,7 +104,7 @@ def time_limit_plan(config: dict, jobs: list[Job], gpu: Device) -> list[str]:
         )
     if shards:
         counts = sorted(shards.values())
-        how = "sampling.shards" if config["sampling"]["shards"] != "auto" else "auto"
+        how = f"sampling.shard_batches {flow(config['sampling']['shard_batches'])}"
         lines.append(
             f"Sampling: {len(shards)} evaluations in {sum(counts)} shards ({how}: {counts[0]} to {counts[-1]} an "
             f"evaluation, median {counts[len(counts) // 2]})"
@@ -116,7 +117,7 @@ def time_limit_plan(config: dict, jobs: list[Job], gpu: Device) -> list[str]:
         verdict = (
             f"its request ({request:,.0f} min) is within the limit"
             if limit is not None and request <= limit
-            else "a cluster's time limit below its request needs cost.max_minutes set (sampling then runs in shards)"
+            else "a cluster's time limit below its request needs cost.max_minutes set and sampling.shard_batches"
             if limit is None
             else f"its request ({request:,.0f} min) is over the limit"
         )
@@ -124,13 +125,14 @@ def time_limit_plan(config: dict, jobs: list[Job], gpu: Device) -> list[str]:
     if limit is not None:
         over = [j for j in known if j.seconds * safety / 60 > limit]
         for job in sorted(over, key=lambda j: -j.seconds)[:5]:
-            what = "it resumes from its checkpoint when retried" if job.rule == "train" else "a faster cost.device"
+            what = (
+                "it resumes from its checkpoint when retried"
+                if job.rule == "train"
+                else "it asks for the limit; fewer sampling.shard_batches fit it"
+                if job.rule == "sample"
+                else "a faster cost.device"
+            )
             lines.append(f"- over the limit: {job.rule} {job.key} ({job.seconds / 3600:.2f} h): {what}")
-    if config["cost"]["device"] != gpu.name and shards:
-        lines.append(
-            f"(Planned on {gpu.name}; a run plans its shards on cost.device, {config['cost']['device']}: set it to "
-            "run this plan.)"
-        )
     return lines
 
 

@@ -31,7 +31,7 @@ from workflow_lib.cost.devices import Device
 from workflow_lib.cost.shapes import Shape, featuriser_shape, model_shape
 from workflow_lib.layout import FEATURES, parse
 from workflow_lib.perturb.strategies import get as get_strategy
-from workflow_lib.sample.shards import shard_rows, shards_needed
+from workflow_lib.sample.shards import batches_that_fit, shard_rows
 from workflow_lib.train.settings import training_settings
 
 RULES = ("train", "sample", "sample_features", "evaluate", "perplexity", "features", "extrapolation")  # the modelled
@@ -210,54 +210,65 @@ def sample_job(
     return job
 
 
-def shard_count(config: dict, ev, dev: Device) -> int:
-    """How many shards an evaluation's sampling is split into: `sampling.shards`, or under `auto` the fewest whose
-    longest job, predicted from the config alone (so the plan does not change once data exist) x `cost.safety`, fits
-    `cost.max_minutes` (one shard without a limit, or where the model's size is unknown before it runs). A limit
-    below one batch raises `LimitTooShort`, with the smallest workable value."""
-    fixed, limit = config["sampling"]["shards"], config["cost"]["max_minutes"]
-    if fixed != "auto":
-        return int(fixed)
-    if limit is None:
-        return 1
-    batch = config["sampling"]["batch_size"]
-    one = sample_job(config, "", ev.run.model, ev.eval_set, ev.test, dev, None, rows=batch)
-    if one.unknown:
-        return 1
-    batch_s = one.parts["compute"] + one.parts["overhead"]
-    fixed_s = one.parts["fixed"] + one.parts["load"]
-    safety = config["cost"]["safety"]
-    batches = math.ceil(sample_rows(config, ev.eval_set, None) / batch)
-    count = shards_needed(batches, batch_s, fixed_s, limit * 60 / safety)
-    if count is None:
-        raise LimitTooShort(math.ceil((batch_s + fixed_s) * safety / 60), ev.path("samples"), batch_s + fixed_s)
-    return count
+class ShardTooLong(Exception):
+    """A sampling shard of `samples` predicted past `cost.max_minutes` (`seconds`); `fits` batches per shard would fit
+    at `cost.safety` (0: not even one batch)."""
+
+    def __init__(self, samples: str, seconds: float, fits: int, model: str):
+        super().__init__(samples, seconds, fits, model)
+        self.samples, self.seconds, self.fits, self.model = samples, seconds, fits, model
 
 
-class LimitTooShort(Exception):
-    """`cost.max_minutes` below one sampling batch of `samples` (`seconds` predicted); `smallest` minutes fit it."""
+def check_shards(config: dict, ev, dev: Device, shards: list[Job]) -> None:
+    """Raise `ShardTooLong` where an evaluation's longest shard is predicted past `cost.max_minutes`. The check only:
+    the shards are the data's (`sizes.sampling_shards`), so a cost setting never moves one. A shard whose prediction
+    fits the limit but not x `cost.safety` runs, asking for the limit (`make estimate` lists it)."""
+    limit = config["cost"]["max_minutes"]
+    longest = max((j for j in shards if not j.unknown), key=lambda j: j.seconds, default=None)
+    if limit is None or longest is None or longest.seconds <= limit * 60:
+        return
+    one = sample_job(config, "", ev.run.model, ev.eval_set, ev.test, dev, None, rows=config["sampling"]["batch_size"])
+    batch_s, fixed_s = one.parts["compute"] + one.parts["overhead"], one.parts["fixed"] + one.parts["load"]
+    fits = batches_that_fit(batch_s, fixed_s, limit * 60 / config["cost"]["safety"])
+    raise ShardTooLong(longest.samples, longest.seconds, fits, ev.run.model)
 
-    def __init__(self, smallest: int, samples: str, seconds: float):
-        super().__init__(smallest, samples, seconds)
-        self.smallest, self.samples, self.seconds = smallest, samples, seconds
+
+def flow(value) -> str:
+    """A config value as YAML's flow style writes it: null, 48, {default: 400, gpt-neo-1.3b: 48}."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {flow(v)}" for k, v in value.items()) + "}"
+    return "null" if value is None else str(value)
 
 
-def time_limit_error(config: dict, dev: Device, worst: LimitTooShort):
-    """The config error of a time limit below one sampling batch: the key, the job and the smallest workable value."""
+def shard_limit_error(config: dict, dev: Device, too_long: list[ShardTooLong]):
+    """The config error of sampling shards predicted past the time limit: the keys, the longest shard, and per model
+    the most batches that fit."""
     from workflow_lib.config import ConfigError
 
-    cost, batch = config["cost"], config["sampling"]["batch_size"]
+    cost, s = config["cost"], config["sampling"]
+    worst = max(too_long, key=lambda e: e.seconds)
+    fits: dict[str, int] = {}
+    for error in too_long:
+        fits[error.model] = min(fits.get(error.model, error.fits), error.fits)
+    head = (
+        f"cost.max_minutes: {cost['max_minutes']} minutes is less than a sampling shard of {worst.samples} is "
+        f"predicted to take on {dev.name} ({worst.seconds / 60:,.1f} minutes; sampling.shard_batches: "
+        f"{flow(s['shard_batches'])})"
+    )
+    if min(fits.values()) < 1:
+        return ConfigError(
+            f"{head}; not even one batch of {s['batch_size']} rows fits x cost.safety {cost['safety']:g}: "
+            "raise cost.max_minutes or lower sampling.batch_size"
+        )
     return ConfigError(
-        f"cost.max_minutes: {cost['max_minutes']} minutes is less than one sampling batch needs on {dev.name}: "
-        f"{worst.samples} takes a predicted {worst.seconds / 60:.1f} minutes for one batch of {batch} rows "
-        f"(sampling.batch_size), x cost.safety {cost['safety']:g}; the smallest workable value is {worst.smallest}, "
-        "or lower sampling.batch_size"
+        f"{head}: set sampling.shard_batches to at most {flow(dict(sorted(fits.items())))} (its shards then fit x cost.safety "
+        f"{cost['safety']:g}; a changed value reruns that sampling), or raise cost.max_minutes"
     )
 
 
 def sample_jobs(config: dict, ev, dev: Device, workdir: Path | None) -> list[Job]:
-    """The sampling jobs of one evaluation: its shards (`shard_count`), each its whole batches of the rows."""
-    count = shard_count(config, ev, dev)
+    """The sampling jobs of one evaluation: its shards (`sizes.sampling_shards`), each its whole batches of the rows."""
+    count = sizes.sampling_shards(config, ev.eval_set, ev.run.model)
     rows, batch = sample_rows(config, ev.eval_set, workdir), config["sampling"]["batch_size"]
     jobs = []
     by_rows: dict[int, Job] = {}  # shards hold at most three row counts: each is predicted once
@@ -369,15 +380,16 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
                 )
     jobs = list({j.key: j for j in jobs}.values())
     s, e = config["sampling"], config["evaluation"]
-    too_short: list[LimitTooShort] = []
+    too_long: list[ShardTooLong] = []
     for ev in grid.evaluation_runs(config):
+        shards = sample_jobs(config, ev, on(s["gpus"]), workdir)
         try:
-            jobs += sample_jobs(config, ev, on(s["gpus"]), workdir)
-        except LimitTooShort as error:
-            too_short.append(error)
-        jobs += evaluation_jobs(config, ev, on(e["gpus"]), cpu, workdir)
-    if too_short:  # the smallest limit that fits every evaluation
-        raise time_limit_error(config, on(s["gpus"]), max(too_short, key=lambda e: e.smallest))
+            check_shards(config, ev, on(s["gpus"]), shards)
+        except ShardTooLong as error:
+            too_long.append(error)
+        jobs += shards + evaluation_jobs(config, ev, on(e["gpus"]), cpu, workdir)
+    if too_long:  # the smallest shards any evaluation needs
+        raise shard_limit_error(config, on(s["gpus"]), too_long)
     for folder, eval_sets in grid.perplexity_jobs(config).items():
         model = parse(folder).run.model
         shape, tpw = (

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from workflow_lib.layout import prompts_path, tokens_path
 from workflow_lib.perturb.strategies import get as get_strategy
+from workflow_lib.sample.shards import shard_count
 
 # Words per sentence of the builtin grammar at its default settings (measured: 200 documents of 20 sentences).
 BUILTIN_WORDS_PER_SENTENCE = 7.33
@@ -154,3 +155,18 @@ def eval_set_prompts(config: dict, eval_set: str, workdir: Path | None = Path(".
         "reference_words": prefix + config["prompts"]["reference_words"],
         "source": "config",
     }
+
+
+def shard_batches(config: dict, model: str) -> int | None:
+    """`sampling.shard_batches` for `model`: the value, or a mapping's entry for the model, else its `default`."""
+    value = config["sampling"]["shard_batches"]
+    return value.get(model, value.get("default")) if isinstance(value, dict) else value
+
+
+def sampling_shards(config: dict, eval_set: str, model: str) -> int:
+    """How many shards an evaluation's sampling has: its planned rows (the config's prompt cap x runs, never the
+    downloaded data, so the number does not move once data exist) in shards of at most `shard_batches` batches.
+    Nothing of the cost model enters it."""
+    s = config["sampling"]
+    rows = int(eval_set_prompts(config, eval_set, None)["prompts"]) * s["runs"]
+    return shard_count(rows, s["batch_size"], shard_batches(config, model))

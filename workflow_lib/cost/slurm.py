@@ -15,7 +15,7 @@ import math
 from workflow_lib.cost.devices import device
 from workflow_lib.cost.jobs import ADAM_BYTES_PER_PARAM, Job, plan_jobs
 
-_PLANS: dict[int, tuple[dict, dict[str, Job], dict[str, int]]] = {}
+_PLANS: dict[int, tuple[dict, dict[str, Job]]] = {}
 HOST_BASE_MB = 4000  # interpreter, torch, transformers and the data a job holds, measured below 3 GB (max_rss)
 
 
@@ -28,17 +28,13 @@ def devices_of(config: dict):
 def planned(config: dict) -> dict[str, Job]:
     """{output path: Job} for the config, from the config alone (no file of results/ is read, so a request does not
     depend on when snakemake evaluates it); computed once per config. Snakemake asks for every GPU job's runtime
-    and memory and every gather's shards (thousands of calls in the paper's plan): a config seen before is found by
+    and memory (thousands of calls in the paper's plan): a config seen before is found by
     identity and compared by value (a copy is kept), far cheaper than serialising it for every call."""
     seen = _PLANS.get(id(config))
     if seen is None or seen[0] != config:
         gpu, cpu = devices_of(config)
         jobs = {job.key: job for job in plan_jobs(config, gpu, cpu, workdir=None)}
-        seen = _PLANS[id(config)] = (
-            copy.deepcopy(config),
-            jobs,
-            {j.samples: j.shards for j in jobs.values() if j.shards},
-        )
+        seen = _PLANS[id(config)] = (copy.deepcopy(config), jobs)
     return seen[1]
 
 
@@ -53,12 +49,6 @@ def planned_job(config: dict, output: str) -> Job:
             "runtime and memory are unknown"
         )
     return jobs[output]
-
-
-def shard_counts(config: dict) -> dict[str, int]:
-    """{samples path: the number of shards its sampling is split into} (the plan's, `jobs.shard_count`)."""
-    planned(config)
-    return _PLANS[id(config)][2]
 
 
 def runtime_minutes(config: dict, output: str, attempt: int = 1) -> int:

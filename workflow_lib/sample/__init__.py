@@ -5,7 +5,7 @@
   ancestral sampling at intensity 0.
 - `reuse`: `exact` as the sampler runs it: the unperturbed key/value cache reused up to each row's first edit (the
   same laws; `loops.sample_exact` where reuse is not exact).
-- `shards`: which rows a sampling shard continues, and how many shards a time limit needs (standard library only).
+- `shards`: which rows a sampling shard continues, and how many shards an evaluation has (standard library only).
 - `gather`: the `gather_samples` rule's command: the shards joined into the samples file.
 - `settings`: what a sampling job reads from the config.
 - `decoding`: keyed draws, the decoders (temperature, top-k, top-p, typical) and the checks on logits.

@@ -6,9 +6,9 @@ from workflow_lib.layout import SamplingCondition, applied_strategy
 
 
 def sampling_settings(config: dict, test: SamplingCondition) -> dict:
-    """What a sampling job reads: the sampling section, its mode and the seed. Not `shards`: how many jobs share an
-    evaluation is in each shard's path (`--shard`), and it changes no sample."""
-    settings = {key: value for key, value in config["sampling"].items() if key != "shards"}
+    """What a sampling job reads: the sampling section, its mode and the seed. Not `shard_batches`: how many jobs share
+    an evaluation is in each shard's path (`--shard`), and it changes no sample."""
+    settings = {key: value for key, value in config["sampling"].items() if key != "shard_batches"}
     return {**settings, "mode": test.mode, "seed": config["seed"]}
 
 

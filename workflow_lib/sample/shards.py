@@ -1,4 +1,4 @@
-"""Which rows a sampling shard continues, and how many shards a time limit needs. Standard library only: the
+"""Which rows a sampling shard continues, and how many shards an evaluation has. Standard library only: the
 sampler, the gather job and the cost model (at Snakefile parse time) all read it.
 
 A sampling job continues rows (prompt, run) in one order, run-major, in batches of `sampling.batch_size`
@@ -31,18 +31,21 @@ def shard_rows(rows: int, batch_size: int, index: int, count: int) -> tuple[int,
     return min(start * batch_size, rows), min(stop * batch_size, rows)
 
 
-def shards_needed(batches: int, batch_seconds: float, fixed_seconds: float, limit_seconds: float) -> int | None:
-    """The fewest shards whose longest job (its batches x `batch_seconds`, plus `fixed_seconds`: start-up and
-    loading) takes at most `limit_seconds`; None where even one batch does not fit."""
-    if batches <= 1 or fixed_seconds + batches * batch_seconds <= limit_seconds:
-        return 1 if fixed_seconds + min(batches, 1) * batch_seconds <= limit_seconds else None
-    per_shard = math.floor((limit_seconds - fixed_seconds) / batch_seconds) if batch_seconds > 0 else batches
-    if per_shard < 1:
-        return None
-    count = math.ceil(batches / per_shard)
-    # batch_ranges' largest shard holds ceil(batches / count) batches, at most per_shard
-    assert math.ceil(batches / count) <= per_shard
-    return count
+def shard_count(rows: int, batch_size: int, shard_batches: int | None) -> int:
+    """The fewest shards of at most `shard_batches` batches (`sampling.shard_batches`; None: one) among `rows` rows
+    batched by `batch_size`. Data only, so the cost model's settings and datasheets never move a shard: it checks the
+    shards against the time limit, it does not choose them (issue 53)."""
+    if shard_batches is None:
+        return 1
+    return max(1, math.ceil(math.ceil(rows / batch_size) / shard_batches))
+
+
+def batches_that_fit(batch_seconds: float, fixed_seconds: float, limit_seconds: float) -> int:
+    """The most batches one job (its batches x `batch_seconds`, plus `fixed_seconds`: start-up and loading) runs within
+    `limit_seconds` (0 where even one batch does not fit)."""
+    if batch_seconds <= 0:
+        return 0 if fixed_seconds > limit_seconds else 2**31
+    return max(0, math.floor((limit_seconds - fixed_seconds) / batch_seconds))
 
 
 SHARD_KEY = b"perturbed_lm.shard"  # a shard file's schema metadata: which rows of which job it holds
