@@ -10,7 +10,7 @@ CONFIG ?= config.yaml
 ESTIMATE_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv install run test lint dryrun bench clean rehearsal real real-ci estimate docs simulation
+.PHONY: help venv install run test lint dryrun bench clean rehearsal real real-ci check estimate docs simulation
 
 help: ## list the targets, one line each
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z-]+):.*## /\1\t/' | expand -t 13
@@ -73,6 +73,10 @@ simulation: $(STAMP) ## the paper's bigram simulation with its controls (results
 # (docs/cluster.md, "What a study costs"; --calibrate measures this machine first).
 estimate: $(STAMP) ## what a study costs before it runs (CONFIG=..., ESTIMATE_ARGS=...)
 	$(BIN)/python -m workflow_lib.cost.estimate --configfile $(CONFIG) $(ESTIMATE_ARGS)
+
+# Snakemake reports a broken YAML --configfile without its file or line: this names both, or the key at fault.
+check: $(STAMP) ## check a study's config files before it runs (CONFIG="configs/paper.yaml my-overlay.yaml")
+	$(BIN)/python -m workflow_lib.config_files $(CONFIG)
 
 dryrun: $(STAMP) ## the plan of the default study (snakemake -n)
 	$(BIN)/snakemake -n $(SNAKEMAKE_ARGS)

@@ -1,13 +1,19 @@
 # perturbed-LM: "Perturbation is All You Need for Extrapolating Language Models", as a workflow.
 import os
+import sys
 
 from snakemake.utils import min_version
 
 min_version("9.19")  # reads profiles/*/profile.yaml
 
+sys.path.insert(0, workflow.basedir)  # this checkout's workflow_lib, installed or not
 
-# The default study. A study given with --configfile replaces it instead of being merged into it.
+from workflow_lib.config_files import exit_on_bad_yaml
+
+# The default study. A study given with --configfile replaces it instead of being merged into it. Read through the
+# workflow's reader first: snakemake's own YAML error names neither the file nor the line.
 if not workflow.overwrite_configfiles:
+    exit_on_bad_yaml("config.yaml")
 
     configfile: "config.yaml"
 

@@ -70,6 +70,76 @@ def _allowed_keys(schema: dict, validator_schema: dict) -> list[str]:
     return sorted(props)
 
 
+def _resolve(alternative: dict, schema: dict) -> dict:
+    """A subschema with its `$ref` (to #/$defs/...) followed."""
+    while "$ref" in alternative:
+        node: Any = schema
+        for part in alternative["$ref"].lstrip("#/").split("/"):
+            node = node[part]
+        alternative = {**node, **{k: v for k, v in alternative.items() if k != "$ref"}}
+    return alternative
+
+
+def _form(alternative: dict, schema: dict) -> str:
+    """One allowed form of a value, in words: `auto`, an integer >= 1, a mapping of ..."""
+    alt = _resolve(alternative, schema)
+    if "const" in alt:
+        return repr(alt["const"])
+    if "enum" in alt:
+        return "one of " + ", ".join(map(repr, alt["enum"]))
+    kinds = alt.get("type", "a value")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    words = {
+        "integer": "an integer",
+        "number": "a number",
+        "string": "a string",
+        "boolean": "true or false",
+        "null": "null",
+        "object": "a mapping",
+        "array": "a list",
+    }
+    text = " or ".join(words.get(k, k) for k in kinds)
+    if "minimum" in alt:
+        text += f" >= {alt['minimum']}"
+    if "object" in kinds and isinstance(alt.get("additionalProperties"), dict):
+        text += f" of names to {_form(alt['additionalProperties'], schema)}"
+    if "object" in kinds and alt.get("required"):
+        text += " with " + ", ".join(map(repr, alt["required"]))
+    if "array" in kinds and isinstance(alt.get("items"), dict):
+        text += f" of {_form(alt['items'], schema)}"
+    return text
+
+
+def _describe_choice(error, schema: dict) -> str:
+    """An anyOf/oneOf failure in words: which keys are missing (alternatives that each require keys), which
+    alternatives conflict (oneOf matched twice), or which forms the value may take, and the deepest reason."""
+    key, instance = _key(error.absolute_path), error.instance
+    alternatives = [_resolve(alt, schema) for alt in error.validator_value]
+    if all(set(alt) == {"required"} for alt in alternatives):  # e.g. models.<m> with source hf: name or gguf
+        options = " or ".join(" and ".join(map(repr, alt["required"])) for alt in alternatives)
+        return f"config key {key}: needs {options}; it has none of them (its keys: {', '.join(map(repr, instance))})"
+    if error.validator == "oneOf" and "is valid under each of" in error.message:
+        return f"config key {key}: {instance!r} matches more than one allowed form; give exactly one"
+    shaped = [
+        i
+        for i, alt in enumerate(alternatives)
+        if isinstance(instance, (dict, list))
+        and _shape(instance) in ([alt["type"]] if isinstance(alt.get("type"), str) else alt.get("type", []))
+    ]
+    if len(shaped) == 1:  # a mapping (or list) where one form is a mapping: what is wrong inside it
+        from jsonschema.exceptions import best_match
+
+        inside = [e for e in error.context if e.relative_schema_path and e.relative_schema_path[0] == shaped[0]]
+        if inside:
+            return _describe(best_match(inside), schema)
+    forms = "; or ".join(_form(alt, schema) for alt in alternatives)
+    return f"config key {key}: {instance!r} is not allowed; allowed: {forms}"
+
+
+def _shape(instance: Any) -> str:
+    return "object" if isinstance(instance, dict) else "array"
+
+
 def _describe(error, schema: dict) -> str:
     """Turn one jsonschema error into 'config key a.b.c: problem; allowed: ...'."""
     key = _key(error.absolute_path)
@@ -90,6 +160,8 @@ def _describe(error, schema: dict) -> str:
         return f"config key {key}: {error.instance!r} has the wrong type; expected {error.validator_value}"
     if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         return f"config key {key}: {error.message} (allowed: {kind} {error.validator_value})"
+    if kind in ("anyOf", "oneOf"):
+        return _describe_choice(error, schema)
     if kind == "pattern" or (kind == "propertyNames"):
         return f"config key {key}: {error.message} (names use letters, digits, '_', '-', '.')"
     return f"config key {key}: {error.message}"

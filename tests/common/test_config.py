@@ -548,3 +548,97 @@ def test_a_nested_key_set_on_the_command_line_reaches_the_study(workdir):
     wrong = snakemake(workdir, "-n", "--config", "sampling={runs: three}")
     said = wrong.stdout + wrong.stderr
     assert wrong.returncode != 0 and "config key sampling.runs: 'three' has the wrong type" in said, said[-2000:]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (  # anyOf of required keys: which are missing
+            lambda c: c["models"].__setitem__("tiny", {"source": "hf", "tokenizer": "bpe"}),
+            "config key models.tiny: needs 'name' or 'gguf'; it has none of them (its keys: 'source', 'tokenizer')",
+        ),
+        (  # oneOf of forms: the forms allowed
+            lambda c: c.setdefault("sampling", {}).__setitem__("shard_batches", "auto"),
+            (
+                "config key sampling.shard_batches: 'auto' is not allowed; allowed: an integer or null >= 1; or a "
+                "mapping of names to an integer or null >= 1"
+            ),
+        ),
+        (  # the right form, wrong inside: the part at fault
+            lambda c: c.setdefault("sampling", {}).__setitem__("shard_batches", {"tiny": 0}),
+            "config key sampling.shard_batches.tiny: 0 is less than the minimum of 1",
+        ),
+        (
+            lambda c: c.setdefault("evaluation", {}).__setitem__("featuriser", {"modle": "x"}),
+            "config key evaluation.featuriser: unknown key(s) 'modle'; allowed keys: model",
+        ),
+        (
+            lambda c: c["datasets"]["synthetic"].__setitem__("max_rows", ["train"]),
+            (
+                "config key datasets.synthetic.max_rows: ['train'] is not allowed; allowed: null; or an integer >= 1; "
+                "or a mapping of names to an integer >= 1"
+            ),
+        ),
+        (
+            lambda c: c.setdefault("evaluation", {}).__setitem__("mauve", {"num_buckets": "many"}),
+            "config key evaluation.mauve.num_buckets: 'many' is not allowed; allowed: 'auto'; or an integer >= 2",
+        ),
+    ],
+)
+def test_a_choice_of_forms_names_what_is_missing_or_allowed(change, message):
+    """Issue 53: an anyOf/oneOf failure names the key and what is wrong, never jsonschema's 'is not valid under any
+    of the given schemas'."""
+    config = tiny_config()
+    change(config)
+    with pytest.raises(ConfigError) as error:
+        validate_config(config)
+    assert str(error.value).startswith(message), str(error.value)
+    assert "given schemas" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "seed: 1\nsampling:\n  runs: [1, 2\n  batch_size: 3\n",
+            (
+                "line 4, column 13: not valid YAML: expected ',' or ']', but got ':' (while parsing a flow sequence "
+                "from line 3, column 9)"
+            ),
+        ),
+        ("seed: 1\n\tsampling: 2\n", "line 2, column 1: not valid YAML: found character '\\t' that cannot start any"),
+        ("- a\n- b\n", "holds a list, not a mapping of config keys"),
+    ],
+)
+def test_a_broken_yaml_file_is_named_with_its_line(tmp_path, text, message):
+    """Snakemake's message for a broken config file names neither file nor line; the workflow's reader (the
+    Snakefile's default config.yaml, `make estimate`, `make check`) names both."""
+    from workflow_lib.config_files import main, read_yaml
+
+    path = tmp_path / "study.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        read_yaml(path)
+    assert str(error.value) == f"config file {path}: {message}" or str(error.value).startswith(
+        f"config file {path}, {message}"
+    ), str(error.value)
+    assert main([str(path)]) == 1
+
+
+def test_the_snakefile_names_a_broken_default_config_file(tmp_path):
+    import subprocess
+
+    from tools.workflow_runs import REPO, SNAKEMAKE
+
+    (tmp_path / "config.yaml").write_text("seed: 1\nsampling:\n  runs: [1, 2\n  batch_size: 3\n")
+    done = subprocess.run(
+        [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "-n", "--directory", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "Invalid configuration: config file config.yaml, line 4, column 13: not valid YAML" in done.stderr, (
+        done.stderr
+    )

@@ -36,15 +36,11 @@ PARTS = {
 
 def load_config(paths: list[str], workdir: Path) -> dict:
     """The config snakemake would see: the files merged in order (later keys win, nested dicts merged), validated."""
-    import yaml
-    from snakemake.utils import update_config
-
     from workflow_lib.config import validate_config
+    from workflow_lib.config_files import read_configs
     from workflow_lib.cost.devices import check_cost
 
-    config: dict = {}
-    for path in paths:
-        update_config(config, yaml.safe_load(Path(path).read_text()) or {})
+    config = read_configs(paths)
     validate_config(config, workdir=workdir)
     check_cost(config["cost"])
     return config
@@ -325,7 +321,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", type=Path, default=Path("results/estimate"))
     args = parser.parse_args(argv)
     workdir = args.results.parent
-    config = load_config(args.configfile, workdir)
+    try:
+        config = load_config(args.configfile, workdir)
+    except ConfigError as error:
+        sys.exit(f"Invalid configuration: {error}")
     if args.calibrate:
         from workflow_lib.cost.calibrate import calibrate
 

@@ -1,0 +1,90 @@
+"""Reading a study's config files, and checking them from the command line.
+
+Snakemake reads `--configfile` itself and reports a YAML syntax error as "Config file is not valid JSON or YAML",
+naming neither the file nor the line. The workflow's own readers (the Snakefile's default `config.yaml`, `make
+estimate`) read through `read_yaml`, whose error names both; `python -m workflow_lib.config_files FILE...` (`make
+check CONFIG=...`) checks any study's files the way the Snakefile will: each file's YAML, then the merged config
+against the schema and the workflow's own checks, each error naming its file and line or its config key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from workflow_lib.config import ConfigError
+
+
+def read_yaml(path: str | Path) -> dict:
+    """The mapping a config file holds ({} for an empty one). A syntax error raises ConfigError naming the file, the
+    line and the column (1-based, as an editor counts) and what the parser expected; a file that is not a mapping
+    raises naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"config file {path}: cannot be read ({error.strerror or error})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as error:
+        mark, start = error.problem_mark or error.context_mark, error.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = str(error.problem or error.context)
+        if error.context and start is not None and error.problem:  # where the construct that failed began
+            what += f" ({error.context} from line {start.line + 1}, column {start.column + 1})"
+        raise ConfigError(f"config file {path}{where}: not valid YAML: {what}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file {path}: not valid YAML: {error}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: holds a {type(data).__name__}, not a mapping of config keys")
+    return data
+
+
+def exit_on_bad_yaml(path: str | Path) -> None:
+    """The Snakefile's check of its default config file before snakemake reads it: a file that `read_yaml` refuses
+    ends the run with its message (an absent file is left to snakemake)."""
+    if Path(path).exists():
+        try:
+            read_yaml(path)
+        except ConfigError as error:
+            sys.exit(f"Invalid configuration: {error}")
+
+
+def read_configs(paths: Sequence[str | Path]) -> dict:
+    """The files merged in order, as snakemake merges `--configfile`s (later keys win, nested mappings merged)."""
+    from snakemake.utils import update_config
+
+    config: dict = {}
+    for path in paths:
+        update_config(config, read_yaml(path))
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+", help="the study's config files, in the order snakemake gets them")
+    args = parser.parse_args(argv)
+    from workflow_lib.config import validate_config
+    from workflow_lib.cost.devices import check_cost
+    from workflow_lib.cost.slurm import planned
+
+    try:
+        config = read_configs(args.files)
+        validate_config(config, workdir=Path.cwd())
+        check_cost(config["cost"])
+        planned(config)  # the cost model's checks (a sampling shard past cost.max_minutes)
+    except ConfigError as error:
+        print(f"Invalid configuration: {error}", file=sys.stderr)
+        return 1
+    print(f"{' + '.join(args.files)}: a valid study", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
