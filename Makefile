@@ -76,7 +76,7 @@ estimate: $(STAMP) ## what a study costs before it runs (CONFIG=..., ESTIMATE_AR
 
 # Snakemake reports a broken YAML --configfile without its file or line: this names both, or the key at fault.
 check: $(STAMP) ## check a study's config files before it runs (CONFIG="configs/paper.yaml my-overlay.yaml")
-	$(BIN)/python -m workflow_lib.config_files $(CONFIG)
+	$(BIN)/python -m workflow_lib.check_config $(CONFIG)
 
 dryrun: $(STAMP) ## the plan of the default study (snakemake -n)
 	$(BIN)/snakemake -n $(SNAKEMAKE_ARGS)

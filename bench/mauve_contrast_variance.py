@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 import shared  # noqa: F401 - the repository on sys.path
 
+from workflow_lib.comparisons import pairs
 from workflow_lib.evaluate.metrics import featurize, mauve_buckets, mauve_score
 from workflow_lib.layout import parse
-from workflow_lib.report.contrasts import conditions, pairs
+from workflow_lib.report.contrasts import conditions
 from workflow_lib.report.joint_mauve import _counts, joint_contrast, mauve_from_counts, quantise
 from workflow_lib.report.statistics import paired_t
 

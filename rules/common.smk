@@ -14,7 +14,7 @@ if workflow.basedir not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 from snakemake.utils import update_config
 
 from workflow_lib.config import ConfigError, typed_overrides, validate_config
-from workflow_lib.constants import NO_TRAIN_DATASET, UNTRAINED
+from workflow_lib.constants import NO_TRAIN_DATASET, SYNONYM_SOURCES, UNTRAINED
 from workflow_lib.cost.devices import check_cost
 from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, planned, runtime_minutes as predicted_minutes
 from workflow_lib.data.downloads import fetched
@@ -34,7 +34,6 @@ from workflow_lib.layout import (
 # runs (found by a static import scan), compared by value: an edit reruns the rule's jobs, a clone, move or touch does not.
 from workflow_lib.module_deps import code_digest
 from workflow_lib.perturb.strategies import wildcard_pattern as strategy_wildcards
-from workflow_lib.perturb.synonyms import SOURCES as SYNONYM_SOURCES
 from workflow_lib.pretrained import gguf_models
 
 # Nested `--config` values arrive as strings (`--config 'sampling={runs: 5}'`): typed before validation.

@@ -12,8 +12,7 @@ from workflow_lib.grid import (
     simulation_summary_input,
 )
 from workflow_lib.layout import prompts_path
-from workflow_lib.report.settings import report_settings
-from workflow_lib.report.tables import report_view
+from workflow_lib.report.settings import report_settings, report_view
 
 
 # The paths a gather job reads, one a line, for argparse's @file: on the command line they would pass the kernel's

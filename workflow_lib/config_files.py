@@ -2,14 +2,12 @@
 
 Snakemake reads `--configfile` itself and reports a YAML syntax error as "Config file is not valid JSON or YAML",
 naming neither the file nor the line. The workflow's own readers (the Snakefile's default `config.yaml`, `make
-estimate`) read through `read_yaml`, whose error names both; `python -m workflow_lib.config_files FILE...` (`make
-check CONFIG=...`) checks any study's files the way the Snakefile will: each file's YAML, then the merged config
-against the schema and the workflow's own checks, each error naming its file and line or its config key.
+estimate`, `make check`: workflow_lib/check_config.py) read through `read_yaml`, whose error names both. Below the
+config check and the cost model, which read through it.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,27 +62,3 @@ def read_configs(paths: Sequence[str | Path]) -> dict:
     for path in paths:
         update_config(config, read_yaml(path))
     return config
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="+", help="the study's config files, in the order snakemake gets them")
-    args = parser.parse_args(argv)
-    from workflow_lib.config import validate_config
-    from workflow_lib.cost.devices import check_cost
-    from workflow_lib.cost.slurm import planned
-
-    try:
-        config = read_configs(args.files)
-        validate_config(config, workdir=Path.cwd())
-        check_cost(config["cost"])
-        planned(config)  # the cost model's checks (a sampling shard past cost.max_minutes)
-    except ConfigError as error:
-        print(f"Invalid configuration: {error}", file=sys.stderr)
-        return 1
-    print(f"{' + '.join(args.files)}: a valid study", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

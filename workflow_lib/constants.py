@@ -28,5 +28,7 @@ PREDEFINED_OBJECTIVES: dict[str, dict] = {
     "tvd": {"loss": "tvd", "gamma": 0.5, "min_weight": 0.2, "mix": 0.5},
     "emo": {"loss": "emo"},
 }
+# The synonym sources of a perturbation (workflow_lib/perturb/synonyms.py builds each; the rules' wildcards read them).
+SYNONYM_SOURCES = ("embedding", "distributional", "uniform", "oracle")
 # The decoders every config has: `unbiased`, ancestral sampling from the model's law (the paper's).
 PREDEFINED_DECODERS: dict[str, dict] = {"unbiased": {}}

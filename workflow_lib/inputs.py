@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from workflow_lib.comparisons import designed_mauve
 from workflow_lib.config import embedding_model, local_files
 from workflow_lib.constants import UNTRAINED
 from workflow_lib.data.downloads import fetched, split_paths, unpacked_dir
@@ -50,7 +51,6 @@ from workflow_lib.layout import (
     train_condition_of,
 )
 from workflow_lib.pretrained import gguf_file
-from workflow_lib.report.contrasts import designed_mauve
 from workflow_lib.train.settings import training_settings
 
 # The gather jobs' argument files (rules/report.smk, argument_file): the paths each reads, in its order.

@@ -613,7 +613,8 @@ def test_a_choice_of_forms_names_what_is_missing_or_allowed(change, message):
 def test_a_broken_yaml_file_is_named_with_its_line(tmp_path, text, message):
     """Snakemake's message for a broken config file names neither file nor line; the workflow's reader (the
     Snakefile's default config.yaml, `make estimate`, `make check`) names both."""
-    from workflow_lib.config_files import main, read_yaml
+    from workflow_lib.check_config import main
+    from workflow_lib.config_files import read_yaml
 
     path = tmp_path / "study.yaml"
     path.write_text(text)

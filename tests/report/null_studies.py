@@ -15,13 +15,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from workflow_lib.comparisons import resamples_for
 from workflow_lib.report.contrasts import ALPHA, RESAMPLES
 from workflow_lib.report.statistics import (
     Permutations,
     bootstrap_indices,
     holm,
     permutation_mean_differences,
-    resamples_for,
 )
 
 SHAPES = ("normal", "rouge", "sparse")

@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from workflow_lib.comparisons import resamples_for
 from workflow_lib.report.contrasts import _untestable_table, contrasts
 from workflow_lib.report.paired_tables import paired_section, study_sentences
 from workflow_lib.report.statistics import (
@@ -20,7 +21,6 @@ from workflow_lib.report.statistics import (
     paired_t,
     permutation_mean_difference,
     permutation_perplexity_difference,
-    resamples_for,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -361,7 +361,8 @@ def _metrics_path(
 
 
 def _labels(paths, intensity=0.5):
-    from workflow_lib.report.contrasts import conditions, pairs
+    from workflow_lib.comparisons import pairs
+    from workflow_lib.report.contrasts import conditions
 
     return [(p["family"], p["a"], p["b"]) for p in pairs(conditions(paths), intensity)]
 
@@ -464,8 +465,8 @@ def test_read_contrasts_keeps_the_columns_types_when_a_column_is_empty(tmp_path)
 
 
 def test_designed_mauve_lists_each_sampled_pair_with_its_identity_and_its_tables_swaps(study):
-    from workflow_lib.report.contrasts import conditions, designed_mauve, pair_identity, pairs
-    from workflow_lib.report.joint_mauve import pair_id
+    from workflow_lib.comparisons import designed_mauve, pair_id, pair_identity, pairs
+    from workflow_lib.report.contrasts import conditions
 
     designed = designed_mauve(study, 0.025, resamples=10)
     sampled = [p for p in pairs(conditions(study), 0.025) if p["kind"] == "metrics"]
@@ -482,8 +483,8 @@ def test_designed_mauve_lists_each_sampled_pair_with_its_identity_and_its_tables
 def test_no_mauve_contrast_is_designed_on_an_eval_set_whose_cap_is_under_the_floor(study):
     """An eval set capped below evaluation.mauve.min_texts gets no mauve_contrast job (every cell of it is "too few
     texts"); the other eval sets' pairs keep their identity and their whole table's B."""
+    from workflow_lib.comparisons import designed_mauve
     from workflow_lib.evaluate.floor import MIN_TEXTS, mauve_never_resolves
-    from workflow_lib.report.contrasts import designed_mauve
 
     assert mauve_never_resolves(MIN_TEXTS - 1, {}) and not mauve_never_resolves(MIN_TEXTS, {})
     assert not mauve_never_resolves(None, {}) and mauve_never_resolves(60, {"min_texts": 61})
@@ -566,7 +567,7 @@ def test_an_arm_without_its_baseline_and_another_intensity_make_no_pair():
 
 
 def test_the_pair_identity_names_every_field():
-    from workflow_lib.report.contrasts import pair_identity
+    from workflow_lib.comparisons import pair_identity
 
     pair = {
         "family": "objective",
@@ -675,10 +676,10 @@ def test_a_non_finite_per_prompt_score_stops_the_comparison_naming_both_files(tm
 def test_joint_mauve_results_replace_the_paired_t_and_enter_holm(study, tmp_path, monkeypatch):
     """One perturbation pair tested on the shared quantisation at p = 0.05 exactly, the other two not testable: Holm's
     m is 1, so its adjusted p is 0.05, which is not below the level. Pairs without a result keep the paired t."""
+    from workflow_lib.comparisons import designed_mauve, pair_id
     from workflow_lib.report import contrasts as module
-    from workflow_lib.report.joint_mauve import pair_id
 
-    designed = module.designed_mauve(study, 0.025)
+    designed = designed_mauve(study, 0.025)
     perturbation = sorted(k for k, p in designed.items() if p["family"] == "perturbation")
     results = []
     for i, key in enumerate(perturbation):

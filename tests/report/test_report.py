@@ -10,8 +10,9 @@ import pytest
 from workflow_lib.report.collect import collect, read_metrics
 from workflow_lib.report.contrasts import COLUMNS, JOINT, PERMUTATION
 from workflow_lib.report.figures import FIGURES
+from workflow_lib.report.settings import report_view
 from workflow_lib.report.summary import StudyResults, summary
-from workflow_lib.report.tables import paper_comparison, report_view, tables
+from workflow_lib.report.tables import paper_comparison, tables
 
 BASE = "results/metrics/tiny/syn/{obj}/{syn}/augment-m1/{st}-{ti}/seed1/{es}/{decoder}/{tsyn}/{tst}-{tti}-exact.json"
 

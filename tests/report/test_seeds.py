@@ -162,8 +162,8 @@ def test_a_check_of_algorithm_2_on_one_seed_is_its_own_row_never_in_cacheds_plac
     Table 1 and the ablation show the two as rows or columns of their own, named by mode, the pooled `cached` row
     over its 3 seeds; a study of one mode keeps the plain names. An untrained model's training mode (always
     augment-m1 in its path) does not make the labels of trained arms name their training mode."""
+    from workflow_lib.comparisons import _label, _variants
     from workflow_lib.report.conditions import ablation_frame, method_frame
-    from workflow_lib.report.contrasts import _label, _variants
     from workflow_lib.report.seeds import pool_seeds
 
     base = {"model": "m", "dataset": "d", "eval_set": "e", "decoder": "unbiased", "runs": 2, "copies": 1}

@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from workflow_lib.comparisons import resamples_for
 from workflow_lib.report.contrasts import ALPHA, RESAMPLES, contrasts
 from workflow_lib.report.paired_tables import paired_section
 from workflow_lib.report.statistics import (
@@ -19,7 +20,6 @@ from workflow_lib.report.statistics import (
     paired_t,
     permutation_mean_difference,
     permutation_mean_differences,
-    resamples_for,
     swap_masks,
 )
 

@@ -413,7 +413,7 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
                 e["gpus"],
             )
         )
-    from workflow_lib.evaluate.controls import CONTROLS
+    from workflow_lib.evaluate.control_names import CONTROLS
     from workflow_lib.evaluate.floor import mauve_status
 
     for eval_set in sorted({ev.eval_set for ev in grid.evaluation_runs(config)}):

@@ -18,7 +18,7 @@ import logging
 import numpy as np
 
 from workflow_lib.cli import StageError, parse_json_arg, run
-from workflow_lib.evaluate.controls import CEILING, CONTROLS
+from workflow_lib.evaluate.control_names import CEILING, CONTROLS
 from workflow_lib.files import write_json
 
 log = logging.getLogger("workflow_lib.evaluate.control_scores")

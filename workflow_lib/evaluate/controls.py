@@ -28,26 +28,11 @@ import logging
 import numpy as np
 
 from workflow_lib.cli import StageError, parse_json_arg, run
+from workflow_lib.evaluate.control_names import CEILING, CONTROLS
 from workflow_lib.files import write_parquet
 
 log = logging.getLogger("workflow_lib.evaluate.controls")
 
-CEILING = "human"
-# name -> its short name (a refused cell's text) and what it is (the summary's table)
-CONTROLS: dict[str, str] = {
-    CEILING: "human text",
-    "shuffled": "shuffled words",
-    "loop": "a 5-word loop",
-    "salad": "word salad",
-    "swapped": "another prompt's continuation",
-}
-DESCRIPTIONS: dict[str, str] = {
-    CEILING: "the human words that follow the reference (the ceiling)",
-    "shuffled": "the reference's continuation, its words in a random order",
-    "loop": "the continuation's first 5 words, repeated to its length",
-    "salad": "words drawn from the eval set's unigram distribution",
-    "swapped": "another prompt's human continuation (fluent, off-prompt)",
-}
 LOOP_WORDS = 5
 
 

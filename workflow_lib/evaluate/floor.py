@@ -8,7 +8,10 @@ both halves of an evaluation, the cost model and the plan (inputs.py) apply; it 
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MIN_TEXTS = 50  # default of evaluation.mauve.min_texts: the fewest texts per side of a reported MAUVE
 
@@ -29,5 +32,7 @@ def mauve_never_resolves(max_prompts: int | None, settings: dict) -> bool:
 
 def fewest_texts(run_of_row: np.ndarray) -> int:
     """The fewest samples in a run: MAUVE's smaller side (one human text per sample)."""
+    import numpy as np
+
     _, counts = np.unique(run_of_row, return_counts=True)
     return int(counts.min())

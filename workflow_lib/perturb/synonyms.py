@@ -24,11 +24,12 @@ import logging
 import numpy as np
 
 from workflow_lib.cli import StageError, parse_json_arg, run
+from workflow_lib.constants import SYNONYM_SOURCES
 from workflow_lib.files import write_parquet
 from workflow_lib.perturb.synonym_table import SynonymTable
 
 log = logging.getLogger("workflow_lib.perturb.synonyms")
-SOURCES = ("embedding", "distributional", "uniform", "oracle")
+SOURCES = SYNONYM_SOURCES  # one home: workflow_lib/constants.py, which the rules read at parse time
 
 
 def top_k_rows(features, k: int, allowed: np.ndarray, chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:

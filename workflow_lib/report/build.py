@@ -55,7 +55,7 @@ def main() -> None:
     tb.add_argument(
         "--config",
         required=True,
-        help="JSON: the part of the validated config the summary reads (workflow_lib.report.tables.report_view)",
+        help="JSON: the part of the validated config the summary reads (workflow_lib.report.settings.report_view)",
     )
     tb.add_argument("--settings", required=True, help="JSON: headline intensity, eval set order, figures")
     tb.add_argument("--out-dir", required=True)

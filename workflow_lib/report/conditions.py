@@ -8,28 +8,15 @@ from __future__ import annotations
 
 import polars as pl
 
+from workflow_lib.comparisons import KEYS, MODEL_KEYS, parse_path  # noqa: F401 (the report's columns: one home)
 from workflow_lib.constants import UNTRAINED
-from workflow_lib.layout import EVALUATION_NAMES, RUN_NAMES, parse
+from workflow_lib.layout import parse
 
-MODEL_KEYS = RUN_NAMES
-KEYS = EVALUATION_NAMES
 ABLATION = ["NoPerturb", "TrainPerturb", "TestPerturb", "Both"]
 UNTRAINED_LABEL = "untrained (zero-shot)"
 
 
 # ---- conditions ----------------------------------------------------------------------------------------
-
-
-def parse_path(path: str) -> dict:
-    """The condition a metrics, extrapolation or perplexity path names (the report's columns), and its kind."""
-    try:
-        located = parse(path)
-    except ValueError:
-        located = None
-    kinds = ("metrics", "extrapolation", "perplexity")
-    if located is None or located.kind not in kinds or located.eval_set is None or located.suffix != ".json":
-        raise ValueError(f"{path}: not a metrics, extrapolation or perplexity path of this workflow")
-    return {"kind": located.kind, **located.columns()}
 
 
 def parse_model_dir(path: str) -> dict | None:

@@ -44,16 +44,24 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from collections import Counter, defaultdict
-from collections.abc import Collection, Sequence
+from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
 
 from workflow_lib.cli import StageError, run
-from workflow_lib.constants import UNTRAINED
+from workflow_lib.comparisons import (  # which conditions the study compares: decided with the grid, read here
+    KEYS,
+    RESAMPLES,
+    condition_rows,
+    pair_id,
+    pair_identity,
+    pairs,
+    resamples_for,
+)
 from workflow_lib.files import atomic_path
-from workflow_lib.report.conditions import KEYS, MODEL_KEYS, parse_path, typed
+from workflow_lib.report.conditions import typed
 from workflow_lib.report.seeds import seed_rows
 from workflow_lib.report.statistics import (
     ALPHA,
@@ -65,7 +73,6 @@ from workflow_lib.report.statistics import (
     permutation_mean_differences,
     permutation_perplexity_difference,
     plural,
-    resamples_for,
 )
 from workflow_lib.report.study_files import ROUGE, StudyFiles, mauve_by_run, shared_prompts
 
@@ -81,11 +88,9 @@ METRICS = {
     "tv": "TV to the true law",
 }
 LOWER_IS_BETTER = {"perplexity", "tv"}
-KINDS = ("metrics", "extrapolation", "perplexity")  # the result files a contrast reads
 # A contrast's unit: one pair of checkpoints (a training seed), its prompts and runs the replicates; or the training
 # seeds of the two arms, each seed's difference the replicate (report.seeds).
 CHECKPOINT, SEEDS = "checkpoint", "seeds"
-RESAMPLES = 2000  # the least B of a permutation table; a table of m comparisons gets max(RESAMPLES, 200 m)
 PAIRED_T, PERMUTATION = "paired t over runs", "paired permutation test over prompts"
 JOINT = "paired permutation test over (prompt, run) on one shared quantisation"
 COLUMNS = {
@@ -121,139 +126,13 @@ IDENTITY = ["family", "metric", "unit", "model", "dataset", "objective", "eval_s
 
 
 def conditions(paths: list[str]) -> pl.DataFrame:
-    """One row per metrics, extrapolation or perplexity file: its condition (perplexity rows have no sampling fields),
-    kind, path."""
-    rows = [parse_path(p) | {"path": str(p)} for p in paths]
-    rows = [r for r in rows if r["kind"] in KINDS]
+    """One row per metrics, extrapolation or perplexity file (`comparisons.condition_rows`), as a frame."""
     schema = {k: pl.Utf8 for k in ["kind", *KEYS, "path"]}
-    return typed(pl.DataFrame([{k: r.get(k) for k in schema} for r in rows], schema=schema, orient="row"))
-
-
-def _variants(rows: list[dict]) -> list[str]:
-    """The condition fields that take more than one value in this study: labels must name them."""
-    perturbed_train = [r for r in rows if r["train_intensity"] > 0]
-    perturbed_test = [r for r in rows if (r["test_intensity"] or 0) > 0]
-    trained = [r for r in rows if r["objective"] != UNTRAINED]  # an untrained model has no training mode
-    varying = []
-    for field, among in (
-        ("train_synonyms", perturbed_train),
-        ("train_mode", trained),
-        ("copies", trained),
-        ("test_synonyms", perturbed_test),
-        ("test_mode", perturbed_test),
-    ):
-        if len({r[field] for r in among}) > 1:
-            varying.append(field)
-    return varying
-
-
-def _label(name: str, row: dict, varying: list[str]) -> str:
-    parts = []
-    if "train_synonyms" in varying and row["train_intensity"] > 0:
-        parts.append(f"train {row['train_synonyms']}")
-    if "train_mode" in varying or "copies" in varying:
-        parts.append(f"{row['train_mode']}-m{row['copies']}")
-    if row.get("test_intensity") and "test_synonyms" in varying:
-        parts.append(f"sample {row['test_synonyms']}")
-    if row.get("test_intensity") and "test_mode" in varying:
-        parts.append(row["test_mode"])
-    return name + (f" ({', '.join(parts)})" if parts else "")
-
-
-def _pair(arms: list[dict], baselines: list[dict], match: list[str]) -> list[tuple[dict, dict]]:
-    index = defaultdict(list)
-    for b in baselines:
-        index[tuple(b[k] for k in match)].append(b)
-    return [(a, b) for a in arms for b in index.get(tuple(a[k] for k in match), [])]
-
-
-def pairs(frame: pl.DataFrame, intensity: float) -> list[dict]:
-    """Every designed comparison of the study: family, identity, the two arms' labels and files."""
-    rows = frame.to_dicts()
-    varying = _variants(rows)
-    # Sampled conditions: the metrics of samples and the exact TV of the model's perturbed law (builtin eval sets),
-    # compared alike; `kind` is in every match, so a pair never mixes them.
-    sampled = [r for r in rows if r["kind"] in ("metrics", "extrapolation")]
-    models = [r for r in rows if r["kind"] == "perplexity"]
-
-    def headline(r, side):
-        return r[f"{side}_strategy"] == "insertion" and r[f"{side}_intensity"] == intensity
-
-    def plain(r, side):
-        return r[f"{side}_intensity"] == 0
-
-    def in_table1(r, sides):
-        return all(plain(r, s) for s in sides) or all(headline(r, s) for s in sides)
-
-    def method_name(r):
-        return "no perturbation" if plain(r, "train") else f"insertion {intensity:g}"
-
-    out = []
-
-    def add(family, a, b, a_label, b_label):
-        out.append(
-            {
-                "family": family,
-                "model": a["model"],
-                "dataset": a["dataset"],
-                "objective": a["objective"],
-                "eval_set": a["eval_set"],
-                "decoder": a.get("decoder") or "",
-                "seed": a["seed"],
-                "a": _label(a_label, a, varying),
-                "b": _label(b_label, b, varying),
-                "kind": a["kind"],
-                "path_a": a["path"],
-                "path_b": b["path"],
-            }
-        )
-
-    # What two arms of the perturbation and ablation families share: everything but the perturbation (and
-    # the decoder, for perplexity, which does not sample).
-    same_model = ["kind", "model", "dataset", "objective", "eval_set", "seed", "train_mode", "copies"]
-    # Perturbation (Table 1): both sides at the headline intensity against intensity 0 at both.
-    for items, sides, match in (
-        (sampled, ("train", "test"), [*same_model, "decoder"]),
-        (models, ("train",), same_model),
-    ):
-        arms = [r for r in items if all(headline(r, s) for s in sides)]
-        base = [r for r in items if all(plain(r, s) for s in sides)]
-        for a, b in _pair(arms, base, match):
-            add("perturbation", a, b, f"insertion {intensity:g}", "no perturbation")
-    # Ablation: each one-sided arm against NoPerturb (sampled conditions only: perplexity does not see sampling).
-    # Both against NoPerturb is the perturbation family's contrast: counted there once, not a second time here.
-    match = [*same_model, "decoder"]
-    arm_of = {(True, False): "TrainPerturb", (False, True): "TestPerturb"}
-    arms = [
-        r
-        for r in sampled
-        if headline(r, "train") != headline(r, "test") and all(headline(r, s) or plain(r, s) for s in ("train", "test"))
-    ]
-    base = [r for r in sampled if plain(r, "train") and plain(r, "test")]
-    for a, b in _pair(arms, base, match):
-        add("ablation", a, b, arm_of[(headline(a, "train"), headline(a, "test"))], "NoPerturb")
-    # Objectives: each against MLE in Table 1's two conditions; untrained models are no objective.
-    for items, sides, keys in (
-        (sampled, ("train", "test"), ["kind", *KEYS]),
-        (models, ("train",), MODEL_KEYS + ["eval_set"]),
-    ):
-        match = [k for k in keys if k != "objective"]
-        table1 = [r for r in items if in_table1(r, sides)]
-        arms = [r for r in table1 if r["objective"] not in ("mle", UNTRAINED)]
-        for a, b in _pair(arms, [r for r in table1 if r["objective"] == "mle"], match):
-            add("objective", a, b, f"{a['objective']}, {method_name(a)}", f"mle, {method_name(b)}")
-    return out
+    rows = [{k: (None if v is None else str(v)) for k, v in r.items()} for r in condition_rows(paths)]
+    return typed(pl.DataFrame(rows, schema=schema, orient="row"))
 
 
 # ---- reading the files and computing ------------------------------------------------------------------
-
-
-def pair_identity(pair: dict) -> str:
-    """The comparison's identity, which seeds its swaps and resamples (here and in report.joint_mauve's job)."""
-    return "|".join(
-        str(pair[k])
-        for k in ["family", "model", "dataset", "objective", "eval_set", "decoder", "seed", "a", "b", "kind"]
-    )
 
 
 def _joint_estimate(result: dict) -> Estimate | None:
@@ -355,25 +234,6 @@ def _favours(row: dict) -> str:
     return "perturbation" if better > 0 else "no perturbation"
 
 
-def designed_mauve(
-    paths: list[str], intensity: float, resamples: int = RESAMPLES, unresolvable: Collection[str] = ()
-) -> dict[str, dict]:
-    """The MAUVE contrasts the study designs, by report.joint_mauve.pair_id: each pair with its identity and its
-    table's B. The workflow lists one job per entry; `contrasts` reads their results back by the same id.
-    `unresolvable`: eval sets whose MAUVE can never reach its floor (evaluate.metrics.mauve_never_resolves); their
-    pairs get no job, and `contrasts` finds their cells flagged "too few texts" in the metrics files, as a job
-    would have. B stays that of the whole table."""
-    from workflow_lib.report.joint_mauve import pair_id
-
-    sampled = [p for p in pairs(conditions(paths), intensity) if p["kind"] == "metrics"]
-    size = Counter(p["family"] for p in sampled)
-    return {
-        pair_id(p): {**p, "identity": pair_identity(p), "resamples": resamples_for(size[p["family"]], resamples)}
-        for p in sampled
-        if p["eval_set"] not in unresolvable
-    }
-
-
 def contrasts(
     paths: list[str], intensity: float, resamples: int = RESAMPLES, mauve: Sequence[str] = ()
 ) -> pl.DataFrame:
@@ -389,8 +249,6 @@ def contrasts(
         table_size[(pair["family"], pair["kind"])] += 1
     for (family, kind), m in sorted(table_size.items()):
         log.info("%s (%s): %d comparisons, at most %d random swaps each", family, kind, m, resamples_for(m, resamples))
-    from workflow_lib.report.joint_mauve import pair_id
-
     joint = {Path(p).stem: json.loads(Path(p).read_text()) for p in mauve}
     rows = [
         r

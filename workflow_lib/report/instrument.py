@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from workflow_lib.evaluate.controls import CEILING, CONTROLS, DESCRIPTIONS
+from workflow_lib.evaluate.control_names import CEILING, CONTROLS, DESCRIPTIONS
 from workflow_lib.report.tables import write_table
 
 LAYOUTS = {  # evaluation.feature_text, as a reader is told it

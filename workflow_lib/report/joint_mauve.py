@@ -27,7 +27,6 @@ The swaps and resamples are seeded by the comparison's identity: a rerun writes 
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 from pathlib import Path
@@ -210,12 +209,6 @@ def joint_contrast(
 
 
 # ---- one designed MAUVE contrast as a job ----------------------------------------------------------------
-
-
-def pair_id(pair: dict) -> str:
-    """The file name of a designed MAUVE contrast's result: a hash of its family and its two metrics files, so that
-    the workflow (which lists the jobs) and `contrasts` (which reads them back) derive it from the same pair."""
-    return hashlib.sha256(f"{pair['family']}|{pair['path_a']}|{pair['path_b']}".encode()).hexdigest()[:16]
 
 
 def aligned(human: np.ndarray, prompt_ids: np.ndarray, a, b) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -8,6 +8,7 @@ from typing import cast
 
 import polars as pl
 
+from workflow_lib.comparisons import RESAMPLES_PER_COMPARISON
 from workflow_lib.report.conditions import ABLATION, shown_objective
 from workflow_lib.report.contrasts import (
     CHECKPOINT,
@@ -24,7 +25,6 @@ from workflow_lib.report.statistics import (
     FRAGILE,
     MIN_RUNS,
     MIN_SEEDS,
-    RESAMPLES_PER_COMPARISON,
     STOP_AFTER,
     fragile,
 )

@@ -1,4 +1,5 @@
-"""The settings the report's tables job reads, built from the config: the rule's params call this."""
+"""The settings the report's tables job reads, built from the config: the rule's params call these (at Snakefile parse
+time: standard library only)."""
 
 from __future__ import annotations
 
@@ -10,4 +11,21 @@ def report_settings(config: dict) -> dict:
         "intensity": config["report"]["intensity"],
         "eval_order": list(config["eval_sets"]),
         "figures": [f"results/report/figures/{f}.png" for f in report_figures(config)],
+    }
+
+
+def report_view(config: dict) -> dict:
+    """The part of a validated config that the summary reads (models' sources, names and stand-ins; the eval sets'
+    datasets' paths and names): the tables job's config param holds only this, so that an edit anywhere else (a
+    tracker, a training key, a comment) does not rerun the report."""
+    used = {spec["dataset"] for spec in config.get("eval_sets", {}).values()}
+    return {
+        "models": {
+            key: {f: m[f] for f in ("source", "name", "stand_in_for") if f in m} for key, m in config["models"].items()
+        },
+        "eval_sets": {es: {"dataset": spec["dataset"]} for es, spec in config.get("eval_sets", {}).items()},
+        "datasets": {
+            ds: {f: config["datasets"][ds][f] for f in ("path", "name") if f in config["datasets"][ds]}
+            for ds in sorted(used)
+        },
     }

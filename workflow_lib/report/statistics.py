@@ -22,9 +22,6 @@ from typing import NamedTuple
 import numpy as np
 
 ALPHA = 0.05  # the level of every mark; a test that cannot reach it is not testable
-# A table of m comparisons is Holm-corrected, which multiplies its smallest p by m. B random swaps resolve a p down
-# to 1/(B + 1), so B >= 200 m lets the table's smallest adjusted p reach m/(B + 1) < 0.01.
-RESAMPLES_PER_COMPARISON = 200
 # The fewest paired runs (or training seeds) a t-test reports a p for: with 2 the test has 1 degree of freedom and
 # a score quantised into a few values (MAUVE on few texts) gives a tiny spread and a p near 0 by arithmetic alone.
 MIN_RUNS = MIN_SEEDS = 3
@@ -131,12 +128,6 @@ FRAGILE = (ALPHA / 5, 2 * ALPHA)
 
 def fragile(p_holm: float | None) -> bool:
     return p_holm is not None and FRAGILE[0] <= p_holm < FRAGILE[1]
-
-
-def resamples_for(comparisons: int, minimum: int) -> int:
-    """B for a Holm table of `comparisons` rows: at least `minimum`, and enough that a row that no swap reaches
-    keeps an adjusted p of at most 0.01 (see RESAMPLES_PER_COMPARISON)."""
-    return max(int(minimum), RESAMPLES_PER_COMPARISON * int(comparisons))
 
 
 def _seed(identity: str) -> int:

@@ -353,23 +353,6 @@ def paper_comparison(frame: pl.DataFrame, config: dict, intensity: float) -> str
     return intro + head + "\n".join(lines) + "\n"
 
 
-def report_view(config: dict) -> dict:
-    """The part of a validated config that the summary reads (models' sources, names and stand-ins; the eval sets'
-    datasets' paths and names): the tables job's config param holds only this, so that an edit anywhere else (a
-    tracker, a training key, a comment) does not rerun the report."""
-    used = {spec["dataset"] for spec in config.get("eval_sets", {}).values()}
-    return {
-        "models": {
-            key: {f: m[f] for f in ("source", "name", "stand_in_for") if f in m} for key, m in config["models"].items()
-        },
-        "eval_sets": {es: {"dataset": spec["dataset"]} for es, spec in config.get("eval_sets", {}).items()},
-        "datasets": {
-            ds: {f: config["datasets"][ds][f] for f in ("path", "name") if f in config["datasets"][ds]}
-            for ds in sorted(used)
-        },
-    }
-
-
 def rehearsal_stand_ins(config: dict) -> str:
     """'key for hub id, ...' of the models that stand in for hub models (`models.<key>.stand_in_for`), or ''."""
     return ", ".join(f"{key} for {m['stand_in_for']}" for key, m in config["models"].items() if m.get("stand_in_for"))
