@@ -56,9 +56,26 @@ class ConfigError(ValueError):
 
 def load_schema(path: Path = SCHEMA_PATH) -> dict:
     """The schema, read with libyaml's safe loader where PyYAML has it: 8x faster than the pure-Python one, and every
-    Snakemake invocation (each dry run, each cluster job) reads it twice."""
+    Snakemake invocation (each dry run, each cluster job) reads it twice. A node marked `x-registry: <name>` gets the
+    registry's names as its enum (workflow_lib/registries.py): a registered objective, strategy, synonym source or
+    control is allowed, and documented, without a second list."""
+    from workflow_lib.registries import REGISTRIES
+
     with open(path) as handle:
-        return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        schema = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+    def fill(node: Any) -> None:
+        if isinstance(node, dict):
+            if "x-registry" in node:
+                node["enum"] = REGISTRIES[node["x-registry"]]()
+            for value in node.values():
+                fill(value)
+        elif isinstance(node, list):
+            for value in node:
+                fill(value)
+
+    fill(schema)
+    return schema
 
 
 def _key(path: Iterable[Any]) -> str:

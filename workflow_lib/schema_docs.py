@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from workflow_lib.config import SCHEMA_PATH
+from workflow_lib.config import load_schema
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "config.md"
 HEADER = """# Configuration reference
@@ -109,13 +109,12 @@ def render(schema: dict) -> str:
 
 
 def main() -> None:
-    import yaml
 
     parser = argparse.ArgumentParser(prog="python -m workflow_lib.schema_docs", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the reference is out of date")
     parser.add_argument("--output", type=Path, default=DOCS, help="the reference (default docs/config.md)")
     args = parser.parse_args()
-    text = render(yaml.safe_load(Path(SCHEMA_PATH).read_text()))
+    text = render(load_schema())  # the registries' enums filled
     if args.check:
         if not args.output.is_file() or args.output.read_text() != text:
             sys.exit(f"{args.output} is out of date: run python -m workflow_lib.schema_docs")

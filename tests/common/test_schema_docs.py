@@ -6,15 +6,13 @@ import copy
 import subprocess
 import sys
 
-import yaml
-
 from tools.workflow_runs import REPO
-from workflow_lib.config import SCHEMA_PATH
+from workflow_lib.config import load_schema
 from workflow_lib.schema_docs import DOCS, render
 
 
 def schema() -> dict:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    return load_schema()  # with the registries' enums, as schema_docs renders it
 
 
 def test_committed_reference_is_what_the_schema_gives():

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workflow_lib.model_types import GATED
+
 GPT2_SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024, "vocab_size": 50257}
 
 # config.json values of hub models (their hub pages): layers, width, heads, FFN width, vocabulary, context.
@@ -130,7 +132,7 @@ def from_config(config: dict) -> Shape:
         d_ffn=_first(config, "n_inner", "intermediate_size", "ffn_dim", default=4 * d),
         vocab=config["vocab_size"],
         context=_first(config, "n_positions", "max_position_embeddings", default=2048),
-        gated=config.get("model_type") in ("llama", "mistral", "qwen2", "gemma", "phi3"),
+        gated=config.get("model_type") in GATED,
         window=attention_window(config),
     )
 

@@ -35,6 +35,7 @@ import numpy as np
 from workflow_lib.cli import StageError, parse_json_arg, run
 from workflow_lib.evaluate.floor import fewest_texts, mauve_status
 from workflow_lib.files import atomic_path, write_parquet
+from workflow_lib.model_types import DECODERS
 
 log = logging.getLogger("workflow_lib.evaluate.features")
 
@@ -72,7 +73,7 @@ def featurize(
     causal = (
         bool(getattr(config, "is_decoder", False))
         or any(a.endswith("ForCausalLM") for a in config.architectures or [])
-        or config.model_type in ("gpt2", "opt", "gpt_neo", "gpt_neox", "gptj", "llama", "mistral", "qwen2")
+        or config.model_type in DECODERS
     )
     tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
     if tokenizer.pad_token is None:

@@ -12,20 +12,9 @@ from pathlib import Path
 
 import polars as pl
 
+from workflow_lib.metric_registry import SAMPLE_METRICS
 from workflow_lib.report.conditions import KEYS, MODEL_KEYS, parse_path, typed
 
-METRICS = [
-    "mauve",
-    "rouge1",
-    "rouge2",
-    "rougeL",
-    "distinct_1",
-    "distinct_2",
-    "distinct_3",
-    "distinct_4",
-    "repetition",
-    "rep_4",
-]
 VERSIONS = ["python", "torch", "transformers", "mauve-text", "rouge-score", "workflow"]
 
 log = logging.getLogger("workflow_lib.report.collect")
@@ -45,7 +34,7 @@ PROVENANCE = {
 SCHEMA = (
     {k: pl.Utf8 for k in KEYS}
     | {"train_intensity": pl.Float64, "test_intensity": pl.Float64, "copies": pl.Int64, "seed": pl.Int64}
-    | {f"{m}_{s}": pl.Float64 for m in METRICS for s in ("mean", "2se")}
+    | {f"{m}_{s}": pl.Float64 for m in SAMPLE_METRICS for s in ("mean", "2se")}
     | {
         "mauve_clustering_share": pl.Float64,
         "num_buckets": pl.Int64,
@@ -67,7 +56,7 @@ SCHEMA = (
 
 def _metric_fields(data: dict) -> dict:
     """The tidy columns of one metrics JSON; a field an older file lacks is null."""
-    row = {f"{m}_{s}": data.get(f"{m}_{s}") for m in METRICS for s in ("mean", "2se")}
+    row = {f"{m}_{s}": data.get(f"{m}_{s}") for m in SAMPLE_METRICS for s in ("mean", "2se")}
     buckets = data.get("num_buckets")
     if isinstance(buckets, list):  # runs with different histogram sizes: the largest
         buckets = max(buckets) if buckets else None

@@ -61,6 +61,7 @@ from workflow_lib.comparisons import (  # which conditions the study compares: d
     resamples_for,
 )
 from workflow_lib.files import atomic_path
+from workflow_lib.metric_registry import LOWER_IS_BETTER, PROMPT_PAIRED
 from workflow_lib.report.conditions import typed
 from workflow_lib.report.seeds import seed_rows
 from workflow_lib.report.statistics import (
@@ -74,20 +75,11 @@ from workflow_lib.report.statistics import (
     permutation_perplexity_difference,
     plural,
 )
-from workflow_lib.report.study_files import ROUGE, StudyFiles, mauve_by_run, shared_prompts
+from workflow_lib.report.study_files import StudyFiles, mauve_by_run, shared_prompts
 
 log = logging.getLogger("workflow_lib.report.contrasts")
 
 FAMILIES = ["perturbation", "ablation", "objective"]
-METRICS = {
-    "mauve": "MAUVE",
-    "rouge1": "ROUGE-1",
-    "rouge2": "ROUGE-2",
-    "rougeL": "ROUGE-L",
-    "perplexity": "perplexity",
-    "tv": "TV to the true law",
-}
-LOWER_IS_BETTER = {"perplexity", "tv"}
 # A contrast's unit: one pair of checkpoints (a training seed), its prompts and runs the replicates; or the training
 # seeds of the two arms, each seed's difference the replicate (report.seeds).
 CHECKPOINT, SEEDS = "checkpoint", "seeds"
@@ -201,7 +193,7 @@ def compare(
             tv = permutation_mean_differences(both["tv"].to_numpy(), both["tv_b"].to_numpy(), permutations)[0]
             row("tv", tv, PERMUTATION)
         elif pair["kind"] == "metrics":
-            metrics = [m for m in ROUGE if m in both.columns]
+            metrics = [m for m in PROMPT_PAIRED if m in both.columns]
             estimates = permutation_mean_differences(
                 both.select(metrics).to_numpy().T, both.select([f"{m}_b" for m in metrics]).to_numpy().T, permutations
             )

@@ -23,15 +23,16 @@ from typing import cast
 import polars as pl
 
 from workflow_lib.constants import UNTRAINED
+from workflow_lib.metric_registry import IN_FINDINGS
+from workflow_lib.metric_registry import PAIRED as METRICS
 from workflow_lib.report.conditions import KEYS
-from workflow_lib.report.contrasts import CHECKPOINT, METRICS, PAIRED_T, SEEDS
+from workflow_lib.report.contrasts import CHECKPOINT, PAIRED_T, SEEDS
 from workflow_lib.report.paired_tables import untested_reasons
 from workflow_lib.report.resolution import BLIND, STATUS, refusal_sentence, refused, resolved
 from workflow_lib.report.seeds import SEED_T
 from workflow_lib.report.statistics import fragile, rank_agreement
 
-# The sharpest instrument first: the exact TV to the true law needs no proxy (builtin eval sets only).
-METRIC_ORDER = ("tv", "mauve", "rouge1", "perplexity")
+METRIC_ORDER = IN_FINDINGS  # the findings' metrics, in order (workflow_lib/metric_registry.py)
 TOO_FEW = "too few texts per run to compare"
 BLIND_CELLS = "not compared (its controls fail: MAUVE cannot see degraded human text here)"
 

@@ -9,12 +9,12 @@ from typing import cast
 import polars as pl
 
 from workflow_lib.comparisons import RESAMPLES_PER_COMPARISON
+from workflow_lib.metric_registry import PAIRED as METRICS
 from workflow_lib.report.conditions import ABLATION, shown_objective
 from workflow_lib.report.contrasts import (
     CHECKPOINT,
     FAMILIES,
     JOINT,
-    METRICS,
     PAIRED_T,
     PERMUTATION,
     RESAMPLES,

@@ -60,13 +60,13 @@ def pool_seeds(frame):
     the same way (its `perplexity_2se`: two standard errors over seeds, null at one seed)."""
     import polars as pl
 
-    from workflow_lib.report.collect import METRICS
+    from workflow_lib.metric_registry import SAMPLE_METRICS
     from workflow_lib.report.conditions import KEYS
 
     if "seed" not in frame.columns or frame.height == 0:
         return frame.with_columns(seeds=pl.lit(1, dtype=pl.Int64))
     keys = [k for k in KEYS if k != "seed" and k in frame.columns]
-    values = [m for m in (*METRICS, "tv") if f"{m}_mean" in frame.columns]
+    values = [m for m in (*SAMPLE_METRICS, "tv") if f"{m}_mean" in frame.columns]
     counted = frame.with_columns(seeds=pl.col("seed").n_unique().over(keys).cast(pl.Int64))
     single = counted.filter(pl.col("seeds") == 1).with_columns(pl.lit(None, dtype=pl.Float64).alias("perplexity_2se"))
     several = counted.filter(pl.col("seeds") > 1)

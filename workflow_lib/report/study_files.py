@@ -11,9 +11,9 @@ import numpy as np
 import polars as pl
 
 from workflow_lib.layout import sidecar
+from workflow_lib.metric_registry import PROMPT_PAIRED
 
 log = logging.getLogger("workflow_lib.report.study_files")
-ROUGE = ["rouge1", "rouge2", "rougeL"]
 
 
 def per_prompt_path(path: str) -> Path:
@@ -68,7 +68,7 @@ def shared_prompts(a: pl.DataFrame, b: pl.DataFrame, pair: dict) -> pl.DataFrame
     # Mean over runs with bincount, which adds in row order: the same bytes on every rerun.
     ids, prompt = np.unique(both["prompt_id"].to_numpy(), return_inverse=True)
     counts = np.bincount(prompt, minlength=len(ids))
-    columns = [c for metric in ROUGE if metric in a.columns for c in (metric, f"{metric}_b")]
+    columns = [c for metric in PROMPT_PAIRED if metric in a.columns for c in (metric, f"{metric}_b")]
     return pl.DataFrame(
         {
             "prompt_id": ids,

@@ -14,6 +14,7 @@ import polars as pl
 from workflow_lib.constants import UNTRAINED
 from workflow_lib.files import atomic_path
 from workflow_lib.layout import parse
+from workflow_lib.metric_registry import LOWER_IS_BETTER, shown_in
 from workflow_lib.report.conditions import (
     ABLATION,
     UNTRAINED_LABEL,
@@ -183,13 +184,7 @@ def write_table(
         tmp.write_text("\n".join(lines) + "\n")
 
 
-OTHER_METRICS = [
-    ("rouge2", "ROUGE-2"),
-    ("rougeL", "ROUGE-L"),
-    ("perplexity", "perplexity"),
-    ("distinct_2", "distinct-2"),
-    ("repetition", "repetition"),
-]
+OTHER_METRICS = shown_in("other")  # (name, label) of the long table's metrics (workflow_lib/metric_registry.py)
 
 
 def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list[str]) -> dict[str, str]:
@@ -212,7 +207,7 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         if refused(frame).height
         else ""
     )
-    metrics = [("mauve", "MAUVE"), ("rouge1", "ROUGE-1")]
+    metrics = shown_in("table1")
     methods = method_frame(frame, intensity)
     specs = {
         "table1": (
@@ -248,7 +243,7 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         strategies,
         ["model", "objective", *decoder, "eval_set", "strategy"],
         "intensity",
-        [("mauve", "MAUVE")],
+        shown_in("strategies"),
         (
             f"Perturbation strategies: MAUVE ({INTERVAL}) by intensity, same strategy and intensity at training and "
             f"sampling{refused_note}. {BOLD_NOTE}."
@@ -259,7 +254,7 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         ablation,
         ["model", "objective", *decoder, "eval_set"],
         "condition",
-        [("mauve", "MAUVE")],
+        shown_in("ablation"),
         (
             f"Ablation: perturbation at training, at sampling, both, or neither (MAUVE, {INTERVAL}){refused_note}. "
             f"{BOLD_NOTE}."
@@ -297,7 +292,7 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         means,
         columns,
         str(out / "metrics"),
-        lower_is_better={"perplexity"},
+        lower_is_better=set(LOWER_IS_BETTER),
         unranked={"distinct-2", "repetition"},
         groups=other["eval_set"].to_list(),
         caption=f"Other metrics peers report ({INTERVAL}; perplexity of the model on the eval set's human "

@@ -1,0 +1,77 @@
+"""The names in the workflow's registries, for the config schema's enums: one home each, the registry itself.
+
+`config.load_schema` fills every schema node marked `x-registry: <name>` with the names the registry holds, so a
+new objective, perturbation strategy, synonym source or MAUVE control is allowed by the config, and listed in
+docs/config.md, the moment it is registered. The objectives' registry imports torch, and the strategies' and the
+controls' sit in stages that read the config (importing them from here would make the config import its readers), so
+they are read from their source's syntax tree (the `@register("name")` decorators, the `register(Strategy("name",
+...))` calls, the CONTROLS dict's keys), as module_deps reads imports: nothing is imported or executed.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+
+from workflow_lib.constants import SYNONYM_SOURCES
+from workflow_lib.module_deps import _tree, module_path
+
+
+def _call_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Call):
+        return node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+    return None
+
+
+def _first_string(call: ast.Call) -> str | None:
+    if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+        return call.args[0].value
+    return None
+
+
+def objective_losses() -> list[str]:
+    """The losses train/objectives.py registers with `@register("name")`, in its order."""
+    tree = _tree(module_path("workflow_lib.train.objectives"))
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            for decorator in node.decorator_list:
+                if isinstance(decorator, ast.Call) and _call_name(decorator) == "register":
+                    names.append(_first_string(decorator))
+    return [n for n in names if n]
+
+
+def strategy_names() -> list[str]:
+    """The strategies perturb/strategies.py registers with `register(Strategy("name", ...))`, in its order."""
+    tree = _tree(module_path("workflow_lib.perturb.strategies"))
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and _call_name(node.value) == "register":
+            call = node.value
+            assert isinstance(call, ast.Call)
+            if call.args and _call_name(call.args[0]) == "Strategy":
+                names.append(_first_string(call.args[0]))  # type: ignore[arg-type]
+    return [n for n in names if n]
+
+
+def degraded_controls() -> list[str]:
+    """The MAUVE controls a study may require it to see: every key of evaluate/control_names.py's CONTROLS but the
+    ceiling (human text itself, keyed by the name CEILING, not a string)."""
+    tree = _tree(module_path("workflow_lib.evaluate.control_names"))
+    for node in tree.body:
+        if not isinstance(node, (ast.AnnAssign, ast.Assign)):
+            continue
+        target: ast.expr = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
+        value = node.value
+        if isinstance(target, ast.Name) and target.id == "CONTROLS" and isinstance(value, ast.Dict):
+            return [k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    raise LookupError("evaluate/control_names.py defines no CONTROLS dict")
+
+
+REGISTRIES: dict[str, Callable[[], list[str]]] = {
+    "objectives": objective_losses,
+    "strategies": strategy_names,
+    "synonym_sources": lambda: list(SYNONYM_SOURCES),
+    "controls": degraded_controls,
+}
