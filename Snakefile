@@ -9,6 +9,7 @@ min_version("9.19")  # reads profiles/*/profile.yaml
 sys.path.insert(0, workflow.basedir)  # this checkout's workflow_lib, installed or not
 
 from workflow_lib.config_files import exit_on_bad_yaml
+from workflow_lib.layout import REPORT_LANDING
 
 # The default study. A study given with --configfile replaces it instead of being merged into it. Read through the
 # workflow's reader first: snakemake's own YAML error names neither the file nor the line.
@@ -19,7 +20,7 @@ if not workflow.overwrite_configfiles:
 
 
 # The HTML report opens on its description: with the study's findings once the tables job wrote them.
-LANDING = "results/report/workflow.rst"
+LANDING = REPORT_LANDING
 
 
 report: os.path.abspath(LANDING) if os.path.exists(LANDING) else "report/workflow.rst"

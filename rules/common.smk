@@ -20,7 +20,7 @@ from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, planned, runtime
 from workflow_lib.data.downloads import fetched
 from workflow_lib.data.splits import split_spec
 from workflow_lib.grid import all_targets, dataset_splits
-from workflow_lib.inputs import ARGUMENT_FILE, MAUVE_CONTRAST_OUTPUT, Inputs, argument_file, curves_argument
+from workflow_lib.inputs import Inputs, argument_file, curves_argument
 from workflow_lib.layout import (
     NO_STRATEGY,
     condition_constraints,

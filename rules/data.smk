@@ -1,7 +1,8 @@
 from workflow_lib.data.downloads import archive_path
 from workflow_lib.data.downloads import members as archive_members
 from workflow_lib.data.settings import prompt_settings
-from workflow_lib.layout import DATA, PROMPTS, TOKENIZER, TOKENS
+from workflow_lib.data.downloads import fetched_path, unpacked_dir
+from workflow_lib.layout import DATA, PROMPTS, PROMPTS_RECORD, TOKENIZER, TOKENS, benchmark_path, log_path
 from workflow_lib.pretrained import GGUF_DOWNLOAD, PRETRAINED_DIR, gguf_settings
 
 
@@ -9,9 +10,9 @@ from workflow_lib.pretrained import GGUF_DOWNLOAD, PRETRAINED_DIR, gguf_settings
 # workflow_lib edit must neither download it again nor miss the output cache (whose key would include the code).
 rule fetch:
     output:
-        "results/downloads/{dataset}/{file}",
+        fetched_path("{dataset}", "{file}"),
     log:
-        "results/logs/downloads/{dataset}/{file}.log",
+        log_path("downloads/{dataset}/{file}"),
     # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE): a second study fetches nothing. The
     # key is the URL, checksum and head, not the dataset's name in this config.
     cache: "omit-software"
@@ -28,9 +29,9 @@ rule unpack:
     input:
         archive=lambda w: archive_path(w.dataset, DATASETS[w.dataset]),
     output:
-        directory("results/downloads/{dataset}/unpacked"),
+        directory(unpacked_dir("{dataset}")),
     log:
-        "results/logs/downloads/{dataset}/unpack.log",
+        log_path("downloads/{dataset}/unpack"),
     conda:
         "../envs/data.yaml"
     params:
@@ -47,7 +48,7 @@ rule download:
         parquet=f"{DATA}.parquet",
         meta=f"{DATA}.json",
     log:
-        "results/logs/data/download/{dataset}/{split}.log",
+        log_path("data/download/{dataset}/{split}"),
     # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE); snakemake allows no benchmark here.
     cache: "omit-software"
     conda:
@@ -67,9 +68,9 @@ rule tokenizer:
     output:
         directory(TOKENIZER),
     log:
-        "results/logs/tokenizers/{tokenizer}.log",
+        log_path("tokenizers/{tokenizer}"),
     benchmark:
-        "results/benchmarks/tokenizers/{tokenizer}.tsv"
+        benchmark_path("tokenizers/{tokenizer}")
     conda:
         "../envs/data.yaml"
     params:
@@ -87,7 +88,7 @@ rule tokenize:
     output:
         TOKENS,
     log:
-        "results/logs/tokens/{tokenizer}/{dataset}/{split}.log",
+        log_path("tokens/{tokenizer}/{dataset}/{split}"),
     # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE); snakemake allows no benchmark here.
     cache: "omit-software"
     conda:
@@ -104,11 +105,11 @@ rule prompts:
         unpack(inputs.prompts),
     output:
         parquet=PROMPTS,
-        meta="results/prompts/{eval_set}.json",
+        meta=PROMPTS_RECORD,
     log:
-        "results/logs/prompts/{eval_set}.log",
+        log_path("prompts/{eval_set}"),
     benchmark:
-        "results/benchmarks/prompts/{eval_set}.tsv"
+        benchmark_path("prompts/{eval_set}")
     conda:
         "../envs/data.yaml"
     params:
@@ -124,7 +125,7 @@ rule fetch_gguf:
     output:
         GGUF_DOWNLOAD.format(model="{gguf_model}"),
     log:
-        "results/logs/downloads/gguf/{gguf_model}.log",
+        log_path("downloads/gguf/{gguf_model}"),
     cache: "omit-software"
     conda:
         "../envs/data.yaml"
@@ -145,9 +146,9 @@ rule dequantise:
     output:
         directory(PRETRAINED_DIR.format(model="{gguf_model}")),
     log:
-        "results/logs/pretrained/{gguf_model}.log",
+        log_path("pretrained/{gguf_model}"),
     benchmark:
-        "results/benchmarks/pretrained/{gguf_model}.tsv"
+        benchmark_path("pretrained/{gguf_model}")
     conda:
         "../envs/train.yaml"
     resources:

@@ -5,7 +5,17 @@ from workflow_lib.evaluate.settings import (
     feature_settings,
     perplexity_settings,
 )
-from workflow_lib.layout import CONTROL_FEATURES, CONTROL_TEXTS, CONTROLS, FEATURES, evaluation_of, prompts_path
+from workflow_lib.layout import (
+    CONTROL_FEATURES,
+    CONTROL_TEXTS,
+    CONTROLS,
+    FEATURES,
+    PROMPTS,
+    benchmark_path,
+    evaluation_of,
+    log_path,
+    prompts_path,
+)
 from workflow_lib.sample.settings import decoder_settings, test_perturbation
 
 
@@ -17,7 +27,7 @@ rule control_texts:
     output:
         CONTROL_TEXTS,
     log:
-        "results/logs/control_texts/{eval_set}.log",
+        log_path("control_texts/{eval_set}"),
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -35,9 +45,9 @@ rule features:
         human=FEATURES,
         controls=CONTROL_FEATURES,
     log:
-        "results/logs/features/{featuriser}/{eval_set}.log",
+        log_path("features/{featuriser}/{eval_set}"),
     benchmark:
-        "results/benchmarks/features/{featuriser}/{eval_set}.tsv"
+        benchmark_path("features/{featuriser}/{eval_set}")
     conda:
         "../envs/evaluate.yaml"
     resources:
@@ -60,9 +70,9 @@ rule mauve_controls:
     output:
         CONTROLS,
     log:
-        "results/logs/mauve_controls/{featuriser}/{eval_set}.log",
+        log_path("mauve_controls/{featuriser}/{eval_set}"),
     benchmark:
-        "results/benchmarks/mauve_controls/{featuriser}/{eval_set}.tsv"
+        benchmark_path("mauve_controls/{featuriser}/{eval_set}")
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -77,7 +87,7 @@ rule mauve_controls:
 rule sample_features:
     input:
         samples=SAMPLES_OUTPUT,
-        prompts="results/prompts/{eval_set}.parquet",
+        prompts=PROMPTS,
     output:
         SAMPLE_FEATURES_OUTPUT,  # an evaluate and a mauve_contrast job's input
     log:
@@ -100,7 +110,7 @@ rule sample_features:
 rule evaluate:
     input:
         samples=SAMPLES_OUTPUT,
-        prompts="results/prompts/{eval_set}.parquet",
+        prompts=PROMPTS,
         human=lambda w: FEATURES.format(featuriser=inputs.featuriser_id(), eval_set=w.eval_set),
         features=SAMPLE_FEATURES_OUTPUT,
         controls=inputs.controls,

@@ -1,14 +1,15 @@
 from workflow_lib.grid import lab_inputs
+from workflow_lib.layout import LAB, LAB_SET, benchmark_path, log_path, partial
 from workflow_lib.lab.settings import lab_settings
 
 
 rule lab_sets:
     output:
-        "results/lab/sets/{dataset}.parquet",
+        LAB_SET,
     log:
-        "results/logs/lab/sets/{dataset}.log",
+        log_path("lab/sets/{dataset}"),
     benchmark:
-        "results/benchmarks/lab/sets/{dataset}.tsv"
+        benchmark_path("lab/sets/{dataset}")
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -22,7 +23,7 @@ rule lab_sets:
 rule lab_laws:
     input:
         unpack(inputs.model),
-        sets="results/lab/sets/{dataset}.parquet",
+        sets=LAB_SET,
     output:
         run_template("lab/laws", ".npz"),
     log:
@@ -46,25 +47,25 @@ rule lab:
     input:
         unpack(lambda w: lab_inputs(config, w.experiment)),
     output:
-        csv="results/lab/{experiment}/uncertainty.csv",
-        premise="results/lab/{experiment}/premise.csv",
+        csv=partial(LAB, file="uncertainty.csv"),
+        premise=partial(LAB, file="premise.csv"),
         markdown=report(
-            "results/lab/{experiment}/uncertainty.md",
+            partial(LAB, file="uncertainty.md"),
             caption="../report/lab.rst",
             category="Theory lab",
             labels={"experiment": "{experiment}", "output": "table"},
         ),
         png=report(
-            "results/lab/{experiment}/figure.png",
+            partial(LAB, file="figure.png"),
             caption="../report/lab.rst",
             category="Theory lab",
             labels={"experiment": "{experiment}", "output": "figure"},
         ),
-        pdf="results/lab/{experiment}/figure.pdf",
+        pdf=partial(LAB, file="figure.pdf"),
     log:
-        "results/logs/lab/{experiment}.log",
+        log_path("lab/{experiment}"),
     benchmark:
-        "results/benchmarks/lab/{experiment}.tsv"
+        benchmark_path("lab/{experiment}")
     wildcard_constraints:
         experiment=_names(config["lab"]["experiments"]),
     conda:

@@ -1,4 +1,4 @@
-from workflow_lib.layout import SYNONYMS, perturbed_template, train_condition_of
+from workflow_lib.layout import SYNONYMS, benchmark_path, log_path, perturbed_template, train_condition_of
 from workflow_lib.perturb.settings import perturb_settings, synonym_settings
 
 
@@ -8,9 +8,9 @@ rule synonyms:
     output:
         SYNONYMS,
     log:
-        "results/logs/synonyms/{tokenizer}/{dataset}/{synonyms}.log",
+        log_path("synonyms/{tokenizer}/{dataset}/{synonyms}"),
     benchmark:
-        "results/benchmarks/synonyms/{tokenizer}/{dataset}/{synonyms}.tsv"
+        benchmark_path("synonyms/{tokenizer}/{dataset}/{synonyms}")
     conda:
         "../envs/data.yaml"
     params:

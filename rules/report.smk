@@ -11,7 +11,19 @@ from workflow_lib.grid import (
     model_targets,
     simulation_summary_input,
 )
-from workflow_lib.layout import prompts_path
+from workflow_lib.layout import (
+    ARGUMENT_FILE,
+    MAUVE_CONTRAST,
+    REPORT,
+    REPORT_FIGURE,
+    REPORT_TABLE,
+    SUMMARY,
+    TRAINING_FIGURE,
+    benchmark_path,
+    log_path,
+    partial,
+    prompts_path,
+)
 from workflow_lib.report.settings import report_settings, report_view
 
 
@@ -22,7 +34,7 @@ rule argument_file:
     output:
         ARGUMENT_FILE,
     log:
-        "results/logs/report/args/{name}.log",
+        log_path("report/args/{name}"),
     wildcard_constraints:
         name=_names(inputs.argument_lists),
     localrule: True
@@ -38,9 +50,9 @@ rule collect_metrics:
         perplexity=list(inputs.perplexity_jobs),
         arguments=argument_file("collect"),
     output:
-        "results/report/metrics.csv",
+        partial(REPORT, file="metrics.csv"),
     log:
-        "results/logs/report/collect.log",
+        log_path("report/collect"),
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -53,11 +65,11 @@ rule mauve_contrast:
     input:
         unpack(inputs.mauve_contrast),
     output:
-        MAUVE_CONTRAST_OUTPUT,
+        MAUVE_CONTRAST,
     log:
-        "results/logs/report/mauve/{pair}.log",
+        log_path("report/mauve/{pair}"),
     benchmark:
-        "results/benchmarks/report/mauve/{pair}.tsv"
+        benchmark_path("report/mauve/{pair}")
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -79,9 +91,9 @@ rule contrasts:
         mauve=inputs.mauve_contrast_targets(),
         arguments=argument_file("contrasts"),
     output:
-        "results/report/contrasts.csv",
+        partial(REPORT, file="contrasts.csv"),
     log:
-        "results/logs/report/contrasts.log",
+        log_path("report/contrasts"),
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -93,8 +105,8 @@ rule contrasts:
 
 rule tables:
     input:
-        metrics="results/report/metrics.csv",
-        contrasts="results/report/contrasts.csv",
+        metrics=partial(REPORT, file="metrics.csv"),
+        contrasts=partial(REPORT, file="contrasts.csv"),
         simulation=simulation_summary_input(config),
         data=data_records(config),
         lab=[t for t in lab_targets(config) if t.endswith(".md")],
@@ -102,11 +114,11 @@ rule tables:
         controls=control_targets(config),
         arguments=argument_file("tables"),
     output:
-        summary=report("results/summary.md", caption="../report/summary.rst", category="Summary"),
+        summary=report(SUMMARY, caption="../report/summary.rst", category="Summary"),
         landing=LANDING,
         tables=[
             report(
-                f"results/report/tables/{t}.{ext}",
+                REPORT_TABLE.format(table=t, ext=ext),
                 caption="../report/table.rst",
                 category="Tables",
                 subcategory=t,
@@ -116,7 +128,7 @@ rule tables:
             for ext in ("md", "csv", "tex")
         ],
     log:
-        "results/logs/report/tables.log",
+        log_path("report/tables"),
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -124,30 +136,32 @@ rule tables:
         description=sha256_file(workflow.source_path("../report/workflow.rst")),
         config=lambda w: as_json(report_view(config)),
         settings=lambda w: as_json(report_settings(config)),
+        folder=lambda w, output: os.path.dirname(output.tables[0]),
     shell:
-        "python -m workflow_lib.report.build tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir results/report/tables --summary {output.summary} --landing {output.landing} --simulation {input.simulation} --contrasts {input.contrasts} @{input.arguments} 2> {log}"
+        "python -m workflow_lib.report.build tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir {params.folder} --summary {output.summary} --landing {output.landing} --simulation {input.simulation} --contrasts {input.contrasts} @{input.arguments} 2> {log}"
 
 
 rule figure:
     input:
-        metrics="results/report/metrics.csv",
+        metrics=partial(REPORT, file="metrics.csv"),
     output:
         png=report(
-            "results/report/figures/{figure}.png",
+            partial(REPORT_FIGURE, ext="png"),
             caption="../report/figure.rst",
             category="Figures",
             labels={"figure": "{figure}"},
         ),
-        pdf="results/report/figures/{figure}.pdf",
+        pdf=partial(REPORT_FIGURE, ext="pdf"),
     log:
-        "results/logs/report/figure_{figure}.log",
+        log_path("report/figure_{figure}"),
     conda:
         "../envs/evaluate.yaml"
     params:
         code=code_digest("workflow_lib.report.build"),
         intensity=config["report"]["intensity"],
+        stem=lambda w, output: output.png.removesuffix(".png"),
     shell:
-        "python -m workflow_lib.report.build figure --metrics {input.metrics} --name {wildcards.figure} --intensity {params.intensity} --stem results/report/figures/{wildcards.figure} 2> {log}"
+        "python -m workflow_lib.report.build figure --metrics {input.metrics} --name {wildcards.figure} --intensity {params.intensity} --stem {params.stem} 2> {log}"
 
 
 rule examples:
@@ -157,22 +171,23 @@ rule examples:
         arguments=argument_file("examples"),
     output:
         report(
-            "results/report/tables/examples.md",
+            REPORT_TABLE.format(table="examples", ext="md"),
             caption="../report/examples.rst",
             category="Tables",
             subcategory="examples",
             labels={"table": "examples", "format": "md"},
         ),
-        "results/report/tables/examples.csv",
-        "results/report/tables/examples.tex",
+        REPORT_TABLE.format(table="examples", ext="csv"),
+        REPORT_TABLE.format(table="examples", ext="tex"),
     log:
-        "results/logs/report/examples.log",
+        log_path("report/examples"),
     conda:
         "../envs/evaluate.yaml"
     params:
         code=code_digest("workflow_lib.report.build"),
+        stem=lambda w, output: output[0].removesuffix(".md"),
     shell:
-        "python -m workflow_lib.report.build examples --prompts {input.prompts} --stem results/report/tables/examples @{input.arguments} 2> {log}"
+        "python -m workflow_lib.report.build examples --prompts {input.prompts} --stem {params.stem} @{input.arguments} 2> {log}"
 
 
 rule training_curves:
@@ -181,17 +196,18 @@ rule training_curves:
         arguments=lambda w: argument_file(curves_argument(w.model, w.dataset)),
     output:
         png=report(
-            "results/report/figures/training/{model}/{dataset}.png",
+            partial(TRAINING_FIGURE, ext="png"),
             caption="../report/training.rst",
             category="Training curves",
             labels={"model": "{model}", "dataset": "{dataset}"},
         ),
-        pdf="results/report/figures/training/{model}/{dataset}.pdf",
+        pdf=partial(TRAINING_FIGURE, ext="pdf"),
     log:
-        "results/logs/report/training_{model}_{dataset}.log",
+        log_path("report/training_{model}_{dataset}"),
     conda:
         "../envs/evaluate.yaml"
     params:
         code=code_digest("workflow_lib.report.build"),
+        stem=lambda w, output: output.png.removesuffix(".png"),
     shell:
-        "python -m workflow_lib.report.build curves --stem results/report/figures/training/{wildcards.model}/{wildcards.dataset} @{input.arguments} 2> {log}"
+        "python -m workflow_lib.report.build curves --stem {params.stem} @{input.arguments} 2> {log}"

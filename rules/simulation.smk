@@ -1,14 +1,15 @@
 from workflow_lib.grid import simulation_fits
+from workflow_lib.layout import SIMULATION, SIMULATION_FIT, benchmark_path, log_path, partial
 from workflow_lib.simulation.settings import simulation_settings
 
 
 rule simulation_fit:
     output:
-        "results/simulation/V{vocab}.parquet",
+        SIMULATION_FIT,
     log:
-        "results/logs/simulation/V{vocab}.log",
+        log_path("simulation/V{vocab}"),
     benchmark:
-        "results/benchmarks/simulation/V{vocab}.tsv"
+        benchmark_path("simulation/V{vocab}")
     wildcard_constraints:
         vocab=r"[0-9]+",
     conda:
@@ -27,31 +28,31 @@ rule simulation_summary:
     input:
         fits=simulation_fits(config),
     output:
-        csv="results/simulation/summary.csv",
+        csv=partial(SIMULATION, file="summary.csv"),
         markdown=report(
-            "results/simulation/summary.md",
+            partial(SIMULATION, file="summary.md"),
             caption="../report/simulation.rst",
             category="Simulation",
             labels={"output": "summary table"},
         ),
         png=report(
-            "results/simulation/figure.png",
+            partial(SIMULATION, file="figure.png"),
             caption="../report/simulation.rst",
             category="Simulation",
             labels={"output": "figure"},
         ),
-        pdf="results/simulation/figure.pdf",
-        tests="results/simulation/tests.csv",
+        pdf=partial(SIMULATION, file="figure.pdf"),
+        tests=partial(SIMULATION, file="tests.csv"),
         conclusions=report(
-            "results/simulation/conclusions.md",
+            partial(SIMULATION, file="conclusions.md"),
             caption="../report/simulation.rst",
             category="Simulation",
             labels={"output": "conclusions"},
         ),
     log:
-        "results/logs/simulation/summary.log",
+        log_path("simulation/summary"),
     benchmark:
-        "results/benchmarks/simulation/summary.tsv"
+        benchmark_path("simulation/summary")
     conda:
         "../envs/simulation.yaml"
     params:

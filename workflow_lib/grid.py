@@ -16,6 +16,15 @@ from workflow_lib.layout import (
     BASELINE,
     CONTROLS,
     DATA,
+    LAB,
+    LAB_SET,
+    REPORT,
+    REPORT_FIGURE,
+    REPORT_TABLE,
+    SIMULATION,
+    SIMULATION_FIT,
+    SUMMARY,
+    TRAINING_FIGURE,
     Evaluation,
     ModelRun,
     SamplingCondition,
@@ -125,7 +134,7 @@ def curve_pairs(config: dict) -> list[tuple[str, str]]:
 
 def curve_targets(config: dict) -> list[str]:
     """One training-curves figure per (model, dataset) that trains."""
-    return [f"results/report/figures/training/{model}/{dataset}.png" for model, dataset in curve_pairs(config)]
+    return [TRAINING_FIGURE.format(model=model, dataset=dataset, ext="png") for model, dataset in curve_pairs(config)]
 
 
 def sampling_conditions(experiment: dict) -> list[SamplingCondition]:
@@ -227,12 +236,12 @@ def lab_inputs(config: dict, experiment: str) -> dict:
     """The lab job of one experiment: its prefix sets and the laws of every model of its group."""
     exp = config["experiments"][experiment]
     laws = [lab_law_path(run) for run in lab_models(exp)]
-    return {"prefixes": f"results/lab/sets/{exp['train_dataset']}.parquet", "laws": sorted(laws)}
+    return {"prefixes": LAB_SET.format(dataset=exp["train_dataset"]), "laws": sorted(laws)}
 
 
 def lab_targets(config: dict) -> list[str]:
     return [
-        f"results/lab/{name}/{f}"
+        LAB.format(experiment=name, file=f)
         for name in config.get("lab", {}).get("experiments", [])
         for f in ("uncertainty.csv", "premise.csv", "uncertainty.md", "figure.png", "figure.pdf")
     ]
@@ -274,25 +283,26 @@ def prompt_targets(config: dict) -> list[str]:
 
 
 def simulation_fits(config: dict) -> list[str]:
-    return [f"results/simulation/V{v}.parquet" for v in sorted(config["simulation"]["vocab_sizes"])]
+    return [SIMULATION_FIT.format(vocab=v) for v in sorted(config["simulation"]["vocab_sizes"])]
 
 
 def simulation_targets(config: dict) -> list[str]:
     if not config["simulation"]["enabled"]:
         return []
     files = ("summary.csv", "summary.md", "tests.csv", "conclusions.md", "figure.png", "figure.pdf")
-    return [f"results/simulation/{f}" for f in files]
+    return [SIMULATION.format(file=f) for f in files]
 
 
 def simulation_summary_input(config: dict) -> list[str]:
     """The tables rule's `simulation` input: the simulation summary, which results/summary.md includes."""
-    return ["results/simulation/summary.md"] if config["simulation"]["enabled"] else []
+    return [SIMULATION.format(file="summary.md")] if config["simulation"]["enabled"] else []
 
 
 def report_targets(config: dict) -> list[str]:
-    tables = [f"results/report/tables/{t}.md" for t in [*REPORT_TABLES, "examples"]]
-    figures = [f"results/report/figures/{f}.png" for f in report_figures(config)]
-    return ["results/summary.md", "results/report/contrasts.csv", *tables, *figures, *curve_targets(config)]
+    tables = [REPORT_TABLE.format(table=t, ext="md") for t in [*REPORT_TABLES, "examples"]]
+    figures = [REPORT_FIGURE.format(figure=f, ext="png") for f in report_figures(config)]
+    contrasts = REPORT.format(file="contrasts.csv")
+    return [SUMMARY, contrasts, *tables, *figures, *curve_targets(config)]
 
 
 def all_targets(config: dict) -> list[str]:

@@ -35,10 +35,12 @@ from workflow_lib.grid import (
     perplexity_targets,
 )
 from workflow_lib.layout import (
+    ARGUMENT_FILE,
     CONTROL_TEXTS,
     CONTROLS,
     DATA,
     FEATURES,
+    MAUVE_CONTRAST,
     NO_STRATEGY,
     evaluation_of,
     perturbed_path,
@@ -52,10 +54,6 @@ from workflow_lib.layout import (
 )
 from workflow_lib.pretrained import gguf_file
 from workflow_lib.train.settings import training_settings
-
-# The gather jobs' argument files (rules/report.smk, argument_file): the paths each reads, in its order.
-ARGUMENT_FILE = "results/report/args/{name}.txt"
-MAUVE_CONTRAST_OUTPUT = "results/report/mauve/{pair}.json"
 
 
 def argument_file(name: str) -> str:
@@ -243,7 +241,7 @@ class Inputs:
         return [sidecar(path, ".prompts.parquet") for path in paths]
 
     def mauve_contrast_targets(self) -> list[str]:
-        return [MAUVE_CONTRAST_OUTPUT.format(pair=p) for p in sorted(self.mauve_contrasts)]
+        return [MAUVE_CONTRAST.format(pair=p) for p in sorted(self.mauve_contrasts)]
 
     def mauve_contrast(self, wildcards: Any) -> dict:
         pair = self.mauve_contrasts[wildcards.pair]

@@ -41,6 +41,25 @@ FEATURES = "results/features/{featuriser}/{eval_set}.npy"  # an eval set's human
 CONTROL_TEXTS = "results/controls/{eval_set}.texts.parquet"
 CONTROL_FEATURES = "results/features/{featuriser}/{eval_set}.controls.parquet"
 CONTROLS = "results/controls/{featuriser}/{eval_set}.json"
+# The study's other products: the rules' outputs and the grid's targets are built from these strings (`partial` fills
+# some fields and leaves the others as the rules' wildcards). A job's log and benchmark: `log_path`, `benchmark_path`.
+# (Downloads live in data/downloads.py and GGUF files in pretrained.py, beside the jobs that read them: a job that
+# imported this module would rerun whenever the plan's layout changed.)
+PROMPTS_RECORD = "results/prompts/{eval_set}.json"  # an eval set's prompts' provenance record, beside PROMPTS
+SIMULATION_FIT = "results/simulation/V{vocab}.parquet"  # one vocabulary size's replications (Section 4)
+SIMULATION = "results/simulation/{file}"  # the simulation's summary, tests, conclusions and figure
+LAB_SET = "results/lab/sets/{dataset}.parquet"  # the theory lab's prefix sets of a builtin dataset
+LAB = "results/lab/{experiment}/{file}"  # the theory lab's verdicts of an experiment
+REPORT = "results/report/{file}"  # the report's tidy tables: metrics.csv, contrasts.csv
+REPORT_TABLE = "results/report/tables/{table}.{ext}"
+REPORT_FIGURE = "results/report/figures/{figure}.{ext}"
+TRAINING_FIGURE = "results/report/figures/training/{model}/{dataset}.{ext}"
+SUMMARY = "results/summary.md"
+REPORT_LANDING = "results/report/workflow.rst"  # the HTML report's first page, with the findings
+ARGUMENT_FILE = "results/report/args/{name}.txt"  # a gather job's input paths, one a line (argparse's @file)
+MAUVE_CONTRAST = "results/report/mauve/{pair}.json"  # one designed MAUVE contrast's result (report.joint_mauve)
+LOG = "results/logs/{name}.log"
+BENCHMARK = "results/benchmarks/{name}.tsv"
 
 # The results folders of each layout, and the suffix of the file each writes (a folder has none).
 RUN_KINDS = {"models": "", "checkpoints": "", "perplexity": "", "lab/laws": ".npz"}
@@ -196,6 +215,25 @@ def sidecar(path: str, suffix: str) -> str:
     if suffix not in EVALUATION_SUFFIXES + SCORED_SUFFIXES or not path.endswith(".json"):
         raise ValueError(f"{path}: no {suffix} sidecar in this workflow's layout (workflow_lib/layout.py)")
     return path.removesuffix(".json") + suffix
+
+
+class _Kept(dict):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def partial(layout: str, **fields: object) -> str:
+    """`layout` with the given fields filled and the others left as `{field}`, the rules' wildcards."""
+    return layout.format_map(_Kept({k: str(v) for k, v in fields.items()}))
+
+
+def log_path(name: str) -> str:
+    """The log of the job that writes `name` (its path below results/, without extension; wildcards kept)."""
+    return LOG.format(name=name)
+
+
+def benchmark_path(name: str) -> str:
+    return BENCHMARK.format(name=name)
 
 
 def prompts_path(eval_set: str) -> str:

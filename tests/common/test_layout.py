@@ -4,6 +4,7 @@ the grid, the report and the cost model all read the same layout."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import yaml
@@ -165,3 +166,22 @@ def test_a_sidecar_is_the_same_result_with_another_suffix_of_its_layout():
         layout.sidecar(metrics, ".npz")
     with pytest.raises(ValueError, match="no .prompts.parquet sidecar"):
         layout.sidecar(run.folder(), ".prompts.parquet")
+
+
+def test_the_rules_and_the_plan_spell_no_result_path():
+    """Every result path the rules and the plan name is built in layout.py (or, for downloads and GGUF files, in the
+    modules beside the jobs that read them): no `"results/...` literal in the Snakefile, the rules, the grid, the
+    input functions or the report's settings (issue 53). A rule's shell command names its files through {input},
+    {output} and {params}, so nothing but the layout decides where a result lives."""
+    import re
+
+    repo = Path(__file__).resolve().parents[2]
+    files = [repo / "Snakefile", *sorted((repo / "rules").glob("*.smk"))]
+    files += [repo / "workflow_lib" / name for name in ("grid.py", "inputs.py", "comparisons.py", "report/settings.py")]
+    found = [
+        f"{path.relative_to(repo)}:{number}"
+        for path in files
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"""["'](results/|\S*\s--\S+ results/)""", line)
+    ]
+    assert not found, found

@@ -4,13 +4,14 @@ time: standard library only)."""
 from __future__ import annotations
 
 from workflow_lib.grid import report_figures
+from workflow_lib.layout import REPORT_FIGURE
 
 
 def report_settings(config: dict) -> dict:
     return {
         "intensity": config["report"]["intensity"],
         "eval_order": list(config["eval_sets"]),
-        "figures": [f"results/report/figures/{f}.png" for f in report_figures(config)],
+        "figures": [REPORT_FIGURE.format(figure=f, ext="png") for f in report_figures(config)],
     }
 
 
