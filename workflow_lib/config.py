@@ -127,6 +127,17 @@ def _form(alternative: dict, schema: dict) -> str:
     return text
 
 
+def schema_defaults(schema: dict, node: dict) -> dict:
+    """{key: default} of an object schema's properties, each followed through its `$ref` (the schema's one home of a
+    default: no reader of the config repeats one)."""
+    out = {}
+    for key, sub in node.get("properties", {}).items():
+        resolved = _resolve(sub, schema)
+        if "default" in resolved:
+            out[key] = copy.deepcopy(resolved["default"])
+    return out
+
+
 def _describe_choice(error, schema: dict) -> str:
     """An anyOf/oneOf failure in words: which keys are missing (alternatives that each require keys), which
     alternatives conflict (oneOf matched twice), or which forms the value may take, and the deepest reason."""
@@ -639,9 +650,13 @@ def normalise(config: dict, workdir: Path | None = None) -> dict:
     from snakemake.utils import validate
 
     validate(config, str(SCHEMA_PATH))  # the schema's defaults
+    schema = load_schema()
+    grids = {"train_perturbation": "perturbation_grid", "test_perturbation": "test_perturbation_grid"}
     for exp in config["experiments"].values():
         exp.setdefault("seeds", [config["seed"]])
         exp.setdefault("train_dataset", NO_TRAIN_DATASET)
+        for axis, name in grids.items():  # snakemake fills no default behind a $ref: the grid reads these, filled
+            exp[axis] = {**schema_defaults(schema, schema["$defs"][name]), **exp.get(axis, {})}
     config["objectives"] = {**PREDEFINED_OBJECTIVES, **config.get("objectives", {})}
     config["decoders"] = {name: {} for name in PREDEFINED_DECODERS} | {
         name: {k: float(v) if k in DECODER_FLOAT_KEYS else v for k, v in decoder.items()}

@@ -18,6 +18,7 @@ from workflow_lib.layout import (
     DATA,
     LAB,
     LAB_SET,
+    NO_STRATEGY,
     REPORT,
     REPORT_FIGURE,
     REPORT_TABLE,
@@ -58,22 +59,20 @@ def featuriser_id(featuriser: str | dict) -> str:
 
 
 def train_conditions(experiment: dict) -> list[TrainCondition]:
-    grid = experiment.get("train_perturbation", {})
+    """An experiment's training conditions (of a validated config: the schema's defaults filled by `normalise`)."""
+    grid = experiment["train_perturbation"]
     out = set()
     for strategy, intensity, synonyms, mode in itertools.product(
-        grid.get("strategies", ["insertion"]),
-        grid.get("intensities", [0]),
-        grid.get("synonyms", ["distributional"]),
-        grid.get("modes", ["augment"]),
+        grid["strategies"], grid["intensities"], grid["synonyms"], grid["modes"]
     ):
         if float(intensity) == 0.0:
-            strategy, synonyms = "none", "none"
-        out.add(TrainCondition(synonyms, mode, grid.get("copies", 1), strategy, fmt_intensity(intensity)))
+            strategy, synonyms = NO_STRATEGY, NO_STRATEGY
+        out.add(TrainCondition(synonyms, mode, grid["copies"], strategy, fmt_intensity(intensity)))
     return sorted(out)
 
 
 def trained_objectives(experiment: dict) -> list[str]:
-    return [o for o in experiment.get("objectives", ["mle"]) if o != UNTRAINED]
+    return [o for o in experiment["objectives"] if o != UNTRAINED]
 
 
 def model_runs(experiment: dict) -> list[ModelRun]:
@@ -81,7 +80,7 @@ def model_runs(experiment: dict) -> list[ModelRun]:
     untrained model once, under the baseline condition's name."""
     out = []
     for model, objective, seed in itertools.product(
-        experiment["models"], experiment.get("objectives", ["mle"]), experiment["seeds"]
+        experiment["models"], experiment["objectives"], experiment["seeds"]
     ):
         for cond in [BASELINE] if objective == UNTRAINED else train_conditions(experiment):
             out.append(ModelRun(model, experiment["train_dataset"], objective, cond, seed))
@@ -104,9 +103,9 @@ def synonym_targets(config: dict) -> list[str]:
         for model in exp["models"]:
             tokenizer = config["models"][model]["tokenizer"]
             for axis in ("train_perturbation", "test_perturbation"):
-                grid = exp.get(axis, {})
-                if any(float(i) > 0 for i in grid.get("intensities", [0])):
-                    for source in grid.get("synonyms", ["distributional"]):
+                grid = exp[axis]
+                if any(float(i) > 0 for i in grid["intensities"]):
+                    for source in grid["synonyms"]:
                         out.add(synonym_path(tokenizer, exp["train_dataset"], source))
     return sorted(out)
 
@@ -140,17 +139,13 @@ def curve_targets(config: dict) -> list[str]:
 def sampling_conditions(experiment: dict) -> list[SamplingCondition]:
     """Every decoder with every test perturbation: the perturbation draws are keyed by (prompt, run, step), so
     two decoders of one (prompt, run) share them."""
-    grid = experiment.get("test_perturbation", {})
+    grid = experiment["test_perturbation"]
     out = set()
     for decoder, strategy, intensity, synonyms, mode in itertools.product(
-        experiment.get("decoders", ["unbiased"]),
-        grid.get("strategies", ["insertion"]),
-        grid.get("intensities", [0]),
-        grid.get("synonyms", ["distributional"]),
-        grid.get("modes", ["exact"]),
+        experiment["decoders"], grid["strategies"], grid["intensities"], grid["synonyms"], grid["modes"]
     ):
-        if float(intensity) == 0.0:
-            strategy, synonyms, mode = "none", "none", "exact"
+        if float(intensity) == 0.0:  # the unperturbed law: one condition, whatever the grid's strategy and mode
+            strategy, synonyms, mode = NO_STRATEGY, NO_STRATEGY, "exact"
         out.add(SamplingCondition(decoder, synonyms, strategy, fmt_intensity(intensity), mode))
     return sorted(out)
 
@@ -206,8 +201,8 @@ def report_figures(config: dict) -> list[str]:
     figures = set()
     same_at_training_and_sampling = set()  # positive intensities, over all experiments (a sweep may be several)
     for exp in config["experiments"].values():
-        train = [float(x) for x in exp.get("train_perturbation", {}).get("intensities", [0])]
-        test = [float(x) for x in exp.get("test_perturbation", {}).get("intensities", [0])]
+        train = [float(x) for x in exp["train_perturbation"]["intensities"]]
+        test = [float(x) for x in exp["test_perturbation"]["intensities"]]
         if 0 in train and 0 in test and any(train) and any(test):
             figures.add("ablation")
         same_at_training_and_sampling |= {x for x in train if x > 0} & {x for x in test if x > 0}
