@@ -7,7 +7,11 @@ import csv
 import json
 import os
 import shutil
+import threading
+import time
+from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -27,7 +31,6 @@ ARCH = {
     "embd_pdrop": 0.0,
     "attn_pdrop": 0.0,
 }
-KILL_AT = 7  # after the checkpoint at step 5
 # float32 sums in another order: measured ~1e-6 on losses and validation losses, ~1e-6 on weights (2026-11-23),
 # and 2.0e-5 on one weight (mlp.c_fc) on an AVX-512 Xeon, whose kernels sum in another order (2026-11-25). A
 # gradient summed instead of averaged, or a batch trained twice, moves weights by about the learning rate (3e-3).
@@ -74,6 +77,22 @@ def log_rows(folder) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+def kill_training_at_first_checkpoint(workdir: Path, state_file: Path, killed: list[list], done: threading.Event):
+    """A preemption from outside, as a cluster's SIGKILL: once the train job's first checkpoint is on disk, kill every
+    process of it (accelerate launch and its workers), found by their command line and working directory."""
+    while not state_file.exists() and not done.is_set():
+        time.sleep(0.01)
+    if done.is_set():
+        return
+    for process in psutil.process_iter(["cmdline", "cwd"]):
+        if "workflow_lib.train.trainer" in (process.info["cmdline"] or []) and process.info["cwd"] == str(workdir):
+            try:
+                process.kill()
+                killed.append(process.info["cmdline"])
+            except psutil.NoSuchProcess:
+                pass
+
+
 def test_two_processes_train_data_parallel_and_resume_exactly(workdir):
     write_config(workdir, parallel_config())
     first = snakemake(workdir, "--until", "train")
@@ -118,14 +137,26 @@ def test_two_processes_train_data_parallel_and_resume_exactly(workdir):
     reference = workdir / "uninterrupted"
     shutil.copytree(two, reference)
     shutil.rmtree(two)
-    killed = snakemake(workdir, "--until", "train", env={**os.environ, "PERTURBED_LM_KILL_AT_STEP": str(KILL_AT)})
-    assert killed.returncode != 0 and not two.exists()
     checkpoints = workdir / "results/checkpoints" / two.relative_to(workdir / "results/models")
-    assert json.loads((checkpoints / "trainer_state.json").read_text())["step"] == 5
+    killed_commands: list[list] = []
+    done = threading.Event()
+    killer = threading.Thread(
+        target=kill_training_at_first_checkpoint,
+        args=(Path(os.path.realpath(workdir)), checkpoints / "state" / "trainer_state.json", killed_commands, done),
+    )
+    killer.start()
+    killed = snakemake(workdir, "--until", "train")
+    done.set()
+    killer.join()
+    workers = [command for command in killed_commands if "launch" not in command]
+    assert len(workers) == 2, killed_commands  # the kill reached both processes of the job
+    assert killed.returncode != 0 and not two.exists()
+    step = json.loads((checkpoints / "state" / "trainer_state.json").read_text())["step"]
+    assert 5 <= step < len(history_two) and step % 5 == 0
     resumed = snakemake(workdir, "--until", "train")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     log = (workdir / "results/logs/train" / two.relative_to(workdir / "results/models")).with_suffix(".log").read_text()
-    assert "resuming from step 5" in log
+    assert f"resuming from step {step} of {len(history_two)}" in log
     a, b = load_file(reference / "model.safetensors"), load_file(two / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     timeless = lambda rows: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rows]

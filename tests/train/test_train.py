@@ -7,8 +7,11 @@ import csv
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -113,8 +116,8 @@ def test_prefix_mode_trains_from_explicit_targets(data, tmp_path):
     assert np.mean(history[-5:]) < np.mean(history[:5])
 
 
-def run_cli(data, out, env_extra=None, settings=None):
-    cmd = [
+def cli_command(data, out, settings=None) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "workflow_lib.train.trainer",
@@ -137,21 +140,42 @@ def run_cli(data, out, env_extra=None, settings=None):
         "--output",
         str(out / "model"),
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env_extra or {})}, timeout=300)
+
+
+def run_cli(data, out, settings=None):
+    return subprocess.run(cli_command(data, out, settings), capture_output=True, text=True, timeout=300)
+
+
+# 48 steps, a checkpoint every 5: a kill at the first checkpoint leaves some seconds of training to land in.
+KILLED_SETTINGS = {**SETTINGS, "epochs": 4}
+
+
+def run_cli_killed_after_a_checkpoint(data, out) -> int:
+    """A preemption from outside: start the CLI, SIGKILL it as soon as its first checkpoint is on disk, and return
+    the step that checkpoint holds. Asserts that the kill, not the end of training, stopped it."""
+    out.mkdir(parents=True, exist_ok=True)
+    state = out / "resume" / "state" / "trainer_state.json"  # a complete checkpoint's marker, written last
+    with open(out / "killed.log", "w") as stderr:  # a file, not a pipe nobody reads while it runs
+        process = subprocess.Popen(cli_command(data, out, KILLED_SETTINGS), stdout=subprocess.DEVNULL, stderr=stderr)
+        deadline = time.monotonic() + 300
+        while not state.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        process.send_signal(signal.SIGKILL)  # nothing, if it has already ended: then the next assertion fails
+        returncode = process.wait(timeout=60)
+    assert returncode == -signal.SIGKILL, (out / "killed.log").read_text()[-3000:]
+    assert not (out / "model").exists()  # killed before the end
+    step = json.loads(state.read_text())["step"]
+    assert 5 <= step < 48 and step % 5 == 0
+    return step
 
 
 def test_killed_run_resumes_to_the_same_weights(data, tmp_path):
-    whole = run_cli(data, tmp_path / "whole")
+    whole = run_cli(data, tmp_path / "whole", KILLED_SETTINGS)
     assert whole.returncode == 0, whole.stderr
-    killed = run_cli(data, tmp_path / "killed", {"PERTURBED_LM_KILL_AT_STEP": "13"})
-    assert killed.returncode == -9  # SIGKILL
-    assert (tmp_path / "killed" / "resume" / "trainer_state.json").exists() and not (
-        tmp_path / "killed" / "model"
-    ).exists()
-    assert json.loads((tmp_path / "killed" / "resume" / "trainer_state.json").read_text())["step"] == 10
-    resumed = run_cli(data, tmp_path / "killed")
+    step = run_cli_killed_after_a_checkpoint(data, tmp_path / "killed")
+    resumed = run_cli(data, tmp_path / "killed", KILLED_SETTINGS)
     assert resumed.returncode == 0, resumed.stderr
-    assert "resuming from step 10" in resumed.stderr
+    assert f"resuming from step {step} of 48" in resumed.stderr
     a = load_file(tmp_path / "whole" / "model" / "model.safetensors")
     b = load_file(tmp_path / "killed" / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -215,7 +239,7 @@ def test_a_diverging_run_stops_naming_the_model_step_and_last_checkpoint(data, t
     assert message.startswith("models.tiny: training diverged") and "training.learning_rate = 1e+30" in message
     assert f"step {step - 1})" in message and str(tmp_path / "resume" / "state") in message
     assert not (tmp_path / "model").exists()  # nothing that looks like a result
-    assert json.loads((tmp_path / "resume" / "trainer_state.json").read_text())["step"] == step - 1
+    assert json.loads((tmp_path / "resume" / "state" / "trainer_state.json").read_text())["step"] == step - 1
 
 
 def test_every_epoch_draws_its_own_order(data, tmp_path, monkeypatch):
@@ -262,8 +286,7 @@ def test_select_by_objective_keeps_the_lowest_objective_loss(data, tmp_path):
 
 
 def test_a_checkpoint_of_other_settings_is_not_resumed(data, tmp_path):
-    killed = run_cli(data, tmp_path, {"PERTURBED_LM_KILL_AT_STEP": "13"})
-    assert killed.returncode == -9 and (tmp_path / "resume" / "trainer_state.json").exists()
+    run_cli_killed_after_a_checkpoint(data, tmp_path)
     other = run_cli(data, tmp_path, settings={**SETTINGS, "epochs": 2, "learning_rate": 1e-3})
     assert other.returncode == 0, other.stderr
     assert "discarding the checkpoint" in other.stderr and "resuming" not in other.stderr
@@ -302,3 +325,28 @@ def test_float16_master_weights_diverge_and_stop_the_run(data, tmp_path):
     assert not (tmp_path / "model").exists()
     train(args, settings, {**spec, "load_dtype": "float32"}, {"loss": "mle"})
     assert np.isfinite(losses(tmp_path)).all()
+
+
+def test_a_kill_in_the_middle_of_a_checkpoint_swap_resumes_from_a_consistent_folder(tmp_path):
+    """Each checkpoint folder holds its own step (trainer_state.json, written last), so a kill between the steps of a
+    save leaves complete folders only, and the newest complete one is resumed: the new one once marked, else the one
+    in charge or the one it replaced; a folder without its marker (a save cut short) is never read."""
+    from workflow_lib.train.loop import latest_checkpoint
+
+    resume = tmp_path / "resume"
+
+    def folder(name: str, step: int | None) -> None:
+        (resume / name).mkdir(parents=True)
+        (resume / name / "model.safetensors").write_text(name)
+        if step is not None:
+            (resume / name / "trainer_state.json").write_text(json.dumps({"step": step}))
+
+    assert latest_checkpoint(resume) is None
+    folder("state", 10)
+    folder("state.tmp", None)  # a save cut short: unmarked
+    assert latest_checkpoint(resume) == (resume / "state", {"step": 10})
+    shutil.rmtree(resume / "state.tmp")
+    folder("state.tmp", 15)  # marked, then killed before it replaced the folder in charge
+    assert latest_checkpoint(resume) == (resume / "state.tmp", {"step": 15})
+    os.replace(resume / "state", resume / "state.old")  # killed between the two renames
+    assert latest_checkpoint(resume) == (resume / "state.tmp", {"step": 15})

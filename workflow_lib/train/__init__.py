@@ -1,7 +1,9 @@
 """The training stage (rules/train.smk): one model trained with one objective on (perturbed) token blocks.
 
-- `trainer`: the `train` rule's command line and loop (accelerate: devices, precision, accumulation, exact
-  resume, validation, divergence checks).
+- `trainer`: the `train` rule's command line and `train()`, which reads as its steps: set up, resume, the loop,
+  finish (accelerate: devices, precision, accumulation, exact resume, validation, divergence checks).
+- `loop`: the loop's parts: one optimizer step, its log row, validation, and the checkpoint (each folder
+  self-contained and marked complete last, so a kill at any moment resumes from a consistent one).
 - `batches`: the training rows as a torch Dataset, padding, and the epoch shuffle a resumed run repeats.
 - `objectives`: the registry of training objectives (MLE, Brier, spherical, MixCE, TVD, EMO, ...).
 """
