@@ -4,8 +4,8 @@ The default study's tiny GPT-2 architecture (or GPT-2 small with --model gpt2) o
 (20 words), one batch, 80 new tokens: unperturbed Hugging Face `generate` with its key/value cache against
 our `exact` (Algorithm 2: a fresh perturbation every step, the unperturbed key/value cache reused up to each
 row's first edit, `reuse.py`), `exact_full` (the same draws, every step's whole perturbed batch recomputed:
-`loops.sample_exact`, as `exact` ran before issue 35) and `cached` modes at insertion intensity 0.025, and against
-intensity-0 sampling (`loops.sample_ancestral`, both modes: a key/value cache, as `generate`), same prompts, same
+`loops.Recompute`, as `exact` ran before issue 35) and `cached` modes at insertion intensity 0.025, and against
+intensity-0 sampling (`loops.Ancestral`, both modes: a key/value cache, as `generate`), same prompts, same
 batch. `exact_fed`: the token positions (padding included) each `exact` loop feeds the model and the share of rows
 and tokens the two draw alike (untimed). `intensity0_as_uncached` is the share of intensity-0 rows (and
 tokens) equal to those of exact mode's uncached loop (`cache_fits` switched off, untimed): the two logits differ by
@@ -50,19 +50,19 @@ def near_bound_margins(logits, u, decoder=None):
 def near_bound_share(sample) -> dict:
     """Runs `sample()` (intensity 0) with every draw's margin recorded: the share of row-steps within NEAR_BOUND
     of a bound, and of steps where some row is (a step the former checked cache recomputed)."""
-    from workflow_lib.sample import loops
+    from workflow_lib.sample import steps
 
-    margins, draw = [], loops.draw
+    margins, draw = [], steps.draw
 
     def recording(logits, u, decoder=None):
         margins.append(near_bound_margins(logits, u, decoder))
         return draw(logits, u, decoder=decoder)
 
-    loops.draw = recording
+    steps.draw = recording  # the draw of every mode's loop
     try:
         sample()
     finally:
-        loops.draw = draw
+        steps.draw = draw
     near = [(m <= NEAR_BOUND) for m in margins]
     return {
         "row_steps": round(float(sum(n.sum() for n in near) / sum(n.numel() for n in near)), 4),

@@ -18,7 +18,7 @@ from tools.families import BOS_PREPENDED, FAMILIES, LOCAL_WINDOW, STORED_DTYPE, 
 from workflow_lib.cli import StageError
 from workflow_lib.models import load_input_embeddings, load_pretrained
 from workflow_lib.perturb.synonyms import embedding_synonyms, special_token_ids
-from workflow_lib.sample import decoding, loops, sampler
+from workflow_lib.sample import decoding, loops, sampler, steps
 
 NEW_TOKENS = 12
 WORD_COUNTS = (3, 9, 17, 26)  # prompts of different lengths, most longer than GPT-Neo's local window
@@ -280,7 +280,7 @@ def test_cached_sampler_draws_from_the_law_of_what_it_fed(loaded, checkpoints, p
     table, _ = embedding_table(checkpoints, loaded, family)
     forwards, draws = ForwardRecorder(model), DrawRecorder()
     monkeypatch.setattr(model, "forward", forwards)
-    monkeypatch.setattr(loops, "draw", draws)
+    monkeypatch.setattr(steps, "draw", draws)  # the one sampling loop draws here
     sample(model, tokenizer, prompts, "cached", strategy, 0.5, table)
     monkeypatch.undo()
     assert any((mask[:, -ids.shape[1] :] == 0).any() for ids, mask in forwards.calls[1:])  # masked slots were fed
@@ -305,7 +305,7 @@ def sampled_laws(checkpoints, prompts, family, precision, monkeypatch):
     model = sampler.load_model(str(folder), "cpu", precision)
     reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     draws = DrawRecorder()
-    monkeypatch.setattr(loops, "draw", draws)
+    monkeypatch.setattr(steps, "draw", draws)  # the one sampling loop draws here
     out = sample(model, tokenizer, prompts, "exact")
     encoded = [tokenizer(p)["input_ids"] for p in prompts]
     rows = [encoded[p // 10] for p in out["prompt_id"]]

@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import yaml
 
-from workflow_lib.config import SCHEMA_PATH
+from workflow_lib.config import load_schema
 from workflow_lib.perturb.perturber import perturb, prefix_targets
 from workflow_lib.perturb.strategies import STRATEGIES, Strategy, get, register, wildcard_pattern
 from workflow_lib.perturb.synonym_table import SynonymTable
-from workflow_lib.sample.loops import fed_chunk, sample_cached
+from workflow_lib.sample.loops import Cached, fed_chunk
+from workflow_lib.sample.steps import Batch, sample
 
 V = 20
 SPECIAL = [0]
@@ -54,7 +54,7 @@ def registered():
 
 
 def test_the_schema_lists_exactly_the_registered_strategies():
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    schema = load_schema()  # the registry's names filled (workflow_lib/registries.py)
     assert schema["$defs"]["strategies"]["items"]["enum"] == list(STRATEGIES)
     assert wildcard_pattern().split("|") == [*STRATEGIES, "none"]
 
@@ -157,17 +157,20 @@ def test_cached_sampling_runs_a_registered_strategy(registered):
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_layer=1, n_head=1, n_embd=16, n_positions=64)).eval()
     prompts, offsets, keys = torch.randint(1, V, (30,)), torch.tensor([0, 10, 30]), torch.tensor([11, 12])
-    run = lambda alpha: sample_cached(
+    run = lambda alpha: sample(
         model,
-        prompts,
-        offsets,
-        keys,
-        10,
-        {"strategy": "duplication", "intensity": alpha},
-        table().to("cpu"),
-        SPECIAL,
-        0,
-        [],
+        Batch(
+            prompts,
+            offsets,
+            keys,
+            10,
+            {"strategy": "duplication", "intensity": alpha},
+            table().to("cpu"),
+            SPECIAL,
+            0,
+            [],
+        ),
+        Cached,
     )
     a, b = run(0.5), run(0.5)
     assert a.shape == (2, 10) and torch.equal(a, b)

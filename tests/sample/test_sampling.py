@@ -13,10 +13,11 @@ from scipy import stats
 from workflow_lib.perturb.backends import hash_uniform
 from workflow_lib.perturb.perturber import perturb
 from workflow_lib.perturb.synonym_table import SynonymTable
-from workflow_lib.sample import loops, reuse, sampler
+from workflow_lib.sample import loops, reuse, sampler, steps
 from workflow_lib.sample.decoding import DRAW_PURPOSE, decoded_probs, draw, row_keys, step_keys
-from workflow_lib.sample.loops import sample_cached, sample_exact
+from workflow_lib.sample.loops import Cached, Recompute
 from workflow_lib.sample.sampler import generate
+from workflow_lib.sample.steps import Batch, Mode, sample
 
 V = 8
 SPECIAL = 0  # pad / end of text
@@ -53,31 +54,22 @@ class LastTokenModel(torch.nn.Module):
         return SimpleNamespace(logits=logits, past_key_values=last[:, -1])
 
 
-def first_tokens(sampler, prompt, strategy, alpha, n=6000):
+def first_tokens(mode: Mode, prompt, strategy, alpha, n=6000):
     values = torch.tensor(prompt * n)
     offsets = torch.arange(0, len(prompt) * n + 1, len(prompt))
     keys = torch.arange(n) * 7 + 11
-    out = sampler(
-        LastTokenModel(),
-        values,
-        offsets,
-        keys,
-        1,
-        {"strategy": strategy, "intensity": alpha},
-        TABLE.to("cpu"),
-        [SPECIAL],
-        SPECIAL,
-        [SPECIAL],
-    )
+    perturbation = {"strategy": strategy, "intensity": alpha}
+    batch = Batch(values, offsets, keys, 1, perturbation, TABLE.to("cpu"), [SPECIAL], SPECIAL, [SPECIAL])
+    out = sample(LastTokenModel(), batch, mode)
     return np.bincount(out[:, 0].numpy(), minlength=V)
 
 
-@pytest.mark.parametrize("sampler", [sample_exact, sample_cached])
-def test_replacement_samples_the_mixture_over_perturbed_prefixes(sampler):
+@pytest.mark.parametrize("mode", [Recompute, Cached])
+def test_replacement_samples_the_mixture_over_perturbed_prefixes(mode):
     # Last token 4 is replaced by 5 with probability alpha: the law is (1 - alpha) LAW[4] + alpha LAW[5].
     alpha = 0.3
     mixture = (1 - alpha) * LAW[4] + alpha * LAW[5]
-    counts = first_tokens(sampler, [1, 6, 4], "replacement", alpha)
+    counts = first_tokens(mode, [1, 6, 4], "replacement", alpha)
     keep = (mixture > 0).numpy()
     expected = mixture.double().numpy()[keep]
     assert stats.chisquare(counts[keep], expected / expected.sum() * counts[keep].sum()).pvalue > 1e-3
@@ -91,7 +83,7 @@ def test_exact_insertion_samples_the_mixture_estimated_from_the_perturber():
     out = perturb(np.array(prompt * n), np.arange(0, 3 * n + 1, 3), "insertion", alpha, TABLE, rng, [SPECIAL])
     last = out.values[out.offsets[1:] - 1]
     mixture = LAW[torch.from_numpy(last)].mean(0)
-    counts = first_tokens(sample_exact, prompt, "insertion", alpha)
+    counts = first_tokens(Recompute, prompt, "insertion", alpha)
     keep = (mixture > 1e-4).numpy()
     expected = mixture.double().numpy()[keep]
     expected = expected / expected.sum() * counts[keep].sum()
@@ -285,7 +277,7 @@ def sample_zero(model, tokenizer, prompts, mode, new_tokens, decoder=None, batch
     "decoder", [{}, {"top_k": 5}, {"temperature": 0.7, "top_k": 20}, {"top_p": 0.8}, {"typical_p": 0.9}]
 )
 def test_intensity_zero_samples_with_a_cache_and_mostly_the_uncached_tokens(family_lm, family, decoder, monkeypatch):
-    """Both modes, every decoder (top-p and typical included), run intensity 0 through sample_ancestral: the prompts
+    """Both modes, every decoder (top-p and typical included), run intensity 0 through loops.Ancestral: the prompts
     once, then one token fed per drawn token. With the cache switched off, exact mode recomputes the whole left-padded
     batch at every step. The cached logits differ from the uncached ones by float32 rounding (~1e-6), which changes a
     draw only where its uniform lies that close to a CDF bound: on these tiny float32 models no token differed (0 of
@@ -295,10 +287,8 @@ def test_intensity_zero_samples_with_a_cache_and_mostly_the_uncached_tokens(fami
     new_tokens = 16
     forwards, calls = ForwardWidths(model), []
     monkeypatch.setattr(model, "forward", forwards)
-    ancestral = loops.sample_ancestral
-    monkeypatch.setattr(
-        sampler, "sample_ancestral", lambda *args, **kwargs: calls.append(1) or ancestral(*args, **kwargs)
-    )
+    ancestral = loops.Ancestral
+    monkeypatch.setattr(sampler, "Ancestral", lambda *args, **kwargs: calls.append(1) or ancestral(*args, **kwargs))
     cached = {mode: sample_zero(model, tokenizer, prompts, mode, new_tokens, decoder) for mode in ("exact", "cached")}
     assert len(calls) == 2 * 3  # 2 modes x 3 batches
     assert sorted(set(forwards.widths)) == [1, *sorted({w for w in forwards.widths if w > 1})]
@@ -403,10 +393,8 @@ def test_intensity_zero_beyond_the_context_keeps_the_uncached_sampler(family_lm,
     assert fits > 4
     assert loops.cache_fits(model, longest, fits) and not loops.cache_fits(model, longest, fits + 1)
     calls = []
-    ancestral = loops.sample_ancestral
-    monkeypatch.setattr(
-        sampler, "sample_ancestral", lambda *args, **kwargs: calls.append(1) or ancestral(*args, **kwargs)
-    )
+    ancestral = loops.Ancestral
+    monkeypatch.setattr(sampler, "Ancestral", lambda *args, **kwargs: calls.append(1) or ancestral(*args, **kwargs))
     at_context = sample_zero(model, tokenizer, prompts, "exact", fits)
     assert len(calls) == 2  # two batches of 5 (prompt, run) rows
     beyond = sample_zero(model, tokenizer, prompts, "exact", fits + 1)
@@ -447,61 +435,50 @@ def test_in_place_gelu_new_is_transformers_gelu_new_bit_for_bit(dtype):
 
 
 class ExactBatch:
-    """One `exact` batch as `generate` lays it out: prompts, each `copies` times under its own key, with the
-    arguments every sampler takes after the keys."""
+    """One `exact` batch as `generate` lays it out, with the model it samples."""
 
-    def __init__(self, model, tokenizer, prompts: list[str], copies: int, perturbation: dict, new_tokens: int):
+    def __init__(self, model, batch: Batch):
+        self.model, self.batch = model, batch
+
+    @classmethod
+    def of(cls, model, tokenizer, prompts: list[str], copies: int, perturbation: dict, new_tokens: int):
+        """prompts, each `copies` times under its own key."""
         encoded = [tokenizer(p)["input_ids"] for p in prompts] * copies
-        self.model, self.new_tokens, self.suppress = model, new_tokens, [tokenizer.eos_token_id]
-        self.values = torch.tensor([t for ids in encoded for t in ids])
-        self.offsets = torch.tensor(np.concatenate([[0], np.cumsum([len(ids) for ids in encoded])]))
-        self.keys = row_keys(5, torch.arange(len(encoded)), torch.zeros(len(encoded), dtype=torch.long))
-        self.perturbation = perturbation
-        self.table = SynonymTable.uniform(len(tokenizer), tokenizer.all_special_ids).to("cpu")
-        self.special = sorted(set(tokenizer.all_special_ids))
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-
-    def sample(self, sampler) -> torch.Tensor:
-        return sampler(
-            self.model,
-            self.values,
-            self.offsets,
-            self.keys,
-            self.new_tokens,
-            self.perturbation,
-            self.table,
-            self.special,
-            self.pad_id,
-            self.suppress,
+        return cls(
+            model,
+            Batch(
+                torch.tensor([t for ids in encoded for t in ids]),
+                torch.tensor(np.concatenate([[0], np.cumsum([len(ids) for ids in encoded])])),
+                row_keys(5, torch.arange(len(encoded)), torch.zeros(len(encoded), dtype=torch.long)),
+                new_tokens,
+                perturbation,
+                SynonymTable.uniform(len(tokenizer), tokenizer.all_special_ids).to("cpu"),
+                sorted(set(tokenizer.all_special_ids)),
+                tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+                [tokenizer.eos_token_id],
+            ),
         )
 
+    def sample(self, mode: Mode) -> torch.Tensor:
+        return sample(self.model, self.batch, mode)
+
     def full_logits(self, generated: torch.Tensor, step: int) -> torch.Tensor:
-        """Step `step`'s logits as `loops.sample_exact` computes them (the whole perturbed prefix, no cache)."""
+        """Step `step`'s logits as `loops.Recompute` computes them (the whole perturbed prefix, no cache)."""
         with torch.no_grad():
-            logits = loops.prefix_logits(
-                self.model,
-                self.values,
-                self.offsets,
-                generated[:, :step],
-                step_keys(self.keys, step),
-                self.perturbation,
-                self.table,
-                self.special,
-                self.pad_id,
-            )
-        logits[:, self.suppress] = float("-inf")
+            logits = loops.prefix_logits(self.model, self.batch, generated[:, :step], step_keys(self.batch.keys, step))
+        logits[:, self.batch.suppress] = float("-inf")
         return logits
 
 
 def reused_against_full(batch: ExactBatch, monkeypatch, call_tokens: int = 8):
-    """Samples with `reuse.sample_exact_reusing`, recording each step's logits, then recomputes every step's logits
-    as `loops.sample_exact` does on the same prefixes: (the largest difference of their next-token probabilities,
-    the tokens the full recompute's logits draw otherwise, the sample, the (start, fed) of every group fed).
+    """Samples with `reuse.Reuse`, recording each step's logits, then recomputes every step's logits as
+    `loops.Recompute` does on the same prefixes: (the largest difference of their next-token probabilities, the
+    tokens the full recompute's logits draw otherwise, the sample, the (start, fed) of every group fed).
     `call_tokens` (`reuse.CALL_TOKENS`): 8, a cheap call, makes several groups of suffix lengths in a small batch."""
     logits, groups = [], []
-    recorded_draw, suffix = reuse.draw, reuse.suffix_logits
+    recorded_draw, suffix = steps.draw, reuse.suffix_logits
     monkeypatch.setattr(reuse, "CALL_TOKENS", call_tokens)
-    monkeypatch.setattr(reuse, "draw", lambda x, u, decoder=None: logits.append(x.clone()) or recorded_draw(x, u))
+    monkeypatch.setattr(steps, "draw", lambda x, u, decoder=None: logits.append(x.clone()) or recorded_draw(x, u))
     monkeypatch.setattr(
         reuse,
         "suffix_logits",
@@ -509,14 +486,14 @@ def reused_against_full(batch: ExactBatch, monkeypatch, call_tokens: int = 8):
             groups.append((start, fed)) or suffix(model, past, rows, first_slot, start, fed, *rest)
         ),
     )
-    sample = batch.sample(reuse.sample_exact_reusing)
+    sampled = batch.sample(reuse.start_reuse)
     worst, other = 0.0, 0
-    for step in range(batch.new_tokens):
-        full = batch.full_logits(sample, step)
+    for step in range(batch.batch.new_tokens):
+        full = batch.full_logits(sampled, step)
         worst = max(worst, float((decoded_probs(full) - decoded_probs(logits[step])).abs().max()))
-        u = hash_uniform(step_keys(batch.keys, step) * 31 + DRAW_PURPOSE)
-        other += int((draw(full, u) != sample[:, step]).sum())
-    return worst, other, sample, groups
+        u = hash_uniform(step_keys(batch.batch.keys, step) * 31 + DRAW_PURPOSE)
+        other += int((draw(full, u) != sampled[:, step]).sum())
+    return worst, other, sampled, groups
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
@@ -531,14 +508,14 @@ def test_exact_reusing_the_cache_has_the_full_recomputes_laws(family_lm, family,
     the unperturbed slots past the first edit (the cache not cropped), keeping one slot too few, or position ids
     off by one moved the probabilities by 0.04 to 0.45 (tried)."""
     built, prompts = family_lm
-    batch = ExactBatch(*built[family], prompts, 4, {"strategy": strategy, "intensity": 0.2}, 12)
+    batch = ExactBatch.of(*built[family], prompts, 4, {"strategy": strategy, "intensity": 0.2}, 12)
     worst, other, sample, groups = reused_against_full(batch, monkeypatch)
     assert worst < 1e-5 and other == 0, (worst, other)
     assert sum(len(fed) for _, fed in groups) < sample.numel()  # some rows took the unperturbed logits
     lowest = min(int(start.min()) for start, _ in groups)
     assert lowest == (1 if family == "llama" else 0)  # an edit at the first token; Llama's BOS is never edited
-    assert len(groups) > batch.new_tokens  # some steps fed several groups
-    np.testing.assert_array_equal(batch.sample(loops.sample_exact), sample)  # and so, here, the same samples
+    assert len(groups) > batch.batch.new_tokens  # some steps fed several groups
+    np.testing.assert_array_equal(batch.sample(Recompute), sample)  # and so, here, the same samples
 
 
 def family_model(family: str, tokenizer, **config):
@@ -555,7 +532,7 @@ def family_model(family: str, tokenizer, **config):
 
 def test_exact_reuses_the_cache_only_where_it_is_safe(family_lm, monkeypatch):
     """`generate` in mode exact reuses the unperturbed cache for a perturbed batch of a globally attending model
-    whose prompt plus new tokens fit its context, and recomputes every step (`loops.sample_exact`) otherwise: at
+    whose prompt plus new tokens fit its context, and recomputes every step (`loops.Recompute`) otherwise: at
     intensity 0 beyond the context (within it the ancestral sampler runs), for GPT-Neo (its local layers count the
     masked slots between a row's kept cache and its suffix against their window of 8: forced to reuse, in one
     group, its laws moved by 0.055, measured, > 1e-3 asserted), and beyond the context."""
@@ -577,11 +554,10 @@ def test_exact_reuses_the_cache_only_where_it_is_safe(family_lm, monkeypatch):
     assert not reuse.reuse_fits(neo, longest, 16, 0.025)
 
     ran = []
-    for name in ("sample_exact_reusing", "sample_exact"):
-        module = reuse if name == "sample_exact_reusing" else loops
-        original = getattr(module, name)
+    for name in ("start_reuse", "Recompute"):  # as reuse.exact_steps looks them up
+        original = getattr(reuse, name)
         monkeypatch.setattr(
-            module, name, lambda *args, name=name, original=original, **kw: ran.append(name) or original(*args, **kw)
+            reuse, name, lambda *args, name=name, original=original, **kw: ran.append(name) or original(*args, **kw)
         )
 
     def exact(model, tokenizer, new_tokens: int, intensity: float = 0.025) -> list[str]:
@@ -591,42 +567,44 @@ def test_exact_reuses_the_cache_only_where_it_is_safe(family_lm, monkeypatch):
         generate(model, tokenizer, prompts, np.arange(2), 2, new_tokens, perturbation, table, 3, "exact", 4)
         return ran
 
-    assert exact(gpt2, tokenizer, 16) == ["sample_exact_reusing"]
-    assert exact(short, tokenizer, fits) == ["sample_exact_reusing"]
-    assert exact(short, tokenizer, fits + 1) == ["sample_exact"]
-    assert exact(short, tokenizer, fits + 1, 0.0) == ["sample_exact"]
-    assert exact(neo, neo_tokenizer, 16) == ["sample_exact"]
-    forced = ExactBatch(neo, neo_tokenizer, prompts, 4, {"strategy": "insertion", "intensity": 0.05}, 8)
+    assert exact(gpt2, tokenizer, 16) == ["start_reuse"]
+    assert exact(short, tokenizer, fits) == ["start_reuse"]
+    assert exact(short, tokenizer, fits + 1) == ["Recompute"]
+    assert exact(short, tokenizer, fits + 1, 0.0) == ["Recompute"]
+    assert exact(neo, neo_tokenizer, 16) == ["Recompute"]
+    forced = ExactBatch.of(neo, neo_tokenizer, prompts, 4, {"strategy": "insertion", "intensity": 0.05}, 8)
     assert reused_against_full(forced, monkeypatch, 10**6)[0] > 1e-3  # one group: gaps of masked slots
 
 
 def test_exact_reusing_recomputes_a_step_whose_perturbed_prefix_outgrows_the_context(family_lm, monkeypatch):
     """The unperturbed prefix fits 40 positions, but insertion at 0.2 makes some perturbed prefixes longer: those
-    steps recompute the whole batch as `loops.sample_exact` does (keeping the last 40 tokens), the others reuse the
+    steps recompute the whole batch as `loops.Recompute` does (keeping the last 40 tokens), the others reuse the
     cache, and every step's law is the full recompute's."""
     built, prompts = family_lm
     prompts = prompts[:2]  # 10 and 28 tokens
     tokenizer = built["gpt2"][1]
     model = family_model("gpt2", tokenizer, n_positions=40)
     longest = max(len(tokenizer(p)["input_ids"]) for p in prompts)
-    batch = ExactBatch(model, tokenizer, prompts, 2, {"strategy": "insertion", "intensity": 0.2}, 40 - longest + 1)
+    batch = ExactBatch.of(model, tokenizer, prompts, 2, {"strategy": "insertion", "intensity": 0.2}, 40 - longest + 1)
     full_steps = []
     full = reuse.full_logits
     monkeypatch.setattr(reuse, "full_logits", lambda *args: full_steps.append(1) or full(*args))
     worst, other, _, groups = reused_against_full(batch, monkeypatch)
     assert worst < 1e-5 and other == 0, (worst, other)
-    assert 0 < len(full_steps) < batch.new_tokens and groups
+    assert 0 < len(full_steps) < batch.batch.new_tokens and groups
 
 
 def test_exact_reusing_recomputes_where_the_cache_is_not_per_position():
     """A model whose cache is not transformers' plain per-position one (here the toy model's, one tensor) cannot
     be sliced: the batch runs the full recompute, the same tokens."""
-    batch = ExactBatch.__new__(ExactBatch)
-    batch.model, batch.new_tokens, batch.suppress = LastTokenModel(), 3, [SPECIAL]
-    batch.values, batch.offsets = torch.tensor([1, 6, 4] * 50), torch.arange(0, 151, 3)
-    batch.keys, batch.perturbation = torch.arange(50) * 7 + 11, {"strategy": "insertion", "intensity": 0.4}
-    batch.table, batch.special, batch.pad_id = TABLE.to("cpu"), [SPECIAL], SPECIAL
-    assert torch.equal(batch.sample(reuse.sample_exact_reusing), batch.sample(loops.sample_exact))
+    perturbation = {"strategy": "insertion", "intensity": 0.4}
+    values, offsets, keys = torch.tensor([1, 6, 4] * 50), torch.arange(0, 151, 3), torch.arange(50) * 7 + 11
+    batch = ExactBatch(
+        LastTokenModel(), Batch(values, offsets, keys, 3, perturbation, TABLE.to("cpu"), [SPECIAL], SPECIAL, [SPECIAL])
+    )
+    with torch.no_grad():
+        assert type(reuse.start_reuse(batch.model, batch.batch)) is Recompute
+    assert torch.equal(batch.sample(reuse.start_reuse), batch.sample(Recompute))
 
 
 def test_first_edits_find_where_a_perturbed_row_leaves_its_prefix():

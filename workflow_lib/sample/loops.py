@@ -1,19 +1,19 @@
-"""The sampling loops of Algorithm 2, over a ragged batch of prompts (`sampler` describes the modes).
+"""The modes of Algorithm 2 over a ragged batch of prompts (`sampler` describes them), as `steps.Steps`, and the
+batch layout they share.
 
-`sample_exact` perturbs the whole prefix afresh at every step; `sample_cached` perturbs each new token once and
-keeps a key/value cache; `sample_ancestral` is plain ancestral sampling with a key/value cache at intensity 0.
+`Recompute` perturbs the whole prefix afresh at every step; `Cached` perturbs each new token once and keeps a
+key/value cache; `Ancestral` is plain ancestral sampling with a key/value cache at intensity 0. `steps.sample` runs
+any of them.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 
 from workflow_lib.perturb.backends import KeyedRandom, hash_uniform
 from workflow_lib.perturb.perturber import perturb
 from workflow_lib.perturb.strategies import get as get_strategy
-from workflow_lib.sample.decoding import DRAW_PURPOSE, check_finite_logits, draw, step_keys, valid_logits
+from workflow_lib.sample.steps import Batch, Steps
 
 
 def left_pad(
@@ -65,33 +65,27 @@ def with_generated(prompt_values, prompt_offsets, generated: torch.Tensor):
     return values, offsets
 
 
-def prefix_logits(
-    model,
-    prompt_values,
-    prompt_offsets,
-    generated: torch.Tensor,
-    k: torch.Tensor,
-    perturbation: dict,
-    table,
-    special,
-    pad_id: int,
-) -> torch.Tensor:
-    """One step of Algorithm 2 without a cache: the next-token logits [B, V] of every prompt + generated row,
-    freshly perturbed with the step's keys `k`, the whole batch left-padded (a prefix longer than the context
-    keeps its last tokens) and recomputed."""
-    values, offsets = with_generated(prompt_values, prompt_offsets, generated)
-    if perturbation["intensity"] > 0:
-        out = perturb(
-            values,
-            offsets,
-            perturbation["strategy"],
-            perturbation["intensity"],
-            table,
-            KeyedRandom(k, offsets),
-            special,
+def perturbed_prefix(
+    batch: Batch, generated: torch.Tensor, key: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step of Algorithm 2's perturbation: every prompt + generated row (values, offsets) and its fresh
+    perturbation with the step's keys `key` (edited values, edited offsets; the rows themselves at intensity 0)."""
+    values, offsets = with_generated(batch.prompt_values, batch.prompt_offsets, generated)
+    edited_values, edited_offsets = values, offsets
+    if batch.intensity > 0:
+        edited = perturb(
+            values, offsets, batch.strategy, batch.intensity, batch.synonyms(), KeyedRandom(key, offsets), batch.special
         )
-        values, offsets = out.values, out.offsets
-    return full_logits(model, values, offsets, pad_id)
+        edited_values, edited_offsets = edited.values, edited.offsets
+    return values, offsets, edited_values, edited_offsets
+
+
+def prefix_logits(model, batch: Batch, generated: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """One step of Algorithm 2 without a cache: the next-token logits [B, V] of every prompt + generated row,
+    freshly perturbed with the step's keys `key`, the whole batch left-padded (a prefix longer than the context
+    keeps its last tokens) and recomputed."""
+    *_, values, offsets = perturbed_prefix(batch, generated, key)
+    return full_logits(model, values, offsets, batch.pad_id)
 
 
 def full_logits(model, values: torch.Tensor, offsets: torch.Tensor, pad_id: int) -> torch.Tensor:
@@ -103,163 +97,138 @@ def full_logits(model, values: torch.Tensor, offsets: torch.Tensor, pad_id: int)
     ]
 
 
-@torch.no_grad()
-def sample_exact(
-    model,
-    prompt_values,
-    prompt_offsets,
-    keys,
-    new_tokens: int,
-    perturbation: dict,
-    table,
-    special,
-    pad_id: int,
-    suppress: list[int],
-    **draw_kw,
-) -> torch.Tensor:
-    """Algorithm 2: a fresh perturbation of the whole prefix at every step."""
-    n_rows = len(prompt_offsets) - 1
-    generated = torch.empty((n_rows, 0), dtype=torch.long, device=prompt_values.device)
-    finite = torch.ones((), dtype=torch.bool, device=prompt_values.device)
-    for step in range(new_tokens):
-        k = step_keys(keys, step)
-        logits = prefix_logits(model, prompt_values, prompt_offsets, generated, k, perturbation, table, special, pad_id)
-        finite &= valid_logits(logits)
-        logits[:, suppress] = float("-inf")
-        token = draw(logits, hash_uniform(k * 31 + DRAW_PURPOSE), **draw_kw)
-        generated = torch.cat([generated, token[:, None]], dim=1)
-    check_finite_logits(finite, "sampling (exact)")
-    return generated
+class Recompute(Steps):
+    """Algorithm 2 as written: a fresh perturbation of the whole prefix at every step, recomputed without a cache
+    (`prefix_logits`); nothing is fed. Mode `exact` where the unperturbed cache cannot be reused
+    (`reuse.reuse_fits`), and intensity 0 where the prompt plus new tokens outgrow the context (`cache_fits`)."""
+
+    what = "sampling (exact)"
+
+    def logits(self, step: int, key: torch.Tensor, generated: torch.Tensor) -> torch.Tensor:
+        return prefix_logits(self.model, self.batch, generated, key)
 
 
-@torch.no_grad()
-def sample_ancestral(
-    model,
-    prompt_values,
-    prompt_offsets,
-    keys,
-    new_tokens: int,
-    perturbation: dict,
-    table,
-    special,
-    pad_id: int,
-    suppress: list[int],
-    decoder: dict | None = None,
-) -> torch.Tensor:
+class Ancestral(Steps):
     """Intensity 0 (Algorithm 2 with nothing perturbed): plain ancestral sampling with a key/value cache, as
     Hugging Face `generate` samples.
 
-    The batch is laid out as `sample_exact` lays it out (left padding, position ids counting real tokens) and each
+    The batch is laid out as `Recompute` lays it out (left padding, position ids counting real tokens) and each
     step draws with its uniforms, suppressed tokens and decoder, from the cached logits. Those differ from
-    `sample_exact`'s uncached ones by float32 rounding (~1e-6), so a uniform that close to a CDF bound may draw
-    the neighbouring token: the same law, not always the same tokens (docs/usage.md, "Intensity 0"). The last token is
-    drawn, never fed: the cache holds at most prompt + new_tokens - 1 positions (`cache_fits`). Arguments as
-    `sample_exact`; `perturbation`, `table` and `special` are unused (intensity 0)."""
-    decoder = decoder or {}
-    n_rows = len(keys)
-    ids, mask, positions = left_pad(prompt_values, prompt_offsets, pad_id)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    past, logits = out.past_key_values, out.logits[:, -1]
-    finite = valid_logits(logits)
-    width = ids.shape[1]
-    # The mask of every step at once (each fed token is real); step s attends to its first width + s + 1 slots.
-    mask = torch.cat([mask, mask.new_ones((n_rows, max(new_tokens - 1, 0)))], dim=1)
-    position = mask[:, :width].sum(1, keepdim=True)  # the real tokens before the first fed one, as left_pad counts
-    generated = torch.empty((n_rows, new_tokens), dtype=torch.long, device=keys.device)
-    for step in range(new_tokens):
-        logits[:, suppress] = float("-inf")
-        token = draw(logits, hash_uniform(step_keys(keys, step) * 31 + DRAW_PURPOSE), decoder=decoder)
-        generated[:, step] = token
-        if step == new_tokens - 1:
-            break
-        out = model(
+    `Recompute`'s uncached ones by float32 rounding (~1e-6), so a uniform that close to a CDF bound may draw
+    the neighbouring token: the same law, not always the same tokens (docs/usage.md, "Intensity 0"). The last token
+    is drawn, never fed: the cache holds at most prompt + new_tokens - 1 positions (`cache_fits`). The batch's
+    perturbation, table and special tokens are unused (intensity 0)."""
+
+    what = "sampling (intensity 0)"
+
+    def __init__(self, model, batch: Batch) -> None:
+        super().__init__(model, batch)
+        ids, mask, positions = left_pad(batch.prompt_values, batch.prompt_offsets, batch.pad_id)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        self.past, self.next = out.past_key_values, out.logits[:, -1]
+        self.width = ids.shape[1]
+        # The mask of every step at once (each fed token is real); step s attends to its first width + s + 1 slots.
+        self.mask = torch.cat([mask, mask.new_ones((batch.n_rows, max(batch.new_tokens - 1, 0)))], dim=1)
+        # the real tokens before the first fed one, as left_pad counts them
+        self.position = self.mask[:, : self.width].sum(1, keepdim=True)
+
+    def logits(self, step: int, key: torch.Tensor, generated: torch.Tensor) -> torch.Tensor:
+        return self.next
+
+    def feed(self, step: int, key: torch.Tensor, token: torch.Tensor) -> None:
+        out = self.model(
             input_ids=token[:, None],
-            attention_mask=mask[:, : width + step + 1],
-            position_ids=position + step,
-            past_key_values=past,
+            attention_mask=self.mask[:, : self.width + step + 1],
+            position_ids=self.position + step,
+            past_key_values=self.past,
             use_cache=True,
         )
-        past, logits = out.past_key_values, out.logits[:, -1]
-        finite &= valid_logits(logits)
-    check_finite_logits(finite, "sampling (intensity 0)")
-    return generated
+        self.past, self.next = out.past_key_values, out.logits[:, -1]
 
 
 def cache_fits(model, longest_prompt: int, new_tokens: int) -> bool:
-    """Whether `sample_ancestral` can keep a batch whose longest prompt has `longest_prompt` tokens in its cache
-    (prompt + new_tokens - 1 positions). Where it cannot, `sample_exact` keeps the last tokens of the prefix."""
+    """Whether `Ancestral` can keep a batch whose longest prompt has `longest_prompt` tokens in its cache
+    (prompt + new_tokens - 1 positions). Where it cannot, `Recompute` keeps the last tokens of the prefix."""
     context = context_length(model)
     return context is None or longest_prompt + new_tokens - 1 <= context
 
 
-@torch.no_grad()
-def sample_cached(
-    model,
-    prompt_values,
-    prompt_offsets,
-    keys,
-    new_tokens: int,
-    perturbation: dict,
-    table,
-    special,
-    pad_id: int,
-    suppress: list[int],
-    **draw_kw,
-) -> torch.Tensor:
-    """One persistent perturbed prefix with its key/value cache; each new token is perturbed on arrival."""
-    device, alpha, strategy = prompt_values.device, perturbation["intensity"], perturbation["strategy"]
-    rule = get_strategy(strategy)
-    values, offsets = prompt_values, prompt_offsets
-    if alpha > 0:  # the prompt itself, perturbed once
-        out = perturb(values, offsets, strategy, alpha, table, KeyedRandom(keys, offsets), special)
-        values, offsets = out.values, out.offsets
-    longest = int((offsets[1:] - offsets[:-1]).max()) + new_tokens * rule.fed_per_token
-    context = context_length(model)
-    if context and longest > context:
-        raise ValueError(
-            f"cached sampling needs {longest} positions but the model has {context}: "
-            "shorten sampling.new_tokens or the prompts, or use mode exact (it keeps the last tokens)"
+SELECT_PURPOSE, SYNONYM_PURPOSE = 1, 2  # cached mode's streams of a step's keys: which tokens, which synonyms
+
+
+class Cached(Steps):
+    """Mode `cached`: one persistent perturbed prefix with its key/value cache; each new token is perturbed on
+    arrival (`fed_chunk`). A batch that would outgrow the model's context, or (with masked slots) a local or
+    sliding-window layer's window, is refused.
+
+    Every logit the model computes is checked, in `feed`: the fed chunk's every slot, masked ones and unfed rows
+    included. So the last drawn token is fed too (its logits are checked, not drawn from)."""
+
+    what = "sampling (cached)"
+    feeds_last = True
+    checks_step_logits = False
+
+    def __init__(self, model, batch: Batch) -> None:
+        super().__init__(model, batch)
+        device, alpha, strategy = batch.prompt_values.device, batch.intensity, batch.strategy
+        self.rule = rule = get_strategy(strategy)
+        values, offsets = batch.prompt_values, batch.prompt_offsets
+        if alpha > 0:  # the prompt itself, perturbed once
+            out = perturb(
+                values, offsets, strategy, alpha, batch.synonyms(), KeyedRandom(batch.keys, offsets), batch.special
+            )
+            values, offsets = out.values, out.offsets
+        longest = int((offsets[1:] - offsets[:-1]).max()) + batch.new_tokens * rule.fed_per_token
+        context = context_length(model)
+        if context and longest > context:
+            raise ValueError(
+                f"cached sampling needs {longest} positions but the model has {context}: "
+                "shorten sampling.new_tokens or the prompts, or use mode exact (it keeps the last tokens)"
+            )
+        window = attention_window(model)
+        if alpha > 0 and rule.masks_slots and window and longest > window:
+            # A deleted token or an unused insertion slot is a masked slot in the cache; a windowed layer counts it,
+            # so the model would see fewer tokens of the perturbed prefix than it should.
+            raise ValueError(
+                f"cached sampling with {strategy} leaves masked slots in the key/value cache, and this model "
+                f"attends to windows of {window} slots (local or sliding-window attention), so its context "
+                "would shrink: use mode exact for this model"
+            )
+        ids, self.mask, positions = left_pad(values, offsets, batch.pad_id)
+        out = model(input_ids=ids, attention_mask=self.mask, position_ids=positions, use_cache=True)
+        self.past, self.next = out.past_key_values, out.logits[:, -1]
+        self.device, self.rows = device, torch.arange(batch.n_rows, device=device)
+        synonyms = alpha > 0 and rule.needs_synonyms
+        self.has_syn = batch.synonyms().has_synonyms(_torch_ops(device)) if synonyms else None
+        self.special = torch.as_tensor(batch.special, device=device)
+        self.check(self.next)
+
+    def logits(self, step: int, key: torch.Tensor, generated: torch.Tensor) -> torch.Tensor:
+        return self.next
+
+    def feed(self, step: int, key: torch.Tensor, token: torch.Tensor) -> None:
+        alpha, rule = self.batch.intensity, self.rule
+        eligible = ~torch.isin(token, self.special)
+        if self.has_syn is not None:
+            eligible &= self.has_syn[token]
+        selected = (
+            eligible & (hash_uniform(key * 31 + SELECT_PURPOSE) < alpha) if alpha > 0 else torch.zeros_like(eligible)
         )
-    window = attention_window(model)
-    if alpha > 0 and rule.masks_slots and window and longest > window:
-        # A deleted token or an unused insertion slot is a masked slot in the cache; a windowed layer counts it,
-        # so the model would see fewer tokens of the perturbed prefix than it should.
-        raise ValueError(
-            f"cached sampling with {strategy} leaves masked slots in the key/value cache, and this model "
-            f"attends to windows of {window} slots (local or sliding-window attention), so its context "
-            "would shrink: use mode exact for this model"
-        )
-    ids, mask, positions = left_pad(values, offsets, pad_id)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-    past, logits = out.past_key_values, out.logits[:, -1]
-    rows = torch.arange(len(keys), device=device)
-    has_syn = table.has_synonyms(_torch_ops(device)) if alpha > 0 and rule.needs_synonyms else None
-    special_t = torch.as_tensor(special, device=device)
-    generated = []
-    finite = valid_logits(logits)
-    for step in range(new_tokens):
-        k = step_keys(keys, step)
-        logits[:, suppress] = float("-inf")
-        token = draw(logits, hash_uniform(k * 31 + DRAW_PURPOSE), **draw_kw)
-        generated.append(token)
-        eligible = ~torch.isin(token, special_t)
-        if has_syn is not None:
-            eligible &= has_syn[token]
-        selected = eligible & (hash_uniform(k * 31 + 1) < alpha) if alpha > 0 else torch.zeros_like(eligible)
         synonym = token
         if alpha > 0 and rule.needs_synonyms and selected.any():
-            synonym = table.sample(token.clamp(min=0), hash_uniform(k * 31 + 2), _torch_ops(device))
-        chunk, chunk_mask = fed_chunk(rule, token, selected, synonym, pad_id, perturbing=alpha > 0)
-        mask = torch.cat([mask, chunk_mask], dim=1)
-        positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -chunk.shape[1] :]
-        out = model(input_ids=chunk, attention_mask=mask, position_ids=positions, past_key_values=past, use_cache=True)
-        past = out.past_key_values
+            u = hash_uniform(key * 31 + SYNONYM_PURPOSE)
+            synonym = self.batch.synonyms().sample(token.clamp(min=0), u, _torch_ops(self.device))
+        chunk, chunk_mask = fed_chunk(rule, token, selected, synonym, self.batch.pad_id, perturbing=alpha > 0)
+        self.mask = torch.cat([self.mask, chunk_mask], dim=1)
+        positions = (self.mask.cumsum(1) - 1).clamp(min=0)[:, -chunk.shape[1] :]
+        out = self.model(
+            input_ids=chunk, attention_mask=self.mask, position_ids=positions, past_key_values=self.past, use_cache=True
+        )
+        self.past = out.past_key_values
         last_real = chunk_mask.sum(1) - 1  # -1: nothing fed, the view (and its next-token law) is unchanged
         fed = last_real >= 0
-        finite &= valid_logits(out.logits)
-        logits = torch.where(fed[:, None], out.logits[rows, last_real.clamp(min=0)], logits)
-    check_finite_logits(finite, "sampling (cached)")
-    return torch.stack(generated, dim=1)
+        self.check(out.logits)
+        self.next = torch.where(fed[:, None], out.logits[self.rows, last_real.clamp(min=0)], self.next)
 
 
 def fed_chunk(rule, token, selected, synonym, pad_id: int, perturbing: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -281,6 +250,3 @@ def _torch_ops(device):
     from workflow_lib.perturb.backends import _Torch
 
     return _Torch(None, device)
-
-
-SAMPLERS: dict[str, Callable[..., torch.Tensor]] = {"exact": sample_exact, "cached": sample_cached}

@@ -1,10 +1,10 @@
 """Exact sampling (Algorithm 2) that reuses the unperturbed key/value cache up to each row's first edit.
 
 A fresh perturbation leaves the prefix unchanged up to its first edit, and a causal model's keys and values there
-depend on those tokens only. So `sample_exact_reusing` keeps the cache of the unperturbed prefix (prompt + tokens
-generated so far, grown by one token a step, as `loops.sample_ancestral` grows it), and at each step feeds each row
+depend on those tokens only. So `Reuse` keeps the cache of the unperturbed prefix (prompt + tokens
+generated so far, grown by one token a step, as `loops.Ancestral` grows it), and at each step feeds each row
 only its perturbed tokens from its first edit on, attending to the cache slots before that edit; a row that no edit
-touched takes the unperturbed logits. The perturbations are `loops.sample_exact`'s (the same `perturb` call with
+touched takes the unperturbed logits. The perturbations are `loops.Recompute`'s (the same `perturb` call with
 the same keys); only the forward computation changes. The next-token probabilities agree with the full
 recompute's within float32 rounding: at most 4.2e-7 apart on the tests' tiny GPT-2 and Llama (every strategy,
 intensity 0.2), 2.2e-9 on bench/sample.py's tiny GPT-2 (insertion, replacement and deletion at 0.025, 100 rows, 80
@@ -14,34 +14,31 @@ does not eat the saving: on the bench (20-word prompts, 80 new tokens, insertion
 are untouched, an edited row's first edit falls at 0.44 of its length on average, and the loop feeds 0.37 of the
 token positions of the full recompute.
 
-Where reuse is not safe a batch runs `loops.sample_exact` (`reuse_fits`; `sample_exact` chooses): at intensity 0
+Where reuse is not safe a batch runs `loops.Recompute` (`reuse_fits`; `exact_steps` chooses): at intensity 0
 (the ancestral sampler's case), for a model with local or sliding-window attention (the masked slots between a
 row's first edit and its fed suffix would count against the window; GPT-Neo's laws moved by 0.05), where the
 unperturbed prefix outgrows the model's context, or where the model's cache is not a plain per-position one. A step
 whose perturbed prefix is longer than the context (the full recompute keeps its last tokens) or empty recomputes
-the whole batch as `loops.sample_exact` does.
+the whole batch as `loops.Recompute` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from itertools import pairwise
 
 import numpy as np
 import torch
 
-from workflow_lib.perturb.backends import KeyedRandom, hash_uniform
-from workflow_lib.perturb.perturber import perturb
-from workflow_lib.sample import loops
-from workflow_lib.sample.decoding import DRAW_PURPOSE, check_finite_logits, draw, step_keys, valid_logits
 from workflow_lib.sample.loops import (
+    Ancestral,
+    Recompute,
     attention_window,
     cache_fits,
     context_length,
     full_logits,
-    left_pad,
-    with_generated,
+    perturbed_prefix,
 )
+from workflow_lib.sample.steps import Batch, Steps
 
 # A forward call's fixed cost in fed tokens, for `plan_groups`: 1.9 ms against 11 us a token (the bench's tiny GPT-2,
 # one CPU core); of 64, 192, 512 and 1000, 192 sampled the bench's batch of 100 fastest.
@@ -51,7 +48,7 @@ MOST_GROUPS = 6
 
 def reuse_fits(model, longest_prompt: int, new_tokens: int, intensity: float) -> bool:
     """Whether a batch may reuse the unperturbed cache: it is perturbed (at intensity 0 the ancestral sampler runs,
-    and `sample_exact` only where its cache does not fit), the model attends globally (a local or sliding-window
+    and `loops.Recompute` only where its cache does not fit), the model attends globally (a local or sliding-window
     layer counts the masked cache slots between a row's first edit and its suffix, so it would see fewer tokens
     than the full recompute shows it), and the unperturbed prefix fits the context (`cache_fits`)."""
     return intensity > 0 and attention_window(model) is None and cache_fits(model, longest_prompt, new_tokens)
@@ -203,112 +200,41 @@ def reused_logits(
     return logits
 
 
-@torch.no_grad()
-def sample_exact_reusing(
-    model,
-    prompt_values,
-    prompt_offsets,
-    keys,
-    new_tokens: int,
-    perturbation: dict,
-    table,
-    special,
-    pad_id: int,
-    suppress: list[int],
-    decoder: dict | None = None,
-) -> torch.Tensor:
-    """Algorithm 2 as `loops.sample_exact` runs it (the same perturbations and draws), with the unperturbed cache
-    reused up to each row's first edit (see the module docstring). Arguments as `loops.sample_exact`; where the
-    model's cache is not a plain per-position one, the batch runs `loops.sample_exact`."""
-    n_rows = len(keys)
-    alpha, strategy = perturbation["intensity"], perturbation["strategy"]
-    ids, mask, positions = left_pad(prompt_values, prompt_offsets, pad_id)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    past, plain = out.past_key_values, out.logits[:, -1]
-    if not plain_cache(past):
-        return loops.sample_exact(
-            model,
-            prompt_values,
-            prompt_offsets,
-            keys,
-            new_tokens,
-            perturbation,
-            table,
-            special,
-            pad_id,
-            suppress,
-            decoder=decoder or {},
-        )
-    width, context = ids.shape[1], context_length(model)
-    first_slot = width - (prompt_offsets[1:] - prompt_offsets[:-1])  # each row's first real slot (left padding)
-    mask = torch.cat([mask, mask.new_ones((n_rows, max(new_tokens - 1, 0)))], dim=1)  # as sample_ancestral's
-    position = mask[:, :width].sum(1, keepdim=True)
-    generated = torch.empty((n_rows, new_tokens), dtype=torch.long, device=keys.device)
-    finite = torch.ones((), dtype=torch.bool, device=keys.device)
-    for step in range(new_tokens):
-        k = step_keys(keys, step)
-        values, offsets = with_generated(prompt_values, prompt_offsets, generated[:, :step])
-        edited_values, edited_offsets = values, offsets
-        if alpha > 0:  # the same call as loops.prefix_logits: the same perturbed prefixes
-            edited = perturb(values, offsets, strategy, alpha, table, KeyedRandom(k, offsets), special)
-            edited_values, edited_offsets = edited.values, edited.offsets
+class Reuse(Ancestral):
+    """Algorithm 2 as `loops.Recompute` runs it (the same perturbations and draws), with the unperturbed cache
+    reused up to each row's first edit (see the module docstring). The unperturbed cache is grown as `Ancestral`
+    grows it, one drawn token a step (the last one never fed); `start_reuse` makes one."""
+
+    what = "sampling (exact)"
+
+    def __init__(self, model, batch: Batch) -> None:
+        super().__init__(model, batch)
+        self.context = context_length(model)
+        # each row's first real slot (left padding)
+        self.first_slot = self.width - (batch.prompt_offsets[1:] - batch.prompt_offsets[:-1])
+
+    def logits(self, step: int, key: torch.Tensor, generated: torch.Tensor) -> torch.Tensor:
+        # The same perturbation as loops.prefix_logits: the same perturbed prefixes.
+        values, offsets, edited_values, edited_offsets = perturbed_prefix(self.batch, generated, key)
         edited_lengths = edited_offsets[1:] - edited_offsets[:-1]
-        if bool((edited_lengths == 0).any()) or (context is not None and int(edited_lengths.max()) > context):
-            logits = full_logits(model, edited_values, edited_offsets, pad_id)
-        else:
-            logits = reused_logits(
-                model, past, plain, first_slot, values, offsets, edited_values, edited_offsets, pad_id
-            )
-        finite &= valid_logits(logits)
-        logits[:, suppress] = float("-inf")
-        token = draw(logits, hash_uniform(k * 31 + DRAW_PURPOSE), decoder=decoder or {})
-        generated[:, step] = token
-        if step == new_tokens - 1:
-            break
-        out = model(
-            input_ids=token[:, None],
-            attention_mask=mask[:, : width + step + 1],
-            position_ids=position + step,
-            past_key_values=past,
-            use_cache=True,
+        pad_id = self.batch.pad_id
+        if bool((edited_lengths == 0).any()) or (self.context is not None and int(edited_lengths.max()) > self.context):
+            return full_logits(self.model, edited_values, edited_offsets, pad_id)
+        return reused_logits(
+            self.model, self.past, self.next, self.first_slot, values, offsets, edited_values, edited_offsets, pad_id
         )
-        past, plain = out.past_key_values, out.logits[:, -1]
-    check_finite_logits(finite, "sampling (exact)")
-    return generated
 
 
-def sample_exact(
-    model,
-    prompt_values,
-    prompt_offsets,
-    keys,
-    new_tokens: int,
-    perturbation: dict,
-    table,
-    special,
-    pad_id: int,
-    suppress: list[int],
-    **draw_kw,
-) -> torch.Tensor:
-    """Mode `exact`: `sample_exact_reusing` where the batch may reuse the unperturbed cache (`reuse_fits`), else
-    `loops.sample_exact`, the full recompute of every step. Arguments as `loops.sample_exact`."""
-    longest = int((prompt_offsets[1:] - prompt_offsets[:-1]).max())
-    reusing = reuse_fits(model, longest, new_tokens, perturbation["intensity"])
-    sampler = sample_exact_reusing if reusing else loops.sample_exact
-    return sampler(
-        model,
-        prompt_values,
-        prompt_offsets,
-        keys,
-        new_tokens,
-        perturbation,
-        table,
-        special,
-        pad_id,
-        suppress,
-        **draw_kw,
-    )
+def start_reuse(model, batch: Batch) -> Steps:
+    """`Reuse` for a batch, or `loops.Recompute` where the model's cache is not a plain per-position one
+    (`plain_cache`)."""
+    steps = Reuse(model, batch)
+    return steps if plain_cache(steps.past) else Recompute(model, batch)
 
 
-# The modes' samplers, of which sampler.generate picks one per batch: loops', but `exact` reusing where it can.
-SAMPLERS: dict[str, Callable[..., torch.Tensor]] = {**loops.SAMPLERS, "exact": sample_exact}
+def exact_steps(model, batch: Batch) -> Steps:
+    """Mode `exact`: `start_reuse` where the batch may reuse the unperturbed cache (`reuse_fits`), else
+    `loops.Recompute`, the full recompute of every step."""
+    if reuse_fits(model, batch.longest_prompt, batch.new_tokens, batch.intensity):
+        return start_reuse(model, batch)
+    return Recompute(model, batch)

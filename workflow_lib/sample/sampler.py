@@ -4,16 +4,16 @@ Two modes:
 - `exact`: Algorithm 2 as written. At EVERY step the whole prefix (prompt + tokens generated so far) is
   perturbed afresh with the shared perturber on the model's device, and X_t is drawn from P(. | X~). A fresh
   perturbation leaves the prefix unchanged up to its first edit, where the model's keys and values are the
-  unperturbed prefix's: `reuse.sample_exact_reusing` keeps the unperturbed prefix's key/value cache (one token
+  unperturbed prefix's: `reuse.Reuse` keeps the unperturbed prefix's key/value cache (one token
   fed a step) and feeds each row only its perturbed tokens from its first edit on, in a few groups of similar
   lengths. The perturbations and laws are those of recomputing the whole left-padded batch at every step
-  (`loops.sample_exact`), within float32 rounding (4.2e-7 in probability at most in the tests); it feeds about
+  (`loops.Recompute`), within float32 rounding (4.2e-7 in probability at most in the tests); it feeds about
   a third of the token positions (bench/sample.py). A model with local or sliding-window attention (GPT-Neo),
   or a prompt plus new tokens beyond the model's context, recomputes the whole batch at every step without a
   cache (`reuse.reuse_fits`).
-- `cached`: each new token is perturbed once, when it is appended, and one perturbed prefix is kept with its
-  key/value cache: replacement feeds the synonym instead of the token, deletion feeds nothing, insertion
-  feeds the token and then its synonym. Every step's prefix has the marginal law of `exact` for
+- `cached` (`loops.Cached`): each new token is perturbed once, when it is appended, and one perturbed prefix is
+  kept with its key/value cache: replacement feeds the synonym instead of the token, deletion feeds nothing,
+  insertion feeds the token and then its synonym. Every step's prefix has the marginal law of `exact` for
   replacement and deletion (each token is perturbed independently with probability alpha); for insertion
   the synonym sits right after its source instead of at a uniform gap, and in all strategies the
   perturbations are correlated across steps (the same draws persist). The results say whether it matters.
@@ -21,13 +21,16 @@ Two modes:
   attention, but a local or sliding-window layer (GPT-Neo, Mistral) counts slots, so such models are refused
   for cached insertion and deletion once the cache outgrows their window.
 
-At intensity 0 nothing is perturbed and both modes are plain ancestral sampling, which `sample_ancestral` runs
+At intensity 0 nothing is perturbed and both modes are plain ancestral sampling, which `loops.Ancestral` runs
 with a key/value cache, every decoder included, as Hugging Face `generate` does: the same uniforms, suppressed tokens
-and decoder as `sample_exact`, drawn from cached logits. A cache rounds differently from the full forward (~1e-6),
-so where a uniform lies that close to a CDF bound the token may differ from `sample_exact`'s: the same law, not
-always the same tokens (docs/usage.md says why no draw is recomputed). Intensity 0 goes through `sample_exact` (which
-keeps the last tokens of a long prefix) or `sample_cached` (which refuses) where a batch's longest prompt plus the
+and decoder as `Recompute`, drawn from cached logits. A cache rounds differently from the full forward (~1e-6),
+so where a uniform lies that close to a CDF bound the token may differ from `Recompute`'s: the same law, not
+always the same tokens (docs/usage.md says why no draw is recomputed). Intensity 0 goes through `Recompute` (which
+keeps the last tokens of a long prefix) or `loops.Cached` (which refuses) where a batch's longest prompt plus the
 new tokens outgrows the model's context.
+
+Every mode is a `steps.Steps` (how a step's logits are computed, what a drawn token feeds), and one loop,
+`steps.sample`, draws every mode's tokens alike.
 
 Randomness is counter-based (perturb.backends.KeyedRandom): every draw depends on (seed, run, prompt_id, step) only,
 so neither batch size nor resumption changes a sample. The end-of-text token is suppressed so that every
@@ -46,11 +49,16 @@ from workflow_lib.cli import parse_json_arg, run
 from workflow_lib.perturb.synonym_table import SynonymTable
 from workflow_lib.sample.decoding import row_keys
 from workflow_lib.sample.gather import samples_schema
-from workflow_lib.sample.loops import cache_fits, sample_ancestral
-from workflow_lib.sample.reuse import SAMPLERS
+from workflow_lib.sample.loops import Ancestral, Cached, cache_fits
+from workflow_lib.sample.reuse import exact_steps
 from workflow_lib.sample.shards import shard_metadata, shard_rows
+from workflow_lib.sample.steps import Batch, Mode, sample
 
 log = logging.getLogger("workflow_lib.sample.sampler")
+
+# The modes, of which `generate` picks one per batch (`Ancestral` at intensity 0 where its cache fits): each makes
+# the `steps.Steps` of a batch, which `steps.sample` runs. `exact` reuses the unperturbed cache where it can.
+SAMPLERS: dict[str, Mode] = {"exact": exact_steps, "cached": Cached}
 
 
 def generate(
@@ -97,22 +105,12 @@ def generate(
         values = torch.as_tensor(np.concatenate([encoded[p] for p, _ in chunk]), device=device)
         pids = torch.as_tensor([int(prompt_ids[p]) for p, _ in chunk], device=device)
         run_ids = torch.as_tensor([r for _, r in chunk], device=device)
-        sampler = SAMPLERS[mode]
+        steps = SAMPLERS[mode]
         if perturbation["intensity"] == 0 and cache_fits(model, int(lengths.max()), new_tokens):
-            sampler = sample_ancestral  # both modes' law at intensity 0, with a cache
-        generated = sampler(
-            model,
-            values,
-            offsets,
-            row_keys(seed, pids, run_ids),
-            new_tokens,
-            perturbation,
-            table,
-            special,
-            pad_id,
-            suppress,
-            decoder=decoder or {},
-        )
+            steps = Ancestral  # both modes' law at intensity 0, with a cache
+        keys = row_keys(seed, pids, run_ids)
+        batch = Batch(values, offsets, keys, new_tokens, perturbation, table, special, pad_id, suppress, decoder or {})
+        generated = sample(model, batch, steps)
         out_prompt.append(pids.cpu().numpy())
         out_run.append(run_ids.cpu().numpy())
         out_ids.append(generated.cpu().numpy())
