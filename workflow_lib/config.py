@@ -17,7 +17,7 @@ Snakefile.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,18 +64,21 @@ def load_schema(path: Path = SCHEMA_PATH) -> dict:
     with open(path) as handle:
         schema = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
-    def fill(node: Any) -> None:
-        if isinstance(node, dict):
-            if "x-registry" in node:
-                node["enum"] = REGISTRIES[node["x-registry"]]()
-            for value in node.values():
-                fill(value)
-        elif isinstance(node, list):
-            for value in node:
-                fill(value)
-
-    fill(schema)
+    for node in registry_nodes(schema):
+        node["enum"] = REGISTRIES[node["x-registry"]]()
     return schema
+
+
+def registry_nodes(node: Any) -> Iterator[dict]:
+    """Every schema node marked `x-registry: <name>`, at any depth."""
+    if isinstance(node, dict):
+        if "x-registry" in node:
+            yield node
+        for value in node.values():
+            yield from registry_nodes(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from registry_nodes(value)
 
 
 def _key(path: Iterable[Any]) -> str:

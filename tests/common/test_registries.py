@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tools.workflow_runs import tiny_config
-from workflow_lib.config import ConfigError, load_schema, validate_config
+from workflow_lib.config import ConfigError, load_schema, registry_nodes, validate_config
 from workflow_lib.registries import REGISTRIES
 
 
@@ -32,19 +32,7 @@ def test_the_source_read_registries_are_the_imported_ones():
 
 def test_every_marked_node_gets_its_registrys_names():
     schema = load_schema()
-    marked = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "x-registry" in node:
-                marked.append(node)
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(schema)
+    marked = list(registry_nodes(schema))
     assert {n["x-registry"] for n in marked} == set(REGISTRIES)
     assert all(n["enum"] == REGISTRIES[n["x-registry"]]() for n in marked)
 
