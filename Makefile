@@ -46,16 +46,16 @@ run: $(STAMP) ## the default study (config.yaml) and its HTML report
 
 # The paper's whole study (configs/paper.yaml) on CPU, on stand-ins, then checked; results in results/rehearsal/.
 rehearsal: $(STAMP) ## the paper's study on tiny stand-ins, checked (results/rehearsal/)
-	$(BIN)/python -m tools.rehearsal --cores $(CORES) $(SNAKEMAKE_ARGS)
+	$(BIN)/python -m studies.rehearsal --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # configs/real.yaml (SmolLM2-135M fine-tuned on WikiText-2, tested in and out of domain) without the network: the
 # same files served on a loopback port (configs/real-local.yaml), then checked; results in results/real/.
 real: $(SMOLLM2) ## the real-model study, SmolLM2 from 3 seeds per arm, offline (results/real/, about an hour)
-	$(BIN)/python -m tools.real --cores $(CORES) $(SNAKEMAKE_ARGS)
+	$(BIN)/python -m studies.real --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The same at CI's size (configs/real-ci.yaml), in results/real-ci/.
 real-ci: $(SMOLLM2) ## the real-model study at CI's size (results/real-ci/)
-	$(BIN)/python -m tools.real --ci --workdir results/real-ci --cores $(CORES) $(SNAKEMAKE_ARGS)
+	$(BIN)/python -m studies.real --ci --workdir results/real-ci --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The simulation study alone at the paper's 100 replications, with its controls (configs/simulation.yaml: oracle and
 # empirical synonyms, shrinkage toward uniform), in results/simulation-study/ (apart from the default study's

@@ -1,6 +1,6 @@
 """Benchmark of workflow_lib.data.fetch on a loopback server: what resumable, verified downloads cost over a plain loop.
 
-The server is tools/httpserver.py in a child process (so it does not share the benchmark's GIL). Measured:
+The server is studies/httpserver.py in a child process (so it does not share the benchmark's GIL). Measured:
 fetch() of 200 MB of random bytes (median of 3) against a plain `requests` iter_content loop into nothing
 (the floor: no file, no checksum, no progress bar) and the same loop into a file (the floor with the disk);
 sha256_file on the result; a head_bytes=8 MiB fetch of a 200 MB jsonl-like file with and without Range
@@ -58,7 +58,7 @@ def jsonl_like(n_bytes: int) -> bytes:
 
 def server_process(files: dict[str, bytes], range_support: bool, conn) -> None:
     """Serve `files` until told to stop; answer "requests" with what the server has seen so far."""
-    from tools.httpserver import serve
+    from studies.httpserver import serve
 
     with serve(files, range_support=range_support) as server:
         conn.send(server.port)

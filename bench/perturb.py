@@ -3,7 +3,7 @@
 Tokens: WikiText-2 raw valid+test from ../shared/data through a BPE trained on them, repeated to 2.4M tokens
 (otherwise the builtin corpus), cut into 256-token blocks; synonyms: the distributional table of that
 stream. Each strategy at the paper's intensity 0.025 runs through the vectorised perturber (numpy, and
-torch on the CPU) and through the per-token Python loop of tools/reference_perturb.py (on a 100k-token
+torch on the CPU) and through the per-token Python loop of tests/support/reference_perturb.py (on a 100k-token
 slice, scaled). Last line: `perturb: {json}`.
 
     python bench/perturb.py
@@ -51,7 +51,7 @@ def token_stream() -> tuple[np.ndarray, list[int], str]:
 def main() -> None:
     import torch
 
-    from tools.reference_perturb import perturb_loop
+    from support.reference_perturb import perturb_loop
     from workflow_lib.perturb.perturber import STRATEGIES, perturb
     from workflow_lib.perturb.synonyms import distributional_synonyms
 

@@ -2,7 +2,7 @@
 
 Models: the default study's tiny GPT-2 trained for `--steps` steps on the builtin corpus (a trained model has the
 peaked laws that bf16 rounding moves most), and the tiny random checkpoints of every family the tests use
-(tools/families.py: GPT-2, OPT, GPT-Neo, Llama, GPT-NeoX, saved as their hub originals). For each model, the
+(studies/families.py: GPT-2, OPT, GPT-Neo, Llama, GPT-NeoX, saved as their hub originals). For each model, the
 law at every position of 200 held-out texts, computed with the weights in float32 (as `load_model(...,
 "fp32")`) and in bfloat16 (as `load_model(..., "bf16")`); TV = 0.5 sum |p32 - p16|. Last line:
 `precision: {json}`.
@@ -106,7 +106,7 @@ def summary(tv: np.ndarray) -> dict:
 def main() -> None:
     import torch
 
-    from tools.families import FAMILIES, make_checkpoint
+    from studies.families import FAMILIES, make_checkpoint
     from workflow_lib.data.builtin_corpus import build_grammar
 
     parser = argparse.ArgumentParser()

@@ -187,7 +187,7 @@ def main() -> None:
         root = Path(tmp)
         model = opts.model
         if model is None:
-            from tools.gguf_files import smollm2_gguf
+            from support.gguf_files import smollm2_gguf
             from workflow_lib.data.gguf import dequantise
 
             model = root / "smollm2"

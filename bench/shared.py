@@ -1,4 +1,5 @@
-"""What the benchmarks share: the repository on sys.path (for workflow_lib and tools/), a timer, and the shapes of
+"""What the benchmarks share: the repository and the test support on sys.path (for workflow_lib, studies/ and
+`support`, tests/support/), a timer, and the shapes of
 the models they run. Each benchmark is a script (`python bench/<name>.py`), so this directory is on sys.path."""
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for _folder in (REPO / "tests", REPO):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 # GPT-2 shapes: the default study's tiny model (config.yaml `models.tiny`) and GPT-2 small.
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 256}

@@ -11,7 +11,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-import tools.workflow_runs  # noqa: F401 - first, to keep the environment as the session started (SESSION_ENV)
+import support.workflow_runs  # noqa: F401 - first, to keep the environment as the session started (SESSION_ENV)
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +32,9 @@ def workdir(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_study(tmp_path_factory) -> Path:
-    """One finished tiny study (`tools.workflow_runs.tiny_study_config`), run once for the training, sampling, report and
+    """One finished tiny study (`support.workflow_runs.tiny_study_config`), run once for the training, sampling, report and
     lab tests: each used to run its own. A test that edits its config.yaml to read a dry run puts it back."""
-    from tools.workflow_runs import snakemake, tiny_study_config, write_config
+    from support.workflow_runs import snakemake, tiny_study_config, write_config
 
     workdir = tmp_path_factory.mktemp("tiny-study")
     write_config(workdir, tiny_study_config())

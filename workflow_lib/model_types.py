@@ -5,7 +5,7 @@ by the cost model (at Snakefile parse time: standard library only) and the featu
   pooled). A config that names a `...ForCausalLM` architecture or sets `is_decoder` is one whatever its type.
 - `gated`: its MLP has a gate projection (SwiGLU: three d x d_ffn matrices, not two), which the cost model counts.
 
-Adding a model family: one row here (and, for training, its entry in tools/families.py's tests).
+Adding a model family: one row here (and, for training, a tiny checkpoint in studies/families.py, tested in tests/studies/test_families.py).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools.workflow_runs import REPO, snakemake, tiny_config, write_config
+from support.workflow_runs import REPO, snakemake, tiny_config, write_config
 from workflow_lib.config import ConfigError, normalise, typed_overrides, validate_config
 from workflow_lib.config import check as check_normalised
 
@@ -629,7 +629,7 @@ def test_a_broken_yaml_file_is_named_with_its_line(tmp_path, text, message):
 def test_the_snakefile_names_a_broken_default_config_file(tmp_path):
     import subprocess
 
-    from tools.workflow_runs import REPO, SNAKEMAKE
+    from support.workflow_runs import REPO, SNAKEMAKE
 
     (tmp_path / "config.yaml").write_text("seed: 1\nsampling:\n  runs: [1, 2\n  batch_size: 3\n")
     done = subprocess.run(

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools.gguf_files import SMOLLM2_FILE, smollm2_gguf
-from tools.workflow_runs import REPO, tiny_config
+from support.gguf_files import SMOLLM2_FILE, smollm2_gguf
+from support.workflow_runs import REPO, tiny_config
 from workflow_lib.config import ConfigError, validate_config
 from workflow_lib.pretrained import GGUF_DOWNLOAD, PRETRAINED_DIR, gguf_file, gguf_settings
 

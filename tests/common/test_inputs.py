@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tools.workflow_runs import REPO
+from support.workflow_runs import REPO
 from workflow_lib import grid, layout
 from workflow_lib.config import validate_config
 from workflow_lib.inputs import Inputs

@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tools.workflow_runs import REPO
+from support.workflow_runs import REPO
 from workflow_lib import grid, layout
 from workflow_lib.layout import (
     EVALUATION_KINDS,
@@ -137,7 +137,7 @@ def test_the_grid_plans_only_paths_of_the_layout():
 
 def test_the_cost_model_refuses_an_output_it_did_not_plan():
     """A rule's output the plan lacks is an error naming it, not a guessed SLURM time (it was unknown_minutes)."""
-    from tools.workflow_runs import tiny_config
+    from support.workflow_runs import tiny_config
     from workflow_lib.config import validate_config
     from workflow_lib.cost import slurm
 

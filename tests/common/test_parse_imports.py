@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from tools.workflow_runs import REPO, SNAKEMAKE
+from support.workflow_runs import REPO, SNAKEMAKE
 
 HEAVY = ("numpy", "polars", "torch", "pyarrow", "pandas", "scipy", "transformers")
 HOOK = f"""

@@ -8,7 +8,7 @@ import tomllib
 import pytest
 import yaml
 
-from tools.workflow_runs import REPO
+from support.workflow_runs import REPO
 
 PAPER = "Perturbation is All You Need for Extrapolating Language Models"
 
@@ -126,3 +126,27 @@ def test_make_help_lists_every_target_with_one_line():
     listed = subprocess.run(["make", "-s", "help"], cwd=REPO, capture_output=True, text=True, check=True).stdout
     names = [line.split()[0] for line in listed.splitlines()]
     assert sorted(names) == sorted(phony) and all(len(line.split()) > 1 for line in listed.splitlines())
+
+
+def imported_modules(path) -> set[str]:
+    """Every module a file imports, `from a import b` counted as both `a` and `a.b`."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return found
+
+
+@pytest.mark.parametrize("package", ["studies", "tools"])
+def test_studies_and_tools_are_tested_where_they_live(package):
+    """As tests/<stage>/ tests workflow_lib/<stage>/, tests/<package>/ imports every module of <package>/; and
+    neither it nor the workflow's package imports the test support (tests/support/, `support`)."""
+    tests = set().union(*(imported_modules(path) for path in (REPO / "tests" / package).glob("test_*.py")))
+    modules = {f"{package}.{path.stem}" for path in (REPO / package).glob("*.py") if path.stem != "__init__"}
+    assert modules and sorted(modules - tests) == []
+    for path in [*(REPO / package).rglob("*.py"), *(REPO / "workflow_lib").rglob("*.py")]:
+        assert not any(name.split(".")[0] == "support" for name in imported_modules(path)), path

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.workflow_runs import tiny_config
+from support.workflow_runs import tiny_config
 from workflow_lib.config import ConfigError, load_schema, registry_nodes, validate_config
 from workflow_lib.registries import REGISTRIES
 
@@ -65,7 +65,7 @@ def test_the_model_type_table_names_real_causal_lms_and_covers_the_tested_famili
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    from tools.families import FAMILIES
+    from studies.families import FAMILIES
     from workflow_lib.model_types import DECODERS, GATED, TABLE
 
     assert set(TABLE) <= set(CONFIG_MAPPING_NAMES) and DECODERS <= set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)

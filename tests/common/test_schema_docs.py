@@ -6,7 +6,7 @@ import copy
 import subprocess
 import sys
 
-from tools.workflow_runs import REPO
+from support.workflow_runs import REPO
 from workflow_lib.config import load_schema
 from workflow_lib.schema_docs import DOCS, render
 

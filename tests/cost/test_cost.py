@@ -12,7 +12,7 @@ import time
 import pytest
 import yaml
 
-from tools.workflow_runs import REPO, tiny_config
+from support.workflow_runs import REPO, tiny_config
 from workflow_lib import layout
 from workflow_lib.config import ConfigError, validate_config
 from workflow_lib.cost import jobs as cost_jobs

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tools.workflow_runs import tiny_builtin
+from support.workflow_runs import tiny_builtin
 from workflow_lib.cli import StageError
 from workflow_lib.config import validate_config
 from workflow_lib.data.prepare import build_prompts, normalise

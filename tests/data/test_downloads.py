@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 from test_recipes import mixce_webtext_reference
 
-from tools.httpserver import serve
-from tools.workflow_runs import snakemake, tiny_config, write_config
+from studies.httpserver import serve
+from support.workflow_runs import snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 

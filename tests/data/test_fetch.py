@@ -1,6 +1,6 @@
 """Downloads and archive members: a finished file is the verified file, and interruptions resume, not restart.
 
-Everything runs against tools/httpserver.py on the loopback interface: no test touches the network.
+Everything runs against studies/httpserver.py on the loopback interface: no test touches the network.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import tarfile
 
 import pytest
 
-from tools.httpserver import serve
+from studies.httpserver import serve
 from workflow_lib.cli import StageError
 from workflow_lib.data.fetch import fetch, unpack
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.gguf_files import foreign_gguf, smollm2_gguf, tiny_llama_gguf
+from support.gguf_files import foreign_gguf, smollm2_gguf, tiny_llama_gguf
 from workflow_lib.cli import StageError
 from workflow_lib.data.gguf import check_architecture, dequantise, gguf_header
 

@@ -1,7 +1,7 @@
 """Evaluation axes through the workflow: a checkpoint evaluated as it is (no training job), decoders as
 conditions paired with the test perturbation, paired comparisons, provenance and training curves in the report.
 
-The checkpoint is a tiny GPT-2 saved as the hub saves it (tools/families.py), loaded by folder as a hub id would be.
+The checkpoint is a tiny GPT-2 saved as the hub saves it (studies/families.py), loaded by folder as a hub id would be.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from tools.workflow_runs import planned_rules, snakemake, tiny_config, write_config
+from support.workflow_runs import planned_rules, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -48,7 +48,7 @@ def zero_shot_config(folder) -> dict:
 
 
 def test_an_untrained_checkpoint_is_evaluated_under_every_decoder_without_training(workdir):
-    from tools.families import make_checkpoint
+    from studies.families import make_checkpoint
     from workflow_lib.data.builtin_corpus import build_grammar
 
     texts = build_grammar(seed=7, words_per_class=4).generate("train", n_docs=40, sentences_per_doc=16, seed=7)

@@ -23,7 +23,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from tools.families import make_checkpoint
+    from studies.families import make_checkpoint
 
     return make_checkpoint(tmp_path_factory.mktemp("hub"), "gpt2", TEXTS)
 

@@ -37,7 +37,7 @@ def sets(grammar):
 def test_laws_of_a_checkpoint_are_distributions_and_the_coupling_bounds_them(tmp_path, grammar, sets, family):
     from transformers import AutoTokenizer
 
-    from tools.families import make_checkpoint
+    from studies.families import make_checkpoint
     from workflow_lib.sample.sampler import load_model
 
     texts = grammar.generate("train", n_docs=30, sentences_per_doc=12, seed=7)
@@ -77,7 +77,7 @@ def test_the_half_draws_law_is_the_law_of_the_first_half_of_the_draws(tmp_path, 
     are the 4-draw run's `laws_half`. "none" is one draw (its half is itself), and `differs` counts draws."""
     from transformers import AutoTokenizer
 
-    from tools.families import make_checkpoint
+    from studies.families import make_checkpoint
     from workflow_lib.sample.sampler import load_model
 
     folder = make_checkpoint(tmp_path, "gpt2", grammar.generate("train", n_docs=30, sentences_per_doc=12, seed=7))
@@ -106,7 +106,7 @@ def test_the_jobs_command_line_writes_the_sets_and_the_laws_the_functions_comput
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
-    from tools.families import make_checkpoint
+    from studies.families import make_checkpoint
     from workflow_lib.lab import laws as job
     from workflow_lib.sample.sampler import load_model
 

@@ -8,7 +8,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from tools.workflow_runs import (
+from support.workflow_runs import (
     LAB,
     dry_run_of_tiny_study_with,
     lab_settings,

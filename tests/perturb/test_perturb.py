@@ -10,7 +10,7 @@ import pytest
 import torch
 from scipy import stats
 
-from tools.reference_perturb import perturb_loop
+from support.reference_perturb import perturb_loop
 from workflow_lib.perturb.perturber import STRATEGIES, perturb, prefix_targets, sequence_ids
 from workflow_lib.perturb.synonym_table import SynonymTable
 

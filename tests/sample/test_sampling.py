@@ -242,7 +242,7 @@ def family_lm():
     grouped-query attention, rotary positions, BOS prepended, no pad token), built in memory."""
     from transformers import AutoModelForCausalLM
 
-    from tools.families import make_config, make_tokenizer
+    from studies.families import make_config, make_tokenizer
     from workflow_lib.data.builtin_corpus import build_grammar
 
     corpus = build_grammar(seed=3, words_per_class=4).generate("train", 20, 8, 0)
@@ -379,7 +379,7 @@ def test_intensity_zero_beyond_the_context_keeps_the_uncached_sampler(family_lm,
     tokens of the prefix, as it always did) and cached mode refuses."""
     from transformers import AutoModelForCausalLM
 
-    from tools.families import make_config
+    from studies.families import make_config
 
     built, prompts = family_lm
     _, tokenizer = built["gpt2"]
@@ -521,7 +521,7 @@ def test_exact_reusing_the_cache_has_the_full_recomputes_laws(family_lm, family,
 def family_model(family: str, tokenizer, **config):
     from transformers import AutoModelForCausalLM
 
-    from tools.families import make_config
+    from studies.families import make_config
 
     settings = make_config(family, tokenizer)
     for key, value in config.items():
@@ -536,7 +536,7 @@ def test_exact_reuses_the_cache_only_where_it_is_safe(family_lm, monkeypatch):
     intensity 0 beyond the context (within it the ancestral sampler runs), for GPT-Neo (its local layers count the
     masked slots between a row's kept cache and its suffix against their window of 8: forced to reuse, in one
     group, its laws moved by 0.055, measured, > 1e-3 asserted), and beyond the context."""
-    from tools.families import make_tokenizer
+    from studies.families import make_tokenizer
     from workflow_lib.data.builtin_corpus import build_grammar
 
     built, prompts = family_lm

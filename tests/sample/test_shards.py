@@ -136,7 +136,7 @@ def test_gather_refuses_shards_that_are_not_one_jobs_set_in_order(checkpoint, mo
 def test_the_number_of_shards_is_not_a_setting_of_the_sampled_law():
     """A shard's command gets its place (`--shard i/n`) in its path's wildcards; the settings param, a rerun trigger
     of every shard, holds only what changes a sample."""
-    from tools.workflow_runs import tiny_config
+    from support.workflow_runs import tiny_config
     from workflow_lib.config import validate_config
     from workflow_lib.layout import SamplingCondition
     from workflow_lib.sample.settings import sampling_settings

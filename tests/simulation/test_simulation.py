@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from tools.workflow_runs import planned_rules, snakemake, tiny_config, write_config
+from support.workflow_runs import planned_rules, snakemake, tiny_config, write_config
 from workflow_lib.config import ConfigError, check_schema
 from workflow_lib.simulation.model import (
     ModelSettings,

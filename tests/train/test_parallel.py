@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tools.workflow_runs import snakemake, tiny_builtin, tiny_config, write_config
+from support.workflow_runs import snakemake, tiny_builtin, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 

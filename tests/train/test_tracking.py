@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tools.workflow_runs import planned_rules, snakemake, tiny_builtin, tiny_config, write_config
+from support.workflow_runs import planned_rules, snakemake, tiny_builtin, tiny_config, write_config
 from workflow_lib.config import ConfigError, validate_config
 from workflow_lib.train import tracking
 

@@ -299,7 +299,7 @@ def test_float16_master_weights_diverge_and_stop_the_run(data, tmp_path):
     and the first zero gradient makes a NaN weight. The run must stop, not write a model; in float32 it trains."""
     from transformers import AutoTokenizer
 
-    from tools.families import make_checkpoint
+    from studies.families import make_checkpoint
 
     texts = [" the cat sat on the mat .", " a dog ran in the park .", " the bird sang a song ."] * 40
     folder = make_checkpoint(tmp_path / "hub", "opt", texts)

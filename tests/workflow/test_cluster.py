@@ -30,7 +30,7 @@ import time
 import pytest
 import yaml
 
-from tools.workflow_runs import REPO, SNAKEMAKE, tiny_config, write_config
+from support.workflow_runs import REPO, SNAKEMAKE, tiny_config, write_config
 from workflow_lib.config import validate_config
 from workflow_lib.cost.slurm import planned, runtime_minutes
 from workflow_lib.layout import parse

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools.workflow_runs import REPO, SNAKEMAKE, planned_rules
+from support.workflow_runs import REPO, SNAKEMAKE, planned_rules
 
 pytestmark = pytest.mark.workflow
 
@@ -66,7 +66,7 @@ def test_zero_shot_recipe_runs_without_a_train_dataset(tmp_path):
     """Planned as the page writes it (a dataset with a test split only, no train_dataset), then run for real on a
     GPT-2-shaped local checkpoint, smaller (`--config`): no training, both decoders sampled and evaluated, the
     paths say `none` for the dataset."""
-    from tools.families import make_checkpoint
+    from studies.families import make_checkpoint
 
     texts = [
         " ".join(f"the cat {j % 5} sat on mat {(i + j) % 7} and then it went home ." for j in range(12))

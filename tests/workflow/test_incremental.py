@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tools.plans import planned_jobs
-from tools.workflow_runs import REPO, SNAKEMAKE, copy_workflow, tiny_config, write_config
+from support.plans import planned_jobs
+from support.workflow_runs import REPO, SNAKEMAKE, copy_workflow, tiny_config, write_config
 from workflow_lib.module_deps import module_closure, module_path
 
 pytestmark = pytest.mark.workflow

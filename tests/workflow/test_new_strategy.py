@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.workflow_runs import REPO, SNAKEMAKE, WORKFLOW_CODE, copy_workflow, tiny_config, write_config
+from support.workflow_runs import REPO, SNAKEMAKE, WORKFLOW_CODE, copy_workflow, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 

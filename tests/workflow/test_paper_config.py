@@ -14,8 +14,8 @@ import subprocess
 import pytest
 import yaml
 
-from tools.plans import job_stats, planned_jobs
-from tools.workflow_runs import REPO, SNAKEMAKE
+from support.plans import job_stats, planned_jobs
+from support.workflow_runs import REPO, SNAKEMAKE
 from workflow_lib.config import validate_config
 from workflow_lib.cost.slurm import planned as cost_plan
 

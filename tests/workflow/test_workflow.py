@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from tools.workflow_runs import (
+from support.workflow_runs import (
     REPO,
     SNAKEMAKE,
     dry_run_of_tiny_study_with,
@@ -321,13 +321,13 @@ def check_in_browser(workdir, html):
     every figure decoded. Then the same check fails on a report whose caption is broken reStructuredText (built
     by a copy of the workflow), on an injected script error, on a figure that does not decode and on a missing
     category."""
-    from tools.browser import check_report, chromium
+    from studies.browser import check_report, chromium
 
     if chromium() is None:
         if os.environ.get("PERTURBED_LM_REQUIRE_BROWSER") == "1":
             pytest.fail("no chromium on PATH, and PERTURBED_LM_REQUIRE_BROWSER=1")
         pytest.skip("no chromium on PATH (Debian: apt-get install chromium); CI installs it")
-    from tools.browser import CATEGORIES
+    from studies.browser import CATEGORIES
 
     assert check_report(html, (*CATEGORIES, "Theory lab"), screenshot=workdir / "report.png") == []
     from PIL import Image
@@ -368,7 +368,7 @@ def test_hub_families_train_sample_and_evaluate(workdir):
     import numpy as np
     from safetensors.torch import load_file
 
-    from tools.families import FAMILIES, make_checkpoint
+    from studies.families import FAMILIES, make_checkpoint
     from workflow_lib.data.builtin_corpus import build_grammar
 
     texts = build_grammar(seed=7, words_per_class=4).generate("train", n_docs=40, sentences_per_doc=16, seed=7)

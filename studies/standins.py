@@ -3,7 +3,7 @@
 The rehearsal runs the paper's study on CPU with these in place of the hub models, the hub datasets and MixCE's
 files, so every rule, every family's tokenizer, every recipe and every download path runs as it will for real:
 
-- models/{opt-125m,gpt2,gpt-neo-1.3b}: tiny random checkpoints of the three families (`tools.families`:
+- models/{opt-125m,gpt2,gpt-neo-1.3b}: tiny random checkpoints of the three families (`studies.families`:
   OPT float16 with `</s>` prepended and pad 1, GPT-2, GPT-Neo with local attention layers), each with its
   family's tokenizer type, learnt from the stand-in text;
 - models/gpt2-large: a GPT-2 checkpoint shaped as gpt2-large is stored (GPT2LMHeadModel, float32, GPT-2's
@@ -377,7 +377,7 @@ def make_featuriser(root: Path, texts: list[str]) -> Path:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from tools.families import INIT_STD, POSITIONS, make_tokenizer
+    from studies.families import INIT_STD, POSITIONS, make_tokenizer
 
     folder = root / "models" / "gpt2-large"
     tokenizer = make_tokenizer("gpt2", texts)
@@ -411,7 +411,7 @@ def build(root: Path) -> dict[str, bytes]:
     }
     if wiki2 is None:
         return served
-    from tools.families import make_checkpoint
+    from studies.families import make_checkpoint
 
     shutil.rmtree(root / "models", ignore_errors=True)  # what an interrupted build left
     texts = [row for row in wiki2["train"] if row.strip()]

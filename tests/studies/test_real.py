@@ -4,25 +4,23 @@
   wherever this machine has them (the GGUF file, the licences); configs/real-ci.yaml changes only sizes.
 - The study plans the rules it should (one fetch and one dequantisation of the GGUF file, three trainings, the
   zero-shot row, two eval sets).
-- The post-run checks hold on a finished study: `make real` runs `test_finished_real_study_holds` with
-  PERTURBED_LM_REAL set to its folder; without it, that test is skipped. Each check is shown failing on doctored
-  input here.
+- The post-run checks (studies/real_checks.py, which `make real` runs on the finished study) are each shown failing
+  on doctored input.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-from pathlib import Path
 
 import polars as pl
 import pytest
 import yaml
 
-from tools.plans import job_stats
-from tools.workflow_runs import REPO, SNAKEMAKE
+from studies.real_checks import EXACT, ROWS, controls_problems, provenance_problems, row_problems, summary_problems
+from support.plans import job_stats
+from support.workflow_runs import REPO, SNAKEMAKE
 
 pytestmark = pytest.mark.workflow
 
@@ -46,18 +44,6 @@ SIZE_KEYS = {
     "training.checkpoint_every",
     "experiments.*.seeds",
 }
-# The report's categories: no study figure (no ablation or sweep) and no simulation (simulation.enabled: false).
-REPORT_CATEGORIES = ("Summary", "Tables", "Training curves")
-# The rows the issue asks of the real study: (objective, train intensity, test intensity, test mode), on every eval
-# set; each trained one once per training seed (the config's), the zero-shot one once. The `exact` row is Algorithm 2's
-# own check: the first perturbed seed on the eval sets of experiment exact-check only.
-ROWS = [
-    ("untrained", 0.0, 0.0, "exact"),
-    ("mle", 0.0, 0.0, "exact"),
-    ("mle", 0.025, 0.025, "cached"),
-    ("emo", 0.0, 0.0, "exact"),
-]
-EXACT = ("mle", 0.025, 0.025, "exact")
 
 
 def leaves(tree: dict, prefix: tuple = ()) -> list[tuple]:
@@ -103,7 +89,7 @@ def test_ci_overlay_changes_only_sizes():
 
 def test_served_files_are_the_pinned_bytes():
     """What `make real` serves hashes to what the configs pin (the wheel's GGUF file, Debian's licences, the zip)."""
-    from tools import real as runner
+    from studies import real as runner
 
     try:
         shared = runner.shared_data()
@@ -145,77 +131,6 @@ def test_the_real_study_plans_its_rules(tmp_path):
     # MLE, EMO and MLE + insertion from 3 seeds each; sampled on 2 eval sets with the zero-shot model, and the
     # first perturbed seed once more in `exact` mode on the licences; one perplexity job a model.
     assert jobs["train"] == 9 and jobs["sample"] == 2 * 10 + 1 and jobs["perplexity"] == 10
-
-
-# The post-run checks ------------------------------------------------------------------------------------------
-
-
-def row_problems(metrics: pl.DataFrame, real: dict) -> list[str]:
-    """Every row of ROWS on every eval set, once per training seed, with a finite ROUGE-1 (MAUVE may be refused, never
-    missing silently); the `exact` check on exactly the eval sets and seeds experiment exact-check names."""
-    experiments = real["experiments"]
-    seeds = sorted(experiments["perturbed"]["seeds"])
-    expected = {row: ([real["seed"]] if row[0] == "untrained" else seeds) for row in ROWS}
-    problems = []
-    for eval_set in real["eval_sets"]:
-        check = {**expected}
-        if eval_set in experiments["exact-check"]["eval_sets"]:
-            check[EXACT] = sorted(experiments["exact-check"]["seeds"])
-        for (objective, train, test, mode), want in [*check.items(), *([(EXACT, [])] if EXACT not in check else [])]:
-            rows = metrics.filter(
-                (pl.col("eval_set") == eval_set)
-                & (pl.col("objective") == objective)
-                & (pl.col("train_intensity") == train)
-                & (pl.col("test_intensity") == test)
-                & (pl.col("test_mode") == mode)
-            )
-            if sorted(rows["seed"].to_list()) != want:
-                problems.append(
-                    f"{eval_set}: {objective} at {train}/{test} ({mode}) has seeds {sorted(rows['seed'].to_list())}, not {want}"
-                )
-            elif rows["rouge1_mean"].is_null().any() or not rows["rouge1_mean"].is_finite().all():
-                problems.append(f"{eval_set}: {objective} at {train}/{test} ({mode}) has no finite ROUGE-1")
-    return problems
-
-
-def provenance_problems(results: Path, real: dict) -> list[str]:
-    """The dequantised folder is the pinned GGUF file's, and every fetched text is one the config pins."""
-    problems = []
-    record = json.loads((results / "pretrained/smollm2/gguf.json").read_text())
-    if record["sha256"] != real["models"]["smollm2"]["gguf"]["sha256"]:
-        problems.append(f"results/pretrained/smollm2 was made from sha256 {record['sha256']}, not the pinned file")
-    pinned = {e["sha256"] for e in real["datasets"]["licences"]["files"]["test"]}
-    fetched = json.loads((results / "data/licences/test.json").read_text())
-    found = {f["sha256"] for f in fetched["provenance"]["files"]}
-    if found != pinned:
-        problems.append(f"the licences read are not the pinned ones: {sorted(found ^ pinned)}")
-    return problems
-
-
-def controls_problems(results: Path, metrics: pl.DataFrame, eval_sets: list[str]) -> list[str]:
-    """MAUVE's controls ran for every eval set with the study's featuriser (SmolLM2), and every MAUVE cell is a
-    number only where its eval set's controls passed, else says why (issue 51)."""
-    problems = []
-    for eval_set in eval_sets:
-        path = results / "controls/model-smollm2" / f"{eval_set}.json"
-        if not path.is_file():
-            problems.append(f"{eval_set}: no MAUVE controls at {path}")
-            continue
-        status = json.loads(path.read_text())["status"]
-        for row in metrics.filter(pl.col("eval_set") == eval_set).iter_rows(named=True):
-            if status and (row["mauve_status"] != status or row["mauve_mean"] is not None):
-                problems.append(f"{eval_set}: a MAUVE cell is reported though the controls fail ({status})")
-            if not status and row["mauve_mean"] is None and not row["mauve_status"]:
-                problems.append(f"{eval_set}: a MAUVE cell has neither a number nor a reason")
-    return problems
-
-
-def summary_problems(summary: str) -> list[str]:
-    problems = []
-    for needed in ("What this study found", "What MAUVE can see here", "wikitext2", "licences"):
-        if needed not in summary:
-            problems.append(f"results/summary.md does not mention {needed!r}")
-    return problems
 
 
 def test_checks_fail_on_doctored_input(tmp_path):
@@ -276,37 +191,3 @@ def test_checks_fail_on_doctored_input(tmp_path):
         schema_overrides={"mauve_mean": pl.Float64},
     )
     assert controls_problems(tmp_path, refused, ["wikitext2"]) == []
-
-
-def study_config() -> dict:
-    """The config the finished study ran with: its config files merged in order, as snakemake merges them."""
-    from snakemake.utils import update_config
-
-    from tools.served_study import CONFIGS_ENV
-
-    config: dict = {}
-    for path in os.environ.get(CONFIGS_ENV, str(REAL)).split(os.pathsep):
-        update_config(config, yaml.safe_load(Path(path).read_text()))
-    return config
-
-
-@pytest.mark.real
-def test_finished_real_study_holds():
-    folder = os.environ.get("PERTURBED_LM_REAL")
-    if not folder:
-        pytest.skip("set PERTURBED_LM_REAL to a finished `make real` folder (make real does)")
-    workdir = Path(folder)
-    results = workdir / "results"
-    real = study_config()
-    metrics = pl.read_csv(results / "report/metrics.csv")
-    problems = row_problems(metrics, real)
-    problems += provenance_problems(results, real)
-    problems += summary_problems((results / "summary.md").read_text())
-    problems += controls_problems(results, metrics, list(real["eval_sets"]))
-    from tools.browser import check_report, chromium
-
-    if chromium():
-        problems += check_report(workdir / "report.html", REPORT_CATEGORIES, screenshot=workdir / "report.png")
-    elif os.environ.get("PERTURBED_LM_REQUIRE_BROWSER"):
-        problems.append("no chromium to open the report in")
-    assert problems == []

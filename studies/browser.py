@@ -8,7 +8,7 @@ lets the report's app render, optionally saving a screenshot of its first page. 
   template value such as `{{ snakemake.wildcards.x }}` that rendered empty);
 - figures whose image does not decode in the browser.
 
-    python tools/browser.py results/report.html [--category Tables ...] [--screenshot report.png]
+    python studies/browser.py results/report.html [--category Tables ...] [--screenshot report.png]
     # exit 1 if anything is broken
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -97,6 +98,27 @@ def check_report(html: Path, categories=CATEGORIES, settle_s: float = 1.0, scree
     problems += [f"image {path} does not decode" for path in found["brokenImages"]]
     if not found["images"]:
         problems.append("the report holds no image")
+    return problems
+
+
+# Set to 1 where the report must be opened (CI): without chromium, the check then fails instead of being skipped.
+REQUIRE_ENV = "PERTURBED_LM_REQUIRE_BROWSER"
+
+
+def browser_problems(workdir: Path, categories=CATEGORIES) -> list[str]:
+    """A finished study's <workdir>/report.html opened in headless Chromium, its first page saved beside it
+    (report.png); without chromium it is skipped, saying so, unless REQUIRE_ENV is 1."""
+    if chromium() is None:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            return [f"no chromium on PATH to open {workdir / 'report.html'} in, and {REQUIRE_ENV}=1"]
+        print(
+            f"{workdir / 'report.html'} not opened in a browser: no chromium on PATH (Debian: apt-get install chromium)"
+        )
+        return []
+    screenshot = workdir / "report.png"
+    problems = check_report(workdir / "report.html", categories, screenshot=screenshot)
+    if not screenshot.is_file() or screenshot.stat().st_size < 10_000:
+        problems.append(f"{screenshot}: the report's first page saved as under 10 kB, so it rendered next to nothing")
     return problems
 
 

@@ -5,7 +5,7 @@ Why: on stand-in models a job's own work takes well under a second, but importin
 about 5 s of it (BENCHMARKS.md, "Test suite time"), so `make rehearsal` spends most of its time importing the same
 modules 447 times. `serve` imports them once; for each job it forks a child that runs the job's module as
 `__main__` with the job's arguments, working directory, environment and standard streams. The job's own process
-(the client: `handoff`, which tools/warm_hook/sitecustomize.py calls at Python's start-up, before anything is
+(the client: `handoff`, which studies/warm_hook/sitecustomize.py calls at Python's start-up, before anything is
 imported, in an environment that `hooked` put that folder on PYTHONPATH for) waits for the
 child, forwards SIGTERM, SIGINT and SIGHUP to it, and exits with its status.
 
@@ -13,11 +13,11 @@ It only ever saves time. A job runs cold, exactly as without it, whenever PERTUR
 does not answer, the job was not started as `python -m workflow_lib.<module> ...`, or the job's environment
 differs from the server's in a variable that a preloaded library may read at import (HF_HUB_OFFLINE, the thread
 counts Snakemake sets, the ranks of a distributed launch: any but those in FREE). Outputs are the same bytes warm or cold
-(tests/common/test_warm.py). `make rehearsal` and the workflow tests' snakemake helper (tools/workflow_runs.py)
+(tests/studies/test_warm.py). `make rehearsal` and the workflow tests' snakemake helper (tests/support/workflow_runs.py)
 start a server; `make run`, `make real` and cluster jobs run cold. A warm job's `benchmark:` file measures the client: its wall time holds, its memory
 columns do not.
 
-    python -m tools.warm --socket /tmp/x/warm.sock [--preload MODULE ...]
+    python -m studies.warm --socket /tmp/x/warm.sock [--preload MODULE ...]
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def request(path: str, module: str, args: list[str]) -> None:
         signal.signal(number, lambda received, frame: os.kill(pid, received))
     last = reply.readline().split()
     if last[:1] != ["exit"]:
-        sys.stderr.write(f"tools.warm: the server lost job {pid} ({module})\n")
+        sys.stderr.write(f"studies.warm: the server lost job {pid} ({module})\n")
         sys.stderr.flush()
         os._exit(1)
     code = int(last[1])
@@ -208,12 +208,12 @@ def serve(path: str, preload: list[str]) -> None:
     imported_env = {k: v for k, v in os.environ.items() if server_env.get(k) != v}
     threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
     if threads != 1:  # forking a process with other threads can deadlock the child
-        sys.exit(f"tools.warm: {threads} threads after preloading; serving nothing")
+        sys.exit(f"studies.warm: {threads} threads after preloading; serving nothing")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
     log = sys.stderr
-    print(f"tools.warm: serving on {path} ({len(preload)} modules preloaded)", file=log, flush=True)
+    print(f"studies.warm: serving on {path} ({len(preload)} modules preloaded)", file=log, flush=True)
     running: dict[int, tuple[socket.socket, str]] = {}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while True:
@@ -224,7 +224,7 @@ def serve(path: str, preload: list[str]) -> None:
                 break
             conn, module = running.pop(pid)
             code = os.waitstatus_to_exitcode(status)
-            print(f"tools.warm: ran {module} (pid {pid}, status {code})", file=log, flush=True)
+            print(f"studies.warm: ran {module} (pid {pid}, status {code})", file=log, flush=True)
             try:
                 conn.sendall(f"exit {code}\n".encode())
             except OSError:
@@ -241,7 +241,7 @@ def serve(path: str, preload: list[str]) -> None:
         differ = refusal(server_env, job["env"])
         if differ:
             print(
-                f"tools.warm: {job['module']} runs cold: its environment differs in {', '.join(differ)}",
+                f"studies.warm: {job['module']} runs cold: its environment differs in {', '.join(differ)}",
                 file=log,
                 flush=True,
             )
@@ -268,7 +268,7 @@ def serve(path: str, preload: list[str]) -> None:
         for fd in fds:
             os.close(fd)
         running[pid] = (conn, job["module"])
-        print(f"tools.warm: started {job['module']} (pid {pid})", file=log, flush=True)
+        print(f"studies.warm: started {job['module']} (pid {pid})", file=log, flush=True)
         try:
             conn.sendall(f"pid {pid}\n".encode())
         except OSError:  # the client is gone; the job still runs, and is reaped above
@@ -278,7 +278,7 @@ def serve(path: str, preload: list[str]) -> None:
 def main() -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m tools.warm", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m studies.warm", description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True, help="the Unix socket to listen on (PERTURBED_LM_WARM of jobs)")
     parser.add_argument(
         "--preload",

@@ -9,12 +9,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from studies.served import REPO, job_environment, warm_server
+
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 # The environment the test session started with (tests/conftest.py imports this module first), before the libraries
 # the tests import set variables of their own (torch, faiss: KMP_*, TORCHINDUCTOR_CACHE_DIR) and before pytest names
@@ -148,38 +148,6 @@ def write_config(workdir: Path, config: dict) -> Path:
     return path
 
 
-def job_environment(env: dict) -> dict:
-    """`env` with PYTHONPATH as the Snakefile sets it for the jobs (this checkout first), so that a warm server
-    started with it has the jobs' environment."""
-    paths = [path for path in env.get("PYTHONPATH", "").split(os.pathsep) if path]
-    return {**env, "PYTHONPATH": os.pathsep.join(paths if str(REPO) in paths else [str(REPO), *paths])}
-
-
-@contextlib.contextmanager
-def warm_server(env: dict, log: Path):
-    """A `tools.warm` server for a study's jobs: yields the environment that sends them to it (`env` itself
-    if it did not start: every job then runs cold, slower, never different)."""
-    from tools.warm import ENV, environment, hooked
-
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="warm-") as folder, open(log, "w") as handle:
-        path = Path(folder) / "jobs.sock"
-        server = subprocess.Popen(
-            [sys.executable, "-m", "tools.warm", "--socket", str(path)],
-            env=environment(env),
-            stderr=handle,
-            cwd=REPO,
-        )
-        try:
-            deadline = time.monotonic() + 300
-            while not path.exists() and server.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.2)
-            yield {**hooked(env), ENV: str(path)} if path.exists() else env
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
-
-
 def _warm_variable() -> dict[str, str]:
     """The session's warm server, as the variable that sends jobs to it: started at the first workflow test, stopped
     when the session ends. PERTURBED_LM_TEST_COLD=1: none."""
@@ -190,7 +158,7 @@ def _warm_variable() -> dict[str, str]:
 
 @functools.cache
 def _session_server() -> dict[str, str]:
-    from tools.warm import ENV
+    from studies.warm import ENV
 
     stack = contextlib.ExitStack()
     atexit.register(stack.close)
@@ -201,7 +169,7 @@ def _session_server() -> dict[str, str]:
 
 def snakemake(workdir: Path, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the real workflow on `workdir/config.yaml`, with workdir as the working directory. Its jobs of one
-    thread run in the session's warm server (`tools.warm`: the same outputs, without importing torch and
+    thread run in the session's warm server (`studies.warm`: the same outputs, without importing torch and
     transformers each time); a job whose environment differs from the server's (a test's own `env`) runs cold.
     Without `env`, snakemake gets the session's starting environment."""
     cmd = [
@@ -232,6 +200,6 @@ def dry_run_of_tiny_study_with(workdir: Path, config: dict, *args: str) -> subpr
 
 def planned_rules(output: str) -> set[str]:
     """Rule names with jobs in snakemake's 'Job stats' table (of a dry run or a run), `all` left out."""
-    from tools.plans import job_stats
+    from support.plans import job_stats
 
     return set(job_stats(output)) - {"all"}

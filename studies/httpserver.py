@@ -1,4 +1,5 @@
-"""A loopback HTTP file server for tests and benchmarks: downloads are tested without the network.
+"""A loopback HTTP file server: `make rehearsal` and `make real` serve their downloads from it, and the tests and
+benchmarks test downloads with it, without the network.
 
 It serves a dict of path -> bytes on 127.0.0.1 (a free port) from a daemon thread, answers `Range:` requests
 the way real servers do (206, 416), and can misbehave on purpose: drop a connection half-way through a body,
@@ -129,7 +130,7 @@ class FileHandler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        if requested:
+        if isinstance(requested, tuple):
             start, end = requested
             record["status"] = 206
             self.send_response(206)
@@ -179,8 +180,8 @@ def serve(
     files: dict[str, bytes],
     *,
     range_support: bool = True,
-    drop_first: set[str] = frozenset(),
-    drop_always: set[str] = frozenset(),
+    drop_first: frozenset[str] | set[str] = frozenset(),
+    drop_always: frozenset[str] | set[str] = frozenset(),
     fail_first: dict[str, int] | None = None,
     fail_always: dict[str, int] | None = None,
     port: int = 0,

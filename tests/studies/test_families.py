@@ -1,6 +1,6 @@
 """The pretrained-model path (`source: hf`, a local folder) for every family users bring, offline.
 
-Each family's tiny checkpoint (tools/families.py) is saved as its hub original is (storage dtype, head
+Each family's tiny checkpoint (studies/families.py) is saved as its hub original is (storage dtype, head
 layout, attention kind, tokenizer special tokens and BOS behaviour); the tests check what the workflow's code
 computes with it against the model's own plain forward pass.
 """
@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tools.families import BOS_PREPENDED, FAMILIES, LOCAL_WINDOW, STORED_DTYPE, UNTIED, make_checkpoint
+from studies.families import BOS_PREPENDED, FAMILIES, LOCAL_WINDOW, STORED_DTYPE, UNTIED, make_checkpoint
 from workflow_lib.cli import StageError
 from workflow_lib.models import load_input_embeddings, load_pretrained
 from workflow_lib.perturb.synonyms import embedding_synonyms, special_token_ids
