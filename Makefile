@@ -9,8 +9,10 @@ SNAKEMAKE_ARGS ?=
 CONFIG ?= config.yaml
 ESTIMATE_ARGS ?=
 PYTEST_ARGS ?=
+GPU_PYTHON ?= $(BIN)/python
+OUT ?= results/gpu-check
 
-.PHONY: help venv install run test lint dryrun bench clean rehearsal real real-ci check estimate docs simulation
+.PHONY: help venv install run test lint dryrun bench clean rehearsal real real-ci check estimate docs simulation gpu-check
 
 help: ## list the targets, one line each
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z-]+):.*## /\1\t/' | expand -t 13
@@ -96,8 +98,14 @@ test: install ## the test suite (offline)
 docs: $(STAMP) ## the documentation site into site/ (strict)
 	$(BIN)/mkdocs build --strict
 
-bench: $(STAMP) ## every benchmark script (after the studies whose results they read)
-	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+bench: $(STAMP) ## every benchmark script (after the studies whose results they read; not the GPU check)
+	for b in bench/*.py; do case $$b in bench/shared.py|bench/gpu_*.py) continue;; esac; $(BIN)/python $$b || exit 1; done
+
+# The CUDA path proven and measured on one GPU in a few minutes (bench/gpu_check.py; docs/cluster.md, "Before the
+# paper's study: the GPU check"): gpu_check.json and gpu_check.md in OUT. Where the packages are installed without
+# this venv (a cluster's module, a container), GPU_PYTHON=python3; it needs no Snakemake, polars or network.
+gpu-check: ## the CUDA path proven and measured on this GPU (OUT=folder; GPU_PYTHON=python3 without the venv)
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 $(GPU_PYTHON) bench/gpu_check.py --out $(OUT)
 
 clean: ## remove results/ and .snakemake/
 	rm -rf results .snakemake

@@ -21,8 +21,9 @@ import numpy as np
 from shared import TINY
 
 
-def law_tv(folder: Path | str, texts: list[str], max_length: int = 64) -> np.ndarray:
-    """TV between the float32 and bfloat16 next-token laws at every real position of `texts`."""
+def law_tv(folder: Path | str, texts: list[str], max_length: int = 64, device: str = "cpu") -> np.ndarray:
+    """TV between the float32 and bfloat16 next-token laws at every real position of `texts`, computed on `device`
+    (bench/gpu_check.py runs it on the GPU)."""
     import torch
     from transformers import AutoTokenizer
 
@@ -31,14 +32,14 @@ def law_tv(folder: Path | str, texts: list[str], max_length: int = 64) -> np.nda
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=max_length)
+    batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=max_length).to(device)
     laws = []
     for precision in ("fp32", "bf16"):
-        model = load_model(str(folder), "cpu", precision)
+        model = load_model(str(folder), device, precision)
         with torch.no_grad():
             laws.append(torch.softmax(model(**batch).logits.double(), dim=-1))
     tv = 0.5 * (laws[0] - laws[1]).abs().sum(-1)
-    return tv[batch["attention_mask"].bool()].numpy()
+    return tv[batch["attention_mask"].bool()].cpu().numpy()
 
 
 def train_tiny(root: Path, texts: list[str], steps: int) -> Path:

@@ -4,15 +4,16 @@
 - training throughput of the workflow's trainer (MLE, batch 8 x 64 tokens of WikiText-2, float32) against the
   Hugging Face `Trainer` on the same model and rows, and as a share of the matmul peak: 6 x parameters x tokens/s
   over the peak's FLOP/s (the physical limit, so the share is a model FLOPs utilisation);
-- sampling tokens/s at intensity 0 (the workflow's ancestral loop), `cached` and `exact` insertion at 0.025 against
-  HF `generate` (do_sample, top_k 0), at batch 16 and 64.
+- sampling tokens/s at intensity 0 (the workflow's ancestral loop), `cached` (the inserting rows in a pass of their
+  own, as on the CPU; and, as `cached one pass`, a second slot in every row's pass) and `exact` insertion at 0.025
+  against HF `generate` (do_sample, top_k 0), at batch 16 and 64 (--batches).
 
 Runs alternate and each keeps its best, so a burst of load on a shared machine hits both sides. Within a run, a
 training rate is the median over its steps after the first (the trainer's logged windows of 2 steps; the HF
 `Trainer`'s step-end callbacks): a minimum of step-to-step gaps would reward callback jitter.
 
     python bench/real_model.py [--threads 1] [--steps 12] [--new-tokens 32] [--text wiki.valid.raw] [--model FOLDER]
-                               [--parts train,sample]
+                               [--parts train,sample] [--batches 16,64]
 
 --model: a dequantised folder (e.g. results/real/results/pretrained/smollm2); by default the wheel's GGUF file is
 dequantised into a temporary folder first. --text: WikiText-2 raw text (default $PERTURBED_LM_SHARED's). Last
@@ -22,6 +23,7 @@ line: `real_model: {json}`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -31,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 from shared import REPO
+
+RATES = ("intensity 0", "cached", "cached one pass", "exact")  # the sampler's modes, each against HF generate
 
 
 def matmul_peak(size: int = 1024, repeats: int = 5) -> float:
@@ -115,14 +119,36 @@ def hf_rate(model: Path, rows: Path, settings: dict, steps: int, work: Path) -> 
     return settings["batch_size"] * (len(ids[0]) - 1) / float(np.median(steps_timed))
 
 
+@contextlib.contextmanager
+def counted_positions(net):
+    """The token positions (padding included) of every forward call of `net` in the block: a list it fills."""
+    positions: list[int] = []
+    forward = net.forward
+
+    def counting(*args, **kwargs):
+        positions.append(int(kwargs["input_ids"].numel()))
+        return forward(*args, **kwargs)
+
+    net.forward = counting
+    try:
+        yield positions
+    finally:
+        del net.forward
+
+
 def sampling_rates(model: Path, prompts: list[str], batch: int, new_tokens: int, table) -> dict:
     """Tokens/s of one batch of `batch` continuations: the workflow's sampler (as a sample job calls it) at
     intensity 0, `cached` and `exact` insertion at 0.025, and HF `generate` (ancestral: do_sample, top_k 0)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from workflow_lib.sample.sampler import generate
+    from workflow_lib.sample.loops import Cached
+    from workflow_lib.sample.sampler import SAMPLERS, generate
 
+    class OnePass(Cached):  # cached insertion as before issue 54: a second, masked slot in every row's pass
+        split_insertions = False
+
+    SAMPLERS["bench-one-pass"] = OnePass
     net = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(model)
     rows = (prompts * (batch // len(prompts) + 1))[:batch]
@@ -130,23 +156,30 @@ def sampling_rates(model: Path, prompts: list[str], batch: int, new_tokens: int,
     for name, intensity, mode in (
         ("intensity 0", 0.0, "exact"),
         ("cached", 0.025, "cached"),
+        ("cached one pass", 0.025, "bench-one-pass"),
         ("exact", 0.025, "exact"),
     ):
-        start = time.perf_counter()
-        generate(
-            net,
-            tokenizer,
-            rows,
-            np.arange(batch),
-            1,
-            new_tokens,
-            {"strategy": "insertion", "intensity": intensity},
-            table,
-            seed=1,
-            mode=mode,
-            batch_size=batch,
-        )
-        rates[name] = batch * new_tokens / (time.perf_counter() - start)
+        fed = counted_positions(net) if name == "exact" else contextlib.nullcontext([])
+        with fed as positions:
+            start = time.perf_counter()
+            generate(
+                net,
+                tokenizer,
+                rows,
+                np.arange(batch),
+                1,
+                new_tokens,
+                {"strategy": "insertion", "intensity": intensity},
+                table,
+                seed=1,
+                mode=mode,
+                batch_size=batch,
+            )
+            rates[name] = batch * new_tokens / (time.perf_counter() - start)
+        if name == "exact":  # its arithmetic bound: 2 x parameters FLOPs a fed position at this machine's peak
+            params = sum(p.numel() for p in net.parameters())
+            bound = batch * new_tokens / (2 * params * sum(positions) / matmul_peak())
+            rates["exact_positions_fed"], rates["exact_bound"] = float(sum(positions)), bound
     tokenizer.padding_side = "left"
     encoded = tokenizer(rows, return_tensors="pt", padding=True)
     with torch.no_grad():
@@ -175,6 +208,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--model", type=Path)
     parser.add_argument("--parts", default="train,sample", help="train, sample or both (comma-separated)")
+    parser.add_argument("--batches", default="16,64", help="sampling batch sizes (comma-separated)")
     parser.add_argument(
         "--text",
         type=Path,
@@ -251,7 +285,7 @@ def main() -> None:
                 :64
             ]
             sampling = {}
-            for batch_size in (16, 64):
+            for batch_size in map(int, opts.batches.split(",")):
                 best: dict = {}
                 for _ in range(opts.repeats):
                     for k, v in sampling_rates(model, prompts, batch_size, opts.new_tokens, table).items():
@@ -261,9 +295,10 @@ def main() -> None:
                 {
                     "sampling_tokens_per_s": {b: {k: round(v, 1) for k, v in r.items()} for b, r in sampling.items()},
                     "sampling_vs_generate": {
-                        b: {k: round(v / r["hf generate"], 3) for k, v in r.items() if k != "hf generate"}
+                        b: {k: round(v / r["hf generate"], 3) for k, v in r.items() if k in RATES}
                         for b, r in sampling.items()
                     },
+                    "exact_of_its_bound": {b: round(r["exact"] / r["exact_bound"], 3) for b, r in sampling.items()},
                 }
             )
     print("real_model: " + json.dumps(result))

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from support.workflow_runs import REPO, SNAKEMAKE, WORKFLOW_CODE, copy_workflow, tiny_config, write_config
+from studies.served import warm_server
+from support.workflow_runs import (
+    REPO,
+    SESSION_ENV,
+    SNAKEMAKE,
+    WORKFLOW_CODE,
+    copy_workflow,
+    tiny_config,
+    write_config,
+)
 
 pytestmark = pytest.mark.workflow
 
@@ -71,7 +81,14 @@ def test_a_strategy_added_to_the_registry_runs_a_whole_study(tmp_path):
         "--cores",
         "2",
     ]
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, timeout=900, check=False)
+    # The copy's jobs of one thread run in a warm server of the copy's own environment (its workflow_lib first on
+    # PYTHONPATH, as its Snakefile puts it): the same outputs, without importing torch in each of them.
+    env = {**SESSION_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(workflow), SESSION_ENV.get("PYTHONPATH")]))}
+    with warm_server(env, tmp_path / "warm.log") as study_env:
+        result = subprocess.run(
+            cmd, capture_output=True, text=True, cwd=workdir, env=study_env, timeout=900, check=False
+        )
+    assert "ran workflow_lib.train.trainer" in (tmp_path / "warm.log").read_text()  # warm, not cold
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
 
     meta = json.loads(next((workdir / "results/perturbed").rglob("duplication-0.2/seed1.json")).read_text())

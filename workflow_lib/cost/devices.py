@@ -87,6 +87,14 @@ DEVICES = {
         3.35 * TB,
         source="NVIDIA H100 datasheet (SXM5): 989 TFLOPS bf16 dense, 67 fp32, 3.35 TB/s",
     ),
+    "h200": Device(
+        "h200",
+        989 * TB,
+        67 * TB,
+        141,
+        4.8 * TB,
+        source="NVIDIA H200 datasheet (SXM): 989 TFLOPS bf16 dense, 67 fp32, 141 GB, 4.8 TB/s",
+    ),
     "l40s": Device(
         "l40s",
         362 * TB,

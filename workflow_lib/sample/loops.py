@@ -8,6 +8,8 @@ any of them.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from workflow_lib.perturb.backends import KeyedRandom, hash_uniform
@@ -31,6 +33,15 @@ def left_pad(
     ids[seq[keep], col[keep]] = values[keep].long()
     mask[seq[keep], col[keep]] = 1
     return ids, mask, (mask.cumsum(1) - 1).clamp(min=0)
+
+
+def plain_cache(past) -> bool:
+    """Whether a cache holds one key and value per position in every layer (transformers' `DynamicLayer`), whose
+    rows cached sampling's `insert` and exact sampling's reuse slice; a sliding-window, quantised or recurrent cache
+    is not."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    return isinstance(past, DynamicCache) and all(type(layer) is DynamicLayer for layer in past.layers)
 
 
 def context_length(model) -> int | None:
@@ -167,6 +178,13 @@ class Cached(Steps):
     what = "sampling (cached)"
     feeds_last = True
     checks_step_logits = False
+    # Feed an insertion to the rows that insert only, in a pass of their own (`insert`), where the model's cache
+    # is a plain per-position one; else one pass of both slots for every row, the second masked where a row does
+    # not insert. None: split on the CPU, where a batch's pass is bound by its arithmetic (a second slot for every
+    # row cost 1.4x a step; BENCHMARKS.md), not on a GPU, where a step's pass is bound by reading the weights,
+    # so that a pass of a few rows costs nearly a whole one (until `make gpu-check` measures both there).
+    # True / False force either (the tests compare them).
+    split_insertions: ClassVar[bool | None] = None
 
     def __init__(self, model, batch: Batch) -> None:
         super().__init__(model, batch)
@@ -219,6 +237,17 @@ class Cached(Steps):
             u = hash_uniform(key * 31 + SYNONYM_PURPOSE)
             synonym = self.batch.synonyms().sample(token.clamp(min=0), u, _torch_ops(self.device))
         chunk, chunk_mask = fed_chunk(rule, token, selected, synonym, self.batch.pad_id, perturbing=alpha > 0)
+        split = self.device.type == "cpu" if self.split_insertions is None else self.split_insertions
+        if chunk.shape[1] == 2 and split and plain_cache(self.past):
+            self.forward(chunk[:, :1], chunk_mask[:, :1])
+            if bool(chunk_mask[:, 1].any()):  # only the rows that insert; none: no insertion slot this step
+                self.insert(chunk[:, 1], chunk_mask[:, 1].bool())
+        else:
+            self.forward(chunk, chunk_mask)
+
+    def forward(self, chunk: torch.Tensor, chunk_mask: torch.Tensor) -> None:
+        """Feed every row this step's slots ([B, w] ids and mask); a row's next-token law is its last real slot's,
+        unchanged where every slot is masked (deleted)."""
         self.mask = torch.cat([self.mask, chunk_mask], dim=1)
         positions = (self.mask.cumsum(1) - 1).clamp(min=0)[:, -chunk.shape[1] :]
         out = self.model(
@@ -226,9 +255,36 @@ class Cached(Steps):
         )
         self.past = out.past_key_values
         last_real = chunk_mask.sum(1) - 1  # -1: nothing fed, the view (and its next-token law) is unchanged
-        fed = last_real >= 0
         self.check(out.logits)
-        self.next = torch.where(fed[:, None], out.logits[self.rows, last_real.clamp(min=0)], self.next)
+        self.next = torch.where((last_real >= 0)[:, None], out.logits[self.rows, last_real.clamp(min=0)], self.next)
+
+    def insert(self, ids: torch.Tensor, inserting: torch.Tensor) -> None:
+        """Feed the rows that insert after their token ([B] ids, `inserting` [B]) their inserted token, in a forward
+        pass of those rows alone (a few of a batch at low intensity: feeding every row a second, masked slot
+        computed twice the tokens), over a copy of their rows of the cache; the cache then gains one slot for every
+        row, theirs filled, the others' masked. The same law as one pass of both slots; the logits differ by float32
+        rounding (docs/usage.md, "Sampling and evaluation": `cached`)."""
+        from transformers.cache_utils import DynamicCache
+
+        rows = inserting.nonzero().squeeze(1)
+        mask = torch.cat([self.mask[rows], torch.ones_like(rows)[:, None]], dim=1)
+        sub = DynamicCache([(layer.keys[rows], layer.values[rows]) for layer in self.past.layers])
+        out = self.model(
+            input_ids=ids[rows, None],
+            attention_mask=mask,
+            position_ids=mask.sum(1, keepdim=True) - 1,
+            past_key_values=sub,
+            use_cache=True,
+        )
+        self.check(out.logits)
+        for layer, fed in zip(self.past.layers, sub.layers, strict=True):
+            for name in ("keys", "values"):
+                full = getattr(layer, name)
+                slot = full.new_zeros((*full.shape[:2], 1, full.shape[3]))
+                slot[rows] = getattr(fed, name)[:, :, -1:]
+                setattr(layer, name, torch.cat([full, slot], dim=2))
+        self.mask = torch.cat([self.mask, inserting.long()[:, None]], dim=1)
+        self.next = self.next.index_copy(0, rows, out.logits[:, -1])
 
 
 def fed_chunk(rule, token, selected, synonym, pad_id: int, perturbing: bool) -> tuple[torch.Tensor, torch.Tensor]:

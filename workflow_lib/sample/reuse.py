@@ -37,6 +37,7 @@ from workflow_lib.sample.loops import (
     context_length,
     full_logits,
     perturbed_prefix,
+    plain_cache,
 )
 from workflow_lib.sample.steps import Batch, Steps
 
@@ -52,14 +53,6 @@ def reuse_fits(model, longest_prompt: int, new_tokens: int, intensity: float) ->
     layer counts the masked cache slots between a row's first edit and its suffix, so it would see fewer tokens
     than the full recompute shows it), and the unperturbed prefix fits the context (`cache_fits`)."""
     return intensity > 0 and attention_window(model) is None and cache_fits(model, longest_prompt, new_tokens)
-
-
-def plain_cache(past) -> bool:
-    """Whether a cache holds one key and value per position in every layer (transformers' `DynamicLayer`), which
-    `suffix_logits` slices; a sliding-window, quantised or recurrent cache is not."""
-    from transformers.cache_utils import DynamicCache, DynamicLayer
-
-    return isinstance(past, DynamicCache) and all(type(layer) is DynamicLayer for layer in past.layers)
 
 
 def right_padded(values: torch.Tensor, offsets: torch.Tensor, fill: int, width: int) -> torch.Tensor:
