@@ -137,7 +137,7 @@ def cost_model(run: Run, root: Path, results: dict) -> dict:
                     cell["tokens_per_s"] / predicted, 3
                 )  # predicted time / measured
     shape = shape_of(checkpoint(root, *run.shapes()["gpt2-124m"], run.texts))
-    prefix = 1.3 * 20  # 20-word prompts, about 1.3 tokens a word with this tokenizer
+    prefix = results.get("sampling", {}).get("prompt_tokens", 0.0)  # the prompts' mean tokens, as measured
     for key, cell in results.get("sampling", {}).items():
         if not isinstance(cell, dict) or "cached one pass" not in cell:
             continue
@@ -151,7 +151,7 @@ def cost_model(run: Run, root: Path, results: dict) -> dict:
     for name, cell in results.get("featurisation", {}).items():
         kind, arch = ("gpt2", TINY["gpt2"] if run.tiny else LARGE[1]) if name == "gpt2-large" else run.shapes()[name]
         fshape = shape_of(checkpoint(root, kind, arch, run.texts))
-        tokens = 1.3 * 40  # 40-word texts
+        tokens = cell["tokens_per_text"]
         seconds = (
             forward_flops(fshape, tokens, tokens) / dev.rate("forward", "fp32")
             + fshape.n_layer * dev.layer_overhead_s / 32
@@ -168,7 +168,7 @@ def cost_model(run: Run, root: Path, results: dict) -> dict:
         )
     large = results.get("featurisation", {}).get("gpt2-large", {})
     if "texts_per_s" in large:
-        flops = 2 * large["parameters"] * 1.3 * 40 * large["texts_per_s"]
+        flops = 2 * large["parameters"] * large["tokens_per_text"] * large["texts_per_s"]
         measured["mfu_forward (gpt2-large features)"] = round(flops / dev.peak_fp32, 3)
     decode = results.get("sampling", {}).get(f"fp32 batch {run.sample_batches[0]}", {}).get("intensity 0", {})
     if "tokens_per_s" in decode:

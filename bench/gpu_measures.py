@@ -322,6 +322,7 @@ def sampling(run: Run, root: Path) -> dict:
     table = distributional_synonyms(blocks, arch["vocab_size"], special_ids=tokenizer.all_special_ids, min_count=1)
     prompts = [" ".join(text.split()[:20]) for text in run.texts]
     results: dict = {"same_seed_same_tokens": True}
+    results["prompt_tokens"] = float(np.mean([len(ids) for ids in tokenizer(prompts)["input_ids"]]))
     sampler.SAMPLERS.update({"check-split": Split, "check-one-pass": OnePass})
     try:
         for precision in ("fp32", "bf16"):
@@ -407,10 +408,17 @@ def featurisation(run: Run, root: Path) -> dict:
 
         if not np.isfinite(features).all():
             raise FloatingPointError(f"{name}: non-finite features")
+        from transformers import AutoTokenizer
+
+        lengths = [
+            len(ids)
+            for ids in AutoTokenizer.from_pretrained(folder)(texts, truncation=True, max_length=256)["input_ids"]
+        ]
         results[name] = {
             "texts_per_s": round(len(texts) / (time.perf_counter() - start), 1),
             "peak_gb": run.peak_gb(),
             "parameters": parameters(folder),
+            "tokens_per_text": float(np.mean(lengths)),  # featurize's truncation
         }
     return results
 
