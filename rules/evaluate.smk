@@ -179,7 +179,7 @@ rule extrapolation:
     params:
         code=code_digest("workflow_lib.evaluate.extrapolation"),
         model=inputs.model_options,
-        perturbation=lambda w: as_json(test_perturbation(evaluation_of(w).test)),
+        perturbation=lambda w: as_json(test_perturbation(config, evaluation_of(w).test)),
         decoder=lambda w: as_json(decoder_settings(config, evaluation_of(w).test)),
         builtin=lambda w: as_json(extrapolation_settings(config, w.eval_set)["builtin"]),
         split=lambda w: extrapolation_settings(config, w.eval_set)["split"],

@@ -35,7 +35,7 @@ rule perturb:
         "../envs/data.yaml"
     params:
         code=code_digest("workflow_lib.perturb.training_data"),
-        condition=lambda w: as_json(perturb_settings(train_condition_of(w), w.seed)),
+        condition=lambda w: as_json(perturb_settings(config, train_condition_of(w), w.seed)),
         synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
         key=lambda w, output: output.parquet,
     shell:

@@ -24,7 +24,7 @@ rule sample:
     params:
         code=code_digest("workflow_lib.sample.sampler"),
         model=inputs.model_options,
-        perturbation=lambda w: as_json(test_perturbation(evaluation_of(w).test)),
+        perturbation=lambda w: as_json(test_perturbation(config, evaluation_of(w).test)),
         decoder=lambda w: as_json(decoder_settings(config, evaluation_of(w).test)),
         settings=lambda w: as_json(sampling_settings(config, evaluation_of(w).test)),
         synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",

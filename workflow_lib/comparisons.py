@@ -8,8 +8,10 @@ tables read the pairs, their identities and their B from here.
 
 Table 1 compares the model with and without perturbation (insertion at the headline intensity at training and
 sampling against intensity 0 at both), each objective against MLE, and the ablation TrainPerturb / TestPerturb
-against NoPerturb (Both is the perturbation row, counted once). A comparison pairs two conditions that share
-everything else (model, eval set, decoder, seed).
+against NoPerturb (Both is the perturbation row, counted once). Every other strategy the study runs (the embedding
+space's, `perturb/strategies.py`) has its ablation arms too, at the headline intensity (at 1 for one that perturbs
+every position, NEFTune), labelled "<strategy>: TrainPerturb" and so on, Both among them. A comparison pairs two
+conditions that share everything else (model, eval set, decoder, seed).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 from workflow_lib.constants import UNTRAINED
-from workflow_lib.layout import EVALUATION_NAMES, RUN_NAMES, parse
+from workflow_lib.layout import EVALUATION_NAMES, NO_STRATEGY, RUN_NAMES, parse
+from workflow_lib.perturb.strategies import get as get_strategy
 
 MODEL_KEYS = RUN_NAMES
 KEYS = EVALUATION_NAMES
@@ -156,15 +159,24 @@ def pairs(conditions: Iterable[dict] | Any, intensity: float) -> list[dict]:
     # Ablation: each one-sided arm against NoPerturb (sampled conditions only: perplexity does not see sampling).
     # Both against NoPerturb is the perturbation family's contrast: counted there once, not a second time here.
     match = [*same_model, "decoder"]
-    arm_of = {(True, False): "TrainPerturb", (False, True): "TestPerturb"}
-    arms = [
-        r
-        for r in sampled
-        if headline(r, "train") != headline(r, "test") and all(headline(r, s) or plain(r, s) for s in ("train", "test"))
-    ]
+    arm_of = {(True, False): "TrainPerturb", (False, True): "TestPerturb", (True, True): "Both"}
     base = [r for r in sampled if plain(r, "train") and plain(r, "test")]
-    for a, b in _pair(arms, base, match):
-        add("ablation", a, b, arm_of[(headline(a, "train"), headline(a, "test"))], "NoPerturb")
+    for strategy in ablation_strategies(sampled):
+        at = arm_intensity(strategy, intensity)
+
+        def on(r, side, strategy=strategy, at=at):
+            return r[f"{side}_strategy"] == strategy and r[f"{side}_intensity"] == at
+
+        arms = [
+            r
+            for r in sampled
+            if (on(r, "train") or on(r, "test"))
+            and all(on(r, s) or plain(r, s) for s in ("train", "test"))
+            and not (strategy == "insertion" and on(r, "train") and on(r, "test"))  # the perturbation family's
+        ]
+        prefix = "" if strategy == "insertion" else f"{strategy}: "
+        for a, b in _pair(arms, base, match):
+            add("ablation", a, b, prefix + arm_of[(on(a, "train"), on(a, "test"))], "NoPerturb")
     # Objectives: each against MLE in Table 1's two conditions; untrained models are no objective.
     for items, sides, keys in (
         (sampled, ("train", "test"), ["kind", *KEYS]),
@@ -176,6 +188,18 @@ def pairs(conditions: Iterable[dict] | Any, intensity: float) -> list[dict]:
         for a, b in _pair(arms, [r for r in table1 if r["objective"] == "mle"], match):
             add("objective", a, b, f"{a['objective']}, {method_name(a)}", f"mle, {method_name(b)}")
     return out
+
+
+def arm_intensity(strategy: str, intensity: float) -> float:
+    """The intensity of a strategy's ablation arms: the headline one, or 1 for a strategy that perturbs every
+    position (NEFTune)."""
+    return 1.0 if get_strategy(strategy).every_position else intensity
+
+
+def ablation_strategies(rows: list[dict]) -> list[str]:
+    """The strategies a study perturbs with, insertion (the paper's) first, then the others by name."""
+    found = {r[f"{side}_strategy"] for r in rows for side in ("train", "test")} - {NO_STRATEGY, None}
+    return sorted(found, key=lambda s: (s != "insertion", s))
 
 
 def pair_identity(pair: dict) -> str:

@@ -26,12 +26,24 @@ import yaml
 from workflow_lib.constants import (
     FEATURISERS,
     NO_TRAIN_DATASET,
-    PREDEFINED_DECODERS,
-    PREDEFINED_OBJECTIVES,
     UNTRAINED,
 )
 from workflow_lib.grid import dataset_splits
 from workflow_lib.pretrained import GGUFConfigError, normalise_gguf
+
+# The objectives every config has; a config's `objectives` adds to them. Here, in the config's module, which no job
+# imports: they reach a job through its params (`objectives.<name>`), so naming one more reruns nothing. DFT
+# (Wu et al. 2025, "On the Generalization of SFT") is MixCE with eta = 0 (docs/method.md §2).
+PREDEFINED_OBJECTIVES: dict[str, dict] = {
+    "mle": {"loss": "mle"},
+    "brier": {"loss": "brier"},
+    "mixce": {"loss": "mixce", "eta": 0.5},
+    "tvd": {"loss": "tvd", "gamma": 0.5, "min_weight": 0.2, "mix": 0.5},
+    "emo": {"loss": "emo"},
+    "dft": {"loss": "mixce", "eta": 0.0},
+}
+# The decoders every config has: `unbiased`, ancestral sampling from the model's law (the paper's).
+PREDEFINED_DECODERS: dict[str, dict] = {"unbiased": {}}
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "rules" / "schemas" / "config.schema.yaml"
 # transformers' warpers refuse an int where they take a float (TemperatureLogitsWarper(2) raises), and JSON
@@ -513,6 +525,7 @@ def check(config: dict, workdir: Path | None = None) -> None:
             if "embedding" in sources:
                 for model in exp["models"]:
                     embedding_model(config, config["models"][model]["tokenizer"], f"experiments.{name}.{axis}.synonyms")
+        check_embedding_strategies(name, exp)
     check_lab(config)
     check_local_names(config, workdir)
     check_report_intensity(config)
@@ -520,6 +533,29 @@ def check(config: dict, workdir: Path | None = None) -> None:
 
     if absent := missing(config["training"]["report_to"]):
         raise ConfigError(f"config key training.report_to: not installed: {', '.join(absent)}")
+
+
+def check_embedding_strategies(name: str, exp: dict) -> None:
+    """What the schema cannot say of a strategy (perturb/strategies.py): one for training only (NEFTune) in a
+    test_perturbation, and one that perturbs every position at an intensity other than 0 or 1."""
+    from workflow_lib.perturb.strategies import get as get_strategy
+
+    for axis in ("train_perturbation", "test_perturbation"):
+        grid = exp.get(axis, {})
+        for strategy in grid.get("strategies", []):
+            rule = get_strategy(strategy)
+            if axis == "test_perturbation" and not rule.at_sampling:
+                raise ConfigError(
+                    f"config key experiments.{name}.test_perturbation.strategies: {strategy} perturbs at training "
+                    "only (its authors define no sampling-time perturbation); list it under train_perturbation"
+                )
+            odd = [x for x in grid.get("intensities", [0]) if float(x) not in (0.0, 1.0)]
+            if rule.every_position and odd:
+                raise ConfigError(
+                    f"config key experiments.{name}.{axis}.intensities: {strategy} perturbs every position, so its "
+                    f"intensity is 1 (or 0, the baseline), not {', '.join(f'{float(x):g}' for x in odd)}; give it an "
+                    "experiment of its own"
+                )
 
 
 def check_train_dataset(name: str, exp: dict, datasets: dict) -> None:
@@ -586,14 +622,16 @@ def check_lab(config: dict) -> None:
 
 
 def embedding_model(config: dict, tokenizer: str, key: str = "synonyms.embedding_model") -> str:
-    """The model whose input embeddings define `embedding` synonyms for `tokenizer`."""
+    """The model whose input embeddings define `embedding` synonyms for `tokenizer` (`perturb.settings.synonym_model`),
+    or a ConfigError naming the key."""
+    from workflow_lib.perturb.settings import synonym_model
+
     chosen = config.get("synonyms", {}).get("embedding_model")
     if chosen is not None:
         _need(chosen, config["models"], "synonyms.embedding_model", "model")
-        return chosen
-    for name, model in config["models"].items():
-        if model["tokenizer"] == tokenizer and model["source"] == "hf":
-            return name
+    found = synonym_model(config, tokenizer)
+    if found is not None:
+        return found
     raise ConfigError(
         f"config key {key}: 'embedding' synonyms need a pretrained (source: hf) model with tokenizer "
         f"{tokenizer!r}; set synonyms.embedding_model or use 'distributional'"

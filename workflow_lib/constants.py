@@ -20,15 +20,5 @@ NO_TRAIN_DATASET = "none"
 BUILTIN_SPLITS = ("train", "validation", "test", "ood")
 # Featurisers by name (docs/method.md §4); any other `evaluation.featuriser` is a local model folder.
 FEATURISERS = ("minilm", "gpt2-large")
-# The objectives every config has; a config's `objectives` adds to them.
-PREDEFINED_OBJECTIVES: dict[str, dict] = {
-    "mle": {"loss": "mle"},
-    "brier": {"loss": "brier"},
-    "mixce": {"loss": "mixce", "eta": 0.5},
-    "tvd": {"loss": "tvd", "gamma": 0.5, "min_weight": 0.2, "mix": 0.5},
-    "emo": {"loss": "emo"},
-}
 # The synonym sources of a perturbation (workflow_lib/perturb/synonyms.py builds each; the rules' wildcards read them).
 SYNONYM_SOURCES = ("embedding", "distributional", "uniform", "oracle")
-# The decoders every config has: `unbiased`, ancestral sampling from the model's law (the paper's).
-PREDEFINED_DECODERS: dict[str, dict] = {"unbiased": {}}

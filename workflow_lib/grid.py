@@ -38,6 +38,7 @@ from workflow_lib.layout import (
     synonym_path,
     tokens_path,
 )
+from workflow_lib.perturb.strategies import get as get_strategy
 
 
 def dataset_splits(dataset: dict) -> list[str]:
@@ -67,6 +68,8 @@ def train_conditions(experiment: dict) -> list[TrainCondition]:
     ):
         if float(intensity) == 0.0:
             strategy, synonyms = NO_STRATEGY, NO_STRATEGY
+        elif get_strategy(strategy).in_embeddings:  # no synonym table: one condition, whatever the grid's sources
+            synonyms = NO_STRATEGY
         out.add(TrainCondition(synonyms, mode, grid["copies"], strategy, fmt_intensity(intensity)))
     return sorted(out)
 
@@ -146,6 +149,8 @@ def sampling_conditions(experiment: dict) -> list[SamplingCondition]:
     ):
         if float(intensity) == 0.0:  # the unperturbed law: one condition, whatever the grid's strategy and mode
             strategy, synonyms, mode = NO_STRATEGY, NO_STRATEGY, "exact"
+        elif get_strategy(strategy).in_embeddings:
+            synonyms = NO_STRATEGY
         out.add(SamplingCondition(decoder, synonyms, strategy, fmt_intensity(intensity), mode))
     return sorted(out)
 

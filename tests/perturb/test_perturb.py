@@ -12,6 +12,7 @@ from scipy import stats
 
 from support.reference_perturb import perturb_loop
 from workflow_lib.perturb.perturber import STRATEGIES, perturb, prefix_targets, sequence_ids
+from workflow_lib.perturb.strategies import get
 from workflow_lib.perturb.synonym_table import SynonymTable
 
 V = 20
@@ -39,7 +40,7 @@ def split(values, offsets):
 
 def eligible_mask(values, strategy):
     mask = ~np.isin(values, SPECIAL)
-    if strategy != "deletion":
+    if get(strategy).needs_synonyms:  # deletion and the embedding space's need none
         mask &= np.isin(values, list(CANDIDATES))
     return mask
 
@@ -119,7 +120,12 @@ def test_same_seed_same_output_other_seed_other_output(strategy):
     b = perturb(values, offsets, strategy, 0.2, table(), np.random.default_rng(7), SPECIAL)
     c = perturb(values, offsets, strategy, 0.2, table(), np.random.default_rng(8), SPECIAL)
     assert np.array_equal(a.values, b.values) and np.array_equal(a.offsets, b.offsets)
-    assert not np.array_equal(a.values, c.values) or not np.array_equal(a.offsets, c.offsets)
+    if get(strategy).in_embeddings:  # no token changes: what the seed decides is which positions are noised
+        assert np.array_equal(a.values, values) and np.array_equal(a.selected, b.selected)
+        assert not np.array_equal(a.selected, c.selected)
+        assert np.array_equal(a.perturbed_mask(), a.selected)  # the noised positions, in place
+    else:
+        assert not np.array_equal(a.values, c.values) or not np.array_equal(a.offsets, c.offsets)
     gen = lambda s: torch.Generator().manual_seed(s)
     ta = perturb(torch.from_numpy(values), torch.from_numpy(offsets), strategy, 0.2, table().to("cpu"), gen(7), SPECIAL)
     tb = perturb(torch.from_numpy(values), torch.from_numpy(offsets), strategy, 0.2, table().to("cpu"), gen(7), SPECIAL)
@@ -195,6 +201,17 @@ def test_numpy_torch_and_loop_agree_in_distribution(strategy):
         torch.Generator().manual_seed(11),
         SPECIAL,
     )
+    if get(strategy).in_embeddings:  # the tokens stay: the selection's law, per position, against Bernoulli(0.2)
+        local = np.arange(len(values)) - np.repeat(offsets[:-1], np.diff(offsets))
+        eligible = eligible_mask(values, strategy)
+        for selected in (np_out.selected, t_out.selected.numpy()):
+            assert np.array_equal(np_out.values, values) and not selected[~eligible].any()
+            hits = np.bincount(local[selected], minlength=12)
+            trials = np.bincount(local[eligible], minlength=12)
+            table_ = np.stack([hits, trials - hits])[:, trials > 0]
+            assert stats.chi2_contingency(table_).pvalue > 1e-3  # the same rate at every position
+            assert stats.binomtest(int(hits.sum()), int(trials.sum()), 0.2).pvalue > 1e-3
+        return
     loop = perturb_loop(seqs, strategy, 0.2, CANDIDATES, random.Random(11), set(SPECIAL))
     np_h = _histograms(values, strategy, split(np_out.values, np_out.offsets))
     t_h = _histograms(values, strategy, split(t_out.values.numpy(), t_out.offsets.numpy()))

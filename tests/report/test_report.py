@@ -121,7 +121,14 @@ def test_ablation_and_strategy_tables(study, tmp_path):
     ablation = pl.read_csv(tmp_path / "tables/ablation.csv").filter(
         (pl.col("objective") == "mle") & (pl.col("eval_set") == "test")
     )
-    assert ablation.columns[3:] == ["NoPerturb MAUVE", "TrainPerturb MAUVE", "TestPerturb MAUVE", "Both MAUVE"]
+    assert ablation.columns[3:] == [
+        "strategy",
+        "NoPerturb MAUVE",
+        "TrainPerturb MAUVE",
+        "TestPerturb MAUVE",
+        "Both MAUVE",
+    ]
+    assert ablation["strategy"].to_list() == ["insertion"]  # deletion ran at 0.1 only: no arm at the headline 0.025
     # only the headline intensity (0.025) counts: the 0.1 runs are not "Both"
     assert ablation["NoPerturb MAUVE"][0] == "0.800 ± 0.043" and ablation["Both MAUVE"][0] == "0.900 ± 0.065"
     assert ablation["TrainPerturb MAUVE"][0] == "0.750 ± 0.086" and ablation["TestPerturb MAUVE"][0] == "0.700 ± 0.108"
@@ -132,6 +139,37 @@ def test_ablation_and_strategy_tables(study, tmp_path):
     assert by_strategy["deletion"]["0.1 MAUVE"] == "0.820 ± 0.043" and not by_strategy["deletion"]["0.025 MAUVE"]
     assert by_strategy["insertion"]["0 MAUVE"] == by_strategy["deletion"]["0 MAUVE"] == "0.800 ± 0.043"
     assert "replacement" not in by_strategy  # no replacement ran: no row holding only the shared baseline
+
+
+def test_the_ablation_has_a_row_per_strategy_at_its_own_intensity(study, tmp_path):
+    """The embedding space's strategies beside insertion: embedding-noise's arms at the headline intensity, Both
+    among its contrasts (insertion's Both is Table 1's); NEFTune's TrainPerturb at intensity 1, and no arm at
+    sampling, where it does not perturb."""
+    from workflow_lib.comparisons import condition_rows, pairs
+
+    write(tmp_path, "mle", "1", "0", "test", (0.70, 0.02), (0.50, 0.01), st="neftune")
+    write(tmp_path, "mle", "0.025", "0", "test", (0.81, 0.02), (0.50, 0.01), st="embedding-noise")
+    write(tmp_path, "mle", "0.025", "0.025", "test", (0.83, 0.02), (0.50, 0.01), st="embedding-noise")
+    write(tmp_path, "mle", "0.1", "0", "test", (0.60, 0.02), (0.50, 0.01), st="embedding-noise")  # not the headline
+    paths = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("results/metrics/**/*.json"))
+    tables(collect(paths), str(tmp_path / "tables"), 0.025, ["test", "ood"])
+    ablation = pl.read_csv(tmp_path / "tables/ablation.csv").filter(
+        (pl.col("objective") == "mle") & (pl.col("eval_set") == "test")
+    )
+    rows = {r["strategy"]: r for r in ablation.to_dicts()}
+    assert list(rows) == ["insertion", "embedding-noise", "neftune"]
+    assert rows["embedding-noise"]["NoPerturb MAUVE"] == rows["neftune"]["NoPerturb MAUVE"] == "0.800 ± 0.043"
+    assert rows["embedding-noise"]["TrainPerturb MAUVE"] == "0.810 ± 0.043"
+    assert rows["embedding-noise"]["Both MAUVE"] == "0.830 ± 0.043" and not rows["embedding-noise"]["TestPerturb MAUVE"]
+    assert rows["neftune"]["TrainPerturb MAUVE"] == "0.700 ± 0.043" and not rows["neftune"]["Both MAUVE"]
+    designed = {(p["a"], p["b"]) for p in pairs(condition_rows(paths), 0.025) if p["family"] == "ablation"}
+    assert designed == {
+        ("TrainPerturb", "NoPerturb"),
+        ("TestPerturb", "NoPerturb"),
+        ("embedding-noise: TrainPerturb", "NoPerturb"),
+        ("embedding-noise: Both", "NoPerturb"),
+        ("neftune: TrainPerturb", "NoPerturb"),
+    }
 
 
 def test_figures_are_written_and_not_empty(study, tmp_path):

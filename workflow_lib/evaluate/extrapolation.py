@@ -73,7 +73,9 @@ def model_next_word(
     0 there is one draw, the law itself, and one block."""
     from workflow_lib.perturb.backends import KeyedRandom
     from workflow_lib.perturb.perturber import perturb as apply_perturbation
+    from workflow_lib.perturb.strategies import get as get_strategy
     from workflow_lib.sample.decoding import decoded_probs, row_keys
+    from workflow_lib.sample.embedded import noised_forward
     from workflow_lib.sample.loops import context_length, left_pad
 
     device = next(model.parameters()).device
@@ -100,6 +102,20 @@ def model_next_word(
                     torch.arange(start, start + len(chunk), device=device),
                     torch.full((len(chunk),), d, device=device),
                 )
+                if get_strategy(perturbation["strategy"]).in_embeddings:  # the draw noises embeddings
+                    out_d, _ = noised_forward(
+                        model,
+                        perturbation,
+                        special,
+                        pad,
+                        values,
+                        offsets,
+                        keys,
+                        context_length(model),
+                        logits_to_keep=1,
+                    )
+                    total[d * blocks // draws] += decoded_probs(out_d.logits[:, -1], decoder)
+                    continue
                 p = apply_perturbation(
                     values,
                     offsets,

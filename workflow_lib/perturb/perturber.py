@@ -91,10 +91,12 @@ class Perturbed:
         return idx + xp.searchsorted(self.gaps, idx + seq, "right")  # insertions at gaps up to its own
 
     def perturbed_mask(self):
-        """[N'] which output tokens are new (inserted) or changed (replaced); deletion leaves none."""
+        """[N'] which output tokens are new (inserted) or changed (replaced; in the embedding space, noised); deletion
+        leaves none."""
         rule, xp, total = self.rule, self.xp, len(self.values)
         if not rule.inserts:
-            return xp.mask_of(self.picked if rule.keep == "synonym" else self.picked[:0], total)
+            edited = rule.keep == "synonym" or rule.in_embeddings
+            return xp.mask_of(self.picked if edited else self.picked[:0], total)
         mask = xp.mask_of(self.inserted_positions, total)
         if rule.keep == "synonym":
             mask |= xp.mask_of(self.slot[self.picked], total)

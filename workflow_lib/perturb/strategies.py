@@ -9,6 +9,11 @@ A strategy is an edit of each selected token, given by two words:
   must not see the future (prefix-mode training data, cached sampling).
 
 The paper's three are insertion = (token, synonym), replacement = (synonym, None) and deletion = (None, None).
+A strategy of the embedding space (`space="embeddings"`) leaves every token in place, (token, None): what it edits
+is a selected token's input embedding, to which the model adds noise (`perturb/embedding.py`; docs/method.md §1,
+"Embedding-space perturbation"). `embedding-noise` does so at training and at every sampling step; `neftune`
+(Jain et al. 2023, through transformers' own implementation) noises every position at training only, as its
+authors define it, so its intensity is 1 (every position) or 0.
 Everything else is derived from the two words: whether a token needs a synonym to be eligible, how much longer a
 perturbed row is, how many tokens cached sampling feeds per drawn token, and whether it leaves masked slots in the
 key/value cache. An edit that moves tokens (a swap, a deletion plus an insertion elsewhere) is not of this form; it
@@ -29,6 +34,7 @@ from workflow_lib.constants import NAME as NAME_PATTERN
 
 NAME = re.compile(NAME_PATTERN)  # the config's names (its schema): output paths hold it, layout.py reads it back
 KEEP = ("token", "synonym", None)
+SPACES = ("tokens", "embeddings")
 INSERT = (None, "token", "synonym")
 
 
@@ -40,6 +46,9 @@ class Strategy:
     keep: str | None
     insert: str | None = None
     description: str = ""
+    space: str = "tokens"  # or "embeddings": the selected tokens' input embeddings are edited, not the tokens
+    at_sampling: bool = True  # whether a test perturbation may use it (NEFTune is a training method only)
+    every_position: bool = False  # whether it perturbs every position (intensity 1) or a share (any in [0, 1])
 
     def __post_init__(self) -> None:
         if not NAME.fullmatch(self.name) or self.name == "none":
@@ -54,13 +63,22 @@ class Strategy:
                 f"strategy {self.name!r}: deleting a token and inserting elsewhere moves it; "
                 "the perturber's position maps do not cover moves"
             )
-        if self.keep == "token" and self.insert is None:
+        if self.space not in SPACES:
+            raise ValueError(f"strategy {self.name!r}: space must be one of {SPACES}")
+        if self.space == "embeddings" and (self.keep, self.insert) != ("token", None):
+            raise ValueError(f"strategy {self.name!r}: an embedding-space strategy keeps every token in place")
+        if self.space == "tokens" and self.keep == "token" and self.insert is None:
             raise ValueError(f"strategy {self.name!r} changes nothing")
 
     @property
     def needs_synonyms(self) -> bool:
         """Whether a token without a synonym in the table is ineligible (it could not be edited)."""
         return "synonym" in (self.keep, self.insert)
+
+    @property
+    def in_embeddings(self) -> bool:
+        """Whether it edits input embeddings (no token changes; no synonym table)."""
+        return self.space == "embeddings"
 
     @property
     def deletes(self) -> bool:
@@ -118,3 +136,23 @@ register(
 )
 register(Strategy("replacement", keep="synonym", description="each selected token replaced by a synonym"))
 register(Strategy("deletion", keep=None, description="each selected token dropped"))
+register(
+    Strategy(
+        "embedding-noise",
+        keep="token",
+        space="embeddings",
+        description="noise added to the input embedding of each selected token (Gaussian or uniform, of scale "
+        "embedding_perturbation.scale times the embedding matrix's RMS), at training and at every sampling step",
+    )
+)
+register(
+    Strategy(
+        "neftune",
+        keep="token",
+        space="embeddings",
+        at_sampling=False,
+        every_position=True,
+        description="NEFTune (Jain et al. 2023): uniform noise of norm alpha/sqrt(L d) on every input embedding at "
+        "training (transformers' implementation; embedding_perturbation.neftune_alpha), none at sampling",
+    )
+)

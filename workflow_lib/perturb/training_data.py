@@ -9,6 +9,11 @@ Two modes (docs/method.md §1):
   targets, deleted ones still are. Insertions go right after their source here (see perturb.prefix_targets).
 Every row keeps what an audit needs: `source_positions` (positions of the original block that were
 selected) and `perturbed_positions` (positions of inserted or replaced tokens in `input_ids`).
+
+A strategy of the embedding space (`strategies.Strategy.space`) changes no token: its rows are the unperturbed
+ones, `perturbed_positions` the positions whose input embeddings the trainer noises (none for NEFTune, which
+noises every position), and the table's metadata (`EMBEDDING_KEY`) carries the noise's settings to the trainer
+(`perturb/embedding.py`), so that the data names its whole perturbation.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from workflow_lib.perturb.synonym_table import SynonymTable
 
 log = logging.getLogger("workflow_lib.perturb.training_data")
 MODES = ("augment", "prefix")
+EMBEDDING_KEY = b"embedding_perturbation"  # the Parquet metadata key of an embedding-space condition's settings
 
 
 def condition_rng(seed: int, key: str, copy: int) -> np.random.Generator:
@@ -65,8 +71,12 @@ def perturb_blocks(
     key: str,
     special_ids=(),
     include_original: bool = True,
+    embedding: dict | None = None,
 ):
-    """All rows of one condition as a pyarrow Table (see the module docstring for the columns)."""
+    """All rows of one condition as a pyarrow Table (see the module docstring for the columns); `embedding`: an
+    embedding-space strategy's noise settings (`perturb.settings.embedding_settings`), kept in its metadata."""
+    import json
+
     import pyarrow as pa
 
     if mode not in MODES:
@@ -88,9 +98,13 @@ def perturb_blocks(
             }
         )
     position = "after_source" if mode == "prefix" else "uniform"
+    rule = get_strategy(strategy)
+    if rule.in_embeddings and intensity > 0 and embedding is None:
+        raise ValueError(f"strategy {strategy}: its noise settings (embedding_perturbation) are missing")
+    selecting = 0.0 if rule.every_position else intensity  # NEFTune: no position to list, it noises them all
     for copy in range(1, copies + 1):
         out = perturb(
-            values, offsets, strategy, intensity, table, condition_rng(seed, key, copy), special_ids, position
+            values, offsets, strategy, selecting, table, condition_rng(seed, key, copy), special_ids, position
         )
         src, src_off = _positions(out.selected, offsets)
         pert, pert_off = _positions(out.perturbed_mask(), out.offsets)
@@ -107,7 +121,10 @@ def perturb_blocks(
             row["target_ids"] = _ragged_lists(targets, target_offsets)
         parts.append(row)
     tables = [pa.table({k: (v if isinstance(v, pa.Array) else pa.array(v)) for k, v in part.items()}) for part in parts]
-    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    table_out = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if rule.in_embeddings and intensity > 0:
+        table_out = table_out.replace_schema_metadata({EMBEDDING_KEY: json.dumps(embedding, sort_keys=True)})
+    return table_out
 
 
 def main() -> None:
@@ -146,6 +163,7 @@ def main() -> None:
         args.key,
         sorted(set(tokenizer.all_special_ids)),
         cond.get("include_original", True),
+        cond.get("embedding"),
     )
     lengths = np.diff(out.column("input_ids").combine_chunks().offsets.to_numpy())
     selected = np.diff(out.column("source_positions").combine_chunks().offsets.to_numpy())

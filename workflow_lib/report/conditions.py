@@ -74,13 +74,26 @@ def sampling_mode(perturbed: pl.DataFrame) -> pl.Expr:
 
 
 def ablation_frame(frame: pl.DataFrame, intensity: float) -> pl.DataFrame:
-    """The ablation's four conditions at the headline intensity (insertion), named in column `condition`."""
-    frame = frame.filter(
-        pl.col("train_intensity").is_in([0.0, intensity])
-        & pl.col("test_intensity").is_in([0.0, intensity])
-        & pl.col("train_strategy").is_in(["none", "insertion"])
-        & pl.col("test_strategy").is_in(["none", "insertion"])
-    )
+    """The ablation's four conditions, named in column `condition`, per strategy (column `strategy`): each
+    strategy's arms at the headline intensity (at 1 for one that perturbs every position, NEFTune:
+    `comparisons.arm_intensity`), the shared NoPerturb under each. Insertion first."""
+    from workflow_lib.comparisons import ablation_strategies, arm_intensity
+
+    plain = (pl.col("train_intensity") == 0) & (pl.col("test_intensity") == 0)
+    parts = []
+    for strategy in ablation_strategies(frame.select("train_strategy", "test_strategy").unique().to_dicts()):
+        at = arm_intensity(strategy, intensity)
+        on = {
+            side: (pl.col(f"{side}_strategy") == strategy) & (pl.col(f"{side}_intensity") == at)
+            for side in ("train", "test")
+        }
+        sides = [on[side] | (pl.col(f"{side}_intensity") == 0) for side in ("train", "test")]
+        arms = frame.filter(sides[0] & sides[1] & ~plain)
+        if arms.height:
+            parts.append(pl.concat([frame.filter(plain), arms]).with_columns(pl.lit(strategy).alias("strategy")))
+    if not parts:
+        return frame.filter(pl.lit(False)).with_columns(pl.lit("").alias("strategy"), pl.lit("").alias("condition"))
+    frame = pl.concat(parts)
     train, test = pl.col("train_intensity") > 0, pl.col("test_intensity") > 0
     condition = (
         pl.when(train & test)

@@ -63,10 +63,13 @@ def study_sentences(frame: pl.DataFrame, metric: str = "mauve") -> list[str]:
         sub = sub.filter(unit == (SEEDS if sub.filter(unit == SEEDS).height else CHECKPOINT))
     groups = [("perturbation", "perturbation", "perturbation", sub.filter(pl.col("family") == "perturbation"))]
     ablation = sub.filter(pl.col("family") == "ablation")
-    for arm in ABLATION[1:]:
-        groups.append(
-            (f"{arm}-vs-NoPerturb", "perturbation", "perturbation", ablation.filter(pl.col("a").str.starts_with(arm)))
-        )
+    # Insertion's arms are labelled by the arm alone, every other strategy's "<strategy>: <arm>" (comparisons.pairs).
+    others = sorted({a.split(": ")[0] for a in ablation["a"].to_list() if ": " in a})
+    for prefix in ["", *(f"{s}: " for s in others)]:
+        for arm in ABLATION[1:]:
+            name = f"{prefix.replace(': ', ' ')}{arm}-vs-NoPerturb"
+            rows = ablation.filter(pl.col("a").str.starts_with(prefix + arm))
+            groups.append((name, "perturbation", "perturbation", rows))
     objective = sub.filter(pl.col("family") == "objective")
     for name in sorted(set(objective["objective"].to_list())):
         groups.append((f"{name}-vs-MLE", name, name, objective.filter(pl.col("objective") == name)))

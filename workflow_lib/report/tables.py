@@ -252,12 +252,13 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
     ablation = ablation_frame(frame, intensity)
     specs["ablation"] = (
         ablation,
-        ["model", "objective", *decoder, "eval_set"],
+        ["model", "objective", *decoder, "eval_set", "strategy"],
         "condition",
         shown_in("ablation"),
         (
-            f"Ablation: perturbation at training, at sampling, both, or neither (MAUVE, {INTERVAL}){refused_note}. "
-            f"{BOLD_NOTE}."
+            f"Ablation: perturbation at training, at sampling, both, or neither (MAUVE, {INTERVAL}), per strategy, at "
+            f"intensity {intensity:g} (a strategy that perturbs every position, NEFTune, at 1; NEFTune perturbs at "
+            f"training only){refused_note}. {BOLD_NOTE}."
         ),
     )
     for name, (sub, rows_k, col_k, mets, caption) in specs.items():

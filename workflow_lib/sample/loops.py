@@ -24,15 +24,23 @@ def left_pad(
     """Ragged rows -> left-padded ids, attention mask and position ids [B, L]. Rows longer than the model's
     context (`max_len`) keep their last max_len tokens."""
     lengths = offsets[1:] - offsets[:-1]
-    width = int(lengths.max()) if max_len is None else min(int(lengths.max()), max_len)
-    seq = torch.repeat_interleave(torch.arange(len(lengths), device=values.device), lengths)
-    col = torch.arange(len(values), device=values.device) - offsets[seq] + (width - lengths[seq])
+    seq, col, width = pad_coordinates(offsets, max_len)
     keep = col >= 0
     ids = torch.full((len(lengths), width), pad_id, dtype=torch.long, device=values.device)
     mask = torch.zeros_like(ids)
     ids[seq[keep], col[keep]] = values[keep].long()
     mask[seq[keep], col[keep]] = 1
     return ids, mask, (mask.cumsum(1) - 1).clamp(min=0)
+
+
+def pad_coordinates(offsets: torch.Tensor, max_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Where `left_pad` puts each flat position of ragged rows: its row and column [N] (a negative column: cut, the
+    row being longer than max_len), and the padded width."""
+    lengths = offsets[1:] - offsets[:-1]
+    width = int(lengths.max()) if max_len is None else min(int(lengths.max()), max_len)
+    seq = torch.repeat_interleave(torch.arange(len(lengths), device=offsets.device), lengths)
+    col = torch.arange(int(offsets[-1]), device=offsets.device) - offsets[seq] + (width - lengths[seq])
+    return seq, col, width
 
 
 def plain_cache(past) -> bool:

@@ -46,8 +46,10 @@ import numpy as np
 import torch
 
 from workflow_lib.cli import parse_json_arg, run
+from workflow_lib.perturb.strategies import get as get_strategy
 from workflow_lib.perturb.synonym_table import SynonymTable
 from workflow_lib.sample.decoding import row_keys
+from workflow_lib.sample.embedded import NoisedCached, NoisedRecompute
 from workflow_lib.sample.gather import samples_schema
 from workflow_lib.sample.loops import Ancestral, Cached, cache_fits
 from workflow_lib.sample.reuse import exact_steps
@@ -59,6 +61,8 @@ log = logging.getLogger("workflow_lib.sample.sampler")
 # The modes, of which `generate` picks one per batch (`Ancestral` at intensity 0 where its cache fits): each makes
 # the `steps.Steps` of a batch, which `steps.sample` runs. `exact` reuses the unperturbed cache where it can.
 SAMPLERS: dict[str, Mode] = {"exact": exact_steps, "cached": Cached}
+# The modes of a strategy of the embedding space (sample/embedded.py).
+EMBEDDING_SAMPLERS: dict[str, Mode] = {"exact": NoisedRecompute, "cached": NoisedCached}
 
 
 def generate(
@@ -86,8 +90,13 @@ def generate(
     special = sorted(set(tokenizer.all_special_ids))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     suppress = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    if perturbation["intensity"] > 0 and table is None:
+    in_embeddings = get_strategy(perturbation["strategy"]).in_embeddings
+    if perturbation["intensity"] > 0 and table is None and not in_embeddings:
         raise ValueError("a perturbed sampler needs a synonym table")
+    if perturbation["intensity"] > 0 and in_embeddings and "embedding" not in perturbation:
+        raise ValueError(
+            f"strategy {perturbation['strategy']}: its noise settings (embedding_perturbation) are missing"
+        )
     table = table.to(device) if table is not None else None
     encoded = [np.asarray(ids, dtype=np.int64) for ids in tokenizer(list(prompts))["input_ids"]]
     rows = [(p, r) for r in range(runs) for p in range(len(prompts))]
@@ -105,7 +114,7 @@ def generate(
         values = torch.as_tensor(np.concatenate([encoded[p] for p, _ in chunk]), device=device)
         pids = torch.as_tensor([int(prompt_ids[p]) for p, _ in chunk], device=device)
         run_ids = torch.as_tensor([r for _, r in chunk], device=device)
-        steps = SAMPLERS[mode]
+        steps = (EMBEDDING_SAMPLERS if in_embeddings else SAMPLERS)[mode]
         if perturbation["intensity"] == 0 and cache_fits(model, int(lengths.max()), new_tokens):
             steps = Ancestral  # both modes' law at intensity 0, with a cache
         keys = row_keys(seed, pids, run_ids)

@@ -16,6 +16,13 @@ def decoder_settings(config: dict, test: SamplingCondition) -> dict:
     return config["decoders"][test.decoder]
 
 
-def test_perturbation(test: SamplingCondition) -> dict:
-    """The sampling-time perturbation (the sample and extrapolation jobs apply the same)."""
-    return {"strategy": applied_strategy(test.strategy), "intensity": float(test.intensity)}
+def test_perturbation(config: dict, test: SamplingCondition) -> dict:
+    """The sampling-time perturbation (the sample and extrapolation jobs apply the same); a strategy of the
+    embedding space also gets its noise's settings (`perturb.settings.embedding_settings`)."""
+    from workflow_lib.perturb.settings import embedding_settings
+    from workflow_lib.perturb.strategies import get as get_strategy
+
+    out = {"strategy": applied_strategy(test.strategy), "intensity": float(test.intensity)}
+    if float(test.intensity) > 0 and get_strategy(test.strategy).in_embeddings:
+        out["embedding"] = embedding_settings(config, test.strategy)
+    return out

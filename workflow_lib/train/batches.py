@@ -35,10 +35,18 @@ class TrainingRows(torch.utils.data.Dataset):
     """Rows of a perturbed Parquet (or plain token blocks): input ids and, in prefix mode, explicit targets."""
 
     def __init__(self, path: str, max_length: int):
+        import json
+
         from workflow_lib.files import read_parquet
+        from workflow_lib.perturb.training_data import EMBEDDING_KEY
 
         table = read_parquet(path)
         self.inputs = Ragged.from_arrow(table.column("input_ids"))
+        # An embedding-space perturbation (perturb.training_data): its settings, and the positions it noises.
+        found = (table.schema.metadata or {}).get(EMBEDDING_KEY)
+        self.embedding: dict | None = json.loads(found) if found else None
+        noising = self.embedding is not None and self.embedding["strategy"] != "neftune"
+        self.noised = Ragged.from_arrow(table.column("perturbed_positions")) if noising else None
         self.prefix_mode = "target_positions" in table.column_names
         if self.prefix_mode:
             self.positions = Ragged.from_arrow(table.column("target_positions"))
@@ -48,31 +56,39 @@ class TrainingRows(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.inputs)
 
-    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def __getitem__(self, i: int) -> tuple[np.ndarray, ...]:
+        """input ids, target positions, target ids and the positions whose embeddings are noised (none unless an
+        embedding-space perturbation lists them)."""
         ids = self.inputs.row(i)[: self.max_length]
+        noised = self.noised.row(i) if self.noised is not None else np.zeros(0, dtype=np.int64)
+        noised = noised[noised < len(ids)]
         if self.prefix_mode:
             pos, tgt = self.positions.row(i), self.targets.row(i)
             keep = pos < len(ids)  # a truncated row loses the targets past max_length
-            return ids, pos[keep], tgt[keep]
-        return ids, np.arange(len(ids) - 1), ids[1:]
+            return ids, pos[keep], tgt[keep], noised
+        return ids, np.arange(len(ids) - 1), ids[1:], noised
 
 
 def collate(rows, pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded input_ids and attention_mask [B, L], flat targets: batch row, position, id [N]."""
-    width = max(len(ids) for ids, _, _ in rows)
+    """Right-padded input_ids, attention_mask and noise_mask [B, L] (the positions an embedding-space perturbation
+    noises), flat targets: batch row, position, id [N]."""
+    width = max(len(row[0]) for row in rows)
     input_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
     mask = np.zeros((len(rows), width), dtype=np.int64)
-    for b, (ids, _, _) in enumerate(rows):
+    noise = np.zeros((len(rows), width), dtype=bool)
+    for b, (ids, _, _, noised) in enumerate(rows):
         input_ids[b, : len(ids)] = ids
         mask[b, : len(ids)] = 1
+        noise[b, noised] = True
     return {
         "input_ids": torch.from_numpy(input_ids),
         "attention_mask": torch.from_numpy(mask),
+        "noise_mask": torch.from_numpy(noise),
         "target_row": torch.from_numpy(
-            np.concatenate([np.full(len(p), b) for b, (_, p, _) in enumerate(rows)]).astype(np.int64)
+            np.concatenate([np.full(len(row[1]), b) for b, row in enumerate(rows)]).astype(np.int64)
         ),
-        "target_pos": torch.from_numpy(np.concatenate([p for _, p, _ in rows]).astype(np.int64)),
-        "target_ids": torch.from_numpy(np.concatenate([t for _, _, t in rows]).astype(np.int64)),
+        "target_pos": torch.from_numpy(np.concatenate([row[1] for row in rows]).astype(np.int64)),
+        "target_ids": torch.from_numpy(np.concatenate([row[2] for row in rows]).astype(np.int64)),
     }
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from accelerate import Accelerator
 
 # The arguments of TargetLogits.forward: the part of a collated batch that goes into the model (the rest is targets).
-MODEL_INPUTS = ("input_ids", "attention_mask", "target_row", "target_pos")
+MODEL_INPUTS = ("input_ids", "attention_mask", "target_row", "target_pos", "noise_mask")
 
 
 @dataclass

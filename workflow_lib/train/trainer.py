@@ -85,9 +85,19 @@ def build_model(key: str, spec: dict, tokenizer, settings: dict):
     return model
 
 
-def target_logits(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Logits [N, V] at the target positions only: base-model hidden states, gathered, through the head."""
-    hidden = model.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+def target_logits(model, batch: dict[str, torch.Tensor], embedding: dict | None = None) -> torch.Tensor:
+    """Logits [N, V] at the target positions only: base-model hidden states, gathered, through the head. With an
+    embedding-space perturbation that lists its positions (`embedding`, `batch["noise_mask"]`), the model reads
+    its input embeddings with noise added there (perturb/embedding.py), drawn from torch's generator."""
+    inputs = {"input_ids": batch["input_ids"]}
+    where = batch.get("noise_mask")
+    if embedding is not None and where is not None and embedding["strategy"] != "neftune":
+        from workflow_lib.perturb.embedding import noised_embeddings, random_noise
+
+        dim = model.get_input_embeddings().weight.shape[1]
+        noise = random_noise((int(where.sum()), dim), embedding["noise"], where.device)
+        inputs = {"inputs_embeds": noised_embeddings(model, batch["input_ids"], where, noise, embedding)}
+    hidden = model.base_model(**inputs, attention_mask=batch["attention_mask"]).last_hidden_state
     return model.get_output_embeddings()(hidden[batch["target_row"], batch["target_pos"]])
 
 
@@ -98,11 +108,13 @@ class TargetLogits(torch.nn.Module):
     processes the prepared module is DistributedDataParallel, whose forward arms the gradient all-reduce, and
     with mixed precision the prepared forward is the one that runs under autocast."""
 
-    def __init__(self, lm):
+    def __init__(self, lm, embedding: dict | None = None):
         super().__init__()
-        self.lm = lm
+        self.lm, self.embedding = lm, embedding
 
-    def forward(self, input_ids, attention_mask, target_row, target_pos):
+    def forward(self, input_ids, attention_mask, target_row, target_pos, noise_mask=None):
+        """The noise of an embedding-space perturbation is added in training mode only (validation reads the
+        unperturbed text, as NEFTune's hook does)."""
         return target_logits(
             self.lm,
             {
@@ -110,7 +122,9 @@ class TargetLogits(torch.nn.Module):
                 "attention_mask": attention_mask,
                 "target_row": target_row,
                 "target_pos": target_pos,
+                "noise_mask": noise_mask,
             },
+            self.embedding if self.training else None,
         )
 
 
@@ -217,7 +231,12 @@ def set_up(args: argparse.Namespace, settings: dict, model_spec: dict, objective
         num_warmup_steps=settings["warmup_steps"] * n_proc,
         num_training_steps=total_steps * n_proc,
     )
-    model, optimizer, scheduler = accelerator.prepare(TargetLogits(lm), optimizer, scheduler)
+    embedding = loader.dataset.embedding  # an embedding-space perturbation, which the data names
+    if embedding is not None:
+        from workflow_lib.perturb.embedding import activate
+
+        activate(lm, embedding)  # NEFTune's hook on the input embeddings (none for embedding-noise)
+    model, optimizer, scheduler = accelerator.prepare(TargetLogits(lm, embedding), optimizer, scheduler)
     set_seed(settings["seed"], device_specific=True)  # dropout: independent masks on each process
     return TrainingRun(
         args=args,
