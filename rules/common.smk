@@ -4,13 +4,6 @@ import re
 import sys
 from pathlib import Path
 
-# Rules run `python -m workflow_lib...`: make it the interpreter (and package) that runs snakemake, unless a
-# job's conda environment puts its own first (--sdm conda); PYTHONPATH finds this checkout's workflow_lib from
-# any interpreter, installed (pip install -e) or not (the Snakefile put it first on sys.path for parsing).
-os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
-if workflow.basedir not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-    os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")])))
-
 from snakemake.utils import update_config
 
 from workflow_lib.config import ConfigError, typed_overrides, validate_config
