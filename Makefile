@@ -89,6 +89,7 @@ dryrun: $(STAMP) ## the plan of the default study (snakemake -n)
 # The checks CI runs (.pre-commit-config.yaml runs them as git hooks; settings in pyproject.toml).
 lint: $(STAMP) ## the checks CI runs: snakemake --lint, snakefmt, ruff, mypy
 	$(BIN)/snakemake --lint
+	$(BIN)/snakemake --lint -s tests/module/workflow/Snakefile --directory tests/module/workflow
 	$(BIN)/snakefmt --check .
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

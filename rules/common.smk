@@ -105,28 +105,13 @@ def as_json(obj):
     return json.dumps(obj, sort_keys=True)
 
 
-# Cheap rules run where snakemake runs, also under a cluster executor (--profile profiles/slurm): a job
-# submission would cost more than they do. fetch, download and tokenizer reach the network (URLs, the hub),
-# which compute nodes often cannot; so do fetch_gguf and dequantise (a GGUF file of a hub repo).
-localrules:
-    all,
-    fetch,
-    fetch_gguf,
-    dequantise,
-    unpack,
-    download,
-    tokenizer,
-    prompts,
-    gather_samples,
-    collect_metrics,
-    contrasts,
-    tables,
-    figure,
-    examples,
-    training_curves,
-    simulation_summary,
-    lab_sets,
-    lab,
+
+
+# Cheap rules carry `localrule: True`: they run where snakemake runs, also under a cluster executor (--profile
+# profiles/slurm), since a job submission would cost more than they do. fetch, download and tokenizer reach the
+# network (URLs, the hub), which compute nodes often cannot; so do fetch_gguf and dequantise (a GGUF file of a hub
+# repo). Per rule, not a `localrules:` list: a list keeps the names as written, which an importing workflow's
+# `use rule * from perturbed_lm as plm_*` renames (snakemake --lint on tests/module/workflow says so).
 
 
 # ---- input functions: workflow_lib/inputs.py (plain functions of the config, tested without Snakemake) -----

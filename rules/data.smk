@@ -9,6 +9,7 @@ from workflow_lib.pretrained import GGUF_DOWNLOAD, PRETRAINED_DIR, gguf_settings
 # No `code` input, unlike every other rule: a fetched file is its URL's bytes, checked against its sha256, so a
 # workflow_lib edit must neither download it again nor miss the output cache (whose key would include the code).
 rule fetch:
+    localrule: True
     output:
         fetched_path("{dataset}", "{file}"),
     log:
@@ -26,6 +27,7 @@ rule fetch:
 
 
 rule unpack:
+    localrule: True
     input:
         archive=lambda w: archive_path(w.dataset, DATASETS[w.dataset]),
     output:
@@ -42,6 +44,7 @@ rule unpack:
 
 
 rule download:
+    localrule: True
     input:
         data=inputs.download,
     output:
@@ -63,6 +66,7 @@ rule download:
 
 
 rule tokenizer:
+    localrule: True
     input:
         unpack(inputs.tokenizer),
     output:
@@ -101,6 +105,7 @@ rule tokenize:
 
 
 rule prompts:
+    localrule: True
     input:
         unpack(inputs.prompts),
     output:
@@ -122,6 +127,7 @@ rule prompts:
 # A model's GGUF file named by URL (models.<model>.gguf.url), fetched and checked against its sha256 as a dataset
 # file is; no `code` input, for the same reason as `fetch`.
 rule fetch_gguf:
+    localrule: True
     output:
         GGUF_DOWNLOAD.format(model="{gguf_model}"),
     log:
@@ -141,6 +147,7 @@ rule fetch_gguf:
 # A GGUF checkpoint dequantised once into the hub-style float32 folder that every later job loads as the model's
 # `name` (workflow_lib/pretrained.py).
 rule dequantise:
+    localrule: True
     input:
         unpack(inputs.gguf),
     output:

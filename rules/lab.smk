@@ -4,6 +4,7 @@ from workflow_lib.lab.settings import lab_settings
 
 
 rule lab_sets:
+    localrule: True
     output:
         LAB_SET,
     log:
@@ -44,6 +45,7 @@ rule lab_laws:
 
 
 rule lab:
+    localrule: True
     input:
         unpack(lambda w: lab_inputs(config, w.experiment)),
     output:

@@ -45,6 +45,7 @@ rule argument_file:
 
 
 rule collect_metrics:
+    localrule: True
     input:
         metrics=metric_targets(config) + extrapolation_targets(config),
         perplexity=list(inputs.perplexity_jobs),
@@ -82,6 +83,7 @@ rule mauve_contrast:
 
 
 rule contrasts:
+    localrule: True
     input:
         # The metrics JSON and their per-prompt sidecars, listed so that they are inputs too (contrasts reads them
         # beside each JSON); the perplexity folders hold both files of each eval set.
@@ -104,6 +106,7 @@ rule contrasts:
 
 
 rule tables:
+    localrule: True
     input:
         metrics=partial(REPORT, file="metrics.csv"),
         contrasts=partial(REPORT, file="contrasts.csv"),
@@ -142,6 +145,7 @@ rule tables:
 
 
 rule figure:
+    localrule: True
     input:
         metrics=partial(REPORT, file="metrics.csv"),
     output:
@@ -165,6 +169,7 @@ rule figure:
 
 
 rule examples:
+    localrule: True
     input:
         prompts=prompts_path(example_inputs(config)[0]),
         samples=example_inputs(config)[1],
@@ -191,6 +196,7 @@ rule examples:
 
 
 rule training_curves:
+    localrule: True
     input:
         models=inputs.training_curves,
         arguments=lambda w: argument_file(curves_argument(w.model, w.dataset)),

@@ -25,6 +25,7 @@ rule simulation_fit:
 
 
 rule simulation_summary:
+    localrule: True
     input:
         fits=simulation_fits(config),
     output:
