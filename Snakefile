@@ -45,7 +45,7 @@ include: "rules/report.smk"
 # The study's targets. Imported with `use rule * from perturbed_lm as plm_*` it is plm_all, and not the default target:
 # with `default_target: True` in a module, snakemake would make it the importer's default over the importer's own.
 rule all:
-    localrule: True
     default_target: MAIN_WORKFLOW
     input:
         all_targets(config),
+    localrule: True

@@ -105,8 +105,6 @@ def as_json(obj):
     return json.dumps(obj, sort_keys=True)
 
 
-
-
 # Cheap rules carry `localrule: True`: they run where snakemake runs, also under a cluster executor (--profile
 # profiles/slurm), since a job submission would cost more than they do. fetch, download and tokenizer reach the
 # network (URLs, the hub), which compute nodes often cannot; so do fetch_gguf and dequantise (a GGUF file of a hub

@@ -9,7 +9,6 @@ from workflow_lib.pretrained import GGUF_DOWNLOAD, PRETRAINED_DIR, gguf_settings
 # No `code` input, unlike every other rule: a fetched file is its URL's bytes, checked against its sha256, so a
 # workflow_lib edit must neither download it again nor miss the output cache (whose key would include the code).
 rule fetch:
-    localrule: True
     output:
         fetched_path("{dataset}", "{file}"),
     log:
@@ -17,6 +16,7 @@ rule fetch:
     # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE): a second study fetches nothing. The
     # key is the URL, checksum and head, not the dataset's name in this config.
     cache: "omit-software"
+    localrule: True
     conda:
         "../envs/data.yaml"
     params:
@@ -27,13 +27,13 @@ rule fetch:
 
 
 rule unpack:
-    localrule: True
     input:
         archive=lambda w: archive_path(w.dataset, DATASETS[w.dataset]),
     output:
         directory(unpacked_dir("{dataset}")),
     log:
         log_path("downloads/{dataset}/unpack"),
+    localrule: True
     conda:
         "../envs/data.yaml"
     params:
@@ -44,7 +44,6 @@ rule unpack:
 
 
 rule download:
-    localrule: True
     input:
         data=inputs.download,
     output:
@@ -54,6 +53,7 @@ rule download:
         log_path("data/download/{dataset}/{split}"),
     # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE); snakemake allows no benchmark here.
     cache: "omit-software"
+    localrule: True
     conda:
         "../envs/data.yaml"
     resources:
@@ -66,7 +66,6 @@ rule download:
 
 
 rule tokenizer:
-    localrule: True
     input:
         unpack(inputs.tokenizer),
     output:
@@ -75,6 +74,7 @@ rule tokenizer:
         log_path("tokenizers/{tokenizer}"),
     benchmark:
         benchmark_path("tokenizers/{tokenizer}")
+    localrule: True
     conda:
         "../envs/data.yaml"
     params:
@@ -105,7 +105,6 @@ rule tokenize:
 
 
 rule prompts:
-    localrule: True
     input:
         unpack(inputs.prompts),
     output:
@@ -115,6 +114,7 @@ rule prompts:
         log_path("prompts/{eval_set}"),
     benchmark:
         benchmark_path("prompts/{eval_set}")
+    localrule: True
     conda:
         "../envs/data.yaml"
     params:
@@ -127,12 +127,12 @@ rule prompts:
 # A model's GGUF file named by URL (models.<model>.gguf.url), fetched and checked against its sha256 as a dataset
 # file is; no `code` input, for the same reason as `fetch`.
 rule fetch_gguf:
-    localrule: True
     output:
         GGUF_DOWNLOAD.format(model="{gguf_model}"),
     log:
         log_path("downloads/gguf/{gguf_model}"),
     cache: "omit-software"
+    localrule: True
     conda:
         "../envs/data.yaml"
     params:
@@ -147,7 +147,6 @@ rule fetch_gguf:
 # A GGUF checkpoint dequantised once into the hub-style float32 folder that every later job loads as the model's
 # `name` (workflow_lib/pretrained.py).
 rule dequantise:
-    localrule: True
     input:
         unpack(inputs.gguf),
     output:
@@ -156,6 +155,7 @@ rule dequantise:
         log_path("pretrained/{gguf_model}"),
     benchmark:
         benchmark_path("pretrained/{gguf_model}")
+    localrule: True
     conda:
         "../envs/train.yaml"
     resources:

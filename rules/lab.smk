@@ -4,13 +4,13 @@ from workflow_lib.lab.settings import lab_settings
 
 
 rule lab_sets:
-    localrule: True
     output:
         LAB_SET,
     log:
         log_path("lab/sets/{dataset}"),
     benchmark:
         benchmark_path("lab/sets/{dataset}")
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -45,7 +45,6 @@ rule lab_laws:
 
 
 rule lab:
-    localrule: True
     input:
         unpack(lambda w: lab_inputs(config, w.experiment)),
     output:
@@ -70,6 +69,7 @@ rule lab:
         benchmark_path("lab/{experiment}")
     wildcard_constraints:
         experiment=_names(config["lab"]["experiments"]),
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:

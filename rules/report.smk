@@ -45,7 +45,6 @@ rule argument_file:
 
 
 rule collect_metrics:
-    localrule: True
     input:
         metrics=metric_targets(config) + extrapolation_targets(config),
         perplexity=list(inputs.perplexity_jobs),
@@ -54,6 +53,7 @@ rule collect_metrics:
         partial(REPORT, file="metrics.csv"),
     log:
         log_path("report/collect"),
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -83,7 +83,6 @@ rule mauve_contrast:
 
 
 rule contrasts:
-    localrule: True
     input:
         # The metrics JSON and their per-prompt sidecars, listed so that they are inputs too (contrasts reads them
         # beside each JSON); the perplexity folders hold both files of each eval set.
@@ -96,6 +95,7 @@ rule contrasts:
         partial(REPORT, file="contrasts.csv"),
     log:
         log_path("report/contrasts"),
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -106,7 +106,6 @@ rule contrasts:
 
 
 rule tables:
-    localrule: True
     input:
         metrics=partial(REPORT, file="metrics.csv"),
         contrasts=partial(REPORT, file="contrasts.csv"),
@@ -132,6 +131,7 @@ rule tables:
         ],
     log:
         log_path("report/tables"),
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -145,7 +145,6 @@ rule tables:
 
 
 rule figure:
-    localrule: True
     input:
         metrics=partial(REPORT, file="metrics.csv"),
     output:
@@ -158,6 +157,7 @@ rule figure:
         pdf=partial(REPORT_FIGURE, ext="pdf"),
     log:
         log_path("report/figure_{figure}"),
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -169,7 +169,6 @@ rule figure:
 
 
 rule examples:
-    localrule: True
     input:
         prompts=prompts_path(example_inputs(config)[0]),
         samples=example_inputs(config)[1],
@@ -186,6 +185,7 @@ rule examples:
         REPORT_TABLE.format(table="examples", ext="tex"),
     log:
         log_path("report/examples"),
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -196,7 +196,6 @@ rule examples:
 
 
 rule training_curves:
-    localrule: True
     input:
         models=inputs.training_curves,
         arguments=lambda w: argument_file(curves_argument(w.model, w.dataset)),
@@ -210,6 +209,7 @@ rule training_curves:
         pdf=partial(TRAINING_FIGURE, ext="pdf"),
     log:
         log_path("report/training_{model}_{dataset}"),
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:

@@ -36,13 +36,13 @@ rule sample:
 # The shards' rows in order: the samples file the unsharded job writes, byte for byte. The shards are named by their
 # folder (each records its index), so the command stays short however many there are.
 rule gather_samples:
-    localrule: True
     input:
         inputs.sample_shards,
     output:
         SAMPLES_OUTPUT,
     log:
         evaluation_template("logs/gather_samples", ".log"),
+    localrule: True
     conda:
         "../envs/train.yaml"
     params:

@@ -25,7 +25,6 @@ rule simulation_fit:
 
 
 rule simulation_summary:
-    localrule: True
     input:
         fits=simulation_fits(config),
     output:
@@ -54,6 +53,7 @@ rule simulation_summary:
         log_path("simulation/summary"),
     benchmark:
         benchmark_path("simulation/summary")
+    localrule: True
     conda:
         "../envs/simulation.yaml"
     params:

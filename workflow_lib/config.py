@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Iterator, Mapping
-from importlib.resources import files
+from importlib.resources import files as package_files
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from workflow_lib.pretrained import GGUFConfigError, normalise_gguf
 
 # The schema ships inside the package (package data), so a non-editable install validates as a checkout does; the
 # Snakefile's validation and an importing workflow read this file, never a checkout beside the package.
-SCHEMA_PATH = Path(str(files("workflow_lib").joinpath("schemas", "config.schema.yaml")))
+SCHEMA_PATH = Path(str(package_files("workflow_lib").joinpath("schemas", "config.schema.yaml")))
 # transformers' warpers refuse an int where they take a float (TemperatureLogitsWarper(2) raises), and JSON
 # schema's `number` admits `temperature: 2`: these settings are made floats where the config is read.
 DECODER_FLOAT_KEYS = ("temperature", "top_p", "typical_p")

@@ -190,7 +190,9 @@ def snakemake(workdir: Path, *args: str, timeout: int = 600, env: dict | None = 
         "2",
         *args,
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir, env=snakemake_environment(env))
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir, env=snakemake_environment(env)
+    )
 
 
 def dry_run_of_tiny_study_with(workdir: Path, config: dict, *args: str) -> subprocess.CompletedProcess:
