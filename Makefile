@@ -11,6 +11,9 @@ ESTIMATE_ARGS ?=
 PYTEST_ARGS ?=
 GPU_PYTHON ?= $(BIN)/python
 OUT ?= results/gpu-check
+# The jobs run `python -m workflow_lib...`: the venv's python, whether or not it is activated (the Snakefile edits no
+# environment: a workflow importing this one shares it).
+export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help venv install run test lint dryrun bench clean rehearsal real real-ci check estimate docs simulation gpu-check
 
@@ -86,6 +89,7 @@ dryrun: $(STAMP) ## the plan of the default study (snakemake -n)
 # The checks CI runs (.pre-commit-config.yaml runs them as git hooks; settings in pyproject.toml).
 lint: $(STAMP) ## the checks CI runs: snakemake --lint, snakefmt, ruff, mypy
 	$(BIN)/snakemake --lint
+	$(BIN)/snakemake --lint -s tests/module/workflow/Snakefile --directory tests/module/workflow
 	$(BIN)/snakefmt --check .
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

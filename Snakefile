@@ -1,19 +1,24 @@
 # perturbed-LM: "Perturbation is All You Need for Extrapolating Language Models", as a workflow.
 import os
-import sys
 
 from snakemake.utils import min_version
 
 min_version("9.19")  # reads profiles/*/profile.yaml
 
-sys.path.insert(0, workflow.basedir)  # this checkout's workflow_lib, installed or not
-
+# workflow_lib at parse time: snakemake puts this Snakefile's folder on sys.path itself (a checkout's package first);
+# the jobs run `python -m workflow_lib...` with the package installed (pip install, envs/*.post-deploy.sh), or with
+# the checkout on the PYTHONPATH of the snakemake process (docs/usage.md). Nothing here edits the run's environment,
+# which a workflow importing this one as a module shares.
 from workflow_lib.config_files import exit_on_bad_yaml
 from workflow_lib.layout import REPORT_LANDING
 
+# False where another workflow imports this one (`module perturbed_lm: ...`, docs/usage.md): the importer's config
+# (the module's `config:`) is the study, and its own target rule is the default (snakemake's own test for onstart).
+MAIN_WORKFLOW = workflow.modifier.is_main_snakefile()
+
 # The default study. A study given with --configfile replaces it instead of being merged into it. Read through the
 # workflow's reader first: snakemake's own YAML error names neither the file nor the line.
-if not workflow.overwrite_configfiles:
+if MAIN_WORKFLOW and not workflow.overwrite_configfiles:
     exit_on_bad_yaml("config.yaml")
 
     configfile: "config.yaml"
@@ -37,7 +42,10 @@ include: "rules/lab.smk"
 include: "rules/report.smk"
 
 
+# The study's targets. Imported with `use rule * from perturbed_lm as plm_*` it is plm_all, and not the default target:
+# with `default_target: True` in a module, snakemake would make it the importer's default over the importer's own.
 rule all:
-    default_target: True
+    default_target: MAIN_WORKFLOW
     input:
         all_targets(config),
+    localrule: True

@@ -4,13 +4,6 @@ import re
 import sys
 from pathlib import Path
 
-# Rules run `python -m workflow_lib...`: make it the interpreter (and package) that runs snakemake, unless a
-# job's conda environment puts its own first (--sdm conda); PYTHONPATH finds this checkout's workflow_lib from
-# any interpreter, installed (pip install -e) or not (the Snakefile put it first on sys.path for parsing).
-os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
-if workflow.basedir not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-    os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")])))
-
 from snakemake.utils import update_config
 
 from workflow_lib.config import ConfigError, typed_overrides, validate_config
@@ -112,28 +105,11 @@ def as_json(obj):
     return json.dumps(obj, sort_keys=True)
 
 
-# Cheap rules run where snakemake runs, also under a cluster executor (--profile profiles/slurm): a job
-# submission would cost more than they do. fetch, download and tokenizer reach the network (URLs, the hub),
-# which compute nodes often cannot; so do fetch_gguf and dequantise (a GGUF file of a hub repo).
-localrules:
-    all,
-    fetch,
-    fetch_gguf,
-    dequantise,
-    unpack,
-    download,
-    tokenizer,
-    prompts,
-    gather_samples,
-    collect_metrics,
-    contrasts,
-    tables,
-    figure,
-    examples,
-    training_curves,
-    simulation_summary,
-    lab_sets,
-    lab,
+# Cheap rules carry `localrule: True`: they run where snakemake runs, also under a cluster executor (--profile
+# profiles/slurm), since a job submission would cost more than they do. fetch, download and tokenizer reach the
+# network (URLs, the hub), which compute nodes often cannot; so do fetch_gguf and dequantise (a GGUF file of a hub
+# repo). Per rule, not a `localrules:` list: a list keeps the names as written, which an importing workflow's
+# `use rule * from perturbed_lm as plm_*` renames (snakemake --lint on tests/module/workflow says so).
 
 
 # ---- input functions: workflow_lib/inputs.py (plain functions of the config, tested without Snakemake) -----

@@ -16,6 +16,7 @@ rule fetch:
     # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE): a second study fetches nothing. The
     # key is the URL, checksum and head, not the dataset's name in this config.
     cache: "omit-software"
+    localrule: True
     conda:
         "../envs/data.yaml"
     params:
@@ -32,6 +33,7 @@ rule unpack:
         directory(unpacked_dir("{dataset}")),
     log:
         log_path("downloads/{dataset}/unpack"),
+    localrule: True
     conda:
         "../envs/data.yaml"
     params:
@@ -51,6 +53,7 @@ rule download:
         log_path("data/download/{dataset}/{split}"),
     # Between-workflow output cache (--cache with $SNAKEMAKE_OUTPUT_CACHE); snakemake allows no benchmark here.
     cache: "omit-software"
+    localrule: True
     conda:
         "../envs/data.yaml"
     resources:
@@ -71,6 +74,7 @@ rule tokenizer:
         log_path("tokenizers/{tokenizer}"),
     benchmark:
         benchmark_path("tokenizers/{tokenizer}")
+    localrule: True
     conda:
         "../envs/data.yaml"
     params:
@@ -110,6 +114,7 @@ rule prompts:
         log_path("prompts/{eval_set}"),
     benchmark:
         benchmark_path("prompts/{eval_set}")
+    localrule: True
     conda:
         "../envs/data.yaml"
     params:
@@ -127,6 +132,7 @@ rule fetch_gguf:
     log:
         log_path("downloads/gguf/{gguf_model}"),
     cache: "omit-software"
+    localrule: True
     conda:
         "../envs/data.yaml"
     params:
@@ -149,6 +155,7 @@ rule dequantise:
         log_path("pretrained/{gguf_model}"),
     benchmark:
         benchmark_path("pretrained/{gguf_model}")
+    localrule: True
     conda:
         "../envs/train.yaml"
     resources:

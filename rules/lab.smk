@@ -10,6 +10,7 @@ rule lab_sets:
         log_path("lab/sets/{dataset}"),
     benchmark:
         benchmark_path("lab/sets/{dataset}")
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -68,6 +69,7 @@ rule lab:
         benchmark_path("lab/{experiment}")
     wildcard_constraints:
         experiment=_names(config["lab"]["experiments"]),
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:

@@ -53,6 +53,7 @@ rule collect_metrics:
         partial(REPORT, file="metrics.csv"),
     log:
         log_path("report/collect"),
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -94,6 +95,7 @@ rule contrasts:
         partial(REPORT, file="contrasts.csv"),
     log:
         log_path("report/contrasts"),
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -129,6 +131,7 @@ rule tables:
         ],
     log:
         log_path("report/tables"),
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -154,6 +157,7 @@ rule figure:
         pdf=partial(REPORT_FIGURE, ext="pdf"),
     log:
         log_path("report/figure_{figure}"),
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -181,6 +185,7 @@ rule examples:
         REPORT_TABLE.format(table="examples", ext="tex"),
     log:
         log_path("report/examples"),
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:
@@ -204,6 +209,7 @@ rule training_curves:
         pdf=partial(TRAINING_FIGURE, ext="pdf"),
     log:
         log_path("report/training_{model}_{dataset}"),
+    localrule: True
     conda:
         "../envs/evaluate.yaml"
     params:

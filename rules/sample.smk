@@ -42,6 +42,7 @@ rule gather_samples:
         SAMPLES_OUTPUT,
     log:
         evaluation_template("logs/gather_samples", ".log"),
+    localrule: True
     conda:
         "../envs/train.yaml"
     params:

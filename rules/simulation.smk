@@ -53,6 +53,7 @@ rule simulation_summary:
         log_path("simulation/summary"),
     benchmark:
         benchmark_path("simulation/summary")
+    localrule: True
     conda:
         "../envs/simulation.yaml"
     params:

@@ -25,10 +25,18 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFL
 
 
 def job_environment(env: dict) -> dict:
-    """`env` with PYTHONPATH as the Snakefile sets it for the jobs (this checkout first), so that a warm server
-    started with it has the jobs' environment."""
+    """`env` for a snakemake process whose jobs run this checkout: this interpreter's folder first on PATH (the jobs'
+    `python`, whether or not the venv is activated) and the checkout on PYTHONPATH after any folder `env` names
+    there (a test's copy of the workflow goes first). The Snakefile edits no environment (an importing workflow shares
+    it), so the caller sets both; a warm server started with this environment has the jobs' environment."""
     paths = [path for path in env.get("PYTHONPATH", "").split(os.pathsep) if path]
-    return {**env, "PYTHONPATH": os.pathsep.join(paths if str(REPO) in paths else [str(REPO), *paths])}
+    bin_dir = os.path.dirname(sys.executable)
+    search = [path for path in env.get("PATH", "").split(os.pathsep) if path and path != bin_dir]
+    return {
+        **env,
+        "PATH": os.pathsep.join([bin_dir, *search]),
+        "PYTHONPATH": os.pathsep.join(paths if str(REPO) in paths else [*paths, str(REPO)]),
+    }
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """The config, read at Snakefile parse time before any job: refused with one line naming its key, or normalised.
 
 `validate_config` is three steps, each a function of its own:
-- `check_input`: the config as written. The JSON schema (rules/schemas/config.schema.yaml) states types, ranges
+- `check_input`: the config as written. The JSON schema (workflow_lib/schemas/config.schema.yaml) states types, ranges
   and defaults; its raw error is a page of schema internals, so `check_schema` finds the most relevant error and
   names the config key and the allowed values in one line. Reserved names are refused here too.
 - `normalise`: fills what the config leaves out, in place (snakemake's `config` must hold it): the schema's
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Iterator, Mapping
+from importlib.resources import files as package_files
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,9 @@ PREDEFINED_OBJECTIVES: dict[str, dict] = {
 # The decoders every config has: `unbiased`, ancestral sampling from the model's law (the paper's).
 PREDEFINED_DECODERS: dict[str, dict] = {"unbiased": {}}
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "rules" / "schemas" / "config.schema.yaml"
+# The schema ships inside the package (package data), so a non-editable install validates as a checkout does; the
+# Snakefile's validation and an importing workflow read this file, never a checkout beside the package.
+SCHEMA_PATH = Path(str(package_files("workflow_lib").joinpath("schemas", "config.schema.yaml")))
 # transformers' warpers refuse an int where they take a float (TemperatureLogitsWarper(2) raises), and JSON
 # schema's `number` admits `temperature: 2`: these settings are made floats where the config is read.
 DECODER_FLOAT_KEYS = ("temperature", "top_p", "typical_p")

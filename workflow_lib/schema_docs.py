@@ -1,4 +1,4 @@
-"""docs/config.md, generated from rules/schemas/config.schema.yaml: every key with its type, default, allowed values
+"""docs/config.md, generated from workflow_lib/schemas/config.schema.yaml: every key with its type, default, allowed values
 and description, grouped as the schema is (one section per top-level key; a map of named entries, such as
 `datasets`, documents one entry as `datasets.<name>.*`).
 
@@ -20,7 +20,7 @@ from workflow_lib.config import load_schema
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "config.md"
 HEADER = """# Configuration reference
 
-Generated from `rules/schemas/config.schema.yaml` by `python -m workflow_lib.schema_docs`; do not edit by hand
+Generated from `workflow_lib/schemas/config.schema.yaml` by `python -m workflow_lib.schema_docs`; do not edit by hand
 (a test fails when this file and the schema disagree). Keys are dotted paths; `<name>` stands for a name of your
 choice (a dataset, a model, an experiment...). A default is what the schema fills in when the key is left out.
 """

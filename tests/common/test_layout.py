@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from support.workflow_runs import REPO
 from workflow_lib import grid, layout
+from workflow_lib.config import SCHEMA_PATH
 from workflow_lib.layout import (
     EVALUATION_KINDS,
     EVALUATION_SUFFIXES,
@@ -27,7 +28,7 @@ from workflow_lib.layout import (
     parse,
 )
 
-SCHEMA = yaml.safe_load((REPO / "rules" / "schemas" / "config.schema.yaml").read_text())
+SCHEMA = yaml.safe_load(SCHEMA_PATH.read_text())
 
 # Names as the schema allows them (its $defs.name pattern: a letter or digit, then letters, digits, '_', '.', '-'),
 # strategy names among them: with '-' or digits, which the layout must not confuse with the intensity after them.

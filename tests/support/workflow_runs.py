@@ -167,6 +167,12 @@ def _session_server() -> dict[str, str]:
     return {ENV: started[ENV], "PYTHONPATH": started["PYTHONPATH"]} if ENV in started else {}
 
 
+def snakemake_environment(env: dict | None = None) -> dict[str, str]:
+    """The environment a test's snakemake runs with: `env` (else the session's starting one) with the jobs' PATH and
+    PYTHONPATH (`studies.served.job_environment`), its jobs of one thread sent to the session's warm server."""
+    return {**job_environment(dict(env if env is not None else SESSION_ENV)), **_warm_variable()}
+
+
 def snakemake(workdir: Path, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the real workflow on `workdir/config.yaml`, with workdir as the working directory. Its jobs of one
     thread run in the session's warm server (`studies.warm`: the same outputs, without importing torch and
@@ -184,8 +190,9 @@ def snakemake(workdir: Path, *args: str, timeout: int = 600, env: dict | None = 
         "2",
         *args,
     ]
-    env = {**job_environment(dict(env if env is not None else SESSION_ENV)), **_warm_variable()}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir, env=env)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir, env=snakemake_environment(env)
+    )
 
 
 def dry_run_of_tiny_study_with(workdir: Path, config: dict, *args: str) -> subprocess.CompletedProcess:

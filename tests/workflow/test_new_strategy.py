@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from studies.served import warm_server
+from studies.served import job_environment, warm_server
 from support.workflow_runs import (
     REPO,
     SESSION_ENV,
@@ -82,8 +82,9 @@ def test_a_strategy_added_to_the_registry_runs_a_whole_study(tmp_path):
         "2",
     ]
     # The copy's jobs of one thread run in a warm server of the copy's own environment (its workflow_lib first on
-    # PYTHONPATH, as its Snakefile puts it): the same outputs, without importing torch in each of them.
-    env = {**SESSION_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(workflow), SESSION_ENV.get("PYTHONPATH")]))}
+    # PYTHONPATH, before the checkout's): the same outputs, without importing torch in each of them.
+    copy_first = os.pathsep.join(filter(None, [str(workflow), SESSION_ENV.get("PYTHONPATH")]))
+    env = job_environment({**SESSION_ENV, "PYTHONPATH": copy_first})
     with warm_server(env, tmp_path / "warm.log") as study_env:
         result = subprocess.run(
             cmd, capture_output=True, text=True, cwd=workdir, env=study_env, timeout=900, check=False

@@ -21,7 +21,7 @@ would need the perturber's position maps (`Perturbed.origin`, `.slot`) extended.
 
 Adding a strategy: one `register(Strategy(...))` line below, a test (tests/perturb/test_strategies.py shows one,
 `duplication`, added from a test), and its name in the schema's `$defs.strategies` enum
-(rules/schemas/config.schema.yaml). This module imports only the standard library: the Snakefile reads it at parse
+(workflow_lib/schemas/config.schema.yaml). This module imports only the standard library: the Snakefile reads it at parse
 time.
 """
 
