@@ -105,11 +105,10 @@ def synonym_targets(config: dict) -> list[str]:
     for exp in config["experiments"].values():
         for model in exp["models"]:
             tokenizer = config["models"][model]["tokenizer"]
-            for axis in ("train_perturbation", "test_perturbation"):
-                grid = exp[axis]
-                if any(float(i) > 0 for i in grid["intensities"]):
-                    for source in grid["synonyms"]:
-                        out.add(synonym_path(tokenizer, exp["train_dataset"], source))
+            # the conditions' own sources: none at intensity 0, nor for a strategy of the embedding space
+            conditions = [*train_conditions(exp), *sampling_conditions(exp)]
+            for source in {c.synonyms for c in conditions} - {NO_STRATEGY}:
+                out.add(synonym_path(tokenizer, exp["train_dataset"], source))
     return sorted(out)
 
 

@@ -233,10 +233,10 @@ def test_estimate_prints_the_paper_table_offline_in_seconds(tmp_path):
     assert seconds < 30, seconds
     paper = load_config(["configs/paper.yaml"], REPO)
     shards = sum(1 for job in slurm.planned(paper).values() if job.rule == "sample")
-    for rule, jobs in {"train": 54, "sample": shards, "sample_features": 196, "perplexity": 57, "features": 4}.items():
+    for rule, jobs in {"train": 56, "sample": shards, "sample_features": 200, "perplexity": 59, "features": 4}.items():
         assert f"| {rule} | {jobs} | GPU |" in done.stdout, done.stdout
     # MAUVE's k-means runs in CPU jobs: the GPU-hours it would have idled, less the split's start-up, are saved
-    assert "| evaluate | 196 | CPU |" in done.stdout, done.stdout
+    assert "| evaluate | 200 | CPU |" in done.stdout, done.stdout
     saved = re.search(
         r"GPU-hours saved by the split: ([\d.,]+)\. .* \(([\d.,]+) core-hours\);.* adds ([\d.,]+)\.", done.stdout
     )
@@ -244,7 +244,7 @@ def test_estimate_prints_the_paper_table_offline_in_seconds(tmp_path):
     saved_h, core_h, added_h = (float(x.replace(",", "")) for x in saved.groups())
     assert core_h > 30 and 0 < added_h < 1 and saved_h == pytest.approx(core_h - added_h, abs=0.11)
     assert (
-        f"Sampling: 196 evaluations in {shards} shards (sampling.shard_batches {{default: 400, gpt-neo-1.3b: 48}}"
+        f"Sampling: 200 evaluations in {shards} shards (sampling.shard_batches {{default: 400, gpt-neo-1.3b: 48}}"
         in done.stdout
     )
     assert "A prediction, not a measurement" in done.stdout and "GPU-hours" in done.stdout
@@ -329,7 +329,7 @@ def test_the_papers_study_plans_every_job_within_its_four_hour_limit():
     assert max(slurm.runtime_minutes(config, key) for key in planned) <= 240
     assert max(j.seconds for j in planned.values()) * config["cost"]["safety"] <= 240 * 60
     shards = shard_plan(config)
-    assert len(shards) == 196 and max(map(len, shards.values())) > 1
+    assert len(shards) == 200 and max(map(len, shards.values())) > 1
     # Each shard of an evaluation is whole batches of its rows, at most sampling.shard_batches of them.
     for job in planned.values():
         if job.rule == "sample":

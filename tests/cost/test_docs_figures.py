@@ -88,10 +88,10 @@ def test_the_pages_figures_are_the_commands(printed, tmp_path):
     assert f"in one job an evaluation would take up to {float(hours):.1f}" in page
     assert all(part in job for part in ("gpt-neo-1.3b", "/brier/", "/writingprompts/", "insertion-0.025-exact"))
     assert f"{total(whole):,.1f} GPU-hours in one job per evaluation" in page and f"{gpu_hours:,.1f} in shards" in page
-    pattern = r"Sampling: 196 evaluations in (\d+) shards \(sampling.shard_batches (\{.*\}): (\d+) to (\d+)"
+    pattern = r"Sampling: 200 evaluations in (\d+) shards \(sampling.shard_batches (\{.*\}): (\d+) to (\d+)"
     shards = re.search(pattern, printed).groups()
     assert (
-        f"`sampling.shard_batches: {shards[1]}`): {shards[0]} shards for the 196 evaluations, up to {shards[3]}" in page
+        f"`sampling.shard_batches: {shards[1]}`): {shards[0]} shards for the 200 evaluations, up to {shards[3]}" in page
     )
     assert f"{shards[0]} shards ({shards[2]} to {shards[3]} for one)" in page
     longest = re.search(r"Longest job: ([\d.]+) h \(sample \S+\); its request \(([\d,]+) min\)", printed).groups()

@@ -182,7 +182,8 @@ def sample_job(
         b_overhead = shape.n_layer * dev.layer_overhead_s
         if alpha > 0 and test.mode == "exact":  # each row from its first edit on, or (no reuse) the whole prefix
             stretch = get_strategy(test.strategy).length_factor(alpha)
-            reuse = exact_reuses_cache(shape, prefix, new)
+            # the embedding space's exact mode recomputes the whole noised prefix (sample/embedded.py)
+            reuse = exact_reuses_cache(shape, prefix, new) and not get_strategy(test.strategy).in_embeddings
             lengths = [prefix + step for step in range(1, new)]
             suffix = [exact_fed_tokens(n, alpha, test.strategy) if reuse else n * stretch for n in lengths]
             step_flops = sum(forward_flops(shape, b * m, n * stretch) for m, n in zip(suffix, lengths, strict=True))
