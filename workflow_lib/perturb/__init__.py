@@ -2,6 +2,9 @@
 
 - `perturber`: T itself: insertion, replacement or deletion of synonyms in ragged token-id batches (the
   `STRATEGIES` registry), and the prefix-mode targets.
+- `strategies`: the registry of strategies (what each does to a selected token, or to its embedding).
+- `embedding`: the embedding space's perturbation: its noise (keyed at sampling, torch's generator at training),
+  where it is added, and NEFTune through transformers' hook.
 - `backends`: the array operations T needs on numpy and on torch, and counter-based (keyed) randomness.
 - `synonym_table`: the token -> synonyms table in the CSR layout that vectorised sampling needs.
 - `synonyms`: the `synonyms` rule: building a table (embedding, distributional, uniform, oracle).

@@ -7,6 +7,8 @@
   `Cached` (`cached`), and `Ancestral` (cached ancestral sampling at intensity 0); the batch layout they share.
 - `reuse`: `exact` as the sampler runs it: `Reuse`, the unperturbed key/value cache reused up to each row's first
   edit (the same laws; `loops.Recompute` where reuse is not exact, `exact_steps` chooses).
+- `embedded`: the modes of a strategy of the embedding space: `NoisedRecompute` (`exact`) and `NoisedCached`
+  (`cached`), the prefix's input embeddings noised where the perturbation selects.
 - `shards`: which rows a sampling shard continues, and how many shards an evaluation has (standard library only).
 - `gather`: the `gather_samples` rule's command: the shards joined into the samples file.
 - `settings`: what a sampling job reads from the config.
