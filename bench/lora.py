@@ -101,7 +101,6 @@ def main() -> None:
         model = opts.model
         if model is None:
             from support.gguf_files import smollm2_gguf
-
             from workflow_lib.data.gguf import dequantise
 
             model = root / "smollm2"
