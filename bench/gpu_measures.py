@@ -252,7 +252,7 @@ def hf_trainer(run: Run, folder: Path, precision: str, work: Path) -> dict:
 
 
 def training(run: Run, root: Path, peaks: dict) -> dict:
-    from workflow_lib.cost.jobs import ADAM_BYTES_PER_PARAM
+    from workflow_lib.cost.training import ADAM_BYTES_PER_PARAM
 
     results = {}
     for name, (kind, arch) in run.shapes().items():

@@ -468,7 +468,7 @@ def check(config: dict, workdir: Path | None = None) -> None:
                     f"config key tokenizers.{name}.dataset: dataset {tok['dataset']!r} has no 'train' split to learn from"
                 )
     schema = load_schema()
-    training_schema = schema["properties"]["training"]
+    training_schema = {**schema["properties"]["training"], "$defs": schema["$defs"]}  # training.lora is a $ref
     for name, model in config["models"].items():
         _need(model["tokenizer"], config["tokenizers"], f"models.{name}.tokenizer", "tokenizer")
         if model.get("training"):
@@ -701,6 +701,7 @@ def normalise(config: dict, workdir: Path | None = None) -> dict:
         exp.setdefault("train_dataset", NO_TRAIN_DATASET)
         for axis, name in grids.items():  # snakemake fills no default behind a $ref: the grid reads these, filled
             exp[axis] = {**schema_defaults(schema, schema["$defs"][name]), **exp.get(axis, {})}
+    normalise_lora(config, schema)
     config["objectives"] = {**PREDEFINED_OBJECTIVES, **config.get("objectives", {})}
     config["decoders"] = {name: {} for name in PREDEFINED_DECODERS} | {
         name: {k: float(v) if k in DECODER_FLOAT_KEYS else v for k, v in decoder.items()}
@@ -721,6 +722,18 @@ def normalise(config: dict, workdir: Path | None = None) -> dict:
     if len(candidates) == 1 and float(config["report"]["intensity"]) not in candidates:
         config["report"]["intensity"] = candidates[0]  # a study of one perturbed intensity reports that one
     return config
+
+
+def normalise_lora(config: dict, schema: dict) -> None:
+    """Fill `training.lora` (top level and each model's) with the schema's defaults, alpha and dropout as floats:
+    the train job's params are the settings' JSON, so `alpha: 16` and `alpha: 16.0`, or a default spelt out, must
+    not read as two runs. A model's `lora` replaces the top-level one whole (training_settings merges shallowly)."""
+    node = schema["$defs"]["lora"]  # behind a $ref (and an anyOf with null): snakemake fills no default there
+    sections = [config["training"], *(model.get("training") or {} for model in config["models"].values())]
+    for section in sections:
+        if isinstance(section.get("lora"), dict):
+            lora = {**schema_defaults(schema, node), **section["lora"]}
+            section["lora"] = {**lora, "alpha": float(lora["alpha"]), "dropout": float(lora["dropout"])}
 
 
 def validate_config(config: dict, workdir: Path | None = None) -> dict:

@@ -37,7 +37,7 @@ def run_recipe(name: str, studies: Path, run: list[str] | None = None) -> subpro
 
 def test_every_recipe_is_a_file_the_page_shows_whole():
     found = recipes()
-    assert set(found) == {"own-data", "zero-shot", "with-and-without", "objective"}
+    assert set(found) == {"own-data", "zero-shot", "with-and-without", "objective", "lora-7b"}
     assert {p.stem for p in (REPO / "configs/examples").glob("*.yaml")} == set(found)
     for name, (body, command) in found.items():
         assert body == (REPO / f"configs/examples/{name}.yaml").read_text(), name
@@ -159,3 +159,16 @@ def test_studies_side_by_side_write_their_own_results(tmp_path):
         )
         assert done.returncode == 0, done.stderr[-2000:]
         assert "train" in planned_rules(done.stdout)  # each folder plans the whole study: nothing is shared
+
+
+def test_lora_7b_overlay_plans_its_two_trainings_beside_the_paper_study(tmp_path):
+    """Given after configs/paper.yaml: the 7B model's trainings with and without perturbation, with LoRA in their
+    settings (its memory and GPU-hours: tests/cost/test_lora_cost.py)."""
+    done = run_recipe("lora-7b", tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    trained = set(re.findall(r"results/models/llama-2-7b/wikitext2/mle/[^\s,]+/seed42", done.stdout))
+    assert trained == {
+        "results/models/llama-2-7b/wikitext2/mle/embedding/augment-m1/insertion-0.025/seed42",
+        "results/models/llama-2-7b/wikitext2/mle/none/augment-m1/none-0/seed42",
+    }
+    assert "results/models/gpt2/wikitext2/mle/" in done.stdout  # the paper's study is still there

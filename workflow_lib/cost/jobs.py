@@ -2,7 +2,10 @@
 
 The arithmetic, per job (N: the parameters every token multiplies, `Shape.matmul_params`; L layers of width d):
 - train: 6N + 12 L d T FLOPs per token of a row of T tokens (PaLM appendix B, as nanoGPT's `estimate_mfu`), over
-  every row of every epoch, at the device's training MFU; validation: 2N + 4 L d T per token at each evaluation.
+  every row of every epoch, at the device's training MFU; with LoRA 4N + 12 L d T plus the adapters' (the frozen
+  weights' weight-gradient GEMMs dropped: cost/training.py); validation: 2N + 4 L d T per token at each evaluation.
+  Memory: the weights and optimizer states (16 bytes a parameter; LoRA: the frozen weights in their load_dtype and
+  the adapters' 16 bytes a parameter) and a micro-batch's activations (cost/training.py `memory`).
   The objectives' extra work is left out: in the default study EMO, the costliest, trained 7% longer than MLE
   (23.7 s against 22.2 s per job), most of it the fixed cost.
 - sample: the prompts' forward pass, then one step per new token. `exact` mode at intensity > 0 feeds each row its
@@ -29,6 +32,8 @@ from workflow_lib.constants import UNTRAINED
 from workflow_lib.cost import sizes
 from workflow_lib.cost.devices import Device
 from workflow_lib.cost.shapes import Shape, featuriser_shape, model_shape
+from workflow_lib.cost.training import flops_per_token
+from workflow_lib.cost.training import memory as training_memory
 from workflow_lib.layout import FEATURES, parse
 from workflow_lib.perturb.strategies import get as get_strategy
 from workflow_lib.sample.shards import batches_that_fit, shard_rows
@@ -36,7 +41,6 @@ from workflow_lib.train.settings import training_settings
 
 RULES = ("train", "sample", "sample_features", "evaluate", "perplexity", "features", "extrapolation")  # the modelled
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-ADAM_BYTES_PER_PARAM = 16  # fp32 weights, gradients and AdamW's two moments (mixed precision keeps fp32 masters)
 
 
 @dataclass
@@ -126,7 +130,7 @@ def train_job(
         else {"bf16": "bf16", "fp16": "fp16"}.get(settings["mixed_precision"], "fp32")
     )
     length = data["tokens"] / max(data["rows"], 1)
-    per_token = 6 * shape.matmul_params + 12 * shape.n_layer * shape.d_model * length
+    per_token = flops_per_token(shape, length, settings.get("lora"))
     epochs = settings["epochs"]
     train_flops = data["tokens"] * epochs * per_token
     micro = math.ceil(data["rows"] / (settings["batch_size"] * max(gpus, 1))) * epochs
@@ -147,8 +151,9 @@ def train_job(
         "fixed": dev.fixed_s["train"] + (dev.launch_s if gpus > 1 else 0.0),
         "load": load_seconds(dev, shape, job),
     }
-    job.memory_gb = shape.params * ADAM_BYTES_PER_PARAM / 1e9
-    job.memory_what = "weights, gradients and AdamW states (16 bytes per parameter, on every GPU)"
+    micro_tokens = settings["batch_size"] * min(length, settings["max_length"])
+    held, job.memory_what = training_memory(shape, settings, config["models"][model], micro_tokens, BYTES[precision])
+    job.memory_gb = held / 1e9
     return job
 
 

@@ -75,6 +75,16 @@ KNOWN: dict[str, dict[str, Any]] = {
         "vocab_size": 50257,
         "max_position_embeddings": 2048,
     },
+    # configs/examples/lora-7b.yaml: Llama-2-7B (a gated MLP, rotary positions, an untied head of 32000)
+    "meta-llama/Llama-2-7b-hf": {
+        "model_type": "llama",
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "intermediate_size": 11008,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+    },
     # the default featuriser (sentence-transformers/all-MiniLM-L6-v2, a BERT encoder)
     "minilm": {
         "num_hidden_layers": 6,

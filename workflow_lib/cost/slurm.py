@@ -13,7 +13,8 @@ import copy
 import math
 
 from workflow_lib.cost.devices import device
-from workflow_lib.cost.jobs import ADAM_BYTES_PER_PARAM, Job, plan_jobs
+from workflow_lib.cost.jobs import Job, plan_jobs
+from workflow_lib.cost.training import ADAM_BYTES_PER_PARAM
 
 _PLANS: dict[int, tuple[dict, dict[str, Job]]] = {}
 HOST_BASE_MB = 4000  # interpreter, torch, transformers and the data a job holds, measured below 3 GB (max_rss)

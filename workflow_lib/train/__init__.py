@@ -5,5 +5,7 @@
 - `loop`: the loop's parts: one optimizer step, its log row, validation, and the checkpoint (each folder
   self-contained and marked complete last, so a kill at any moment resumes from a consistent one).
 - `batches`: the training rows as a torch Dataset, padding, and the epoch shuffle a resumed run repeats.
+- `lora`: training.lora through peft: adapters added after the model is built, the merged model and `adapter/`
+  written at the end.
 - `objectives`: the registry of training objectives (MLE, Brier, spherical, MixCE, TVD, EMO, ...).
 """

@@ -55,6 +55,7 @@ class TrainingRun:
     total_steps: int
     resume: Path  # the checkpoint folder (--resume-dir)
     mark: str  # fingerprint(): which run a checkpoint belongs to
+    adapters: Any = None  # training.lora: the PeftModel around lm (train/lora.py); None: every parameter trains
 
     @property
     def global_batch(self) -> int:
@@ -149,7 +150,10 @@ def validate(run: TrainingRun, state: RunState, row: dict) -> None:
         raise diverged(run, state, "validation loss", losses["nll"] + losses["objective"], state.step)
     if settings["select_best"] and losses[settings["select_by"]] < state.best["loss"]:
         state.best = {"loss": losses[settings["select_by"]], "step": state.step, "by": settings["select_by"]}
-        save_model(run.accelerator, run.model, run.tokenizer, run.resume / "best")
+        if run.adapters is not None:  # the adapters alone: write_outputs merges the best ones at the end
+            save_best_adapter(run)
+        else:
+            save_model(run.accelerator, run.model, run.tokenizer, run.resume / "best")
 
 
 def validation_losses(
@@ -268,14 +272,35 @@ def save_model(accelerator, model, tokenizer, folder: Path) -> None:
         os.replace(tmp, folder)
 
 
+def save_best_adapter(run: TrainingRun) -> None:
+    """select_best with LoRA: the best step's adapters into the checkpoints' `best` folder, replacing it once complete."""
+    from workflow_lib.train import lora
+
+    if run.accelerator.is_main_process:
+        folder = run.resume / "best"
+        tmp = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        lora.save_adapter(run.adapters, tmp)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp, folder)
+
+
 def write_outputs(run: TrainingRun, state: RunState, ran: dict) -> None:
-    """The final (or best) model in safetensors, its tokenizer, train_log.csv and a summary of what ran, atomically."""
+    """The final (or best) model in safetensors, its tokenizer, train_log.csv and a summary of what ran, atomically.
+    With LoRA the model is the merged one, its adapters in `adapter/` beside it (train/lora.py `write_merged`)."""
     from workflow_lib.data.tokenization import save_tokenizer
     from workflow_lib.files import atomic_path
 
     settings, best = run.settings, state.best
+    selected = settings["select_best"] and best["step"] is not None
     with atomic_path(run.args.output) as tmp:
-        if settings["select_best"] and best["step"] is not None:
+        if run.adapters is not None:
+            from workflow_lib.train import lora
+
+            ran = {**ran, "lora": lora.described(run.adapters)}
+            lora.write_merged(run.adapters, tmp, run.resume / "best" if selected else None)
+            save_tokenizer(run.tokenizer, tmp)
+        elif selected:
             shutil.copytree(run.resume / "best", tmp)
         else:
             run.accelerator.unwrap_model(run.model).lm.save_pretrained(tmp, safe_serialization=True)

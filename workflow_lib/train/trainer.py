@@ -146,11 +146,12 @@ def check_settings(settings: dict, n_rows: int, n_processes: int) -> None:
         )
 
 
-def fingerprint(args, settings: dict, model_spec: dict, objective: dict, n_processes: int) -> str:
+def fingerprint(args, settings: dict, model_spec: dict, objective: dict, n_processes: int, adapters=None) -> str:
     """What a checkpoint was made with: a rerun resumes only a checkpoint of the same run, never one left by a
-    failed run with other settings, data or number of processes."""
+    failed run with other settings, data, number of processes or LoRA adapters (resolved: lora.described)."""
     files = [(f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in (args.train, args.validation) if f]
-    text = json.dumps([settings, model_spec, objective, n_processes, files], sort_keys=True, default=str)
+    made = [settings, model_spec, objective, n_processes, files] + ([adapters] if adapters else [])
+    text = json.dumps(made, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -205,7 +206,7 @@ def set_up(args: argparse.Namespace, settings: dict, model_spec: dict, objective
     from accelerate.utils import set_seed
     from transformers import AutoTokenizer, get_scheduler
 
-    from workflow_lib.train import objectives
+    from workflow_lib.train import lora, objectives
 
     loss_fn = objectives.get(objective["loss"])
     loss_params = {k: v for k, v in objective.items() if k != "loss"}
@@ -220,6 +221,7 @@ def set_up(args: argparse.Namespace, settings: dict, model_spec: dict, objective
     lm = build_model(args.model_key, model_spec, tokenizer, settings)
     if objective["loss"] == "emo":
         loss_params["cost_embedding"] = objectives.cost_embedding_of(lm).to(accelerator.device)
+    adapted = lora.add_adapters(lm, settings, args.model_key) if settings.get("lora") else None  # lm frozen
     optimizer = make_optimizer(lm, settings, accelerator.device.type)
     steps_per_epoch = math.ceil(len(loader) / settings["gradient_accumulation_steps"])  # len: this process's shard
     total_steps = settings["epochs"] * steps_per_epoch
@@ -257,7 +259,8 @@ def set_up(args: argparse.Namespace, settings: dict, model_spec: dict, objective
         steps_per_epoch=steps_per_epoch,
         total_steps=total_steps,
         resume=Path(args.resume_dir),
-        mark=fingerprint(args, settings, model_spec, objective, n_proc),
+        mark=fingerprint(args, settings, model_spec, objective, n_proc, adapted and lora.described(adapted)),
+        adapters=adapted,
     )
 
 
@@ -318,9 +321,10 @@ def make_optimizer(lm, settings: dict, device_type: str) -> torch.optim.Optimize
     thread its step takes a quarter of the per-tensor loop's (0.16 s against 0.63 s, a sixth of a training step).
     Only on float32 master weights: on float16 ones the loop's eps underflows to the NaN that stops the run,
     naming load_dtype (diverged(); docs/usage.md, "Training"), where the fused kernel's float32 arithmetic goes on."""
-    decay = [p for n, p in lm.named_parameters() if not any(k in n for k in ("bias", "ln", "norm"))]
-    no_decay = [p for n, p in lm.named_parameters() if any(k in n for k in ("bias", "ln", "norm"))]
-    fused = device_type in ("cpu", "cuda") and all(p.dtype == torch.float32 for p in lm.parameters())
+    trained = [(n, p) for n, p in lm.named_parameters() if p.requires_grad]  # with LoRA: the adapters alone
+    decay = [p for n, p in trained if not any(k in n for k in ("bias", "ln", "norm"))]
+    no_decay = [p for n, p in trained if any(k in n for k in ("bias", "ln", "norm"))]
+    fused = device_type in ("cpu", "cuda") and all(p.dtype == torch.float32 for _, p in trained)
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": settings["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
         lr=settings["learning_rate"],
