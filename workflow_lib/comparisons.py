@@ -68,13 +68,18 @@ def _variants(rows: list[dict]) -> list[str]:
     """The condition fields that take more than one value in this study: labels must name them."""
     perturbed_train = [r for r in rows if r["train_intensity"] > 0]
     perturbed_test = [r for r in rows if (r["test_intensity"] or 0) > 0]
+    # synonyms vary only among the strategies that read a table (the embedding space's name none)
+    with_synonyms = {
+        "train_synonyms": [r for r in perturbed_train if r["train_synonyms"] != NO_STRATEGY],
+        "test_synonyms": [r for r in perturbed_test if r["test_synonyms"] != NO_STRATEGY],
+    }
     trained = [r for r in rows if r["objective"] != UNTRAINED]  # an untrained model has no training mode
     varying = []
     for field, among in (
-        ("train_synonyms", perturbed_train),
+        ("train_synonyms", with_synonyms["train_synonyms"]),
         ("train_mode", trained),
         ("copies", trained),
-        ("test_synonyms", perturbed_test),
+        ("test_synonyms", with_synonyms["test_synonyms"]),
         ("test_mode", perturbed_test),
     ):
         if len({r[field] for r in among}) > 1:
@@ -84,11 +89,11 @@ def _variants(rows: list[dict]) -> list[str]:
 
 def _label(name: str, row: dict, varying: list[str]) -> str:
     parts = []
-    if "train_synonyms" in varying and row["train_intensity"] > 0:
+    if "train_synonyms" in varying and row["train_intensity"] > 0 and row["train_synonyms"] != NO_STRATEGY:
         parts.append(f"train {row['train_synonyms']}")
     if "train_mode" in varying or "copies" in varying:
         parts.append(f"{row['train_mode']}-m{row['copies']}")
-    if row.get("test_intensity") and "test_synonyms" in varying:
+    if row.get("test_intensity") and "test_synonyms" in varying and row["test_synonyms"] != NO_STRATEGY:
         parts.append(f"sample {row['test_synonyms']}")
     if row.get("test_intensity") and "test_mode" in varying:
         parts.append(row["test_mode"])

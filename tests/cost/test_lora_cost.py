@@ -93,6 +93,6 @@ def test_make_estimate_prints_the_7b_example_s_gpu_hours(tmp_path):
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "| train | 56 | GPU |" in done.stdout, done.stdout  # the paper's 54 and the 7B's two
+    assert "| train | 58 | GPU |" in done.stdout, done.stdout  # the paper's 56 and the 7B's two
     assert "GPU total:" in done.stdout and "GPU-hours" in done.stdout
     assert "Memory: every job's static memory fits." in done.stdout, done.stdout

@@ -130,7 +130,7 @@ def test_load_pretrained_auto_keeps_the_stored_dtype(checkpoints, family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_target_logits_equal_the_full_forward(loaded, prompts, family):
-    from workflow_lib.train.trainer import target_logits
+    from workflow_lib.train.forward import target_logits
 
     tokenizer, model = loaded(family)
     ids, mask = right_padded(tokenizer, prompts)
@@ -372,8 +372,8 @@ def test_featurize_is_the_last_tokens_hidden_state_whatever_the_padding(loaded, 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_emo_cost_embedding_is_the_output_embedding_and_trains(loaded, checkpoints, prompts, family):
+    from workflow_lib.train.forward import target_logits
     from workflow_lib.train.objectives import cost_embedding_of, get
-    from workflow_lib.train.trainer import target_logits
 
     tokenizer, _ = loaded(family)
     model = load_pretrained(family, hf_spec(checkpoints[family]))

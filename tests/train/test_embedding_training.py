@@ -22,7 +22,8 @@ from workflow_lib.files import write_parquet
 from workflow_lib.perturb.synonym_table import SynonymTable
 from workflow_lib.perturb.training_data import perturb_blocks
 from workflow_lib.train.batches import TrainingRows, collate
-from workflow_lib.train.trainer import TargetLogits, train
+from workflow_lib.train.forward import TargetLogits
+from workflow_lib.train.trainer import train
 
 SETTINGS = {
     "learning_rate": 3e-3,

@@ -143,7 +143,7 @@ def test_select_best_merges_the_best_steps_adapters(data, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from workflow_lib.train.batches import TrainingRows, collate
-    from workflow_lib.train.trainer import target_logits
+    from workflow_lib.train.forward import target_logits
 
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "model").eval()
     batch = collate([TrainingRows(str(data / "val.parquet"), 64)[i] for i in range(8)], 0)

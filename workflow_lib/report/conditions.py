@@ -73,6 +73,10 @@ def sampling_mode(perturbed: pl.DataFrame) -> pl.Expr:
     return pl.lit("")
 
 
+# What a strategy's arms and their NoPerturb share: the table's row, but the strategy.
+ARM_KEYS = ["model", "dataset", "objective", "eval_set", "decoder"]
+
+
 def ablation_frame(frame: pl.DataFrame, intensity: float) -> pl.DataFrame:
     """The ablation's four conditions, named in column `condition`, per strategy (column `strategy`): each
     strategy's arms at the headline intensity (at 1 for one that perturbs every position, NEFTune:
@@ -89,8 +93,9 @@ def ablation_frame(frame: pl.DataFrame, intensity: float) -> pl.DataFrame:
         }
         sides = [on[side] | (pl.col(f"{side}_intensity") == 0) for side in ("train", "test")]
         arms = frame.filter(sides[0] & sides[1] & ~plain)
-        if arms.height:
-            parts.append(pl.concat([frame.filter(plain), arms]).with_columns(pl.lit(strategy).alias("strategy")))
+        if arms.height:  # NoPerturb where the strategy has an arm to compare with it, not in every row of the study
+            base = frame.filter(plain).join(arms.select(ARM_KEYS).unique(), on=ARM_KEYS, how="semi", nulls_equal=True)
+            parts.append(pl.concat([base, arms]).with_columns(pl.lit(strategy).alias("strategy")))
     if not parts:
         return frame.filter(pl.lit(False)).with_columns(pl.lit("").alias("strategy"), pl.lit("").alias("condition"))
     frame = pl.concat(parts)

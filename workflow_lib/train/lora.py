@@ -6,7 +6,7 @@ which saves the adapters (`adapter/`, peft's `save_pretrained`) and the model wi
 (`merge_and_unload`), where a fully fine-tuned model would be. Sampling, perplexity and featurisation read that
 merged model as they read any other: nothing downstream knows about LoRA.
 
-The adapters live inside the causal LM itself (peft injects them in place), so the step's `TargetLogits(lm)` and
+The adapters live inside the causal LM itself (peft injects them in place), so the step's `forward.TargetLogits(lm)` and
 accelerate's checkpoints (`save_state`/`load_state`: the model's state dict, optimizer, scheduler, RNG) work
 unchanged: a killed LoRA run resumes exactly as a full one does. peft is imported inside the functions: only a
 train job with `training.lora` set pays for it, and no module read at the Snakefile's parse time imports it.
