@@ -7,8 +7,7 @@ min_version("9.19")  # reads profiles/*/profile.yaml
 
 # workflow_lib at parse time: snakemake puts this Snakefile's folder on sys.path itself (a checkout's package first);
 # the jobs run `python -m workflow_lib...` with the package installed (pip install, envs/*.post-deploy.sh), or with
-# the checkout on the PYTHONPATH of the snakemake process (docs/usage.md). Nothing here edits the run's environment,
-# which a workflow importing this one as a module shares.
+# the checkout on the PYTHONPATH of the snakemake process (docs/usage.md).
 from workflow_lib.config_files import exit_on_bad_yaml
 from workflow_lib.layout import REPORT_LANDING
 

@@ -6,6 +6,12 @@ from pathlib import Path
 
 from snakemake.utils import update_config
 
+# Run as itself, the jobs' `python` is the interpreter that runs snakemake (`.venv/bin/snakemake` without activating
+# the venv), unless a job's conda environment puts its own first (--sdm conda). Imported as a module, the run's
+# environment is the importer's and is left as it is (docs/usage.md, "Using perturbed-LM inside your own workflow").
+if MAIN_WORKFLOW:
+    os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+
 from workflow_lib.config import ConfigError, typed_overrides, validate_config
 from workflow_lib.constants import NO_TRAIN_DATASET, SYNONYM_SOURCES, UNTRAINED
 from workflow_lib.cost.devices import check_cost

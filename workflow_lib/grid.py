@@ -106,8 +106,8 @@ def synonym_targets(config: dict) -> list[str]:
         for model in exp["models"]:
             tokenizer = config["models"][model]["tokenizer"]
             # the conditions' own sources: none at intensity 0, nor for a strategy of the embedding space
-            conditions = [*train_conditions(exp), *sampling_conditions(exp)]
-            for source in {c.synonyms for c in conditions} - {NO_STRATEGY}:
+            sources = {c.synonyms for c in train_conditions(exp)} | {c.synonyms for c in sampling_conditions(exp)}
+            for source in sources - {NO_STRATEGY}:
                 out.add(synonym_path(tokenizer, exp["train_dataset"], source))
     return sorted(out)
 
