@@ -18,7 +18,16 @@ import polars as pl
 import pytest
 import yaml
 
-from studies.real_checks import EXACT, ROWS, controls_problems, provenance_problems, row_problems, summary_problems
+from studies.real_checks import (
+    COLUMNS,
+    EXACT,
+    ROWS,
+    controls_problems,
+    expected_seeds,
+    provenance_problems,
+    row_problems,
+    summary_problems,
+)
 from support.plans import job_stats
 from support.workflow_runs import REPO, SNAKEMAKE
 
@@ -127,26 +136,29 @@ def test_the_real_study_plans_its_rules(tmp_path):
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=150)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     jobs = job_stats(result.stdout + result.stderr)
-    assert jobs["fetch_gguf"] == 1 and jobs["dequantise"] == 1 and jobs["tokenizer"] == 1
-    # MLE, EMO and MLE + insertion from 3 seeds each; sampled on 2 eval sets with the zero-shot model, and the
-    # first perturbed seed once more in `exact` mode on the licences; one perplexity job a model.
-    assert jobs["train"] == 9 and jobs["sample"] == 2 * 10 + 1 and jobs["perplexity"] == 10
+    assert jobs["tokenizer"] == 1
+    # MLE, EMO, MLE + insertion, + the embedding noise and + NEFTune from 3 seeds each, and SmolLM2 with LoRA from one;
+    # sampled on 2 eval sets with the zero-shot model, and the first perturbed seed once more in `exact` mode on the
+    # licences; one perplexity job a model. Two GGUF models of one file, each fetched and dequantised under its own
+    # name (pretrained.GGUF_DOWNLOAD is per model).
+    assert jobs["fetch_gguf"] == 2 and jobs["dequantise"] == 2
+    assert jobs["train"] == 16 and jobs["sample"] == 2 * 17 + 1 and jobs["perplexity"] == 17
 
 
 def test_checks_fail_on_doctored_input(tmp_path):
     real = yaml.safe_load(REAL.read_text())
     seeds = real["experiments"]["perturbed"]["seeds"]
     rows = [
-        (eval_set, o, a, b, m, seed, 0.5)
+        (eval_set, *row, seed, 0.5)
         for eval_set in real["eval_sets"]
-        for o, a, b, m in ROWS
-        for seed in ([real["seed"]] if o == "untrained" else seeds)
+        for row in ROWS
+        for seed in expected_seeds(row, real)
     ] + [
         (e, *EXACT, s, 0.5)
         for e in real["experiments"]["exact-check"]["eval_sets"]
         for s in real["experiments"]["exact-check"]["seeds"]
     ]
-    schema = ["eval_set", "objective", "train_intensity", "test_intensity", "test_mode", "seed", "rouge1_mean"]
+    schema = ["eval_set", *COLUMNS, "seed", "rouge1_mean"]
     metrics = pl.DataFrame(rows, schema=schema, orient="row")
     assert row_problems(metrics, real) == []
     assert row_problems(metrics.filter(pl.col("objective") != "emo"), real)
@@ -155,6 +167,8 @@ def test_checks_fail_on_doctored_input(tmp_path):
     assert row_problems(metrics.filter(~((pl.col("test_mode") == "exact") & (pl.col("test_intensity") > 0))), real)
     assert row_problems(metrics.with_columns(pl.lit(float("nan")).alias("rouge1_mean")), real)
     assert row_problems(pl.concat([metrics, metrics.head(1)]), real)  # a row twice
+    assert row_problems(metrics.filter(pl.col("train_strategy") != "neftune"), real)  # NEFTune's row missing
+    assert row_problems(metrics.filter(pl.col("model") != "smollm2-lora"), real)  # the LoRA model's
     real = yaml.safe_load(REAL.read_text())
     (tmp_path / "pretrained/smollm2").mkdir(parents=True)
     (tmp_path / "data/licences").mkdir(parents=True)
