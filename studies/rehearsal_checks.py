@@ -103,30 +103,38 @@ def table1_problems(metrics: pl.DataFrame, table1: pl.DataFrame, paper: dict) ->
     return problems
 
 
+# The ablation's experiments: the paper's (insertion) and, beyond it, the embedding space's noise and NEFTune (which
+# perturbs at training only, every position: its arms are NoPerturb and TrainPerturb, at intensity 1).
+ARMS = (("NoPerturb", False, False), ("TrainPerturb", True, False), ("TestPerturb", False, True), ("Both", True, True))
+ABLATIONS = (
+    ("ablation", "insertion", ARMS),
+    ("ablation-embedding", "embedding-noise", ARMS),
+    ("neftune", "neftune", ARMS[:2]),
+)
+
+
 def ablation_problems(metrics: pl.DataFrame, ablation: pl.DataFrame, paper: dict) -> list[str]:
-    """The ablation's four arms for each of its objectives (MLE and Brier), finite, and in tables/ablation.csv."""
-    exp = paper["experiments"]["ablation"]
-    alpha = max(exp["test_perturbation"]["intensities"])
+    """Each ablation experiment's arms for each of its objectives (the paper's: MLE and Brier), finite, and in
+    tables/ablation.csv on the strategy's row."""
     problems = []
-    for objective in exp["objectives"]:
-        for eval_set in exp["eval_sets"]:
-            for arm, train, test in (
-                ("NoPerturb", False, False),
-                ("TrainPerturb", True, False),
-                ("TestPerturb", False, True),
-                ("Both", True, True),
-            ):
-                rows = condition_rows(
-                    metrics, exp["models"][0], objective, eval_set, "insertion", alpha, train=train, test=test
-                )
-                problems += cell_problems(rows, f"ablation {objective} {arm} {eval_set}")
-                line = ablation.filter(
-                    (pl.col("model") == exp["models"][0])
-                    & (pl.col("objective") == objective)
-                    & (pl.col("eval_set") == eval_set)
-                )
-                if line.height != 1 or not (line[f"{arm} MAUVE"][0] or "").strip():
-                    problems.append(f"tables/ablation.csv: no {arm} cell for {objective} {eval_set}")
+    for name, strategy, arms in ABLATIONS:
+        exp = paper["experiments"][name]
+        alpha = max(exp["train_perturbation"]["intensities"])
+        for objective in exp["objectives"]:
+            for eval_set in exp["eval_sets"]:
+                for arm, train, test in arms:
+                    rows = condition_rows(
+                        metrics, exp["models"][0], objective, eval_set, strategy, alpha, train=train, test=test
+                    )
+                    problems += cell_problems(rows, f"{name} {objective} {arm} {eval_set}")
+                    line = ablation.filter(
+                        (pl.col("model") == exp["models"][0])
+                        & (pl.col("objective") == objective)
+                        & (pl.col("eval_set") == eval_set)
+                        & (pl.col("strategy") == strategy)
+                    )
+                    if line.height != 1 or not (line[f"{arm} MAUVE"][0] or "").strip():
+                        problems.append(f"tables/ablation.csv: no {arm} cell for {strategy} {objective} {eval_set}")
     return problems
 
 

@@ -1,7 +1,7 @@
 """`make rehearsal`: configs/paper.yaml with configs/paper-rehearsal.yaml is the paper's study, only smaller.
 
 - The overlay changes only where things come from and how big they are (its keys, checked), and the rehearsal
-  plans the same rules with the same job counts as the paper's study (986 jobs), but for its 184 MAUVE contrasts
+  plans the same rules with the same job counts as the paper's study (1008 jobs), but for its 190 MAUVE contrasts
   (at the rehearsal's 8 prompts, under MAUVE's floor, there is no MAUVE to contrast) and its sampling shards (the
   paper's time limit splits its sampling into more jobs than the rehearsal's tiny models need).
 - The post-run checks (studies/rehearsal_checks.py, which `make rehearsal` runs on the finished study) are each
@@ -103,11 +103,11 @@ def test_rehearsal_plans_the_papers_jobs(tmp_path):
     paper, rehearsal = plan(tmp_path / "paper", PAPER), plan(tmp_path / "rehearsal", PAPER, OVERLAY)
     # One mauve_contrast job per designed MAUVE contrast in the paper's study; none at the rehearsal's 8 prompts, under
     # MAUVE's floor of 50 texts (every MAUVE cell there is "too few texts": evaluate.floor.mauve_never_resolves).
-    assert paper.pop("mauve_contrast") == 184 and "mauve_contrast" not in rehearsal
+    assert paper.pop("mauve_contrast") == 190 and "mauve_contrast" not in rehearsal
     # Sampling shards fit the paper's time limit (cost.max_minutes) at the paper's sizes; at the rehearsal's, one shard
     # an evaluation does. Either way one gather_samples job an evaluation joins them.
     assert paper.pop("sample") > paper["gather_samples"] == rehearsal.pop("sample")
-    assert rehearsal == paper and sum(paper.values()) + paper["gather_samples"] == 986  # the rehearsal's jobs
+    assert rehearsal == paper and sum(paper.values()) + paper["gather_samples"] == 1008  # the rehearsal's jobs
 
 
 def test_served_stand_ins_repeat_byte_for_byte_and_are_shaped_as_the_originals():
@@ -190,6 +190,11 @@ def metric_rows(paper: dict) -> pl.DataFrame:
             for a in (0, 0.025)
             for b in (0, 0.025)
         ]
+    for a in (0, 0.025):  # the embedding space's noise at training, sampling, both or neither; NEFTune at training
+        for b in (0, 0.025):
+            row = ("embedding-noise" if a else "none", a, "embedding-noise" if b else "none", b)
+            rows.append(("gpt2", "mle", "webtext", "unbiased", *row, 0.9, 0.5))
+    rows.append(("gpt2", "mle", "webtext", "unbiased", "neftune", 1.0, "none", 0, 0.9, 0.5))
     for alpha in checks.SWEEP:
         rows.append(("gpt2", "mle", "webtext", "unbiased", "insertion", alpha, "insertion", alpha, 0.9, 0.5))
     for strategy in ("replacement", "deletion"):
@@ -241,13 +246,21 @@ def test_ablation_sweep_and_strategy_checks_fail_on_a_missing_arm(paper, tmp_pat
     metrics = metric_rows(paper)
     ablation = pl.DataFrame(
         {
-            "model": ["gpt2"] * 2,
-            "objective": ["brier", "mle"],
-            "eval_set": ["webtext"] * 2,
-            **{f"{arm} MAUVE": ["0.9"] * 2 for arm in ("NoPerturb", "TrainPerturb", "TestPerturb", "Both")},
+            "model": ["gpt2"] * 4,
+            "objective": ["brier", "mle", "mle", "mle"],
+            "eval_set": ["webtext"] * 4,
+            "strategy": ["insertion", "insertion", "embedding-noise", "neftune"],
+            **{f"{arm} MAUVE": ["0.9"] * 4 for arm in ("NoPerturb", "TrainPerturb", "TestPerturb", "Both")},
         }
     )
     assert checks.ablation_problems(metrics, ablation, paper) == []
+    assert checks.ablation_problems(metrics.filter(pl.col("train_strategy") != "neftune"), ablation, paper) == [
+        "neftune mle TrainPerturb webtext: no metrics row"
+    ]
+    assert checks.ablation_problems(metrics, ablation.filter(pl.col("strategy") != "embedding-noise"), paper) == [
+        f"tables/ablation.csv: no {arm} cell for embedding-noise mle webtext"
+        for arm in ("NoPerturb", "TrainPerturb", "TestPerturb", "Both")
+    ]
     train_only = (pl.col("objective") == "brier") & (pl.col("train_intensity") > 0) & (pl.col("test_intensity") == 0)
     assert checks.ablation_problems(metrics.filter(~train_only), ablation, paper) == [
         "ablation brier TrainPerturb webtext: no metrics row"
