@@ -172,6 +172,31 @@ def test_the_ablation_has_a_row_per_strategy_at_its_own_intensity(study, tmp_pat
     }
 
 
+def test_the_tv_table_names_the_strategy_where_a_study_has_several(study, tmp_path):
+    """Insertion's and the embedding noise's rows at one intensity are two conditions: the TV table says which."""
+    write(
+        tmp_path,
+        "mle",
+        "0.025",
+        "0.025",
+        "ood",
+        None,
+        None,
+        st="embedding-noise",
+        kind="extrapolation",
+        tv=(0.25, 0.01),
+    )
+    paths = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("results/**/*.json"))
+    frame = collect(paths)
+    written = tables(frame, str(tmp_path / "tables"), 0.025, ["test", "ood"])
+    config = {"models": {"tiny": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}}
+    text = summary(StudyResults(frame, written), config, 0.025)
+    table = text.split("## Extrapolation error against the exact law")[1]
+    assert "| objective | train T | train α | test T | test α |" in table
+    assert "| mle | insertion | 0.025 | insertion | 0.025 | 0.200 ± 0.010 |" in table
+    assert "| mle | embedding-noise | 0.025 | embedding-noise | 0.025 | 0.250 ± 0.010 |" in table
+
+
 def test_figures_are_written_and_not_empty(study, tmp_path):
     for name, fn in FIGURES.items():
         fn(study, str(tmp_path / "fig" / name))

@@ -299,16 +299,24 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
                 "upward by a little (docs/method.md, 'The exact TV's Monte Carlo bias')." + tv_bias_line(tv) + "\n"
             ),
         ]
+        # which perturbation, where a study has several strategies (insertion's and the embedding space's rows at
+        # one intensity are different conditions)
+        strategies = (set(tv["train_strategy"].to_list()) | set(tv["test_strategy"].to_list())) - {"none", None}
+        named = len(strategies) > 1
         rows, _means, columns = pivot_cells(
             tv.with_columns(
+                pl.col("train_strategy").alias("train T"),
                 pl.col("train_intensity").cast(pl.Utf8).alias("train α"),
+                pl.col("test_strategy").alias("test T"),
                 pl.col("test_intensity").cast(pl.Utf8).alias("test α"),
             ),
             [
                 *(["model"] if tv["model"].n_unique() > 1 else []),
                 "objective",
                 *(["decoder"] if len(decoders) > 1 else []),
+                *(["train T"] if named else []),
                 "train α",
+                *(["test T"] if named else []),
                 "test α",
             ],
             "eval_set",
