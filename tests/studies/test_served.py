@@ -12,7 +12,7 @@ import polars as pl
 import yaml
 
 from studies import browser, served
-from studies.real_checks import EXACT, ROWS, finished_problems
+from studies.real_checks import COLUMNS, EXACT, ROWS, expected_seeds, finished_problems
 from support.workflow_runs import REPO
 
 REAL = REPO / "configs/real.yaml"
@@ -57,29 +57,18 @@ def test_without_chromium_the_browser_check_is_skipped_unless_required(tmp_path,
 def finished_real_study(workdir: Path, real: dict) -> None:
     """The files `make real`'s checks read, as a finished study that holds would have them."""
     results = workdir / "results"
-    seeds = real["experiments"]["perturbed"]["seeds"]
     exact = real["experiments"]["exact-check"]
     rows = [
-        (e, o, a, b, m, s, 0.5, None, "MAUVE cannot see word salad here")
+        (e, *row, s, 0.5, None, "MAUVE cannot see word salad here")
         for e in real["eval_sets"]
-        for o, a, b, m in ROWS
-        for s in ([real["seed"]] if o == "untrained" else seeds)
+        for row in ROWS
+        for s in expected_seeds(row, real)
     ] + [
         (e, *EXACT, s, 0.5, None, "MAUVE cannot see word salad here")
         for e in exact["eval_sets"]
         for s in exact["seeds"]
     ]
-    schema = [
-        "eval_set",
-        "objective",
-        "train_intensity",
-        "test_intensity",
-        "test_mode",
-        "seed",
-        "rouge1_mean",
-        "mauve_mean",
-        "mauve_status",
-    ]
+    schema = ["eval_set", *COLUMNS, "seed", "rouge1_mean", "mauve_mean", "mauve_status"]
     (results / "report").mkdir(parents=True)
     pl.DataFrame(rows, schema=schema, orient="row").write_csv(results / "report/metrics.csv")
     (results / "pretrained/smollm2").mkdir(parents=True)
