@@ -38,24 +38,29 @@ COLUMNS = ["model", "objective", "train_strategy", "train_intensity", "test_stra
 EXPERIMENT_OF = {"embedding-noise": "embedding-noise", "neftune": "neftune", "insertion": "perturbed"}
 
 
-def expected_seeds(row: tuple, real: dict) -> list[int]:
-    """The training seeds a row is sampled from: its experiment's."""
+def row_experiment(row: tuple, real: dict) -> dict:
+    """The experiment a row comes from (its seeds and eval sets)."""
     experiments = real["experiments"]
     if row[1] == "untrained":
-        return [real["seed"]]
+        return experiments["zero-shot"]
     if row[0] == "smollm2-lora":
-        return sorted(experiments["lora"].get("seeds", [real["seed"]]))
-    return sorted(experiments[EXPERIMENT_OF.get(row[2], "baseline")]["seeds"])
+        return experiments["lora"]
+    return experiments[EXPERIMENT_OF.get(row[2], "baseline")]
+
+
+def expected_seeds(row: tuple, real: dict) -> list[int]:
+    """The training seeds a row is sampled from: its experiment's (the zero-shot row: the config's seed)."""
+    return sorted(row_experiment(row, real).get("seeds", [real["seed"]]))
 
 
 def row_problems(metrics: pl.DataFrame, real: dict) -> list[str]:
-    """Every row of ROWS on every eval set, once per training seed, with a finite ROUGE-1 (MAUVE may be refused, never
+    """Every row of ROWS on its experiment's eval sets, once per training seed, with a finite ROUGE-1 (MAUVE may be refused, never
     missing silently); the `exact` check on exactly the eval sets and seeds experiment exact-check names."""
     experiments = real["experiments"]
     expected = {row: expected_seeds(row, real) for row in ROWS}
     problems = []
     for eval_set in real["eval_sets"]:
-        check = {**expected}
+        check = {row: seeds for row, seeds in expected.items() if eval_set in row_experiment(row, real)["eval_sets"]}
         if eval_set in experiments["exact-check"]["eval_sets"]:
             check[EXACT] = sorted(experiments["exact-check"]["seeds"])
         for row, want in [*check.items(), *([(EXACT, [])] if EXACT not in check else [])]:

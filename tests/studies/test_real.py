@@ -25,6 +25,7 @@ from studies.real_checks import (
     controls_problems,
     expected_seeds,
     provenance_problems,
+    row_experiment,
     row_problems,
     summary_problems,
 )
@@ -150,8 +151,8 @@ def test_checks_fail_on_doctored_input(tmp_path):
     seeds = real["experiments"]["perturbed"]["seeds"]
     rows = [
         (eval_set, *row, seed, 0.5)
-        for eval_set in real["eval_sets"]
         for row in ROWS
+        for eval_set in row_experiment(row, real)["eval_sets"]
         for seed in expected_seeds(row, real)
     ] + [
         (e, *EXACT, s, 0.5)
@@ -169,6 +170,17 @@ def test_checks_fail_on_doctored_input(tmp_path):
     assert row_problems(pl.concat([metrics, metrics.head(1)]), real)  # a row twice
     assert row_problems(metrics.filter(pl.col("train_strategy") != "neftune"), real)  # NEFTune's row missing
     assert row_problems(metrics.filter(pl.col("model") != "smollm2-lora"), real)  # the LoRA model's
+    # a row is expected on its own experiment's eval sets (real-ci samples the LoRA model on the licences only)
+    lora_on_wikitext = (pl.col("model") == "smollm2-lora") & (pl.col("eval_set") == "wikitext2")
+    ci = {
+        **real,
+        "experiments": {**real["experiments"], "lora": {**real["experiments"]["lora"], "eval_sets": ["licences"]}},
+    }
+    assert (
+        row_problems(metrics.filter(~lora_on_wikitext), ci)
+        == []
+        != row_problems(metrics.filter(~lora_on_wikitext), real)
+    )
     real = yaml.safe_load(REAL.read_text())
     (tmp_path / "pretrained/smollm2").mkdir(parents=True)
     (tmp_path / "data/licences").mkdir(parents=True)

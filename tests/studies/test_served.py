@@ -12,7 +12,7 @@ import polars as pl
 import yaml
 
 from studies import browser, served
-from studies.real_checks import COLUMNS, EXACT, ROWS, expected_seeds, finished_problems
+from studies.real_checks import COLUMNS, EXACT, ROWS, expected_seeds, finished_problems, row_experiment
 from support.workflow_runs import REPO
 
 REAL = REPO / "configs/real.yaml"
@@ -60,8 +60,8 @@ def finished_real_study(workdir: Path, real: dict) -> None:
     exact = real["experiments"]["exact-check"]
     rows = [
         (e, *row, s, 0.5, None, "MAUVE cannot see word salad here")
-        for e in real["eval_sets"]
         for row in ROWS
+        for e in row_experiment(row, real)["eval_sets"]
         for s in expected_seeds(row, real)
     ] + [
         (e, *EXACT, s, 0.5, None, "MAUVE cannot see word salad here")
