@@ -4,79 +4,43 @@ resumes to the same weights (the noise's generator is restored with the checkpoi
 
 from __future__ import annotations
 
-import argparse
-import csv
-import json
-import signal
-import subprocess
-import sys
-import time
-
 import numpy as np
+import pyarrow.compute as pc
 import pytest
+import test_train as base  # the trainer's tests: their data, settings and kill harness (tests/train/ is on sys.path)
 import torch
 from safetensors.torch import load_file
 
-from workflow_lib.data.tokenization import train_bpe
-from workflow_lib.files import write_parquet
+from workflow_lib.files import read_parquet, write_parquet
 from workflow_lib.perturb.synonym_table import SynonymTable
 from workflow_lib.perturb.training_data import perturb_blocks
 from workflow_lib.train.batches import TrainingRows, collate
 from workflow_lib.train.forward import TargetLogits
 from workflow_lib.train.trainer import train
 
-SETTINGS = {
-    "learning_rate": 3e-3,
-    "lr_scheduler": "constant",
-    "warmup_steps": 0,
-    "weight_decay": 0.0,
-    "batch_size": 8,
-    "gradient_accumulation_steps": 1,
-    "epochs": 3,
-    "max_length": 64,
-    "max_grad_norm": 1.0,
-    "mixed_precision": "no",
-    "gradient_checkpointing": False,
-    "checkpoint_every": 5,
-    "eval_every": 10,
-    "log_every": 5,
-    "select_best": False,
-    "validation": True,
-    "gpus": 0,
-    "seed": 3,
-    "select_by": "nll",
-}
-MODEL = {"source": "scratch", "architecture": {"n_layer": 1, "n_head": 2, "n_embd": 32, "n_positions": 64}}
+SETTINGS = {**base.SETTINGS, "epochs": 3}
+MODEL = base.MODEL
 NOISE = {"strategy": "embedding-noise", "noise": "gaussian", "scale": 1.0}
 NEFTUNE = {"strategy": "neftune", "neftune_alpha": 5.0}
-
-
-@pytest.fixture(autouse=True)
-def fresh_accelerator_state():
-    from accelerate.state import AcceleratorState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    yield
+fresh_accelerator_state = base.fresh_accelerator_state  # autouse: each train() is a job of its own
+memorisable = base.data  # the trainer's tests' set: tokenizer, blocks, validation rows
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("embedding-training")
-    texts = [" the cat sat on the mat .", " a dog ran in the park .", " the bird sang a song ."] * 40
-    tokenizer = train_bpe(texts, 300, min_frequency=1)
-    tokenizer.save_pretrained(root / "tok")
-    ids = np.concatenate([tokenizer(t)["input_ids"] for t in texts])
-    blocks = ids[: len(ids) // 16 * 16].reshape(-1, 16)
-    table = SynonymTable.from_rows(len(tokenizer), [], [], [])
+def data(memorisable):
+    """The trainer's tests' folder, with the same blocks perturbed in the embedding space beside its own files."""
+    rows = read_parquet(memorisable / "augment.parquet")
+    originals = rows.filter(pc.equal(rows.column("copy"), 0)).column("input_ids").to_pylist()
+    blocks = np.array(originals)
+    table = SynonymTable.from_rows(int(blocks.max()) + 1, [], [], [])
+    write_parquet(perturb_blocks(blocks, "augment", "insertion", 0.0, table, 1, 0, "k"), memorisable / "plain.parquet")
     for name, strategy, alpha, settings in (
-        ("plain", "insertion", 0.0, None),
         ("embedding-noise", "embedding-noise", 0.3, NOISE),
         ("neftune", "neftune", 1.0, NEFTUNE),
     ):
         rows = perturb_blocks(blocks, "augment", strategy, alpha, table, 1, 0, "k", embedding=settings)
-        write_parquet(rows, root / f"{name}.parquet")
-    write_parquet(perturb_blocks(blocks[:8], "augment", "insertion", 0.0, table, 1, 0, "v"), root / "val.parquet")
-    return root
+        write_parquet(rows, memorisable / f"{name}.parquet")
+    return memorisable
 
 
 def test_noise_reaches_the_listed_positions_and_nothing_before_them_in_training_mode_only(data):
@@ -103,73 +67,23 @@ def test_noise_reaches_the_listed_positions_and_nothing_before_them_in_training_
     assert torch.equal(module.eval()(**inputs), clean)  # validation reads the unperturbed text
 
 
-def args_for(data, out, name):
-    return argparse.Namespace(
-        train=str(data / f"{name}.parquet"),
-        validation=str(data / "val.parquet"),
-        tokenizer=str(data / "tok"),
-        model_key="tiny",
-        resume_dir=str(out / "resume"),
-        output=str(out / "model"),
-    )
-
-
-def losses(out) -> list[float]:
-    with open(out / "model" / "train_log.csv") as handle:
-        return [float(r["loss"]) for r in csv.DictReader(handle)]
-
-
 def test_both_strategies_learn_and_train_otherwise_than_without_noise(data, tmp_path):
     history = {}
     for name in ("plain", "embedding-noise", "neftune"):
-        train(args_for(data, tmp_path / name, name), dict(SETTINGS), MODEL, {"loss": "mle"})
-        history[name] = losses(tmp_path / name)
+        train(base.args_for(data, tmp_path / name, f"{name}.parquet"), dict(SETTINGS), MODEL, {"loss": "mle"})
+        history[name] = base.losses(tmp_path / name)
         assert np.mean(history[name][-3:]) < np.mean(history[name][:3])
     assert history["embedding-noise"] != history["plain"] and history["neftune"] != history["plain"]
 
 
-def command(data, out, name) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "workflow_lib.train.trainer",
-        "--train",
-        str(data / f"{name}.parquet"),
-        "--validation",
-        str(data / "val.parquet"),
-        "--tokenizer",
-        str(data / "tok"),
-        "--model-key",
-        "tiny",
-        "--model",
-        json.dumps(MODEL),
-        "--objective",
-        json.dumps({"loss": "mle"}),
-        "--settings",
-        json.dumps({**SETTINGS, "epochs": 4}),
-        "--resume-dir",
-        str(out / "resume"),
-        "--output",
-        str(out / "model"),
-    ]
-
-
 @pytest.mark.parametrize("name", ["embedding-noise", "neftune"])
 def test_a_killed_run_resumes_to_the_same_weights(data, tmp_path, name):
-    whole = subprocess.run(command(data, tmp_path / "whole", name), capture_output=True, text=True, timeout=300)
+    train_file = f"{name}.parquet"
+    whole = base.run_cli(data, tmp_path / "whole", base.KILLED_SETTINGS, train_file)
     assert whole.returncode == 0, whole.stderr
-    out = tmp_path / "killed"
-    out.mkdir()
-    state = out / "resume" / "state" / "trainer_state.json"
-    with open(out / "killed.log", "w") as stderr:
-        process = subprocess.Popen(command(data, out, name), stdout=subprocess.DEVNULL, stderr=stderr)
-        deadline = time.monotonic() + 300
-        while not state.exists() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
-        process.send_signal(signal.SIGKILL)
-        assert process.wait(timeout=60) == -signal.SIGKILL, (out / "killed.log").read_text()[-3000:]
-    resumed = subprocess.run(command(data, out, name), capture_output=True, text=True, timeout=300)
+    base.run_cli_killed_after_a_checkpoint(data, tmp_path / "killed", train_file)
+    resumed = base.run_cli(data, tmp_path / "killed", base.KILLED_SETTINGS, train_file)
     assert resumed.returncode == 0 and "resuming from step" in resumed.stderr, resumed.stderr
     a = load_file(tmp_path / "whole" / "model" / "model.safetensors")
-    b = load_file(out / "model" / "model.safetensors")
+    b = load_file(tmp_path / "killed" / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -121,13 +121,13 @@ def test_prefix_mode_trains_from_explicit_targets(data, tmp_path):
     assert np.mean(history[-5:]) < np.mean(history[:5])
 
 
-def cli_command(data, out, settings=None) -> list[str]:
+def cli_command(data, out, settings=None, train_file="augment.parquet") -> list[str]:
     return [
         sys.executable,
         "-m",
         "workflow_lib.train.trainer",
         "--train",
-        str(data / "augment.parquet"),
+        str(data / train_file),
         "--validation",
         str(data / "val.parquet"),
         "--tokenizer",
@@ -147,21 +147,22 @@ def cli_command(data, out, settings=None) -> list[str]:
     ]
 
 
-def run_cli(data, out, settings=None):
-    return subprocess.run(cli_command(data, out, settings), capture_output=True, text=True, timeout=300)
+def run_cli(data, out, settings=None, train_file="augment.parquet"):
+    return subprocess.run(cli_command(data, out, settings, train_file), capture_output=True, text=True, timeout=300)
 
 
 # 48 steps, a checkpoint every 5: a kill at the first checkpoint leaves some seconds of training to land in.
 KILLED_SETTINGS = {**SETTINGS, "epochs": 4}
 
 
-def run_cli_killed_after_a_checkpoint(data, out) -> int:
+def run_cli_killed_after_a_checkpoint(data, out, train_file="augment.parquet") -> int:
     """A preemption from outside: start the CLI, SIGKILL it as soon as its first checkpoint is on disk, and return
     the step that checkpoint holds. Asserts that the kill, not the end of training, stopped it."""
     out.mkdir(parents=True, exist_ok=True)
     state = out / "resume" / "state" / "trainer_state.json"  # a complete checkpoint's marker, written last
     with open(out / "killed.log", "w") as stderr:  # a file, not a pipe nobody reads while it runs
-        process = subprocess.Popen(cli_command(data, out, KILLED_SETTINGS), stdout=subprocess.DEVNULL, stderr=stderr)
+        command = cli_command(data, out, KILLED_SETTINGS, train_file)
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
         deadline = time.monotonic() + 300
         while not state.exists() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
