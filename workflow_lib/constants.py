@@ -16,8 +16,8 @@ NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 UNTRAINED = "untrained"
 # The train_dataset of a zero-shot experiment that names none (its output paths say so). A reserved dataset name.
 NO_TRAIN_DATASET = "none"
-# The splits of a builtin dataset.
-BUILTIN_SPLITS = ("train", "validation", "test", "ood")
+# The splits of a builtin dataset; `reach` only where builtin.context_fraction > 0 (grid.dataset_splits).
+BUILTIN_SPLITS = ("train", "validation", "test", "ood", "reach")
 # Featurisers by name (docs/method.md §4); any other `evaluation.featuriser` is a local model folder.
 FEATURISERS = ("minilm", "gpt2-large")
 # The synonym sources of a perturbation (workflow_lib/perturb/synonyms.py builds each; the rules' wildcards read them).

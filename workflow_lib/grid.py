@@ -45,7 +45,8 @@ def dataset_splits(dataset: dict) -> list[str]:
     """The split names a dataset offers, whatever its source."""
     source = dataset["source"]
     if source == "builtin":
-        return list(BUILTIN_SPLITS)
+        held = dataset.get("builtin", {}).get("context_fraction", 0) > 0  # data/builtin_corpus.py: the `reach` split
+        return [s for s in BUILTIN_SPLITS if held or s != "reach"]
     if source == "hf":
         return list(dataset.get("splits", {}))
     return list(dataset.get("files", {}))

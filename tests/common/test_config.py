@@ -83,6 +83,15 @@ def test_unknown_eval_set_and_split():
     config["eval_sets"]["syn-test"]["split"] = "dev"
     message = error_of(config)
     assert "eval_sets.syn-test.split" in message and "ood" in message
+    # `reach` exists only where a share of the words is held out of the subject role
+    config["eval_sets"]["syn-test"]["split"] = "reach"
+    message = error_of(config)
+    assert "eval_sets.syn-test.split" in message and "no split 'reach'" in message
+    builtin = next(d for d in config["datasets"].values() if d["source"] == "builtin").setdefault("builtin", {})
+    builtin["context_fraction"] = 0.25
+    check(config)
+    builtin["context_fraction"] = 1
+    assert "context_fraction" in error_of(config)
 
 
 def test_missing_local_file_names_key_and_path(tmp_path):

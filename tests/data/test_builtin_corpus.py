@@ -210,3 +210,95 @@ def test_bad_generate_arguments(grammar):
     with pytest.raises(ValueError, match="sentences_per_doc"):
         grammar.generate("train", 1, 0, seed=0)
     assert grammar.generate("train", 0, 3, seed=0) == []
+
+
+# The `reach` split (context_fraction > 0): familiar words in a context never seen with them.
+
+
+@pytest.fixture(scope="module")
+def context_grammar():
+    return build_grammar(seed=11, context_fraction=0.25)
+
+
+def subjects(grammar, text: str) -> list[int]:
+    out = []
+    for sentence in sentences(grammar, text):
+        nouns = [w for w in sentence.tolist() if grammar.class_names[grammar.word_class[w]].startswith("noun")]
+        out.append(nouns[0])
+    return out
+
+
+def test_context_fraction_zero_changes_no_byte(grammar):
+    held_none = build_grammar(seed=11, context_fraction=0.0)
+    for split in ("train", "test", "ood"):
+        assert held_none.generate(split, 30, 10, seed=4) == grammar.generate(split, 30, 10, seed=4)
+    assert not held_none.held_subject.any()
+    with pytest.raises(ValueError, match="context_fraction"):
+        held_none.generate("reach", 1, 1, seed=0)
+
+
+def test_held_subjects_are_objects_in_training_and_subjects_only_in_reach(context_grammar):
+    g = context_grammar
+    assert g.held_subject.sum() == 2 * g.n_noun_classes  # round(0.25 * 8) per noun class
+    held = set(np.flatnonzero(g.held_subject).tolist())
+    train = " ".join(g.generate("train", 300, 20, seed=3))
+    train_subjects = set(subjects(g, train))
+    train_words = set(g.encode([train])[0].tolist())
+    assert not train_subjects & held  # never a subject in training ...
+    assert held <= train_words  # ... but every one of them is seen (as an object)
+    reach = " ".join(g.generate("reach", 100, 20, seed=3))
+    assert set(subjects(g, reach)) == held  # every reach sentence has a held-out subject, and all of them occur
+    # their class-mates are subjects in training: each held word's class has subjects there
+    assert {g.word_class[w] for w in held} <= {g.word_class[w] for w in train_subjects}
+    # and reach keeps the training compositions
+    comps = {composition(g, s) for s in sentences(g, reach)}
+    assert comps <= {tuple(c) for c in g.in_support.tolist()}
+    # the other streams are untouched by holding subjects out, but for the subject slot
+    plain = build_grammar(seed=11)
+    assert plain.vocabulary == g.vocabulary and (plain.word_weight == g.word_weight).all()
+
+
+def test_reach_law_matches_generated_frequencies(context_grammar):
+    g = context_grammar
+    groups = empirical_next_words(g, g.generate("reach", n_docs=1500, sentences_per_doc=20, seed=5))
+    checked = 0
+    for prefix, counts in sorted(groups.values(), key=lambda pc: -pc[1].sum())[:12]:
+        n = counts.sum()
+        row = g.next_word_probs([prefix], "reach")[0]
+        tolerance = np.sqrt(row * (1 - row) / n).sum()
+        assert 0.5 * np.abs(counts / n - row).sum() <= tolerance
+        checked += 1
+    assert checked == 12
+    # after "det <held subject>" the truth is the verbs that follow its class-mates, which the training law
+    # cannot say: that prefix is off its support
+    held = np.flatnonzero(g.held_subject)[0]
+    mate = np.flatnonzero((g.word_class == g.word_class[held]) & ~g.held_subject)[0]
+    reach_row = g.next_word_probs([np.array([0, held])], "reach")[0]
+    train_row = g.next_word_probs([np.array([0, mate])], "in_support")[0]
+    assert np.allclose(reach_row, train_row)
+    assert np.isnan(g.next_word_probs([np.array([0, held])], "in_support")).all()
+    # and before the subject, the reach law draws only held-out subjects, the training law none
+    start = g.next_word_probs([np.array([0])], "reach")[0]
+    assert start[held] > 0 and start[mate] == 0
+    assert g.next_word_probs([np.array([0])], "in_support")[0][held] == 0
+
+
+def test_support_status_reach_is_reachable_by_class_mates_and_ood_is_not(context_grammar):
+    g = context_grammar
+
+    def prefixes(split):
+        docs = g.encode(g.generate(split, 40, 20, seed=8))
+        return [d[:t] for d in docs for t in range(1, len(d), 3)]
+
+    off, reachable = g.support_status(prefixes("reach"))
+    assert off.mean() > 0.5 and (reachable == off).all()  # every off-support reach prefix: a class-mate reaches it
+    off, reachable = g.support_status(prefixes("ood"))
+    assert off.mean() > 0.1 and not reachable.any()  # held-out compositions: no class-mate reaches them
+    off, reachable = g.support_status(prefixes("test"))
+    assert not off.any() and not reachable.any()
+
+
+def test_bad_context_fraction_names_the_parameter():
+    for value in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="context_fraction"):
+            build_grammar(seed=0, context_fraction=value)

@@ -255,3 +255,40 @@ def test_the_first_draws_of_more_are_the_same_draws_and_the_same_seed_gives_the_
             paths[-1],
         )
     assert paths[0].read_bytes() == paths[1].read_bytes() != paths[2].read_bytes()
+
+
+def test_support_shares_and_synonym_reach_on_the_reach_split():
+    """`reach` prefixes are off the training support only through their words (a class-mate reaches them), `ood`'s
+    through their classes; the oracle table's draws for a held-out subject are class-mates seen as subjects with the
+    share of their weight, a table pointing elsewhere reaches nothing."""
+    from workflow_lib.evaluate.extrapolation import support_shares, synonym_reach
+    from workflow_lib.perturb.synonym_table import SynonymTable
+    from workflow_lib.perturb.synonyms import oracle_synonyms
+
+    grammar = build_grammar(seed=5, words_per_class=4, context_fraction=0.25)
+    tokenizer = train_bpe(grammar.generate("train", n_docs=300, sentences_per_doc=12, seed=5), 600)
+    for split, off_low, reachable in (("reach", 0.4, True), ("ood", 0.05, False), ("test", None, False)):
+        refs = references(grammar, split)
+        n = sum(len(range(20, len(r.split()), 10)) for r in refs)
+        shares = support_shares(grammar, refs, 20, 10, np.ones(n, dtype=bool), np.linspace(0, 1, n))
+        if off_low is None:
+            assert shares["off_support_share"] == 0 and shares["tv_off_support"] is None
+        else:
+            assert shares["off_support_share"] > off_low
+            assert shares["reachable_share"] == (shares["off_support_share"] if reachable else 0)
+            assert 0 <= shares["tv_off_support"] <= 1
+    table = oracle_synonyms(tokenizer, grammar)
+    tokens = word_token_ids(tokenizer, grammar.vocabulary)
+    held = np.flatnonzero(grammar.held_subject)
+    expected = []
+    for w in held:  # class-mates seen as subjects, by the grammar's weights
+        mates = (grammar.word_class == grammar.word_class[w]) & (np.arange(len(tokens)) != w)
+        expected.append(grammar.word_weight[mates & ~grammar.held_subject].sum() / grammar.word_weight[mates].sum())
+    assert (tokens[held] >= 0).all()
+    assert synonym_reach(grammar, tokenizer, table) == pytest.approx(np.mean(expected))
+    # a table whose held-out words' synonyms are determiners reaches nothing; no table or no held words: None
+    det = tokens[0]
+    elsewhere = SynonymTable.from_rows(len(tokenizer), tokens[held], [[det]] * len(held), [[1.0]] * len(held))
+    assert synonym_reach(grammar, tokenizer, elsewhere) == 0.0
+    assert synonym_reach(grammar, tokenizer, None) is None
+    assert synonym_reach(build_grammar(seed=5, words_per_class=4), tokenizer, table) is None

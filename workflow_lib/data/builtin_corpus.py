@@ -11,6 +11,14 @@ same role; only their within-class frequencies differ). A sentence's *compositio
 `train`, `validation` and `test` draw compositions uniformly from the rest (in-support), `ood` only from the
 held-out ones (out-of-support), so `ood` text is new combinations of familiar words: the paper's setting.
 
+With `context_fraction` > 0 a second out-of-support split exists, `reach`: a seeded share of each noun class's
+words is never a *subject* in train/validation/test/ood (those words still occur as objects, and their class-mates
+as subjects), and every `reach` sentence has one of them as its subject, in an in-support composition. So `reach`
+holds familiar words in a context never seen with them, while their class-mates are: a synonym perturbation that
+puts a class-mate in the word's place (or beside it) maps these prefixes into the training support, which no synonym
+perturbation does for `ood`'s new class combinations (docs/default-study.md, "Where the theory predicts a gain";
+`support_status` says which prefixes are off the support and which a class-mate brings back to it).
+
 Because the law is explicit, `next_word_probs` gives the exact next-word distribution after any prefix under
 either law, the ground truth for measuring how well a model extrapolates (total variation on test vs ood).
 Sentences are independent, so only the current (unfinished) sentence of a prefix matters.
@@ -26,8 +34,13 @@ from functools import cached_property
 
 import numpy as np
 
-SPLITS = ("train", "validation", "test", "ood")
-LAWS = ("in_support", "ood")
+SPLITS = ("train", "validation", "test", "ood", "reach")
+LAWS = ("in_support", "ood", "reach")
+LAW_OF_SPLIT = {"train": "in_support", "validation": "in_support", "test": "in_support", "ood": "ood", "reach": "reach"}
+# Each split's random stream is SeedSequence([seed, stream]); the grammar's own is 4 and the held-out subjects' 6,
+# fixed numbers so that adding a split changes no earlier draw.
+SPLIT_STREAMS = {"train": 0, "validation": 1, "test": 2, "ood": 3, "reach": 5}
+GRAMMAR_STREAM, CONTEXT_STREAM = 4, 6
 DETERMINERS = ("the", "a", "this", "that")
 END = "."
 CONSONANTS = "bdfgklmnprstvz"
@@ -75,6 +88,8 @@ class BuiltinGrammar:
     words_per_class: int
     ood_fraction: float
     seed: int
+    held_subject: np.ndarray  # [V] bool: never a subject under the training law, always one under `reach`
+    context_fraction: float = 0.0
 
     @property
     def noun0(self) -> int:
@@ -105,14 +120,38 @@ class BuiltinGrammar:
     def _class_last(self) -> np.ndarray:
         return np.searchsorted(self.word_class, np.arange(len(self.class_names)), side="right") - 1
 
-    @cached_property
-    def _sampling_keys(self) -> np.ndarray:
+    def _keys(self, weight: np.ndarray) -> np.ndarray:
         """class id + cumulative within-class weight, so one searchsorted samples words of any classes."""
-        cum = np.cumsum(self.word_weight)
+        cum = np.cumsum(weight)
         before_class = np.concatenate([[0.0], cum[self._class_last[:-1]]])
         keys = self.word_class + cum - before_class[self.word_class]
         keys[self._class_last] = np.arange(len(self.class_names)) + 1.0  # exact class ends despite rounding
         return keys
+
+    @cached_property
+    def _sampling_keys(self) -> np.ndarray:
+        return self._keys(self.word_weight)
+
+    def subject_weight(self, law: str) -> np.ndarray:
+        """[V] the word weights of the subject slot under `law`: the training laws never draw a held-out subject,
+        `reach` draws only those; each class renormalised (classes other than nouns keep their weights)."""
+        self._support(law)  # checks the law
+        if not self.held_subject.any():
+            return self.word_weight
+        noun = (self.word_class >= self.noun0) & (self.word_class < self.verb0)
+        allowed = ~noun | (self.held_subject if law == "reach" else ~self.held_subject)
+        weight = np.where(allowed, self.word_weight, 0.0)
+        totals = np.bincount(self.word_class, weight, minlength=len(self.class_names))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return weight / totals[self.word_class]
+
+    @cached_property
+    def representative(self) -> np.ndarray:
+        """[classes] a word of each class that may fill every slot of its class (no held-out subject): what an
+        unseen word is read as."""
+        return np.array(
+            [np.flatnonzero((self.word_class == c) & ~self.held_subject)[0] for c in range(len(self.class_names))]
+        )
 
     def synonym_classes(self) -> list[np.ndarray]:
         """Word ids of every class in class-id order, determiners and the one-word "." class included:
@@ -121,18 +160,21 @@ class BuiltinGrammar:
 
     def generate(self, split: str, n_docs: int, sentences_per_doc: int, seed: int) -> list[str]:
         """`n_docs` documents of `sentences_per_doc` independent sentences, words separated by single
-        spaces. Each split has its own random stream, SeedSequence([seed, split index]), so splits never
-        share draws and the same arguments always give the same text."""
+        spaces. Each split has its own random stream, SeedSequence([seed, SPLIT_STREAMS[split]]), so splits
+        never share draws and the same arguments always give the same text."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
+        if split == "reach" and not self.held_subject.any():
+            raise ValueError("split 'reach' needs context_fraction > 0 (no word is held out of the subject role)")
         if n_docs < 0:
             raise ValueError(f"n_docs must be >= 0, not {n_docs}")
         if sentences_per_doc < 1:
             raise ValueError(f"sentences_per_doc must be >= 1, not {sentences_per_doc}")
         if seed < 0:
             raise ValueError(f"seed must be >= 0, not {seed}")
-        rng = np.random.default_rng(np.random.SeedSequence([seed, SPLITS.index(split)]))
-        support = self.out_of_support if split == "ood" else self.in_support
+        rng = np.random.default_rng(np.random.SeedSequence([seed, SPLIT_STREAMS[split]]))
+        law = LAW_OF_SPLIT[split]
+        support = self._support(law)
         n = n_docs * sentences_per_doc
         comp = support[rng.integers(len(support), size=n)]
         adj = self.adj0 + rng.integers(self.n_adj_classes, size=(n, 2))
@@ -156,7 +198,14 @@ class BuiltinGrammar:
         )
         present = slots >= 0
         classes = slots[present]  # row-major: the words in reading order
-        words = np.searchsorted(self._sampling_keys, classes + rng.random(len(classes)), side="right")
+        # the subject slot draws from its own weights (held-out subjects); the same uniforms either way
+        is_subject = np.broadcast_to(np.arange(N_SLOTS) == 2, present.shape)[present]
+        uniforms = classes + rng.random(len(classes))
+        words = np.where(
+            is_subject,
+            np.searchsorted(self._keys(self.subject_weight(law)), uniforms, side="right"),
+            np.searchsorted(self._sampling_keys, uniforms, side="right"),
+        )
         words = np.minimum(words, self._class_last[classes])  # guards c + u rounding up to c + 1
         per_doc = present.sum(axis=1).reshape(n_docs, sentences_per_doc).sum(axis=1)
         seps = np.full(len(words), " ", dtype=object)
@@ -184,13 +233,16 @@ class BuiltinGrammar:
         return np.split(order[pos].astype(np.int64), np.cumsum(counts)[:-1])
 
     def _support(self, law: str) -> np.ndarray:
+        """The compositions of `law`: `reach` keeps the training compositions (only its subjects are new)."""
         if law not in LAWS:
             raise ValueError(f"law must be one of {LAWS}, not {law!r}")
-        return self.in_support if law == "in_support" else self.out_of_support
+        if law == "reach" and not self.held_subject.any():
+            raise ValueError("law 'reach' needs context_fraction > 0 (no word is held out of the subject role)")
+        return self.out_of_support if law == "ood" else self.in_support
 
     def _parse(self, prefixes: list[np.ndarray]) -> tuple[np.ndarray, ...]:
         """State of the current sentence after each prefix: (last slot, subject, verb, object class index,
-        whether the prefix breaks the template or uses an optional slot of probability 0)."""
+        whether the prefix breaks the template or uses an optional slot of probability 0, subject word id or -1)."""
         n, vocab = len(prefixes), len(self.vocabulary)
         tail = np.full((n, WINDOW), -1, dtype=np.int64)
         lengths = np.zeros(n, dtype=np.int64)
@@ -212,6 +264,7 @@ class BuiltinGrammar:
         step_p[6 + 2, ADV] = self.p_adv
         slot = np.full(n, START)
         subj, verb, obj = (np.zeros(n, dtype=np.int64) for _ in range(3))
+        subject_word = np.full(n, -1, dtype=np.int64)
         for col in range(WINDOW):
             active = (col >= sentence_start) & (cls[:, col] >= 0)
             kind = self._class_kind[np.maximum(cls[:, col], 0)]
@@ -220,8 +273,9 @@ class BuiltinGrammar:
             for target, at, offset in ((subj, 2, self.noun0), (verb, 3, self.verb0), (obj, 6, self.noun0)):
                 hit = active & (slot == at)
                 target[hit] = cls[hit, col] - offset
+            subject_word = np.where(active & (slot == 2), tail[:, col], subject_word)
         impossible |= slot == INVALID
-        return slot, subj, verb, obj, impossible
+        return slot, subj, verb, obj, impossible, subject_word
 
     def next_word_probs(self, prefixes: list[np.ndarray], law: str) -> np.ndarray:
         """[len(prefixes), V] exact distribution of the next word after each word-id prefix (the words of the
@@ -230,6 +284,20 @@ class BuiltinGrammar:
         it breaks the template, or its partial composition (subject, subject+verb, or full composition
         once the object is seen) never occurs under the law, e.g. an ood sentence under `in_support`.
         Earlier sentences are not checked: they are independent of the next word."""
+        return self._next_word_probs(prefixes, law, words=True)
+
+    def support_status(self, prefixes: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Per prefix: whether its current sentence is off the training support (probability 0 under the
+        in-support law), and whether it is off it only through its words, its class sequence being in the support:
+        then replacing each word by a class-mate seen in that role (the oracle synonyms) maps it into the support,
+        and T(.|X') = T(.|X0) for a support prefix X0 under class replacement (Assumption SP_perturb,
+        docs/theory.md). `ood`'s held-out compositions are off it by their classes: no class-mate reaches them."""
+        off = np.isnan(self._next_word_probs(prefixes, "in_support", words=True)[:, 0])
+        off_by_class = np.isnan(self._next_word_probs(prefixes, "in_support", words=False)[:, 0])
+        return off, off & ~off_by_class
+
+    def _next_word_probs(self, prefixes: list[np.ndarray], law: str, words: bool) -> np.ndarray:
+        """next_word_probs; `words` False: ignore which words may be subjects (the class-level law)."""
         support = self._support(law)
         nn, nv = self.n_noun_classes, self.n_verb_classes
         mass = np.zeros((nn, nv, nn))
@@ -238,7 +306,10 @@ class BuiltinGrammar:
             p_subj = mass.sum((1, 2)) / mass.sum()
             p_verb = mass.sum(2) / mass.sum((1, 2))[:, None]
             p_obj = mass / mass.sum(2, keepdims=True)
-        slot, subj, verb, obj, impossible = self._parse(prefixes)
+        slot, subj, verb, obj, impossible, subject_word = self._parse(prefixes)
+        subject_weight = self.subject_weight(law) if words else self.word_weight
+        if words:
+            impossible |= (slot >= 2) & (subject_weight[np.maximum(subject_word, 0)] == 0)
         impossible |= (slot >= 2) & (p_subj[subj] == 0)
         impossible |= (slot >= 3) & (mass.sum(2)[subj, verb] == 0)
         impossible |= (slot >= 6) & (mass[subj, verb, obj] == 0)
@@ -264,6 +335,8 @@ class BuiltinGrammar:
         class_p[slot == 6, self.end_class] = 1 - self.p_adv
         class_p[slot == 7, self.end_class] = 1.0
         probs = class_p[:, self.word_class] * self.word_weight
+        subject_next = np.isin(slot, (0, 1))  # the next noun is the subject: the law's subject weights
+        probs[subject_next] = class_p[subject_next][:, self.word_class] * subject_weight
         probs[impossible] = np.nan
         return probs
 
@@ -279,6 +352,11 @@ class BuiltinGrammar:
             "n_adj_classes": self.n_adj_classes,
             "words_per_class": self.words_per_class,
             "ood_fraction": self.ood_fraction,
+            **(
+                {"context_fraction": self.context_fraction, "held_subjects": np.flatnonzero(self.held_subject).tolist()}
+                if self.context_fraction
+                else {}
+            ),
             "class_names": list(self.class_names),
             "vocabulary": list(self.vocabulary),
             "word_class": self.word_class.tolist(),
@@ -319,13 +397,16 @@ def build_grammar(
     ood_fraction: float = 0.25,
     p_adj: float = 0.5,
     p_adv: float = 0.3,
+    context_fraction: float = 0.0,
 ) -> BuiltinGrammar:
     """The grammar for these settings; the same arguments always give the same grammar.
 
     Within-class word weights are Dirichlet(2): unequal like real synonyms, but no word so rare it never
     appears. round(ood_fraction * total) compositions are held out, redrawn until the in-support rest still
     shows every noun class as subject and as object and every verb class, so `ood` tests new combinations,
-    never unseen words or roles."""
+    never unseen words or roles. `context_fraction` > 0 holds round(context_fraction * words_per_class) words of each
+    noun class (at least 1, at most all but 1) out of the subject role, drawn on their own stream, so the rest of
+    the grammar is the same as with 0 (module docstring: the `reach` split)."""
     for name, value in (
         ("n_noun_classes", n_noun_classes),
         ("n_verb_classes", n_verb_classes),
@@ -342,6 +423,8 @@ def build_grammar(
         raise ValueError(f"words_per_class: {n_content} content words exceed the limit {MAX_CONTENT_WORDS}")
     if not 0 < ood_fraction < 1:
         raise ValueError(f"ood_fraction must be in (0, 1), not {ood_fraction}")
+    if not 0 <= context_fraction < 1:
+        raise ValueError(f"context_fraction must be in [0, 1), not {context_fraction}")
     for name, probability in (("p_adj", p_adj), ("p_adv", p_adv)):
         if not 0 <= probability <= 1:
             raise ValueError(f"{name} must be in [0, 1], not {probability}")
@@ -352,7 +435,7 @@ def build_grammar(
             f"ood_fraction={ood_fraction} holds out {n_held} of {total} compositions: need at least "
             f"1 held out and {max(n_noun_classes, n_verb_classes)} kept; change it or the class counts"
         )
-    rng = np.random.default_rng(np.random.SeedSequence([seed, len(SPLITS)]))
+    rng = np.random.default_rng(np.random.SeedSequence([seed, GRAMMAR_STREAM]))
     all_comps = np.stack(np.unravel_index(np.arange(total), (n_noun_classes, n_verb_classes, n_noun_classes)), 1)
     for _ in range(1000):
         held = np.zeros(total, dtype=bool)
@@ -374,9 +457,18 @@ def build_grammar(
     n_content_classes = len(class_names) - 2
     sizes = [len(DETERMINERS)] + [words_per_class] * n_content_classes + [1]
     weights = [rng.dirichlet(np.full(size, 2.0)) if size > 1 else np.ones(1) for size in sizes]
+    word_class = np.repeat(np.arange(len(class_names)), sizes)
+    held_subject = np.zeros(len(word_class), dtype=bool)
+    if context_fraction > 0:
+        n_held_words = min(max(round(context_fraction * words_per_class), 1), words_per_class - 1)
+        context_rng = np.random.default_rng(np.random.SeedSequence([seed, CONTEXT_STREAM]))
+        for c in range(1, 1 + n_noun_classes):
+            held_subject[np.flatnonzero(word_class == c)[context_rng.permutation(words_per_class)[:n_held_words]]] = (
+                True
+            )
     return BuiltinGrammar(
         vocabulary=DETERMINERS + tuple(pseudo_words(rng, n_content)) + (END,),
-        word_class=np.repeat(np.arange(len(class_names)), sizes),
+        word_class=word_class,
         class_names=class_names,
         word_weight=np.concatenate(weights),
         in_support=all_comps[~held],
@@ -389,4 +481,6 @@ def build_grammar(
         words_per_class=words_per_class,
         ood_fraction=float(ood_fraction),
         seed=seed,
+        held_subject=held_subject,
+        context_fraction=float(context_fraction),
     )

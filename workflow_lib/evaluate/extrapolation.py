@@ -23,10 +23,10 @@ import numpy as np
 import torch
 
 from workflow_lib.cli import StageError, parse_json_arg, run
+from workflow_lib.data.builtin_corpus import LAW_OF_SPLIT
 from workflow_lib.files import write_json
 
 log = logging.getLogger("workflow_lib.evaluate.extrapolation")
-LAW_OF_SPLIT = {"train": "in_support", "validation": "in_support", "test": "in_support", "ood": "ood"}
 
 
 def word_token_ids(tokenizer, vocabulary) -> np.ndarray:
@@ -266,6 +266,7 @@ def extrapolation_error(
     if not np.isfinite([tv_mean, bias, lower]).all():
         raise StageError(f"extrapolation: a TV is not finite ({len(tv)} possible prefixes); nothing is written")
     return {
+        **support_shares(grammar, references, start, stride, possible, tv),
         "tv_mean": tv_mean,
         "tv_2se": tv_2se,
         "tv_bias_estimate": bias,
@@ -281,6 +282,45 @@ def extrapolation_error(
         "decoder": decoder or {},
         "per_prompt": per_prompt,
     }
+
+
+def support_shares(
+    grammar, references: list[str], start: int, stride: int, possible: np.ndarray, tv: np.ndarray
+) -> dict:
+    """Where the split's prefixes lie against the training support (builtin_corpus.support_status): the share off it,
+    the share a class-mate maps back into it (what the theory's premise SP_perturb needs under class replacement), and
+    the mean TV on the off-support prefixes alone (None where there are none)."""
+    prefixes = evaluation_prefixes(references, start, stride)
+    word_ids = [np.asarray(ids) for ids in grammar.encode([" ".join(p) for p in prefixes])]
+    off, reachable = (flags[possible] for flags in grammar.support_status(word_ids))
+    return {
+        "off_support_share": float(off.mean()) if len(off) else None,
+        "reachable_share": float(reachable.mean()) if len(off) else None,
+        "tv_off_support": float(tv[off].mean()) if off.any() else None,
+    }
+
+
+def synonym_reach(grammar, tokenizer, table) -> float | None:
+    """How often a synonym draw for a held-out subject (data.builtin_corpus: the `reach` split) is a class-mate seen as
+    a subject: the draws that can bring its sentence back into the training support. The mean over the held-out words
+    the tokenizer spells as one token, weighted as the table draws; None without held-out subjects or a table."""
+    if table is None or table.shared or not grammar.held_subject.any():
+        return None
+    tokens = word_token_ids(tokenizer, grammar.vocabulary)
+    word_of_token = np.full(table.vocab_size, -1, dtype=np.int64)
+    single = tokens >= 0
+    word_of_token[tokens[single]] = np.flatnonzero(single)
+    shares = []
+    for word in np.flatnonzero(grammar.held_subject & single):
+        start, stop = table.offsets[tokens[word]], table.offsets[tokens[word] + 1]
+        if stop == start:
+            shares.append(0.0)  # no synonym: no draw reaches the support
+            continue
+        weights = np.diff(np.concatenate([[tokens[word]], table.keys[start:stop]]))
+        words = word_of_token[table.candidates[start:stop]]
+        mate = (words >= 0) & (grammar.word_class[words] == grammar.word_class[word]) & ~grammar.held_subject[words]
+        shares.append(float(weights[mate].sum() / weights.sum()))
+    return float(np.mean(shares)) if shares else None
 
 
 def main() -> None:
@@ -317,10 +357,11 @@ def main() -> None:
     table = SynonymTable.from_arrow(read_parquet(args.synonyms)) if args.synonyms else None
     prompts = read_parquet(args.prompts)
     references = prompts.column("reference").to_pylist()
+    grammar = build_grammar(**grammar_params)
     result = extrapolation_error(
         model,
         tokenizer,
-        build_grammar(**grammar_params),
+        grammar,
         references,
         LAW_OF_SPLIT[args.split],
         parse_json_arg(args.perturbation, "test perturbation"),
@@ -339,6 +380,7 @@ def main() -> None:
         result["tv_bias_estimate"],
         result["tv_lower"],
     )
+    result["synonym_reach"] = synonym_reach(grammar, tokenizer, table)
     per_prompt = result.pop("per_prompt")
     ids = np.asarray(prompts.column("prompt_id").to_pylist())[per_prompt["reference"]]
     write_parquet(

@@ -169,8 +169,10 @@ def _choose_positions(rng: np.random.Generator, eligible: np.ndarray, k: int) ->
 
 
 def _draw_in_class(grammar: BuiltinGrammar, classes: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Seen word ids of the given classes, drawn with the grammar's within-class weights from uniforms u."""
-    cum = np.cumsum(grammar.word_weight)
+    """Seen word ids of the given classes, drawn with the grammar's within-class weights from uniforms u. A word held
+    out of the subject role (data.builtin_corpus, context_fraction) is never drawn: the lab's rows and T keep to words
+    that may fill every slot of their class, which its class-level automaton (support_distance) assumes."""
+    cum = np.cumsum(np.where(grammar.held_subject, 0.0, grammar.word_weight))
     first = np.searchsorted(grammar.word_class, classes, side="left")
     last = np.searchsorted(grammar.word_class, classes, side="right") - 1
     before = np.where(first > 0, cum[first - 1], 0.0)
@@ -319,7 +321,7 @@ def truth(grammar: BuiltinGrammar, lex: Lexicon, prefixes: np.ndarray, family: s
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, not {family!r}")
     prefixes = lex.check(prefixes)
-    representative = np.searchsorted(grammar.word_class, np.arange(len(grammar.class_names)))
+    representative = grammar.representative
     read = np.where(lex.seen[prefixes], prefixes, representative[lex.word_class[prefixes]])
     rows = list(read)
     probs = grammar.next_word_probs(rows, "in_support")

@@ -84,7 +84,7 @@ def off_support_share(
             f"off_support_share: no closed form for q0 {q0!r} at beta {beta} (none is needed: no pair "
             "of the off-support class is admissible under it)"
         )
-    representative = np.searchsorted(grammar.word_class, np.arange(len(grammar.class_names)))
+    representative = grammar.representative
     classes_accepted = prefix_sets.support_distance(grammar, lex, representative[lex.word_class[prefixes]]) == 0
     unseen = ~lex.seen[prefixes]
     inside = np.arange(prefixes.shape[1]) >= prefixes.shape[1] - last

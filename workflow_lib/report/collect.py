@@ -49,6 +49,11 @@ SCHEMA = (
         "tv_law": pl.Utf8,
         "tv_bias_estimate": pl.Float64,
         "tv_draws": pl.Int64,
+        # where the eval set's prefixes lie against the training support (evaluate.extrapolation.support_shares)
+        "off_support_share": pl.Float64,
+        "reachable_share": pl.Float64,
+        "tv_off_support": pl.Float64,
+        "synonym_reach": pl.Float64,
     }
     | PROVENANCE
 )
@@ -105,6 +110,10 @@ def collect(paths: list[str]) -> pl.DataFrame:
                     # the split-half estimate of the Monte Carlo bias left (0 for an exact, unperturbed law)
                     "tv_bias_estimate": data.get("tv_bias_estimate"),
                     "tv_draws": data.get("draws"),
+                    "off_support_share": data.get("off_support_share"),
+                    "reachable_share": data.get("reachable_share"),
+                    "tv_off_support": data.get("tv_off_support"),
+                    "synonym_reach": data.get("synonym_reach"),
                 }
             )
     joined = set()

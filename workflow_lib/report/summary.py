@@ -230,6 +230,9 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
     frame, written, figures, simulation = results.frame, results.written, results.figures, results.simulation
     data, contrasts, lab, logs = results.data, results.contrasts, results.lab, results.logs
     from workflow_lib.report.findings import findings_section
+    from workflow_lib.report.theory_check import theory_findings
+
+    theory = theory_findings(frame, contrasts)
 
     models = frame.select(KEYS[:9]).unique()
     untrained = models.filter(pl.col("objective") == UNTRAINED).height
@@ -249,6 +252,14 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
             else []
         ),
         "## What this study found\n",
+        *(
+            [
+                "**Where the theory predicts a gain** (per builtin eval set: the prediction, then the measurement, "
+                "then whether they agree; docs/default-study.md):\n\n" + "".join(f"- {s}\n" for s in theory) + "\n"
+            ]
+            if theory
+            else []
+        ),
         findings_section(frame, contrasts, logs or {}),
         "## What MAUVE can see here\n",
         controls_section(results.controls, written.get("controls", "")),

@@ -1,0 +1,128 @@
+"""The summary's "Where the theory predicts a gain": per builtin eval set, what the theory predicts, what was measured,
+and whether they agree, in that order (docs/default-study.md).
+
+The prediction is computed, not written: each extrapolation job records where its eval set's prefixes lie against the
+training support (`evaluate.extrapolation.support_shares`, from `data.builtin_corpus.support_status`): the share off
+it, and the share only its *words* put off it (its class sequence is in the support). On the latter a class-mate seen
+in that role maps the prefix into the support, so under class replacement T(.|X') = T(.|X0) for a support prefix X0:
+Assumption SP_perturb holds there and Extrapolability gives U_perturb = 0 against U_base > 0 (docs/theory.md; the lab's
+`synonym` rows). Where the class sequence itself is held out (`ood`), no synonym edit reaches the support: U_perturb =
+U_base (the lab's class `off-support` on the composition rows), so the theory predicts no gain, only the cost of noise.
+In support there is nothing to extrapolate. The study perturbs by insertion at a random gap, which keeps the word and
+adds a synonym: the premise holds only for the draws that bring a class-mate into play, so the prediction is a sign,
+not a size; `synonym_reach` (a held-out subject's synonym draws that are class-mates seen as subjects) says how often
+each source can.
+
+The measurement is the exact TV's paired contrasts (report.contrasts: perturbation and ablation families, insertion's
+arms, Holm within each table). A row agrees when its sign is the predicted one and significant, or, where no gain is
+predicted, when it shows none; it disagrees when significant against the prediction; a gain predicted and not detected
+says what size the test could have seen.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from workflow_lib.report.findings import _effect, _size
+
+GAIN, NO_GAIN, IN_SUPPORT = "gain", "no gain", "in support"
+
+
+def _share(frame: pl.DataFrame, eval_set: str, column: str) -> float | None:
+    values = frame.filter(pl.col("eval_set") == eval_set)[column].drop_nulls() if column in frame.columns else None
+    return float(values[0]) if values is not None and values.len() else None
+
+
+def prediction(off: float, reachable: float) -> str:
+    """GAIN where most off-support prefixes are reachable by a class-mate, NO_GAIN where none or few are."""
+    if off == 0:
+        return IN_SUPPORT
+    return GAIN if reachable / off >= 0.5 else NO_GAIN
+
+
+def predicted_sentence(eval_set: str, off: float, reachable: float, reach_by_source: dict[str, float]) -> str:
+    kind = prediction(off, reachable)
+    head = f"**{eval_set}**: {off:.0%} of its evaluated prefixes are off the training support"
+    if kind == IN_SUPPORT:
+        return head + ": nothing to extrapolate, so the theory predicts no gain, only the cost of noise."
+    share = reachable / off
+    sources = "; ".join(f"{s} {v:.2f}" for s, v in sorted(reach_by_source.items()))
+    reach_note = (
+        f" A held-out subject's synonym draws are class-mates seen as subjects with probability {sources}."
+        if sources
+        else ""
+    )
+    if kind == GAIN:
+        return (
+            head + f", {share:.0%} of them only through their words (a familiar word in a role only its class-mates "
+            "fill in training). Predicted: a gain. Replacing the word by a class-mate maps each into the support, so "
+            "under class replacement Assumption SP_perturb holds there and Extrapolability gives U_perturb = 0 against "
+            "U_base > 0 (docs/theory.md); insertion keeps the word and adds a synonym, so only its draws that bring a "
+            "class-mate into play move the law toward the truth: a gain in sign, small at a low dose." + reach_note
+        )
+    return (
+        head + f", {1 - share:.0%} of them through their class sequence (a held-out class combination), which no "
+        "synonym edit changes. Predicted: no gain. U_perturb = U_base (the lab's class off-support on composition rows); "
+        "perturbation can only add the cost of noise."
+    )
+
+
+def _verdict(row: dict, kind: str) -> str:
+    """'agrees', 'disagrees' or 'not detected' for one tested TV row (lower TV favours perturbation)."""
+    helped = row["significant"] and row["favours"] == "perturbation"
+    hurt = row["significant"] and row["favours"] == "no perturbation"
+    if kind == GAIN:
+        return "agrees" if helped else "disagrees" if hurt else "not detected"
+    return "disagrees" if helped else "agrees"
+
+
+def measured_sentence(rows: pl.DataFrame, kind: str) -> str:
+    """The TV rows of one eval set with each row's verdict, and the count of each verdict."""
+    tested = rows.filter(pl.col("p_holm").is_not_null())
+    if not tested.height:
+        return "Measured: no TV contrast was testable here, so the prediction is not tested (not testable)."
+    verdicts = [(_verdict(r, kind), r) for r in tested.to_dicts()]
+    seeds = tested["seed"].drop_nulls().n_unique() > 1 if "seed" in tested.columns else False
+    listed = "; ".join(f"{_effect(r, seeds)} ({v})" for v, r in verdicts)
+    counts = {v: sum(1 for w, _ in verdicts if w == v) for v in ("agrees", "disagrees", "not detected")}
+    missed = [r["detectable"] for v, r in verdicts if v == "not detected" and r.get("detectable") is not None]
+    could = f" (the tests could have seen {_size(min(missed))} to {_size(max(missed))} at 80% power)" if missed else ""
+    untested = rows.height - tested.height
+    apart = f"; {untested} not testable" if untested else ""
+    return (
+        f"Measured (the exact TV to the true law, arm against none, paired over references, Holm within its table): "
+        f"{listed}. Verdict: the theory's prediction agrees with {counts['agrees']} of {tested.height} tested rows, "
+        f"disagrees with {counts['disagrees']}, and the gain was not detected in {counts['not detected']}{could}{apart}."
+    )
+
+
+def theory_findings(frame: pl.DataFrame, contrasts: pl.DataFrame | None) -> list[str]:
+    """Per builtin eval set whose extrapolation recorded its support shares: prediction, measurement, verdict."""
+    if "off_support_share" not in frame.columns or contrasts is None or not contrasts.height:
+        return []
+    lines = []
+    tv = contrasts.filter(
+        (pl.col("metric") == "tv")
+        & pl.col("family").is_in(["perturbation", "ablation"])
+        & ~pl.col("a").str.contains(": ")  # insertion's arms; other strategies are labelled "<strategy>: <arm>"
+    )
+    sets = sorted(set(frame.filter(pl.col("off_support_share").is_not_null())["eval_set"].to_list()))
+    for eval_set in sets:
+        off, reachable = _share(frame, eval_set, "off_support_share"), _share(frame, eval_set, "reachable_share")
+        if off is None or reachable is None:
+            continue
+        reach_by_source = {}
+        if "synonym_reach" in frame.columns:
+            for source, value in (
+                frame.filter(pl.col("synonym_reach").is_not_null())
+                .group_by("test_synonyms")
+                .agg(pl.col("synonym_reach").first())
+                .iter_rows()
+            ):
+                reach_by_source[source] = value
+        rows = tv.filter(pl.col("eval_set") == eval_set)
+        kind = prediction(off, reachable)
+        lines.append(
+            predicted_sentence(eval_set, off, reachable, reach_by_source) + " " + measured_sentence(rows, kind)
+        )
+    return lines
