@@ -26,8 +26,9 @@ at a = LEVEL / m, the level of Holm's first step (an effect that large is marked
 whatever the other tests do). The per-test intervals are not widened for the family; p_holm is.
 
 The same machinery scores the fits on held-out log-loss (`heldout_nll`: the negative log-likelihood per pair of
-held-out sequences drawn from the truth, every pair, seen in D or not): a proper score beside the MAE, which is not
-one. Its tests are the figure's panels only (each rule at each alpha > 0 against alpha = 0), a family of their own
+held-out sequences drawn from the truth, every pair, seen in D or not): a proper scoring rule (its expectation is
+minimised by the true law) beside the MAE on unseen pairs, which scores a subset of cells alike whatever their
+probability. Its tests are the figure's panels only (each rule at each alpha > 0 against alpha = 0), a family of their own
 for Holm (`metric` says which family a row is in): the tuned arms and the control are chosen on these very pairs,
 so their log-loss is no held-out score. A log-loss restricted to the unseen pairs would not be proper (moving mass
 onto them would win), so the log-loss is over every held-out pair.
