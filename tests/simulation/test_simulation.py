@@ -344,8 +344,14 @@ def test_simulation_rules_run_and_are_reproducible(workdir):
     assert "n/a" in (results / "simulation/summary.md").read_text()
     tests = pl.read_csv(results / "simulation/tests.csv")
     assert set(tests["kind"]) == {"panel", "vs unperturbed", "vs uniform", "contrast"}
+    log_loss = tests.filter(pl.col("metric") == "heldout_nll")
+    assert set(log_loss["kind"]) == {"panel"} and log_loss.height == 2 * 2  # per |V|: each rule at alpha = 0.5
+    assert (fits.filter(pl.col("arm") == "empirical")["n_unseen_pairs_reached"] == 0).all()
     conclusions = (results / "simulation/conclusions.md").read_text()
     assert "|V| = 80" in conclusions and "Against the regulariser" in conclusions
+    assert "|V| = 80, held-out log-loss (" in conclusions
+    assert "|V| = 80: the empirical synonyms' perturbed copy held none of D's" in conclusions
+    assert "### Held-out log-loss per arm and intensity" in (results / "simulation/summary.md").read_text()
     assert (results / "simulation/figure.png").exists() and (results / "logs/simulation/V80.log").exists()
 
     def outputs():

@@ -6,7 +6,12 @@ could have seen at 80% power. A difference not detected has no direction, so suc
 worse. A perturbation arm is read at the grid's largest intensity (fixed in advance; the verdict of the sentence)
 and with its intensity tuned on held-out data (a clause of its own). The order is the referee's question: the
 uniform baseline, whether the gain survives without the oracle, against the regulariser, how much the oracle
-adds, the fixed-alpha panels, and what the held-out tuning chose.
+adds, the fixed-alpha panels, what the held-out tuning chose, the held-out log-loss (a proper score) of the
+panels, and what each rule's perturbed copy reaches of the unseen pairs.
+
+What a copy reaches is measured per fit (study.unseen_pairs_reached); where the `empirical` copy held no unseen
+pair in any replication (its construction guarantees it: tests/simulation/test_simulation_reach.py), the sentence
+on its gain says so: a null result there is what the construction predicts, not evidence against perturbation.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from workflow_lib.simulation.statistics import (
     CONTRAST,
     CONTROL,
     LEVEL,
+    MAE,
+    NLL,
     PANEL,
     POWER,
     RULES,
@@ -59,7 +66,12 @@ def relative(row: dict) -> str:
     )
     whose = {UNPERTURBED: "the unperturbed", UNIFORM: "the uniform predictor's", CONTROL: "shrinkage's"}
     name = whose.get(row["b"], row["b"].replace(",", "") + "'s")
-    return f" {share}% of {name} MAE"
+    return f" {share}% of {name} {score(row)}"
+
+
+def score(row: dict) -> str:
+    """The score a test row compares: 'MAE' (on unseen pairs) or 'log-loss' (held-out)."""
+    return "log-loss" if row.get("metric") == NLL else "MAE"
 
 
 def evidence(row: dict) -> str:
@@ -108,11 +120,19 @@ ALPHA_ZERO = "the held-out data chose α = 0 in every replication: the unperturb
 
 
 class Tests:
-    """The test table of one |V|, looked up by (kind, a, b)."""
+    """The test table of one |V| and one metric, looked up by (kind, a, b); `reach`: each rule's largest count of
+    unseen pairs its copy reached at this |V| (reach_summary), None where not measured."""
 
-    def __init__(self, tests: pl.DataFrame, vocab: int):
+    def __init__(self, tests: pl.DataFrame, vocab: int, metric: str = MAE, reach: pl.DataFrame | None = None):
         self.vocab = vocab
-        self.rows = {(r["kind"], r["a"], r["b"]): r for r in tests.filter(pl.col("vocab_size") == vocab).to_dicts()}
+        mine = tests.filter(pl.col("vocab_size") == vocab)
+        if "metric" in tests.columns:
+            mine = mine.filter(pl.col("metric") == metric)
+        self.rows = {(r["kind"], r["a"], r["b"]): r for r in mine.to_dicts()}
+        self.reach: dict[str, int] = {}
+        if reach is not None:
+            for r in reach.filter(pl.col("vocab_size") == vocab).iter_rows(named=True):
+                self.reach[r["arm"]] = max(self.reach.get(r["arm"], 0), r["reached_max"])
         panels = [r for r in self.rows.values() if r["kind"] == PANEL]
         self.strongest = {}  # rule -> its arm at the largest intensity
         for rule in RULES:
@@ -172,7 +192,8 @@ def gain_sentences(t: Tests) -> list[str]:
         )
         out.append(
             f"{head}: {label(empirical['a'])} against the unperturbed model ({evidence(empirical)})"
-            f"{tuned_clause(t.get(VS_UNPERTURBED, tuned('empirical'), UNPERTURBED), 'lower', 'higher', ALPHA_ZERO)}."
+            f"{tuned_clause(t.get(VS_UNPERTURBED, tuned('empirical'), UNPERTURBED), 'lower', 'higher', ALPHA_ZERO)}"
+            f"{unreached_clause(t, empirical)}."
         )
     control = t.get(VS_UNPERTURBED, CONTROL, UNPERTURBED)
     if control:
@@ -182,6 +203,23 @@ def gain_sentences(t: Tests) -> list[str]:
             f"({evidence(control)}; no perturbation, no synonyms)."
         )
     return out
+
+
+def unreached_clause(t: Tests, row: dict) -> str:
+    """For the empirical arm whose copy reached no unseen pair in any replication and intensity (measured): what its
+    result on unseen pairs can and cannot say. Empty where the count was not measured or is not 0."""
+    if t.reach.get("empirical") != 0:
+        return ""
+    if row["verdict"] in ("a lower", "a higher"):
+        return (
+            ". Its perturbed copy held no unseen pair of D as a training pair (0 in every replication and intensity), "
+            "so this change reaches the unseen pairs only through the seen pairs the copy reweights"
+        )
+    return (
+        ". A null result the construction predicts: its perturbed copy held no unseen pair of D as a training pair (0 "
+        "in every replication and intensity), so it cannot reach unseen pairs, only reweight the seen ones, and this "
+        "null is no evidence against a perturbation that does reach them"
+    )
 
 
 def contrast_sentences(t: Tests) -> list[str]:
@@ -221,6 +259,8 @@ def contrast_sentences(t: Tests) -> list[str]:
 
 def panel_sentences(t: Tests) -> list[str]:
     out = []
+    what = "held-out log-loss" if any(r.get("metric") == NLL for r in t.rows.values()) else "unseen pairs"
+    name = "log-loss" if what == "held-out log-loss" else "MAE"
     for rule in RULES:
         rows = sorted(
             (r for r in t.rows.values() if r["kind"] == PANEL and r["a"].startswith(f"{rule},")),
@@ -230,8 +270,8 @@ def panel_sentences(t: Tests) -> list[str]:
             continue
         parts = []
         for key, words in (
-            ("a lower", "lower MAE"),
-            ("a higher", "higher MAE"),
+            ("a lower", f"lower {name}"),
+            ("a higher", f"higher {name}"),
             ("not detected", "no difference detected"),
             ("identical", "the same estimate"),
             ("untested", "untested"),
@@ -240,8 +280,53 @@ def panel_sentences(t: Tests) -> list[str]:
             if alphas:
                 parts.append(f"{words} at α = {', '.join(alphas)}")
         out.append(
-            f"|V| = {t.vocab}, {rule} synonyms at each fixed α against the unperturbed model on unseen pairs: "
+            f"|V| = {t.vocab}, {rule} synonyms at each fixed α against the unperturbed model on {what}: "
             f"{'; '.join(parts)} (Holm-corrected, marked at {LEVEL:g})."
+        )
+    return out
+
+
+def log_loss_sentences(t: Tests) -> list[str]:
+    """Each rule at the largest α against the unperturbed model on the held-out log-loss (a proper score, over every
+    held-out pair), with the unperturbed model's and the uniform predictor's log-loss as the scale."""
+    clauses, base = [], None
+    for rule in RULES:
+        row = t.get(PANEL, t.strongest.get(rule), UNPERTURBED)
+        if row:
+            base = row["b_mean"]
+            words = verdict(row, "lower it", "raise it", "do not detectably change it")
+            clauses.append(f"{label(row['a'])} {words} ({evidence(row)})")
+    if not clauses:
+        return []
+    sentence = (
+        f"|V| = {t.vocab}, held-out log-loss (negative log-likelihood per pair of held-out sequences from the truth, "
+        f"a proper score; the unperturbed model's mean {number(base, sign=False, digits=4)} nats, the uniform "
+        f"predictor's log |V| = {np.log(t.vocab):.4f}): {'; '.join(clauses)}."
+    )
+    return [sentence]
+
+
+def reach_sentences(reach: pl.DataFrame) -> list[str]:
+    """Per |V| and rule: how many of D's unseen pairs the perturbed copy held as training pairs, at its largest α;
+    for a rule whose copy held none at any α, that it cannot reach them (what the construction guarantees for
+    `empirical`, measured here)."""
+    out = []
+    for (vocab, rule), part in reach.group_by(["vocab_size", "arm"], maintain_order=True):
+        top = part.sort("intensity").row(-1, named=True)
+        unseen = f"{top['unseen_pairs_mean']:,.0f}"
+        if part["reached_max"].max() == 0:
+            out.append(
+                f"|V| = {vocab}: the {rule} synonyms' perturbed copy held none of D's {unseen} unseen pairs (mean over "
+                f"{top['replications']} replications) as a training pair, in every replication at every α > 0: it "
+                f"cannot reach unseen pairs, so whatever it does to them goes through the seen pairs it reweights."
+            )
+            continue
+        mean = top["reached_mean"]
+        reached = f"{mean:,.0f}" if mean >= 100 else number(mean, sign=False, digits=2)
+        out.append(
+            f"|V| = {vocab}: the {rule} synonyms' perturbed copy at α = {top['intensity']:g} held {reached} of D's "
+            f"{unseen} unseen pairs as training pairs on average over {top['replications']} replications "
+            f"({number(100 * top['reached_share'], sign=False, digits=2)}%; at most {top['reached_max']:,} in one)."
         )
     return out
 
@@ -263,11 +348,20 @@ def tuning_sentences(tuning: pl.DataFrame) -> list[str]:
     return out
 
 
-def conclusions(tests: pl.DataFrame, tuning: pl.DataFrame) -> list[str]:
-    """Every sentence, grouped by question, |V| ascending within each."""
-    per_vocab = [Tests(tests, vocab) for vocab in sorted(tests["vocab_size"].unique().to_list())]
+def conclusions(tests: pl.DataFrame, tuning: pl.DataFrame, reach: pl.DataFrame | None = None) -> list[str]:
+    """Every sentence, grouped by question, |V| ascending within each. `tests` may hold both metrics (study_tests):
+    the MAE family's rows answer the questions, the log-loss family's get sentences of their own; `reach`
+    (reach_summary) adds what each copy reaches and labels the empirical arm's result by it."""
+    vocabs = sorted(tests["vocab_size"].unique().to_list())
+    per_vocab = [Tests(tests, vocab, MAE, reach) for vocab in vocabs]
     out: list[str] = []
     for make in (uniform_sentences, gain_sentences, contrast_sentences, panel_sentences):
         for t in per_vocab:
             out += make(t)
-    return out + tuning_sentences(tuning)
+    out += tuning_sentences(tuning)
+    if "metric" in tests.columns:
+        log_loss = [Tests(tests, vocab, NLL) for vocab in vocabs]
+        for make in (log_loss_sentences, panel_sentences):
+            for t in log_loss:
+                out += make(t)
+    return out + ([] if reach is None else reach_sentences(reach))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from workflow_lib.plotting import _save, assign_styles, empty_panel
@@ -16,6 +17,8 @@ CONTROL_LABEL = "shrinkage to uniform (λ tuned)"
 UNIFORM_STYLE = {"linestyle": ":", "color": "0.45", "linewidth": 1.0}
 UNIFORM_LABEL = "uniform 1/|V|"
 READING_TITLES = {"unseen_rows": "(a) unseen rows", "unseen_pairs": "(b) unseen pairs"}
+LOG_LOSS = "heldout_nll"  # a third row where the fits have it: held-out log-loss, the uniform predictor's log |V|
+LOG_LOSS_TITLE = "held-out log-loss (nats)"
 # The uniform line is drawn when it lies within this many data ranges of the data; farther, it would squash the
 # curves into a band, so the panel names its value at the edge instead.
 OFF_SCALE_RANGES = 2.0
@@ -57,7 +60,9 @@ def simulation_figure(summary, path_stem: str) -> None:
     line is the uniform predictor 1/|V| on the same cells, or, where it lies far off the panel's data, a gray
     note of its value at the panel's edge. At most four lines a panel; the rules' points are dodged by DODGE on
     the alpha axis. (a): rows of tokens never seen as the first element of a training pair; (b): pairs never
-    seen. A panel whose reading is empty says so in text.
+    seen. A panel whose reading is empty says so in text. Where the summary has the held-out log-loss, a third row
+    shows it per rule with log |V| (the uniform predictor's) as the reference; the control is left out there, its
+    lambda being chosen on those same held-out pairs.
     """
     import matplotlib
 
@@ -68,15 +73,21 @@ def simulation_figure(summary, path_stem: str) -> None:
     present = set(summary["arm"].unique().to_list()) - {CONTROL}
     rules = [r for r in RULE_ORDER if r in present] + sorted(present - set(RULE_ORDER))
     styles = assign_styles([[*rules, CONTROL]], [*RULE_ORDER, CONTROL])
-    fig, axes = plt.subplots(2, len(vocab_sizes), figsize=(3.1 * len(vocab_sizes), 5.6), squeeze=False)
+    readings = list(READING_TITLES)
+    if f"{LOG_LOSS}_mean" in summary.columns and summary[f"{LOG_LOSS}_mean"].drop_nulls().len():
+        readings.append(LOG_LOSS)
+    height = 2.8 * len(readings)
+    fig, axes = plt.subplots(len(readings), len(vocab_sizes), figsize=(3.1 * len(vocab_sizes), height), squeeze=False)
     for col, V in enumerate(vocab_sizes):
         panel = summary.filter(summary["vocab_size"] == V)
-        for row, reading in enumerate(READING_TITLES):
+        for row, reading in enumerate(readings):
             ax = axes[row][col]
             ax.set_title(f"|V| = {V}" if row == 0 else "", fontsize=10)
+            score = LOG_LOSS if reading == LOG_LOSS else f"mae_{reading}"
             if col == 0:
-                ax.set_ylabel(f"MAE, {READING_TITLES[reading]}", fontsize=8)
-            if panel[f"mae_{reading}_mean"].is_null().all():
+                ylabel = LOG_LOSS_TITLE if reading == LOG_LOSS else f"MAE, {READING_TITLES[reading]}"
+                ax.set_ylabel(ylabel, fontsize=8)
+            if panel[f"{score}_mean"].is_null().all():
                 reps = panel["replications"].max()
                 empty_panel(
                     ax, f"no token unseen as a\nfirst element in any of\n{reps} replications:\nreading (a) is empty"
@@ -86,8 +97,8 @@ def simulation_figure(summary, path_stem: str) -> None:
             for i, rule in enumerate(rules):
                 line = panel.filter(panel["arm"] == rule).sort("intensity")
                 dodge = (i - (len(rules) - 1) / 2) * DODGE
-                means = line[f"mae_{reading}_mean"].to_list()
-                errors = [0.0 if e is None else e for e in line[f"mae_{reading}_2se"].to_list()]
+                means = line[f"{score}_mean"].to_list()
+                errors = [0.0 if e is None else e for e in line[f"{score}_2se"].to_list()]
                 extent += [m + sign * e for m, e in zip(means, errors) if m is not None for sign in (-1, 1)]
                 ax.errorbar(
                     [x + dodge for x in line["intensity"].to_list()],
@@ -100,21 +111,22 @@ def simulation_figure(summary, path_stem: str) -> None:
                     **styles[rule],
                 )
             control = panel.filter(panel["arm"] == CONTROL)
-            if control.height and control[f"mae_{reading}_mean"][0] is not None:
-                mean, band = control[f"mae_{reading}_mean"][0], control[f"mae_{reading}_2se"][0] or 0.0
+            if reading != LOG_LOSS and control.height and control[f"{score}_mean"][0] is not None:
+                mean, band = control[f"{score}_mean"][0], control[f"{score}_2se"][0] or 0.0
                 color = styles[CONTROL]["color"]
                 ax.axhline(mean, color=color, linestyle="-.", linewidth=1.2, label=CONTROL_LABEL)
                 ax.axhspan(mean - band, mean + band, color=color, alpha=0.12, linewidth=0)
                 extent += [mean - band, mean + band]
-            uniform = panel[f"uniform_{reading}_mean"].drop_nulls()
-            if len(uniform):
+            if reading == LOG_LOSS:
+                uniform_reference(ax, math.log(V), extent)
+            elif len(uniform := panel[f"uniform_{reading}_mean"].drop_nulls()):
                 uniform_reference(ax, uniform[0], extent)
             if reading == "unseen_rows":  # how many rows the reading averages over: under the panel, off the data
                 reps, total = panel["n_unseen_rows_reps"].max(), panel["replications"].max()
                 rows = panel["n_unseen_rows_mean"].max()
                 ax.set_xlabel(f"{rows:.1f} unseen rows on avg. in {reps}/{total} replications", fontsize=7)
             ax.tick_params(labelsize=8)
-            if row == 1:
+            if row == len(readings) - 1:
                 ax.set_xlabel("perturbation intensity α", fontsize=9)
     entries: dict[str, Any] = {}
     for ax in axes.ravel():
@@ -128,12 +140,15 @@ def simulation_figure(summary, path_stem: str) -> None:
             handles,
             labels,
             loc="upper center",
-            bbox_to_anchor=(0.5, 0.955),
+            bbox_to_anchor=(0.5, 1 - 0.25 / height),
             ncol=len(labels),
             fontsize=9,
             frameon=False,
         )
-    fig.suptitle("MAE of the estimated transition matrix against the truth (mean ± 2 SE)", fontsize=11, y=0.995)
-    fig.tight_layout(rect=(0, 0, 1, 0.91))
+    title = "MAE of the estimated transition matrix against the truth"
+    if LOG_LOSS in readings:
+        title = "MAE against the truth and held-out log-loss"
+    fig.suptitle(f"{title} (mean ± 2 SE)", fontsize=11, y=0.995)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / height))  # room for the title and the legend: half an inch
     _save(fig, path_stem)
     plt.close(fig)

@@ -24,6 +24,14 @@ the chance that any of them marks a difference that is not there stays at or bel
 marked is reported with the smallest one the test could see: MDE = (t_{1 - a/2, df} + t_{POWER, df}) sd / sqrt(n)
 at a = LEVEL / m, the level of Holm's first step (an effect that large is marked with probability POWER
 whatever the other tests do). The per-test intervals are not widened for the family; p_holm is.
+
+The same machinery scores the fits on held-out log-loss (`heldout_nll`: the negative log-likelihood per pair of
+held-out sequences drawn from the truth, every pair, seen in D or not): a proper scoring rule (its expectation is
+minimised by the true law) beside the MAE on unseen pairs, which scores a subset of cells alike whatever their
+probability. Its tests are the figure's panels only (each rule at each alpha > 0 against alpha = 0), a family of their own
+for Holm (`metric` says which family a row is in): the tuned arms and the control are chosen on these very pairs,
+so their log-loss is no held-out score. A log-loss restricted to the unseen pairs would not be proper (moving mass
+onto them would win), so the log-loss is over every held-out pair.
 """
 
 from __future__ import annotations
@@ -40,10 +48,13 @@ from workflow_lib.report.statistics import holm  # the one Holm rule (the summar
 LEVEL = 0.05
 POWER = 0.8
 READING = "unseen_pairs"  # the paper's metric (Figure 2's caption): MAE on unobserved token pairs
+MAE = f"mae_{READING}"
+NLL = "heldout_nll"  # held-out log-loss: negative log-likelihood per pair of held-out sequences from the truth
 RULES = ("oracle", "empirical")
 CONTROL = "shrinkage"
 UNPERTURBED, UNIFORM = "unperturbed", "uniform"
 TEST_COLUMNS = {
+    "metric": pl.String,  # MAE or NLL: the score compared, and the Holm family the row belongs to
     "vocab_size": pl.Int32,
     "kind": pl.String,
     "a": pl.String,
@@ -73,9 +84,10 @@ def at(rule: str, alpha: float) -> str:
     return f"{rule}, α = {alpha:g}"
 
 
-def estimates(results: pl.DataFrame, reading: str = READING) -> dict[int, dict[str, np.ndarray]]:
-    """Per |V|: estimator name -> its MAE on `reading` per replication (aligned by replication), with the
-    chosen alpha of each tuned rule under 'alpha: <rule>' and the control's lambda under 'lambda'."""
+def estimates(results: pl.DataFrame, metric: str = MAE) -> dict[int, dict[str, np.ndarray]]:
+    """Per |V|: estimator name -> its `metric` (a column of the fits: MAE on unseen pairs, or NLL) per replication
+    (aligned by replication), with the chosen alpha of each tuned rule under 'alpha: <rule>' and the control's lambda
+    under 'lambda'. The uniform predictor's value: its MAE on the same cells, or log |V| for the log-loss."""
     out: dict[int, dict[str, np.ndarray]] = {}
     for (vocab,), part in results.group_by(["vocab_size"], maintain_order=True):
         reps = sorted(part["replication"].unique().to_list())
@@ -88,30 +100,32 @@ def estimates(results: pl.DataFrame, reading: str = READING) -> dict[int, dict[s
         perturbed = part.filter(pl.col("arm").is_in(RULES))
         base = perturbed.filter(pl.col("intensity") == 0).unique("replication", keep="first", maintain_order=True)
         if base.height:
-            columns[UNPERTURBED] = column(base, f"mae_{reading}")
-            columns[UNIFORM] = column(base, f"uniform_{reading}")
+            columns[UNPERTURBED] = column(base, metric)
+            uniform = metric.replace("mae_", "uniform_", 1)
+            columns[UNIFORM] = column(base, uniform) if uniform in part.columns else np.full(len(reps), np.log(vocab))
         for rule in RULES:
             fits = perturbed.filter(pl.col("arm") == rule)
             if not fits.height:
                 continue
             for alpha in sorted(set(fits["intensity"].to_list()) - {0.0}):
-                columns[at(rule, alpha)] = column(fits.filter(pl.col("intensity") == alpha), f"mae_{reading}")
+                columns[at(rule, alpha)] = column(fits.filter(pl.col("intensity") == alpha), metric)
             # The lowest held-out NLL per replication; sorting by (nll, alpha) sends ties to the smaller alpha.
             best = fits.sort(["replication", "heldout_nll", "intensity"]).unique(
                 "replication", keep="first", maintain_order=True
             )
-            columns[tuned(rule)] = column(best, f"mae_{reading}")
+            columns[tuned(rule)] = column(best, metric)
             columns[f"alpha: {rule}"] = column(best, "intensity")
         control = part.filter(pl.col("arm") == CONTROL)
         if control.height:
-            columns[CONTROL] = column(control, f"mae_{reading}")
+            columns[CONTROL] = column(control, metric)
             columns["lambda"] = column(control, "shrinkage")
         out[int(vocab)] = columns
     return dict(sorted(out.items()))
 
 
-def comparisons(columns: dict[str, np.ndarray]) -> list[tuple[str, str, str, float | None]]:
-    """(kind, a, b, intensity) of every test one |V| allows, given the estimators it has."""
+def comparisons(columns: dict[str, np.ndarray], metric: str = MAE) -> list[tuple[str, str, str, float | None]]:
+    """(kind, a, b, intensity) of every test one |V| allows, given the estimators it has; on the log-loss, the
+    panels only (the other arms are tuned on the held-out pairs it is computed on)."""
     have = set(columns)
     out: list[tuple[str, str, str, float | None]] = []
     strongest = {}  # rule -> its arm at the largest intensity
@@ -128,7 +142,7 @@ def comparisons(columns: dict[str, np.ndarray]) -> list[tuple[str, str, str, flo
         out += [(CONTRAST, pick[rule], CONTROL, None) for rule in ("empirical", "oracle") if rule in pick]
         if {"oracle", "empirical"} <= set(pick):
             out.append((CONTRAST, pick["oracle"], pick["empirical"], None))
-    return [c for c in out if {c[1], c[2]} <= have]
+    return [c for c in out if {c[1], c[2]} <= have and (metric != NLL or c[0] == PANEL)]
 
 
 def paired_t(a: np.ndarray, b: np.ndarray, with_p: bool = True) -> dict:
@@ -180,14 +194,15 @@ def t_quantile(q: float, df: int) -> float:
     return float(stats.t.ppf(q, df))
 
 
-def paired_tests(results: pl.DataFrame, reading: str = READING) -> pl.DataFrame:
-    """Every comparison of `comparisons` for every |V|, with p_holm over all of them, the MDE of each at
-    Holm's first step and a verdict: 'a lower' / 'a higher' (p_holm < LEVEL), 'not detected', 'identical'
-    (every difference exactly 0) or 'untested' (fewer than 2 replications)."""
+def paired_tests(results: pl.DataFrame, metric: str = MAE) -> pl.DataFrame:
+    """Every comparison of `comparisons` for every |V| on `metric` (MAE on unseen pairs, or NLL), with p_holm over
+    all of them (one family per metric), the MDE of each at Holm's first step and a verdict: 'a lower' / 'a higher'
+    (p_holm < LEVEL), 'not detected', 'identical' (every difference exactly 0) or 'untested' (fewer than 2
+    replications)."""
     rows: list[dict[str, Any]] = []
-    for vocab, columns in estimates(results, reading).items():
-        for kind, a, b, intensity in comparisons(columns):
-            rows.append({"vocab_size": vocab, "kind": kind, "a": a, "b": b, "intensity": intensity})
+    for vocab, columns in estimates(results, metric).items():
+        for kind, a, b, intensity in comparisons(columns, metric):
+            rows.append({"metric": metric, "vocab_size": vocab, "kind": kind, "a": a, "b": b, "intensity": intensity})
             rows[-1] |= paired_t(columns[a], columns[b], with_p=False)
     tested = [r for r in rows if r["sd"] is not None]
     if tested:
@@ -208,6 +223,11 @@ def paired_tests(results: pl.DataFrame, reading: str = READING) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=TEST_COLUMNS)
 
 
+def study_tests(results: pl.DataFrame) -> pl.DataFrame:
+    """Both families: the MAE on unseen pairs (every kind of test) and the held-out log-loss (the panels)."""
+    return pl.concat([paired_tests(results, MAE), paired_tests(results, NLL)])
+
+
 def tuning_summary(results: pl.DataFrame) -> pl.DataFrame:
     """Per |V|: what the held-out sequences chose: the control's mean lambda, each rule's mean tuned alpha and in
     how many replications it was 0 (no perturbation)."""
@@ -221,3 +241,36 @@ def tuning_summary(results: pl.DataFrame) -> pl.DataFrame:
             row[f"alpha_{rule}_zero"] = None if chosen is None else int((chosen == 0).sum())
         rows.append(row)
     return pl.DataFrame(rows)
+
+
+REACH_COLUMNS = {
+    "vocab_size": pl.Int32,
+    "arm": pl.String,
+    "intensity": pl.Float64,
+    "replications": pl.Int32,
+    "unseen_pairs_mean": pl.Float64,
+    "reached_mean": pl.Float64,
+    "reached_max": pl.Int32,
+    "reached_share": pl.Float64,
+}
+
+
+def reach_summary(results: pl.DataFrame) -> pl.DataFrame:
+    """Per |V|, synonym rule and alpha > 0: how many of D's unseen pairs the perturbed copy holds as training pairs
+    (`n_unseen_pairs_reached` of the fits; study.unseen_pairs_reached), its mean and largest count over the
+    replications, and its share of the unseen pairs (pooled over replications). Empty for fits without the count."""
+    if "n_unseen_pairs_reached" not in results.columns or "n_unseen_pairs" not in results.columns:
+        return pl.DataFrame(schema=REACH_COLUMNS)
+    perturbed = results.filter(pl.col("arm").is_in(RULES) & (pl.col("intensity") > 0))
+    return (
+        perturbed.group_by(["vocab_size", "arm", "intensity"])
+        .agg(
+            pl.len().alias("replications"),
+            pl.col("n_unseen_pairs").mean().alias("unseen_pairs_mean"),
+            pl.col("n_unseen_pairs_reached").mean().alias("reached_mean"),
+            pl.col("n_unseen_pairs_reached").max().alias("reached_max"),
+            (pl.col("n_unseen_pairs_reached").sum() / pl.col("n_unseen_pairs").sum()).alias("reached_share"),
+        )
+        .sort(["vocab_size", "arm", "intensity"])
+        .cast(REACH_COLUMNS)  # type: ignore[arg-type]
+    )

@@ -13,7 +13,8 @@ synonym set
 is non-empty is replaced, with probability alpha, by v in S_t drawn with probability proportional to
 P(v | X_{t-1}); the target X_{t+1} stays. P is the true bigram M (`oracle`, the paper's reading) or the
 empirical bigram of D (`empirical`: what a user can compute; its S_t only holds tokens v already seen
-followed by X_{t+1}). A sequence's first token has no X_{t-1}: under the uniform initial law P(v) = 1/|V|
+followed by X_{t+1}, so its copy holds no training pair that D does not: `n_unseen_pairs_reached` counts, per
+fit, the cells never observed in D that the copy holds as training pairs). A sequence's first token has no X_{t-1}: under the uniform initial law P(v) = 1/|V|
 is never above 2/|V|, so S_1 is empty and the first token is kept. At alpha = 0 copy 2 equals D: the
 paper's baseline, which trains on D twice.
 S_t depends on both neighbours, so every occurrence has its own set. They are computed for all occurrences at
@@ -130,6 +131,19 @@ def perturbed_copy(x: np.ndarray, table: SynonymTable, intensity: float, rng: np
     return cond, eligible, len(result.picked), changed
 
 
+def unseen_pairs_reached(copy: np.ndarray, x: np.ndarray, vocab_size: int) -> int:
+    """How many cells (a, b) never observed as a pair of D the perturbed copy holds as training pairs.
+
+    The copy trains on (copy[:, t], x[:, t + 1]): a replacement of X_t by v adds the pair (v, X_{t+1}) and leaves
+    the target of the pair before it (X_t) as it was, so (X_{t-1}, v) is never a training pair. With `empirical`
+    synonyms, v needs P_D(X_{t+1} | v) > c/|V| > 0, i.e. (v, X_{t+1}) in D: the count is 0 by construction
+    (tests/simulation/test_simulation_reach.py measures it); with `oracle` synonyms it need not be.
+    """
+    seen = pair_counts(x, vocab_size).ravel() > 0
+    cells = np.unique(copy * vocab_size + x[:, 1:])
+    return int((~seen[cells]).sum())
+
+
 def mae_readings(M_hat: np.ndarray, M: np.ndarray, x: np.ndarray) -> dict:
     """The three MAE readings of one estimate and the uniform predictor's, with the cell counts."""
     V = M.shape[0]
@@ -210,6 +224,7 @@ def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, 
         for rule, alpha, copy, eligible, replaced, changed, mean_candidates in conditions:
             cond, target = units_of(original, copy, x, settings["batch_unit"])
             new_rows = int(unseen_rows[np.unique(copy)].sum())
+            reached = unseen_pairs_reached(copy, x, V)
             rows.append(
                 {
                     "vocab_size": V,
@@ -220,6 +235,7 @@ def fit_vocabulary(vocab_size: int, settings: dict, threads: int | None = None, 
                     "n_replaced": replaced,
                     "n_changed": changed,
                     "n_unseen_rows_perturbed": new_rows,
+                    "n_unseen_pairs_reached": reached,
                     "mean_synonyms": mean_candidates,
                 }
             )
@@ -289,6 +305,7 @@ COLUMNS = {
     "n_replaced": "Int32",
     "n_changed": "Int32",
     "n_unseen_rows_perturbed": "Int32",
+    "n_unseen_pairs_reached": "Int32",  # unseen cells of D that the perturbed copy holds as training pairs
     "mean_synonyms": "Float64",
 }
 
