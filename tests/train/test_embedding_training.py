@@ -74,6 +74,18 @@ def test_both_strategies_learn_and_train_otherwise_than_without_noise(data, tmp_
         history[name] = base.losses(tmp_path / name)
         assert np.mean(history[name][-3:]) < np.mean(history[name][:3])
     assert history["embedding-noise"] != history["plain"] and history["neftune"] != history["plain"]
+    # NEFTune's noise against the embeddings, recorded for the report's design-range check (report.design_range)
+    from workflow_lib.report.design_range import neftune_record
+
+    assert neftune_record(str(tmp_path / "plain" / "model")) is None
+    assert neftune_record(str(tmp_path / "embedding-noise" / "model")) is None
+    record = neftune_record(str(tmp_path / "neftune" / "model"))
+    weights = load_file(tmp_path / "neftune" / "model" / "model.safetensors")
+    wte = next(v for k, v in weights.items() if k.endswith("wte.weight"))
+    assert record["width"] == wte.shape[1] and record["alpha"] == NEFTUNE["neftune_alpha"]
+    assert record["noise_rms"] == pytest.approx(5.0 / np.sqrt(3 * record["length"] * record["width"]))
+    assert record["ratio_end"] == pytest.approx(record["noise_rms"] / wte.float().pow(2).mean().sqrt().item(), rel=1e-5)
+    assert record["ratio"] != record["ratio_end"]  # the embeddings moved during training
 
 
 @pytest.mark.parametrize("name", ["embedding-noise", "neftune"])

@@ -74,6 +74,16 @@ def noised_embeddings(
     return embeds + step.to(embeds.dtype)
 
 
+def neftune_scale(model: Any, alpha: float, length: int) -> dict:
+    """NEFTune's noise against the embeddings it is added to: its per-coordinate RMS, alpha / sqrt(3 L d) (uniform on
+    +-alpha / sqrt(L d)), over the input embedding matrix's RMS. Its authors tuned alpha 5-15 on ~4,096-wide models,
+    where the ratio is small; the design range the report holds it to is 0.05-0.5 (docs/method.md §1)."""
+    width = int(model.get_input_embeddings().weight.shape[1])
+    noise = float(alpha) / math.sqrt(3.0 * length * width)
+    rms = float(embedding_rms(model))
+    return {"alpha": float(alpha), "length": int(length), "width": width, "noise_rms": noise, "ratio": noise / rms}
+
+
 def activate(lm: Any, settings: dict) -> Any | None:
     """Switch on a training job's embedding-space perturbation where it is NEFTune (transformers' hook on the input
     embeddings, active in training mode only); returns the hook's handle, or None for any other perturbation."""

@@ -56,6 +56,7 @@ class TrainingRun:
     resume: Path  # the checkpoint folder (--resume-dir)
     mark: str  # fingerprint(): which run a checkpoint belongs to
     adapters: Any = None  # training.lora: the PeftModel around lm (train/lora.py); None: every parameter trains
+    neftune: dict | None = None  # NEFTune's noise against the embeddings when this job started (perturb.embedding)
 
     @property
     def global_batch(self) -> int:

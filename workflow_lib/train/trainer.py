@@ -192,10 +192,12 @@ def set_up(args: argparse.Namespace, settings: dict, model_spec: dict, objective
         num_training_steps=total_steps * n_proc,
     )
     embedding = loader.dataset.embedding  # an embedding-space perturbation, which the data names
+    neftune = None
     if embedding is not None:
         from workflow_lib.perturb.embedding import activate
 
         activate(lm, embedding)  # NEFTune's hook on the input embeddings (none for embedding-noise)
+        neftune = neftune_start(lm, embedding, loader.dataset)
     model, optimizer, scheduler = accelerator.prepare(TargetLogits(lm, embedding), optimizer, scheduler)
     set_seed(settings["seed"], device_specific=True)  # dropout: independent masks on each process
     return TrainingRun(
@@ -219,7 +221,19 @@ def set_up(args: argparse.Namespace, settings: dict, model_spec: dict, objective
         resume=Path(args.resume_dir),
         mark=fingerprint(args, settings, model_spec, objective, n_proc, adapted and lora.described(adapted)),
         adapters=adapted,
+        neftune=neftune,
     )
+
+
+def neftune_start(lm, embedding: dict, rows) -> dict | None:
+    """NEFTune's noise against the embeddings before this job's first step, at the longest (padded) row."""
+    if embedding.get("strategy") != "neftune":
+        return None
+    from workflow_lib.perturb.embedding import neftune_scale
+
+    offsets = rows.inputs.offsets
+    length = min(rows.max_length, int((offsets[1:] - offsets[:-1]).max()))
+    return neftune_scale(lm, embedding["neftune_alpha"], length)
 
 
 def make_accelerator(settings: dict, output: str) -> Accelerator:
@@ -348,6 +362,11 @@ def finish(run: TrainingRun, state: RunState) -> None:
             "global_batch": run.global_batch,
             "steps_per_epoch": run.steps_per_epoch,
         }
+        if run.neftune is not None:  # its noise against the embeddings when the job started and at its end
+            from workflow_lib.perturb.embedding import neftune_scale
+
+            end = neftune_scale(run.lm, run.neftune["alpha"], run.neftune["length"])
+            ran["neftune"] = {**run.neftune, "ratio_end": end["ratio"]}
         write_outputs(run, state, ran)
         shutil.rmtree(run.resume, ignore_errors=True)
     accelerator.wait_for_everyone()
