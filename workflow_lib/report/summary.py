@@ -231,10 +231,12 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
     data, contrasts, lab, logs = results.data, results.contrasts, results.lab, results.logs
     from workflow_lib.report.design_range import neftune_lines
     from workflow_lib.report.findings import findings_section
+    from workflow_lib.report.multiplicity import multiplicity_sentence
     from workflow_lib.report.theory_check import theory_findings
 
     theory = theory_findings(frame, contrasts)
     design = neftune_lines(list((logs or {}).keys()))
+    multiplicity = multiplicity_sentence(contrasts)
 
     models = frame.select(KEYS[:9]).unique()
     untrained = models.filter(pl.col("objective") == UNTRAINED).height
@@ -263,7 +265,11 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
             else []
         ),
         findings_section(frame, contrasts, logs or {}),
-        *(["".join(f"- {s}\n" for s in design) + "\n"] if design else []),
+        *(
+            ["".join(f"- {s}\n" for s in [*design, *([multiplicity] if multiplicity else [])]) + "\n"]
+            if design or multiplicity
+            else []
+        ),
         "## What MAUVE can see here\n",
         controls_section(results.controls, written.get("controls", "")),
         "## Provenance\n",

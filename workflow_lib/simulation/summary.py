@@ -292,7 +292,7 @@ def write_summary(
 ) -> pl.DataFrame:
     from workflow_lib.simulation.figure import simulation_figure
 
-    results = pl.concat([pl.read_parquet(p) for p in inputs])
+    results = pl.concat([pl.read_parquet(p) for p in inputs], how="diagonal_relaxed")  # fits of older code lack columns
     tests = study_tests(results)
     sentences = conclusions(tests, tuning_summary(results), reach_summary(results))
     summary = summarize(results, tests)
