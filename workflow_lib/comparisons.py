@@ -32,6 +32,15 @@ RESAMPLES = 2000  # the least B of a permutation table; a table of m comparisons
 # A table of m comparisons is Holm-corrected, which multiplies its smallest p by m. B random swaps resolve a p down
 # to 1/(B + 1), so B >= 200 m lets the table's smallest adjusted p reach m/(B + 1) < 0.01.
 RESAMPLES_PER_COMPARISON = 200
+# Sampling mode `cached` is an estimator of its own, not Algorithm 2's law (docs/method.md §1, "Sampling";
+# tests/sample/test_cached_vs_exact_law.py): every label of a row sampled in it says so, whether or not the study
+# has other modes. No ": " in it (a label's "<strategy>: " prefix is parsed) and no " (" (a label's qualifiers are).
+CACHED_LABEL = "cached, persistent perturbation"
+
+
+def mode_label(mode: str) -> str:
+    """How tables and findings name a sampling mode: `cached` for what it is, `exact` (Algorithm 2) as is."""
+    return CACHED_LABEL if mode == "cached" else mode
 
 
 def resamples_for(comparisons: int, minimum: int) -> int:
@@ -95,8 +104,8 @@ def _label(name: str, row: dict, varying: list[str]) -> str:
         parts.append(f"{row['train_mode']}-m{row['copies']}")
     if row.get("test_intensity") and "test_synonyms" in varying and row["test_synonyms"] != NO_STRATEGY:
         parts.append(f"sample {row['test_synonyms']}")
-    if row.get("test_intensity") and "test_mode" in varying:
-        parts.append(row["test_mode"])
+    if row.get("test_intensity") and ("test_mode" in varying or row.get("test_mode") == "cached"):
+        parts.append(mode_label(row["test_mode"]))
     return name + (f" ({', '.join(parts)})" if parts else "")
 
 

@@ -494,3 +494,20 @@ def test_ablation_bars_stay_in_mauves_range(figures):
         for s in c.errorbar.lines[2][0].get_segments()
     ]
     assert len(tops) == 4 and max(tops) == pytest.approx(1.0)
+
+
+def test_ablation_bars_of_a_cached_study_keep_four_arms_and_say_cached(figures):
+    """A study that samples its perturbed arms in `cached` alone: its four bars, and a title naming the mode for
+    what it is (one persistent perturbation per sequence, not Algorithm 2's law); an `exact` study has no such title."""
+    for mode in ("cached", "exact"):
+        rows = [
+            {"train_intensity": tr, "test_intensity": te, "test_mode": mode, "mauve_mean": 0.5, "mauve_2se": 0.05}
+            for tr in (0.0, 0.025)
+            for te in (0.0, 0.025)
+        ]
+        lm_figures.ablation_figure(frame(rows), "unused", 0.025)
+        fig = figures[-1]
+        bars = [c.get_label() for c in fig.axes[0].containers if hasattr(c, "patches")]
+        assert bars == ["NoPerturb", "TrainPerturb", "TestPerturb", "Both"]
+        title = fig.get_suptitle()
+        assert (title == "sampled in mode cached, persistent perturbation: not Algorithm 2's law") == (mode == "cached")

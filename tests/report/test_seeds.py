@@ -160,8 +160,10 @@ def test_the_tables_pool_a_conditions_seeds_with_a_t_interval_and_keep_one_seeds
 def test_a_check_of_algorithm_2_on_one_seed_is_its_own_row_never_in_cacheds_place():
     """A study that samples its perturbed arm in `cached` mode on 3 seeds and in `exact` on one (configs/real.yaml):
     Table 1 and the ablation show the two as rows or columns of their own, named by mode, the pooled `cached` row
-    over its 3 seeds; a study of one mode keeps the plain names. An untrained model's training mode (always
-    augment-m1 in its path) does not make the labels of trained arms name their training mode."""
+    over its 3 seeds. `cached` is named for what it is (one persistent perturbation per sequence, not Algorithm 2's
+    law) in a study of that mode alone too; a study of `exact` alone keeps the plain names. An untrained model's
+    training mode (always augment-m1 in its path) does not make the labels of trained arms name their training
+    mode."""
     from workflow_lib.comparisons import _label, _variants
     from workflow_lib.report.conditions import ablation_frame, method_frame
     from workflow_lib.report.seeds import pool_seeds
@@ -181,20 +183,28 @@ def test_a_check_of_algorithm_2_on_one_seed_is_its_own_row_never_in_cacheds_plac
     pooled = pool_seeds(frame)
     methods = method_frame(pooled, 0.025).sort("perturbation")
     assert methods.select("perturbation", "seeds").rows() == [
-        ("insertion 0.025 (cached)", 3),
+        ("insertion 0.025 (cached, persistent perturbation)", 3),
         ("insertion 0.025 (exact)", 1),
         ("no", 3),
     ]
     assert methods.filter(pl.col("perturbation") == "insertion 0.025 (exact)")["mauve_mean"].to_list() == [0.2]
     assert sorted(ablation_frame(pooled, 0.025)["condition"].to_list()) == [
-        "Both (cached)",
+        "Both (cached, persistent perturbation)",
         "Both (exact)",
         "NoPerturb",
     ]
-    one_mode = pool_seeds(frame.filter((pl.col("test_mode") != "exact") | (pl.col("test_intensity") == 0)))
-    assert sorted(set(method_frame(one_mode, 0.025)["perturbation"].to_list())) == ["insertion 0.025", "no"]
+    cached_alone = pool_seeds(frame.filter((pl.col("test_mode") != "exact") | (pl.col("test_intensity") == 0)))
+    assert sorted(set(method_frame(cached_alone, 0.025)["perturbation"].to_list())) == [
+        "insertion 0.025 (cached, persistent perturbation)",
+        "no",
+    ]
+    exact_alone = pool_seeds(frame.filter(pl.col("test_mode") == "exact"))
+    assert sorted(set(method_frame(exact_alone, 0.025)["perturbation"].to_list())) == ["insertion 0.025", "no"]
     untrained = base | {"objective": "untrained", "train_mode": "augment", "train_intensity": 0.0}
     contrast_rows = [*rows, exact, untrained | {"test_intensity": 0.0, "test_mode": "exact", "seed": 42}]
     varying = _variants(contrast_rows)
     assert varying == ["test_mode"]
     assert _label("insertion 0.025", exact, varying) == "insertion 0.025 (exact)"
+    # a cached arm is named in a study of one mode as well; an exact one is not
+    assert _label("Both", rows[-1], []) == "Both (cached, persistent perturbation)"
+    assert _label("Both", exact, []) == "Both"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from workflow_lib.comparisons import KEYS, MODEL_KEYS, parse_path  # noqa: F401 (the report's columns: one home)
+from workflow_lib.comparisons import KEYS, MODEL_KEYS, mode_label, parse_path  # noqa: F401 (the report's columns: one home)
 from workflow_lib.constants import UNTRAINED
 from workflow_lib.layout import parse
 
@@ -66,10 +66,14 @@ def method_frame(frame: pl.DataFrame, intensity: float) -> pl.DataFrame:
 
 
 def sampling_mode(perturbed: pl.DataFrame) -> pl.Expr:
-    """' (exact)' / ' (cached)' where a study samples its perturbed conditions in both modes (a check of Algorithm 2
-    on one seed beside `cached` on all), so that a table never shows one mode's row in the other's place; else ''."""
-    if perturbed.height and perturbed["test_mode"].n_unique() > 1:
-        return pl.lit(" (") + pl.col("test_mode") + pl.lit(")")
+    """' (exact)' / ' (cached, persistent perturbation)' where a study samples its perturbed conditions in both modes
+    (a check of Algorithm 2 on one seed beside `cached` on all), so that a table never shows one mode's row in the
+    other's place; ' (cached, persistent perturbation)' where it samples them in `cached` alone, an estimator of its
+    own, not Algorithm 2's law (`comparisons.mode_label`); else ''."""
+    modes = set(perturbed["test_mode"].to_list()) if perturbed.height else set()
+    if len(modes) > 1 or modes == {"cached"}:
+        shown = pl.col("test_mode").replace_strict({m: mode_label(m) for m in modes}, return_dtype=pl.String)
+        return pl.lit(" (") + shown + pl.lit(")")
     return pl.lit("")
 
 

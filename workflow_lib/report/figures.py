@@ -24,6 +24,7 @@ import matplotlib.ticker
 import numpy as np
 import polars as pl
 
+from workflow_lib.comparisons import CACHED_LABEL
 from workflow_lib.plotting import Panel, _save, assign_styles, bar_style, empty_panel, legend_below, split_panels
 from workflow_lib.report.conditions import ABLATION, ablation_frame, parse_model_dir, shown_objective
 from workflow_lib.report.resolution import refusal_label, refused, resolved
@@ -139,8 +140,12 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) ->
     study has several) that has all four conditions. Bars: a colour and a hatch per condition."""
     arms = ablation_frame(frame, intensity)
     arms = arms.filter(pl.col("strategy") == "insertion")  # the paper's; the ablation table shows every strategy
-    # A study that samples its perturbed arms in two modes names them "Both (cached)", "Both (exact)": its bar groups
-    # would not be the four conditions, so they are left out here (the ablation table shows every mode).
+    # A study that samples its perturbed arms in two modes names them "Both (exact)", "Both (cached, persistent
+    # perturbation)": its bar groups would not be the four conditions, so they are left out here (the ablation table
+    # shows every mode). One that samples them in `cached` alone keeps the four bars, and its title says so.
+    only_cached = set(arms.filter(pl.col("test_intensity") > 0)["test_mode"].to_list()) == {"cached"}
+    if only_cached:
+        arms = arms.with_columns(pl.col("condition").str.replace(f" ({CACHED_LABEL})", "", literal=True))
     arms = arms.filter(pl.col("condition").is_in(ABLATION))
     empty_text = (
         refusal_label(arms) if refused(arms).height and not resolved(arms).height else "no ablation in this study"
@@ -204,6 +209,8 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) ->
         ax.set_ylabel("MAUVE")
         ax.set_title(es)
         ax.set_ylim(0, 1.05)
+    if only_cached:
+        fig.suptitle(f"sampled in mode {CACHED_LABEL}: not Algorithm 2's law", fontsize=9)
     legend_below(fig, axes)
     _save(fig, stem)
     plt.close(fig)

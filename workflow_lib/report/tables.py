@@ -11,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
+from workflow_lib.comparisons import mode_label
 from workflow_lib.constants import UNTRAINED
 from workflow_lib.files import atomic_path
 from workflow_lib.layout import parse
@@ -266,7 +267,7 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         if col_k == "intensity":
             order = sorted(set(sub[col_k].to_list()), key=float)
         if col_k == "condition":
-            present = sorted(set(sub[col_k].to_list()))  # "Both", or "Both (cached)" and "Both (exact)"
+            present = sorted(set(sub[col_k].to_list()))  # "Both", or "Both (<mode>)" (conditions.sampling_mode)
             order = [c for a in ABLATION for c in present if c == a or c.startswith(f"{a} (")]
         rows, means, columns = pivot_cells(sub, rows_k, col_k, mets, order)
         write_table(rows, means, columns, str(out / name), caption=caption)
@@ -370,7 +371,7 @@ def examples(prompts_path: str, sample_paths: list[str], stem: str, prompt_index
         objective = UNTRAINED_LABEL if fields["objective"] == UNTRAINED else fields["objective"]
         label = (
             f"{fields['model']} {objective} train {fields['train_strategy']} {fields['train_intensity']}, "
-            f"sample {fields['test_strategy']} {fields['test_intensity']} ({fields['test_mode']})"
+            f"sample {fields['test_strategy']} {fields['test_intensity']} ({mode_label(fields['test_mode'])})"
             + (f", decoder {fields['decoder']}" if several_decoders else "")
         )
         rows.append({"method": label, "continuation": text.strip()})

@@ -5,8 +5,9 @@ embedding-space strategies, as `steps.Steps`.
   afresh: each eligible position selected with probability alpha, with the step's keys, and its embedding noised
   with keyed noise; the batch is recomputed without a cache, as `loops.Recompute` recomputes a token strategy's.
 - `NoisedCached` (mode `cached`): the prompt is perturbed once, and each drawn token once, when it is fed; one
-  key/value cache of the perturbed prefix. Each step's prefix has `exact`'s marginal law (every position selected
-  independently with probability alpha, its noise of the same law), but the draws persist across steps.
+  key/value cache of the perturbed prefix. Every position is selected and noised by the same law as in `exact`, but
+  once: one persistent perturbation per sequence, so from the second drawn token on its law is not Algorithm 2's
+  (the tokens drawn so far condition the perturbation it keeps; docs/method.md §1, "Sampling").
 
 Every draw is keyed, as the token strategies' are: which positions (`KeyedRandom`, the step's keys and each
 position's place in its row; cached mode: the step's key, purpose `SELECT_PURPOSE`) and each coordinate of their

@@ -13,10 +13,12 @@ Two modes:
   cache (`reuse.reuse_fits`).
 - `cached` (`loops.Cached`): each new token is perturbed once, when it is appended, and one perturbed prefix is
   kept with its key/value cache: replacement feeds the synonym instead of the token, deletion feeds nothing,
-  insertion feeds the token and then its synonym. Every step's prefix has the marginal law of `exact` for
-  replacement and deletion (each token is perturbed independently with probability alpha); for insertion
-  the synonym sits right after its source instead of at a uniform gap, and in all strategies the
-  perturbations are correlated across steps (the same draws persist). The results say whether it matters.
+  insertion feeds the token and then its synonym. One persistent perturbation per sequence: an estimator of its
+  own, not Algorithm 2's law. Each token is perturbed by T's law, but once, so from the second new token on the
+  tokens drawn so far condition the perturbation it keeps, where `exact` draws a fresh one (and for insertion
+  the synonym sits right after its source instead of at a uniform gap). tests/sample/test_cached_vs_exact_law.py
+  enumerates both laws on a tiny model: one law at step 1, 0.0083 apart in TV at step 2 (replacement, intensity
+  0.025), 0.0634 at 0.3 (docs/method.md §1).
   A deleted token or an unused insertion slot stays in the cache as a masked slot: harmless under global
   attention, but a local or sliding-window layer (GPT-Neo, Mistral) counts slots, so such models are refused
   for cached insertion and deletion once the cache outgrows their window.
