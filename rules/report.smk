@@ -131,7 +131,8 @@ rule synonym_audit:
         code=code_digest("workflow_lib.report.synonym_audit"),
         seed=config["seed"],
         tables=" ".join(
-            f"--table {table} {tokenizer} {tokens or 'none'}" for table, tokenizer, tokens in synonym_audit_tables(config)
+            f"--table {table} {tokenizer} {tokens or 'none'}"
+            for table, tokenizer, tokens in synonym_audit_tables(config)
         ),
         stem=lambda w, output: output.md.removesuffix(".md"),
     shell:

@@ -589,13 +589,12 @@ def check_train_dataset(name: str, exp: dict, datasets: dict) -> None:
 
     trains = trained_objectives(exp)
     test = exp.get("test_perturbation", {})
-    learns = bool(set(test.get("synonyms", ["distributional"])) & set(SYNONYMS_FROM_TOKENS)) and any(
-        float(x) > 0 for x in test.get("intensities", [0])
-    )
+    learned = [s for s in test.get("synonyms", ["distributional"]) if s in SYNONYMS_FROM_TOKENS]
+    learns = bool(learned) and any(float(x) > 0 for x in test.get("intensities", [0]))
     needs = (
         f"objectives {', '.join(trains)} train on its train split"
         if trains
-        else "test_perturbation's synonyms (distributional, or -words) are learned from its train split"
+        else f"test_perturbation's {', '.join(learned)} synonyms are learned from its train split"
         if learns
         else None
     )
@@ -603,7 +602,7 @@ def check_train_dataset(name: str, exp: dict, datasets: dict) -> None:
         if needs:
             raise ConfigError(
                 f"{key}: required here ({needs}); only a zero-shot experiment (every objective "
-                f"'{UNTRAINED}') sampling without distributional synonyms may leave it out"
+                f"'{UNTRAINED}') sampling without synonyms learned from it may leave it out"
             )
         return
     _need(exp["train_dataset"], datasets, f"experiments.{name}.train_dataset", "dataset")

@@ -104,7 +104,7 @@ def perturbed_targets(config: dict) -> list[str]:
 
 def synonym_tables(config: dict) -> list[tuple[str, str, str]]:
     """The (tokenizer, dataset, source) of every synonym table the study's perturbations draw from."""
-    out = set()
+    out: set[tuple[str, str, str]] = set()
     for exp in config["experiments"].values():
         for model in exp["models"]:
             tokenizer = config["models"][model]["tokenizer"]

@@ -204,7 +204,10 @@ def build_table(source: str, tokenizer, settings: dict, tokens: str | None, pair
     """The table of one source (the job's work; `tokens`, `pairs`: the files the source reads, else None)."""
     vocab_size, special = len(tokenizer), special_token_ids(tokenizer)
     blocks = read_token_blocks(tokens) if tokens else None
-    words = word_tokens(token_texts(tokenizer), blocks) if source.endswith("-words") else None
+    words = None
+    if source.endswith("-words"):
+        assert blocks is not None, "the rule gives the -words sources the train split's tokens"
+        words = word_tokens(token_texts(tokenizer), blocks)
     if source == "uniform":
         return SynonymTable.uniform(vocab_size, special)
     if source in ("distributional", "distributional-words"):

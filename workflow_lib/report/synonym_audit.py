@@ -83,7 +83,7 @@ def audit(table, counts: np.ndarray | None, seed: int, name: str, size: int = SA
     picked = np.sort(rng.choice(eligible, size=min(size, len(eligible)), replace=False))
     if counts is not None:  # most frequent first: the words a perturbation meets most
         picked = picked[np.argsort(-counts[picked], kind="stable")]
-    rows = []
+    rows: list[tuple[int, int | None, list[int], list[float]]] = []
     if shared:
         rows = [(int(t), None if counts is None else int(counts[t]), [], []) for t in picked]
     else:
