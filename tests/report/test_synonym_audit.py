@@ -125,3 +125,19 @@ def test_the_command_line_writes_an_audit_of_no_tables(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "draws no synonyms" in (tmp_path / "s.md").read_text()
     assert (tmp_path / "s.csv").read_text().startswith("table,token_id,token,")
+
+
+def test_the_summary_shows_the_audit_after_what_mauve_can_see(tmp_path):
+    from test_resolution import ENOUGH, study
+
+    from workflow_lib.report.summary import StudyResults, summary
+    from workflow_lib.report.tables import tables
+
+    frame = study(tmp_path / "s", ENOUGH)
+    written = tables(frame, str(tmp_path / "tables"), 0.025, ["test"])
+    config = {"models": {"mle": {"source": "scratch"}}, "eval_sets": {}, "datasets": {}}
+    audit_text = "### `tok/data/distributional`\n\n| token | id | in training | synonyms (weight) |\n"
+    text = summary(StudyResults(frame, written | {"synonyms": audit_text}), config, 0.025)
+    assert text.index("## What MAUVE can see here") < text.index("## The synonyms the perturbation draws")
+    assert text.index("## The synonyms the perturbation draws\n\n" + audit_text) < text.index("## Provenance")
+    assert "## The synonyms the perturbation draws" not in summary(StudyResults(frame, written), config, 0.025)
