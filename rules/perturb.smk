@@ -1,3 +1,5 @@
+import shlex
+
 from workflow_lib.layout import SYNONYMS, benchmark_path, log_path, perturbed_template, train_condition_of
 from workflow_lib.perturb.settings import perturb_settings, synonym_settings
 
@@ -17,8 +19,9 @@ rule synonyms:
         code=code_digest("workflow_lib.perturb.synonyms"),
         settings=lambda w: as_json(synonym_settings(config, w.tokenizer, w.dataset, w.synonyms)),
         tokens=lambda w, input: f"--tokens {input.tokens}" if "tokens" in input.keys() else "",
+        pairs=lambda w, input: f"--pairs {shlex.quote(input.pairs)}" if "pairs" in input.keys() else "",
     shell:
-        "python -m workflow_lib.perturb.synonyms --source {wildcards.synonyms} --tokenizer {input.tokenizer} {params.tokens} --settings {params.settings:q} --output {output} 2> {log}"
+        "python -m workflow_lib.perturb.synonyms --source {wildcards.synonyms} --tokenizer {input.tokenizer} {params.tokens} {params.pairs} --settings {params.settings:q} --output {output} 2> {log}"
 
 
 rule perturb:

@@ -10,6 +10,7 @@ from workflow_lib.grid import (
     metric_targets,
     model_targets,
     simulation_summary_input,
+    synonym_audit_tables,
 )
 from workflow_lib.layout import (
     ARGUMENT_FILE,
@@ -105,6 +106,39 @@ rule contrasts:
         "python -m workflow_lib.report.contrasts --intensity {params.intensity} --output {output} @{input.arguments} 2> {log}"
 
 
+# What each synonym table holds, as text: a seeded sample of sources with their synonyms and weights, and the share of the
+# training tokens that have any (workflow_lib.report.synonym_audit).
+rule synonym_audit:
+    input:
+        tables=[table for table, _tokenizer, _tokens in synonym_audit_tables(config)],
+        tokenizers=sorted({tokenizer for _table, tokenizer, _tokens in synonym_audit_tables(config)}),
+        tokens=sorted({tokens for _table, _tokenizer, tokens in synonym_audit_tables(config) if tokens}),
+    output:
+        md=report(
+            REPORT_TABLE.format(table="synonyms", ext="md"),
+            caption="../report/synonyms.rst",
+            category="Tables",
+            subcategory="synonyms",
+            labels={"table": "synonyms", "format": "md"},
+        ),
+        csv=REPORT_TABLE.format(table="synonyms", ext="csv"),
+    log:
+        log_path("report/synonyms"),
+    localrule: True
+    conda:
+        "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.report.synonym_audit"),
+        seed=config["seed"],
+        tables=" ".join(
+            f"--table {table} {tokenizer} {tokens or 'none'}"
+            for table, tokenizer, tokens in synonym_audit_tables(config)
+        ),
+        stem=lambda w, output: output.md.removesuffix(".md"),
+    shell:
+        "python -m workflow_lib.report.synonym_audit --seed {params.seed} {params.tables} --stem {params.stem} 2> {log}"
+
+
 rule tables:
     input:
         metrics=partial(REPORT, file="metrics.csv"),
@@ -114,6 +148,7 @@ rule tables:
         lab=[t for t in lab_targets(config) if t.endswith(".md")],
         models=model_targets(config),
         controls=control_targets(config),
+        synonyms=REPORT_TABLE.format(table="synonyms", ext="md"),
         arguments=argument_file("tables"),
     output:
         summary=report(SUMMARY, caption="../report/summary.rst", category="Summary"),
@@ -141,7 +176,7 @@ rule tables:
         settings=lambda w: as_json(report_settings(config)),
         folder=lambda w, output: os.path.dirname(output.tables[0]),
     shell:
-        "python -m workflow_lib.report.build tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir {params.folder} --summary {output.summary} --landing {output.landing} --simulation {input.simulation} --contrasts {input.contrasts} @{input.arguments} 2> {log}"
+        "python -m workflow_lib.report.build tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir {params.folder} --summary {output.summary} --landing {output.landing} --simulation {input.simulation} --contrasts {input.contrasts} --synonyms {input.synonyms} @{input.arguments} 2> {log}"
 
 
 rule figure:

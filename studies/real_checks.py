@@ -109,7 +109,13 @@ def controls_problems(results: Path, metrics: pl.DataFrame, eval_sets: list[str]
 
 def summary_problems(summary: str) -> list[str]:
     problems = []
-    for needed in ("What this study found", "What MAUVE can see here", "wikitext2", "licences"):
+    for needed in (
+        "What this study found",
+        "What MAUVE can see here",
+        "The synonyms the perturbation draws",
+        "wikitext2",
+        "licences",
+    ):
         if needed not in summary:
             problems.append(f"results/summary.md does not mention {needed!r}")
     return problems

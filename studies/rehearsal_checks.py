@@ -246,6 +246,8 @@ def summary_problems(summary: str, fetched_sha256: dict[str, str]) -> list[str]:
     )
     if "## What MAUVE can see here" not in summary:
         problems.append("summary.md: no section on what MAUVE can see (its controls)")
+    if "## The synonyms the perturbation draws" not in summary or "| synonyms (weight) |" not in summary:
+        problems.append("summary.md: no synonym audit (the synonyms the perturbation draws, as text)")
     if not section:
         problems.append("summary.md: no paper comparison section")
     elif "Rehearsal: these numbers mean nothing" not in section:

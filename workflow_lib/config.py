@@ -27,6 +27,8 @@ import yaml
 from workflow_lib.constants import (
     FEATURISERS,
     NO_TRAIN_DATASET,
+    SYNONYMS_FROM_EMBEDDINGS,
+    SYNONYMS_FROM_TOKENS,
     UNTRAINED,
 )
 from workflow_lib.grid import dataset_splits
@@ -402,6 +404,21 @@ def check_local_names(config: dict, workdir: Path) -> None:
                     )
 
 
+def check_synonym_file(config: dict, used_by: str, workdir: Path) -> None:
+    """The `file` source's pairs (synonyms.file) must be named and exist when the study is planned; their content is
+    checked by the job that reads them (perturb/synonym_file.py), with errors naming the key and the file."""
+    path = config.get("synonyms", {}).get("file")
+    if path is None:
+        raise ConfigError(
+            f"config key synonyms.file: required by {used_by} ('file' synonyms are read from it: a TSV of "
+            "word<TAB>synonym[<TAB>weight] lines, docs/usage.md 'Synonym sources')"
+        )
+    if not (workdir / Path(path).expanduser()).is_file():
+        raise ConfigError(
+            f"config key synonyms.file: {path!r}: no such file (relative paths are read from {workdir.resolve()})"
+        )
+
+
 def table_intensities(config: dict) -> list[float]:
     """The intensities Table 1's perturbed rows can use: insertion at x > 0 both at training and at sampling in
     some experiment."""
@@ -525,9 +542,11 @@ def check(config: dict, workdir: Path | None = None) -> None:
                     f"config key experiments.{name}.{axis}.synonyms: 'oracle' synonyms exist only for a "
                     f"builtin train_dataset, not {exp['train_dataset']!r}"
                 )
-            if "embedding" in sources:
+            if set(sources) & set(SYNONYMS_FROM_EMBEDDINGS):
                 for model in exp["models"]:
                     embedding_model(config, config["models"][model]["tokenizer"], f"experiments.{name}.{axis}.synonyms")
+            if "file" in sources:
+                check_synonym_file(config, f"experiments.{name}.{axis}.synonyms", workdir)
         check_embedding_strategies(name, exp)
     check_lab(config)
     check_local_names(config, workdir)
@@ -570,13 +589,12 @@ def check_train_dataset(name: str, exp: dict, datasets: dict) -> None:
 
     trains = trained_objectives(exp)
     test = exp.get("test_perturbation", {})
-    learns = "distributional" in test.get("synonyms", ["distributional"]) and any(
-        float(x) > 0 for x in test.get("intensities", [0])
-    )
+    learned = [s for s in test.get("synonyms", ["distributional"]) if s in SYNONYMS_FROM_TOKENS]
+    learns = bool(learned) and any(float(x) > 0 for x in test.get("intensities", [0]))
     needs = (
         f"objectives {', '.join(trains)} train on its train split"
         if trains
-        else "test_perturbation's distributional synonyms are learned from its train split"
+        else f"test_perturbation's {', '.join(learned)} synonyms are learned from its train split"
         if learns
         else None
     )
@@ -584,7 +602,7 @@ def check_train_dataset(name: str, exp: dict, datasets: dict) -> None:
         if needs:
             raise ConfigError(
                 f"{key}: required here ({needs}); only a zero-shot experiment (every objective "
-                f"'{UNTRAINED}') sampling without distributional synonyms may leave it out"
+                f"'{UNTRAINED}') sampling without synonyms learned from it may leave it out"
             )
         return
     _need(exp["train_dataset"], datasets, f"experiments.{name}.train_dataset", "dataset")

@@ -21,4 +21,17 @@ BUILTIN_SPLITS = ("train", "validation", "test", "ood", "reach")
 # Featurisers by name (docs/method.md §4); any other `evaluation.featuriser` is a local model folder.
 FEATURISERS = ("minilm", "gpt2-large")
 # The synonym sources of a perturbation (workflow_lib/perturb/synonyms.py builds each; the rules' wildcards read them).
-SYNONYM_SOURCES = ("embedding", "distributional", "uniform", "oracle")
+# A `-words` source is its base source on the tokens that spell a whole word (perturb/synonyms.py `word_tokens`);
+# `file` reads the user's pairs (synonyms.file, perturb/synonym_file.py).
+SYNONYM_SOURCES = (
+    "embedding",
+    "distributional",
+    "uniform",
+    "oracle",
+    "embedding-words",
+    "distributional-words",
+    "file",
+)
+# What a source's job reads besides the tokenizer: the train split's tokens, or a model's input embeddings.
+SYNONYMS_FROM_TOKENS = ("distributional", "distributional-words", "embedding-words")
+SYNONYMS_FROM_EMBEDDINGS = ("embedding", "embedding-words")

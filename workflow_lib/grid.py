@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 
-from workflow_lib.constants import BUILTIN_SPLITS, FEATURISERS, UNTRAINED
+from workflow_lib.constants import BUILTIN_SPLITS, FEATURISERS, SYNONYMS_FROM_TOKENS, UNTRAINED
 from workflow_lib.layout import (
     BASELINE,
     CONTROLS,
@@ -36,6 +36,7 @@ from workflow_lib.layout import (
     prompts_path,
     scored_path,
     synonym_path,
+    tokenizer_path,
     tokens_path,
 )
 from workflow_lib.perturb.strategies import get as get_strategy
@@ -101,16 +102,33 @@ def perturbed_targets(config: dict) -> list[str]:
     return sorted(out)
 
 
-def synonym_targets(config: dict) -> list[str]:
-    out = set()
+def synonym_tables(config: dict) -> list[tuple[str, str, str]]:
+    """The (tokenizer, dataset, source) of every synonym table the study's perturbations draw from."""
+    out: set[tuple[str, str, str]] = set()
     for exp in config["experiments"].values():
         for model in exp["models"]:
             tokenizer = config["models"][model]["tokenizer"]
             # the conditions' own sources: none at intensity 0, nor for a strategy of the embedding space
             sources = {c.synonyms for c in train_conditions(exp)} | {c.synonyms for c in sampling_conditions(exp)}
-            for source in sources - {NO_STRATEGY}:
-                out.add(synonym_path(tokenizer, exp["train_dataset"], source))
+            out.update((tokenizer, exp["train_dataset"], source) for source in sources - {NO_STRATEGY})
     return sorted(out)
+
+
+def synonym_targets(config: dict) -> list[str]:
+    return [synonym_path(*table) for table in synonym_tables(config)]
+
+
+def synonym_audit_tables(config: dict) -> list[tuple[str, str, str | None]]:
+    """Each synonym table with its tokenizer's folder and the training tokens its audit counts (the share of them
+    that have a synonym): the train split's tokens where the study tokenizes them anyway (it trains on them, or the
+    source learns from them), else None, so that the audit adds no tokenization (a zero-shot study's table)."""
+    built = set(token_targets(config))
+    out = []
+    for tokenizer, dataset, source in synonym_tables(config):
+        tokens = tokens_path(tokenizer, dataset, "train")
+        counted = tokens if tokens in built or source in SYNONYMS_FROM_TOKENS else None
+        out.append((synonym_path(tokenizer, dataset, source), tokenizer_path(tokenizer), counted))
+    return out
 
 
 def trained_runs(config: dict) -> list[ModelRun]:
@@ -299,7 +317,7 @@ def simulation_summary_input(config: dict) -> list[str]:
 
 
 def report_targets(config: dict) -> list[str]:
-    tables = [REPORT_TABLE.format(table=t, ext="md") for t in [*REPORT_TABLES, "examples"]]
+    tables = [REPORT_TABLE.format(table=t, ext="md") for t in [*REPORT_TABLES, "examples", "synonyms"]]
     figures = [REPORT_FIGURE.format(figure=f, ext="png") for f in report_figures(config)]
     contrasts = REPORT.format(file="contrasts.csv")
     return [SUMMARY, contrasts, *tables, *figures, *curve_targets(config)]

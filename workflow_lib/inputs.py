@@ -15,7 +15,7 @@ from typing import Any
 
 from workflow_lib.comparisons import designed_mauve
 from workflow_lib.config import embedding_model, local_files
-from workflow_lib.constants import UNTRAINED
+from workflow_lib.constants import SYNONYMS_FROM_EMBEDDINGS, SYNONYMS_FROM_TOKENS, UNTRAINED
 from workflow_lib.data.downloads import fetched, split_paths, unpacked_dir
 from workflow_lib.data.settings import prompt_cap
 from workflow_lib.evaluate.floor import mauve_never_resolves
@@ -125,10 +125,12 @@ class Inputs:
 
     def synonyms(self, wildcards: Any) -> dict:
         inputs = {"tokenizer": tokenizer_path(wildcards.tokenizer)}
-        if wildcards.synonyms == "distributional":
+        if wildcards.synonyms in SYNONYMS_FROM_TOKENS:
             inputs["tokens"] = tokens_path(wildcards.tokenizer, wildcards.dataset, "train")
-        if wildcards.synonyms == "embedding":
+        if wildcards.synonyms in SYNONYMS_FROM_EMBEDDINGS:
             inputs.update(self.pretrained(embedding_model(self.config, wildcards.tokenizer)))
+        if wildcards.synonyms == "file":
+            inputs["pairs"] = self.config["synonyms"]["file"]
         return inputs
 
     def perturb(self, wildcards: Any) -> dict:

@@ -503,6 +503,14 @@ def test_a_zero_shot_experiment_needs_no_train_dataset(tmp_path):
             "experiments.zero.train_dataset: dataset 'held-out' has no 'train' split, and objectives mle train on its train split",
         ),
         (
+            lambda e: e.update(test_perturbation={"intensities": [0.1], "synonyms": ["embedding-words"]}),
+            "experiments.zero.train_dataset: required here (test_perturbation's embedding-words synonyms are learned",
+        ),
+        (
+            lambda e: e.update(test_perturbation={"intensities": [0.1], "synonyms": ["file"]}),
+            "config key synonyms.file: required by experiments.zero.test_perturbation.synonyms ('file' synonyms",
+        ),
+        (
             lambda e: e.update(test_perturbation={"intensities": [0.1], "synonyms": ["oracle"]}),
             "experiments.zero.test_perturbation.synonyms: 'oracle' synonyms exist only for a builtin train_dataset, not 'none'",
         ),

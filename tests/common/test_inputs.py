@@ -107,3 +107,49 @@ def test_a_perplexity_job_scores_every_eval_set_its_model_is_evaluated_on(study)
         assert inputs.perplexity(w)["prompts"] == [f"results/prompts/{es}.parquet" for es in eval_sets]
         expected = {e.eval_set for e in grid.evaluation_runs(config) if e.run == layout.parse(folder).run}
         assert set(eval_sets) == expected
+
+
+def test_a_synonyms_job_reads_what_its_source_needs(tmp_path):
+    config = yaml.safe_load((REPO / "configs/paper.yaml").read_text())
+    (tmp_path / "pairs.tsv").write_text("happy\tglad\n")
+    config.setdefault("synonyms", {})["file"] = "pairs.tsv"
+    config = validate_config(config, workdir=REPO)
+    inputs = Inputs(config, tmp_path)
+    tokenizer = next(iter(config["tokenizers"]))
+    model = next(m for m, entry in config["models"].items() if entry["tokenizer"] == tokenizer)
+    tokens = layout.tokens_path(tokenizer, "webtext", "train")
+    got = {
+        source: inputs.synonyms(Wildcards(tokenizer=tokenizer, dataset="webtext", synonyms=source))
+        for source in ("embedding", "embedding-words", "distributional", "distributional-words", "uniform", "file")
+    }
+    assert got["embedding"] == {"tokenizer": layout.tokenizer_path(tokenizer), **inputs.pretrained(model)}
+    assert got["embedding-words"] == {**got["embedding"], "tokens": tokens}  # the words are read off the tokens
+    assert (
+        got["distributional"]
+        == got["distributional-words"]
+        == {"tokenizer": got["uniform"]["tokenizer"], "tokens": tokens}
+    )
+    assert got["file"] == {**got["uniform"], "pairs": "pairs.tsv"}
+
+
+def test_the_synonym_audit_counts_training_tokens_only_where_the_study_makes_them(study):
+    config, _inputs = study
+    audited = grid.synonym_audit_tables(config)
+    assert [table for table, _, _ in audited] == grid.synonym_targets(config) and audited
+    built = set(grid.token_targets(config))
+    for table, tokenizer, tokens in audited:
+        located = table.removeprefix("results/synonyms/").removesuffix(".parquet").split("/")
+        assert tokenizer == layout.tokenizer_path(located[0])
+        assert tokens is None or tokens in built or located[2] in ("distributional", "distributional-words")
+        assert tokens in (None, layout.tokens_path(located[0], located[1], "train"))
+
+
+def test_a_zero_shot_studys_synonym_audit_tokenizes_nothing():
+    config = validate_config(yaml.safe_load((REPO / "configs/paper.yaml").read_text()), workdir=REPO)
+    name, exp = next(
+        (n, e) for n, e in config["experiments"].items() if "embedding" in e["test_perturbation"]["synonyms"]
+    )
+    config["experiments"] = {name: {**exp, "objectives": [grid.UNTRAINED]}}
+    audited = grid.synonym_audit_tables(config)
+    assert audited and all(tokens is None for _, _, tokens in audited)
+    assert not grid.token_targets(config)

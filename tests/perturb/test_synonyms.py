@@ -84,3 +84,69 @@ def test_oracle_synonyms_are_the_grammar_classes():
     single = [w for w in content if len(tokenizer(" " + w)["input_ids"]) == 1]
     assert single and all(" " + w in spaced for w in single)
     assert checked >= len(single)
+
+
+@pytest.fixture(scope="module")
+def small_bpe():
+    """A byte-level BPE trained on the builtin language with too few merges to keep every word whole, so its
+    vocabulary holds pieces (" fo", " de"), merge steps (" th" on the way to " the") and whole words; and the
+    tokenized training text as blocks."""
+    from workflow_lib.data.builtin_corpus import build_grammar
+    from workflow_lib.data.tokenization import train_bpe
+
+    grammar = build_grammar(seed=3, words_per_class=4)
+    texts = grammar.generate("train", n_docs=200, sentences_per_doc=10, seed=3)
+    tokenizer = train_bpe(texts, vocab_size=330)
+    flat = np.concatenate([np.asarray(ids) for ids in tokenizer(texts)["input_ids"]])
+    blocks = flat[: len(flat) // 64 * 64].reshape(-1, 64)
+    return grammar, tokenizer, blocks
+
+
+def test_word_tokens_are_the_words_of_the_text_and_no_pieces(small_bpe):
+    from workflow_lib.perturb.synonyms import token_texts, word_tokens
+
+    grammar, tokenizer, blocks = small_bpe
+    texts = token_texts(tokenizer)
+    words = word_tokens(texts, blocks)
+    found = {texts[t] for t in np.flatnonzero(words)}
+    whole = {" " + w for w in grammar.vocabulary if w.isalpha()}
+    assert found <= whole  # no piece, no merge step
+    # every word of the grammar the tokenizer emits as one token (after a space) is found
+    emitted = {texts[t] for t in np.unique(blocks)}
+    assert found == whole & emitted and len(found) >= 10
+    # what the spelling alone would let in: pieces followed by the rest of their word, and unseen merge steps
+    spelled = {t for t in texts if len(t) > 1 and t[0] == " " and t[1:].isalpha()}
+    assert spelled - whole, "the tokenizer should hold word-like pieces for this test to mean anything"
+
+
+def test_word_level_sources_only_hold_words(small_bpe):
+    from workflow_lib.perturb.synonyms import token_texts, word_tokens
+
+    grammar, tokenizer, blocks = small_bpe
+    texts = token_texts(tokenizer)
+    words = word_tokens(texts, blocks)
+    special = sorted(set(tokenizer.all_special_ids))
+    rng = np.random.default_rng(1)
+    embeddings = rng.normal(size=(len(tokenizer), 16))
+    tables = {
+        "distributional": distributional_synonyms(blocks, len(tokenizer), 5, special, 5),
+        "distributional-words": distributional_synonyms(blocks, len(tokenizer), 5, special, 5, words),
+        "embedding": embedding_synonyms(embeddings, 5, special, len(tokenizer)),
+        "embedding-words": embedding_synonyms(embeddings, 5, special, len(tokenizer), words),
+    }
+
+    def members(table):
+        sources = np.flatnonzero(table.has_synonyms(backend(np.zeros(0))))
+        return set(sources) | set(table.candidates.tolist())
+
+    whole = {" " + w for w in grammar.vocabulary if w.isalpha()}
+    for name in ("distributional-words", "embedding-words"):
+        held = members(tables[name])
+        assert held and {texts[t] for t in held} <= whole, name
+        assert len(held) > 5
+    for name in ("distributional", "embedding"):  # the plain sources hold pieces and punctuation too
+        assert {texts[t] for t in members(tables[name])} - whole, name
+    # the word-level embedding table is the plain one's neighbours among words: same cosine order
+    plain_words = embedding_synonyms(embeddings * words[:, None], 5, special, len(tokenizer))
+    source = int(np.flatnonzero(words)[0])
+    assert row(tables["embedding-words"], source)[0] == [c for c in row(plain_words, source)[0] if words[c]][:5]

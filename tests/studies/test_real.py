@@ -196,7 +196,13 @@ def test_checks_fail_on_doctored_input(tmp_path):
     assert provenance_problems(tmp_path, real)
     (tmp_path / "pretrained/smollm2/gguf.json").write_text(json.dumps({"sha256": "f" * 64}))
     assert provenance_problems(tmp_path, real)
-    assert summary_problems("# What this study found\n# What MAUVE can see here\nwikitext2 licences") == []
+    whole = (
+        "# What this study found\n# What MAUVE can see here\n# The synonyms the perturbation draws\nwikitext2 licences"
+    )
+    assert summary_problems(whole) == []
+    assert summary_problems(whole.replace("# The synonyms the perturbation draws", "")) == [
+        "results/summary.md does not mention 'The synonyms the perturbation draws'"
+    ]
     assert summary_problems("# What this study found\nwikitext2 licences")
     assert summary_problems("# Summary\nwikitext2")
     cells = pl.DataFrame(

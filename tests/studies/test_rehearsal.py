@@ -336,7 +336,8 @@ def test_report_check_fails_without_contrasts_examples_or_curves(tmp_path):
 def test_summary_check_fails_unless_marked_and_listing_the_fetched_files():
     digest = "ab" * 32
     summary = (
-        "# Summary\n\n## What MAUVE can see here\n\n...\n\n## Paper comparison\n\n**Rehearsal: these numbers mean nothing.** ...\n\n| model | objective |"
+        "# Summary\n\n## What MAUVE can see here\n\n...\n\n## The synonyms the perturbation draws\n\n"
+        "| token | id | in training | synonyms (weight) |\n\n## Paper comparison\n\n**Rehearsal: these numbers mean nothing.** ...\n\n| model | objective |"
         " perturbation |\n| gpt2 | mle | no | 0.9 ± 0.1 (paper 0.82) |\n\n## Data\n\n- **webtext/test**: ...\n"
         f"  - http://127.0.0.1:1/v1/webtext.test.jsonl: sha256 `{digest}` (not pinned: set this sha256 in the "
         "config to pin it)\n\n## Figures\n"
@@ -347,6 +348,9 @@ def test_summary_check_fails_unless_marked_and_listing_the_fetched_files():
     ]
     assert checks.summary_problems(summary.replace("## What MAUVE can see here", "## Other"), {}) == [
         "summary.md: no section on what MAUVE can see (its controls)"
+    ]
+    assert checks.summary_problems(summary.replace("| synonyms (weight) |", ""), {}) == [
+        "summary.md: no synonym audit (the synonyms the perturbation draws, as text)"
     ]
     assert checks.summary_problems(summary, {"webtext.test.jsonl": "cd" * 32}) == [
         f"summary.md: the data section does not list webtext.test.jsonl with sha256 {'cd' * 32}, to pin"

@@ -76,7 +76,9 @@ def finished_real_study(workdir: Path, real: dict) -> None:
     (results / "data/licences").mkdir(parents=True)
     files = [{"sha256": e["sha256"]} for e in real["datasets"]["licences"]["files"]["test"]]
     (results / "data/licences/test.json").write_text(json.dumps({"provenance": {"files": files}}))
-    (results / "summary.md").write_text("# What this study found\n# What MAUVE can see here\nwikitext2 licences\n")
+    (results / "summary.md").write_text(
+        "# What this study found\n# What MAUVE can see here\n# The synonyms the perturbation draws\nwikitext2 licences\n"
+    )
     (results / "controls/model-smollm2").mkdir(parents=True)
     for eval_set in real["eval_sets"]:
         status = {"status": "MAUVE cannot see word salad here"}
@@ -89,7 +91,9 @@ def test_the_real_studys_checks_hold_on_a_study_that_holds_and_name_what_is_miss
     real = yaml.safe_load(REAL.read_text())
     finished_real_study(tmp_path, real)
     assert finished_problems(tmp_path, [REAL]) == []
-    (tmp_path / "results/summary.md").write_text("# What this study found\nwikitext2 licences\n")
+    (tmp_path / "results/summary.md").write_text(
+        "# What this study found\n# The synonyms the perturbation draws\nwikitext2 licences\n"
+    )
     assert finished_problems(tmp_path, [REAL]) == ["results/summary.md does not mention 'What MAUVE can see here'"]
     monkeypatch.setenv(browser.REQUIRE_ENV, "1")
     assert len(finished_problems(tmp_path, [REAL])) == 2  # and the report was not opened

@@ -32,6 +32,7 @@ REPORT_RULES = {
     "figure",
     "examples",
     "training_curves",
+    "synonym_audit",
     "all",
 }  # the report stage's: counted loosely
 BUILTIN_SPLITS = ("train", "validation", "test", "ood")

@@ -7,6 +7,8 @@
   where it is added, and NEFTune through transformers' hook.
 - `backends`: the array operations T needs on numpy and on torch, and counter-based (keyed) randomness.
 - `synonym_table`: the token -> synonyms table in the CSR layout that vectorised sampling needs.
-- `synonyms`: the `synonyms` rule: building a table (embedding, distributional, uniform, oracle).
+- `synonyms`: the `synonyms` rule: building a table (embedding, distributional, uniform, oracle, and the
+  `-words` sources on the tokens that spell a whole word).
+- `synonym_file`: the `file` source: the user's pairs (synonyms.file) read onto a tokenizer, with their errors.
 - `training_data`: the `perturbed_data` rule: perturbed training rows (augment or prefix mode).
 """

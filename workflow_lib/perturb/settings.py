@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from workflow_lib.constants import SYNONYMS_FROM_EMBEDDINGS
 from workflow_lib.layout import TrainCondition, applied_strategy
 from workflow_lib.perturb.strategies import get as get_strategy
 
@@ -19,7 +20,7 @@ def synonym_settings(config: dict, tokenizer: str, dataset: str, source: str) ->
     """Everything that changes a synonym table (the source is the job's wildcard; the config check has made sure an
     `embedding` source has its model)."""
     settings = {"k": config["synonyms"]["k"], "min_count": config["synonyms"]["min_count"]}
-    if source == "embedding":
+    if source in SYNONYMS_FROM_EMBEDDINGS:
         key = synonym_model(config, tokenizer)
         assert key is not None, "config.check refuses embedding synonyms without a model"
         settings["model"] = {"key": key, **config["models"][key]}

@@ -12,6 +12,10 @@ Sources:
   A token needs `min_count` occurrences to get or be a candidate: rarer ones have too few contexts.
 - `uniform`: Q0 uniform over the non-special vocabulary (the paper's Proposition on token replacement).
 - `oracle`: the true synonym classes of the builtin corpus, mapped onto the tokens that spell a whole word.
+- `embedding-words`, `distributional-words`: the same neighbours among the tokens that spell a whole word (`word_tokens`),
+  and only for those: no subword piece is a source or a candidate. A byte-level BPE's vocabulary is mostly pieces
+  (" Bre", "ak", "ing"), and their neighbours are other pieces; a reader of the synonym audit can judge words.
+- `file`: the user's pairs (synonyms.file), perturb/synonym_file.py.
 Weights: proportional to the (positive) similarity for `embedding` and `distributional`, the grammar's
 within-class word probabilities for `oracle`.
 """
@@ -69,10 +73,44 @@ def table_from_neighbours(vocab_size: int, rows: np.ndarray, idx: np.ndarray, si
     return SynonymTable.from_rows(vocab_size, tokens, cands, weights)
 
 
+def token_texts(tokenizer, ids=None) -> list[str]:
+    """Each token's own text (of `ids`, else of the whole vocabulary), as it reads inside a text: a byte-level BPE's
+    leading-space marker is a space."""
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))) if ids is None else [int(i) for i in ids])
+    return [tokenizer.convert_tokens_to_string([piece]) if piece is not None else "" for piece in pieces]
+
+
+def word_tokens(texts: list[str], blocks: np.ndarray) -> np.ndarray:
+    """[V] bool: the tokens that spell a whole word in the training blocks [N, L]. A token is one when its text is a
+    space and then letters only (" the", " Paris": the form a word takes after another; a piece without the space,
+    "ing", continues a word), the blocks hold it, and the next token continues it (its text starts with a letter or
+    a digit, no space) in at most half of its occurrences: " Bre" then "ak" is a piece, " the" is a word. A token the
+    blocks never show is left out: a byte-level BPE keeps the steps of its merges (" th" on the way to " the"),
+    which spell like words and never occur. Once per vocabulary entry when a table is built."""
+    spelled = np.array([len(t) > 1 and t[0] == " " and t[1:].isalpha() for t in texts], dtype=bool)
+    continues = np.array([bool(t) and t[0].isalnum() for t in texts], dtype=bool)
+    current, following = blocks[:, :-1].reshape(-1), blocks[:, 1:].reshape(-1)
+    seen = np.bincount(current, minlength=len(texts))[: len(texts)]
+    continued = np.bincount(current[continues[following]], minlength=len(texts))[: len(texts)]
+    return spelled & (seen > 0) & (2 * continued <= seen)
+
+
+def restricted(build, features, allowed: np.ndarray, vocab_size: int) -> SynonymTable:
+    """`build` (top_k_rows' neighbours of allowed rows) on the allowed rows alone, mapped back to token ids: a
+    word-level table costs words^2, not V^2."""
+    rows = np.flatnonzero(allowed)
+    idx, sim = build(features[rows], np.ones(len(rows), dtype=bool))
+    full_idx = np.zeros((vocab_size, idx.shape[1]), dtype=np.int64)
+    full_sim = np.zeros((vocab_size, sim.shape[1]), dtype=np.float32)
+    full_idx[rows], full_sim[rows] = rows[idx], sim
+    return table_from_neighbours(vocab_size, rows, full_idx, full_sim)
+
+
 def distributional_synonyms(
-    blocks: np.ndarray, vocab_size: int, k: int = 10, special_ids=(), min_count: int = 5
+    blocks: np.ndarray, vocab_size: int, k: int = 10, special_ids=(), min_count: int = 5, words=None
 ) -> SynonymTable:
-    """Synonyms from shared left/right contexts in token blocks [N, L] (see the module docstring)."""
+    """Synonyms from shared left/right contexts in token blocks [N, L] (see the module docstring); `words` ([V]
+    bool, `word_tokens`): only those tokens are sources and candidates."""
     from scipy import sparse
 
     left, right = blocks[:, :-1].reshape(-1), blocks[:, 1:].reshape(-1)
@@ -95,20 +133,25 @@ def distributional_synonyms(
     frequency = np.bincount(blocks.reshape(-1), minlength=vocab_size)
     allowed = frequency >= min_count
     allowed[list(special_ids)] = False
+    if words is not None:
+        return restricted(lambda f, a: top_k_rows(f, k, a), features.tocsr(), allowed & words, vocab_size)
     rows = np.flatnonzero(allowed)
     idx, sim = top_k_rows(features.tocsr(), k, allowed)
     return table_from_neighbours(vocab_size, rows, idx, sim)
 
 
 def embedding_synonyms(
-    embeddings: np.ndarray, k: int = 10, special_ids=(), vocab_size: int | None = None
+    embeddings: np.ndarray, k: int = 10, special_ids=(), vocab_size: int | None = None, words=None
 ) -> SynonymTable:
-    """k nearest neighbours by cosine in an embedding matrix [V, d] (rows past the tokenizer are ignored)."""
+    """k nearest neighbours by cosine in an embedding matrix [V, d] (rows past the tokenizer are ignored); `words`
+    ([V] bool, `word_tokens`): only those tokens are sources and candidates."""
     vocab_size = vocab_size or embeddings.shape[0]
     emb = np.asarray(embeddings[:vocab_size], dtype=np.float32)
     emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
     allowed = np.ones(vocab_size, dtype=bool)
     allowed[list(special_ids)] = False
+    if words is not None:
+        return restricted(lambda f, a: top_k_rows(f, k, a), emb, allowed & words, vocab_size)
     idx, sim = top_k_rows(emb, k, allowed)
     return table_from_neighbours(vocab_size, np.flatnonzero(allowed), idx, sim)
 
@@ -149,11 +192,49 @@ def special_token_ids(tokenizer) -> list[int]:
     return sorted(set(tokenizer.all_special_ids))
 
 
+def read_token_blocks(path: str) -> np.ndarray:
+    """A tokens Parquet's `input_ids` as one [N, L] array (every block has the tokenize stage's length)."""
+    from workflow_lib.files import read_parquet
+
+    ids = read_parquet(path, columns=["input_ids"]).column("input_ids").combine_chunks()
+    return ids.values.to_numpy().reshape(len(ids), -1)
+
+
+def build_table(source: str, tokenizer, settings: dict, tokens: str | None, pairs: str | None) -> SynonymTable:
+    """The table of one source (the job's work; `tokens`, `pairs`: the files the source reads, else None)."""
+    vocab_size, special = len(tokenizer), special_token_ids(tokenizer)
+    blocks = read_token_blocks(tokens) if tokens else None
+    words = None
+    if source.endswith("-words"):
+        assert blocks is not None, "the rule gives the -words sources the train split's tokens"
+        words = word_tokens(token_texts(tokenizer), blocks)
+    if source == "uniform":
+        return SynonymTable.uniform(vocab_size, special)
+    if source in ("distributional", "distributional-words"):
+        assert blocks is not None, "the rule gives distributional sources the train split's tokens"
+        return distributional_synonyms(blocks, vocab_size, settings["k"], special, settings["min_count"], words)
+    if source in ("embedding", "embedding-words"):
+        from workflow_lib.models import load_input_embeddings
+
+        embeddings = load_input_embeddings(settings["model"])
+        return embedding_synonyms(embeddings, settings["k"], special, vocab_size, words)
+    if source == "file":
+        from workflow_lib.perturb.synonym_file import load_synonym_pairs
+
+        assert pairs is not None, "the rule gives the file source synonyms.file"
+        return load_synonym_pairs(pairs, tokenizer)
+    from workflow_lib.data.builtin_corpus import build_grammar
+
+    params = {k: v for k, v in settings["builtin"].items() if k not in ("docs", "sentences_per_doc")}
+    return oracle_synonyms(tokenizer, build_grammar(**params))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m workflow_lib.perturb.synonyms")
     parser.add_argument("--source", choices=SOURCES, required=True)
     parser.add_argument("--tokenizer", required=True, help="tokenizer folder")
-    parser.add_argument("--tokens", help="token blocks Parquet (distributional)")
+    parser.add_argument("--tokens", help="token blocks Parquet (distributional, and the -words sources)")
+    parser.add_argument("--pairs", help="the user's synonym pairs (file: synonyms.file)")
     parser.add_argument("--settings", required=True, help="JSON: k, min_count, model (embedding), builtin (oracle)")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
@@ -162,26 +243,9 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    vocab_size, special = len(tokenizer), special_token_ids(tokenizer)
-    if args.source == "uniform":
-        table = SynonymTable.uniform(vocab_size, special)
-    elif args.source == "distributional":
-        from workflow_lib.files import read_parquet
-
-        ids = read_parquet(args.tokens, columns=["input_ids"]).column("input_ids").combine_chunks()
-        blocks = ids.values.to_numpy().reshape(len(ids), -1)
-        table = distributional_synonyms(blocks, vocab_size, settings["k"], special, settings["min_count"])
-    elif args.source == "embedding":
-        from workflow_lib.models import load_input_embeddings
-
-        table = embedding_synonyms(load_input_embeddings(settings["model"]), settings["k"], special, vocab_size)
-    else:
-        from workflow_lib.data.builtin_corpus import build_grammar
-
-        params = {k: v for k, v in settings["builtin"].items() if k not in ("docs", "sentences_per_doc")}
-        table = oracle_synonyms(tokenizer, build_grammar(**params))
+    table = build_table(args.source, tokenizer, settings, args.tokens, args.pairs)
     with_synonyms = int(np.asarray(table.has_synonyms(_numpy())).sum())
-    log.info("%s synonyms: %d of %d tokens have candidates", args.source, with_synonyms, vocab_size)
+    log.info("%s synonyms: %d of %d tokens have candidates", args.source, with_synonyms, len(tokenizer))
     write_parquet(table.to_arrow(), args.output)
 
 

@@ -14,6 +14,8 @@
   have seen (80% power), the rank agreement and Holm, on arrays.
 - `resolution`: which MAUVE cells may be shown, compared and found on (the rest read "too few texts (n)" or
   "MAUVE cannot see ...").
+- `synonym_audit`: the `synonym_audit` rule: each synonym table's seeded sample of sources with their synonyms as
+  text, and the share of the training tokens with a synonym (tables/synonyms.md, a section of the summary).
 - `instrument`: "What MAUVE can see here": the controls of every eval set as a table and a summary section.
 - `findings`: the summary's opening "What this study found", generated from the numbers.
 - `tables`: Table 1 and the other tables (CSV, Markdown, LaTeX), and the comparison with the paper.

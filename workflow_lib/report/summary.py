@@ -272,6 +272,7 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
         ),
         "## What MAUVE can see here\n",
         controls_section(results.controls, written.get("controls", "")),
+        *(["## The synonyms the perturbation draws\n", written["synonyms"]] if "synonyms" in written else []),
         "## Provenance\n",
         provenance_section(frame),
         f"{models.height - untrained} trained models"
