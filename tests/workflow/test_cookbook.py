@@ -37,7 +37,7 @@ def run_recipe(name: str, studies: Path, run: list[str] | None = None) -> subpro
 
 def test_every_recipe_is_a_file_the_page_shows_whole():
     found = recipes()
-    assert set(found) == {"own-data", "zero-shot", "with-and-without", "objective", "lora-7b"}
+    assert set(found) == {"own-data", "zero-shot", "with-and-without", "objective", "lora-7b", "longer"}
     assert {p.stem for p in (REPO / "configs/examples").glob("*.yaml")} == set(found)
     for name, (body, command) in found.items():
         assert body == (REPO / f"configs/examples/{name}.yaml").read_text(), name
@@ -135,6 +135,13 @@ def test_objective_overlay_adds_its_objective_to_the_default_study(tmp_path):
         timeout=300,
     )
     assert alone.returncode != 0 and "'datasets' is a required property" in alone.stdout + alone.stderr
+
+
+def test_longer_overlay_adds_the_longer_model_to_the_default_study(tmp_path):
+    done = run_recipe("longer", tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "results/models/tiny-long/synthetic/mle/" in done.stdout
+    assert "results/models/tiny/synthetic/brier/" in done.stdout  # the default study's jobs too
 
 
 def test_studies_side_by_side_write_their_own_results(tmp_path):
