@@ -79,6 +79,7 @@ def test_each_eval_set_states_the_prediction_before_the_measurement_and_a_verdic
     assert reach.index("Predicted: a gain") < reach.index("Measured")
     assert "65% of its evaluated prefixes are off the training support, 100% of them only through their words" in reach
     assert "distributional 0.10; oracle 0.74" in reach
+    assert "mle TrainPerturb (train oracle) -0.010 [-0.012, -0.008], p_holm 0.005 (agrees)" in reach
     assert "agrees with 1 of 3 tested rows, disagrees with 1, and the gain was not detected in 1" in reach
     assert "could have seen 0.004" in reach
     ood = by_set["synthetic-ood"]

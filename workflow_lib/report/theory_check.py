@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from workflow_lib.report.findings import _effect, _size
+from workflow_lib.report.findings import _size
+from workflow_lib.report.statistics import fragile
 
 GAIN, NO_GAIN, IN_SUPPORT = "gain", "no gain", "in support"
 
@@ -65,6 +66,15 @@ def predicted_sentence(eval_set: str, off: float, reachable: float, reach_by_sou
         "synonym edit changes. Predicted: no gain. U_perturb = U_base (the lab's class off-support on composition rows); "
         "perturbation can only add the cost of noise."
     )
+
+
+def _effect(row: dict, seeds: bool) -> str:
+    """'mle TrainPerturb (train oracle) +0.005 [+0.004, +0.007], p_holm 0.005': the arm's whole label, synonyms
+    included (the findings' shorter label drops them, and here they are the point)."""
+    interval = f" [{row['low']:+.3f}, {row['high']:+.3f}]" if row["low"] is not None else ""
+    near = ", near the 0.05 line: fragile" if fragile(row["p_holm"]) else ""
+    seed = f" seed {row['seed']}" if seeds and row.get("seed") is not None else ""
+    return f"{row['objective']} {row['a']}{seed} {row['difference']:+.3f}{interval}, p_holm {row['p_holm']:.3f}{near}"
 
 
 def _verdict(row: dict, kind: str) -> str:
