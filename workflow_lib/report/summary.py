@@ -324,12 +324,16 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
         # one intensity are different conditions)
         strategies = (set(tv["train_strategy"].to_list()) | set(tv["test_strategy"].to_list())) - {"none", None}
         named = len(strategies) > 1
+        # several synonym tables: each its own row (a pivot keyed without them would merge two arms into one cell)
+        synonyms_vary = tv["train_synonyms"].n_unique() > 2 or tv["test_synonyms"].n_unique() > 2
         rows, _means, columns = pivot_cells(
             tv.with_columns(
                 pl.col("train_strategy").alias("train T"),
                 pl.col("train_intensity").cast(pl.Utf8).alias("train α"),
                 pl.col("test_strategy").alias("test T"),
                 pl.col("test_intensity").cast(pl.Utf8).alias("test α"),
+                pl.col("train_synonyms").alias("train synonyms"),
+                pl.col("test_synonyms").alias("test synonyms"),
             ),
             [
                 *(["model"] if tv["model"].n_unique() > 1 else []),
@@ -337,8 +341,10 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
                 *(["decoder"] if len(decoders) > 1 else []),
                 *(["train T"] if named else []),
                 "train α",
+                *(["train synonyms"] if synonyms_vary else []),
                 *(["test T"] if named else []),
                 "test α",
+                *(["test synonyms"] if synonyms_vary else []),
             ],
             "eval_set",
             [("tv", "TV")],
