@@ -40,7 +40,9 @@ def test_holm_runs_across_the_metrics_of_a_family_and_names_what_it_loses():
     sentence = multiplicity_sentence(frame)
     assert "among 4 tested contrasts in 4 tables" in sentence
     assert "2 of the 3 rows significant within their table stay significant" in sentence
-    assert "these do not: ablation rouge1 synthetic-ood mle TestPerturb (p_holm 0.030, across metrics 0.060)." in sentence
+    assert (
+        "these do not: ablation rouge1 synthetic-ood mle TestPerturb (p_holm 0.030, across metrics 0.060)." in sentence
+    )
 
 
 def test_nothing_tested_nothing_said():
