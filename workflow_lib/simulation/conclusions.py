@@ -134,11 +134,11 @@ class Tests:
             for r in reach.filter(pl.col("vocab_size") == vocab).iter_rows(named=True):
                 self.reach[r["arm"]] = max(self.reach.get(r["arm"], 0), r["reached_max"])
         panels = [r for r in self.rows.values() if r["kind"] == PANEL]
-        self.strongest = {}  # rule -> its arm at the largest intensity
+        self.strongest: dict[str, str] = {}  # rule -> its arm at the largest intensity
         for rule in RULES:
-            mine = [r for r in panels if r["a"].startswith(f"{rule},")]
-            if mine:
-                self.strongest[rule] = max(mine, key=lambda r: r["intensity"])["a"]
+            arms = [r for r in panels if r["a"].startswith(f"{rule},")]
+            if arms:
+                self.strongest[rule] = max(arms, key=lambda r: r["intensity"])["a"]
 
     def get(self, kind: str, a: str | None, b: str | None) -> dict | None:
         return self.rows.get((kind, a, b)) if a and b else None
@@ -296,7 +296,7 @@ def log_loss_sentences(t: Tests) -> list[str]:
             base = row["b_mean"]
             words = verdict(row, "lower it", "raise it", "do not detectably change it")
             clauses.append(f"{label(row['a'])} {words} ({evidence(row)})")
-    if not clauses:
+    if not clauses or base is None:
         return []
     sentence = (
         f"|V| = {t.vocab}, held-out log-loss (negative log-likelihood per pair of held-out sequences from the truth, "
