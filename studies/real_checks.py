@@ -18,56 +18,65 @@ from studies.browser import browser_problems
 
 # The report's categories: no study figure (no ablation or sweep) and no simulation (simulation.enabled: false).
 REPORT_CATEGORIES = ("Summary", "Tables", "Training curves")
-# The rows the issues ask of the real study: (model, objective, train strategy, train intensity, test strategy, test
-# intensity, test mode), on every eval set; each trained one once per training seed (its experiment's), the zero-shot
-# one once. The `exact` row is Algorithm 2's own check: the first perturbed seed on the eval sets of experiment
-# exact-check only. Beyond the paper: the embedding space's noise (training and sampling) and NEFTune (training), and
-# SmolLM2 fine-tuned with LoRA adapters (issue 55).
-ROWS = [
-    ("smollm2", "untrained", "none", 0.0, "none", 0.0, "exact"),
-    ("smollm2", "mle", "none", 0.0, "none", 0.0, "exact"),
-    ("smollm2", "mle", "insertion", 0.025, "insertion", 0.025, "cached"),
-    ("smollm2", "emo", "none", 0.0, "none", 0.0, "exact"),
-    ("smollm2", "mle", "embedding-noise", 0.025, "embedding-noise", 0.025, "cached"),
-    ("smollm2", "mle", "neftune", 1.0, "none", 0.0, "exact"),
-    ("smollm2-lora", "mle", "none", 0.0, "none", 0.0, "exact"),
+# What tells one expected metrics row from another (with its eval set and seed).
+COLUMNS = [
+    "model",
+    "objective",
+    "train_mode",
+    "train_strategy",
+    "train_intensity",
+    "test_strategy",
+    "test_intensity",
+    "test_mode",
 ]
-EXACT = ("smollm2", "mle", "insertion", 0.025, "insertion", 0.025, "exact")
-COLUMNS = ["model", "objective", "train_strategy", "train_intensity", "test_strategy", "test_intensity", "test_mode"]
-# The experiment whose seeds a row has (the zero-shot row: the config's seed).
-EXPERIMENT_OF = {"embedding-noise": "embedding-noise", "neftune": "neftune", "insertion": "perturbed"}
 
 
-def row_experiment(row: tuple, real: dict) -> dict:
-    """The experiment a row comes from (its seeds and eval sets)."""
-    experiments = real["experiments"]
-    if row[1] == "untrained":
-        return experiments["zero-shot"]
-    if row[0] == "smollm2-lora":
-        return experiments["lora"]
-    return experiments[EXPERIMENT_OF.get(row[2], "baseline")]
+def _arm(grid: dict, default_mode: str) -> tuple[str, str, float]:
+    """(mode, strategy, intensity) of a one-point perturbation grid as the metrics table spells it: intensity 0 is
+    the unperturbed law (strategy `none`; sampled `exact`)."""
+    intensity = float((grid.get("intensities") or [0])[0])
+    if intensity == 0:
+        return ("exact" if default_mode == "exact" else grid.get("modes", [default_mode])[0]), "none", 0.0
+    return grid.get("modes", [default_mode])[0], grid["strategies"][0], intensity
 
 
-def expected_seeds(row: tuple, real: dict) -> list[int]:
-    """The training seeds a row is sampled from: its experiment's (the zero-shot row: the config's seed)."""
-    return sorted(row_experiment(row, real).get("seeds", [real["seed"]]))
+def expected_rows(real: dict) -> dict[tuple, tuple[str, list[int]]]:
+    """{row (COLUMNS): (its experiment, its training seeds)} from the study's config: every experiment of the real
+    study is one point of each grid (one model, one perturbation at training and one at sampling) per objective; an
+    untrained model's row is `augment` mode's name (layout.py) and the config's seed."""
+    out = {}
+    for name, exp in real["experiments"].items():
+        train = exp.get("train_perturbation", {})
+        test = exp.get("test_perturbation", {})
+        train_mode, train_strategy, train_intensity = _arm(train, "augment")
+        test_mode, test_strategy, test_intensity = _arm(test, "exact")
+        for model in exp["models"]:
+            for objective in exp["objectives"]:
+                untrained = objective == "untrained"
+                row = (
+                    model,
+                    objective,
+                    "augment" if untrained else train_mode,
+                    train_strategy,
+                    train_intensity,
+                    test_strategy,
+                    test_intensity,
+                    test_mode,
+                )
+                out[row] = (name, sorted(exp.get("seeds", [real["seed"]])) if not untrained else [real["seed"]])
+    return out
 
 
 def row_problems(metrics: pl.DataFrame, real: dict) -> list[str]:
-    """Every row of ROWS on its experiment's eval sets, once per training seed, with a finite ROUGE-1 (MAUVE may be refused, never
-    missing silently); the `exact` check on exactly the eval sets and seeds experiment exact-check names."""
-    experiments = real["experiments"]
-    expected = {row: expected_seeds(row, real) for row in ROWS}
+    """Every row the config asks for on its experiment's eval sets, once per training seed, with a finite ROUGE-1
+    (MAUVE may be refused, never missing silently), and no row twice."""
     problems = []
-    for eval_set in real["eval_sets"]:
-        check = {row: seeds for row, seeds in expected.items() if eval_set in row_experiment(row, real)["eval_sets"]}
-        if eval_set in experiments["exact-check"]["eval_sets"]:
-            check[EXACT] = sorted(experiments["exact-check"]["seeds"])
-        for row, want in [*check.items(), *([(EXACT, [])] if EXACT not in check else [])]:
+    for row, (experiment, want) in expected_rows(real).items():
+        for eval_set in real["experiments"][experiment]["eval_sets"]:
             rows = metrics.filter(
                 (pl.col("eval_set") == eval_set) & pl.all_horizontal(pl.col(c) == v for c, v in zip(COLUMNS, row))
             )
-            name = f"{eval_set}: {row[0]} {row[1]} at {row[2]} {row[3]:g}/{row[4]} {row[5]:g} ({row[6]})"
+            name = f"{eval_set}: {row[0]} {row[1]} ({row[2]}) at {row[3]} {row[4]:g}/{row[5]} {row[6]:g} ({row[7]})"
             if sorted(rows["seed"].to_list()) != want:
                 problems.append(f"{name} has seeds {sorted(rows['seed'].to_list())}, not {want}")
             elif rows["rouge1_mean"].is_null().any() or not rows["rouge1_mean"].is_finite().all():

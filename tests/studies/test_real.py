@@ -20,13 +20,11 @@ import yaml
 
 from studies.real_checks import (
     COLUMNS,
-    EXACT,
-    ROWS,
     controls_problems,
-    expected_seeds,
+    expected_rows,
     provenance_problems,
-    row_experiment,
     row_problems,
+    study_config,
     summary_problems,
 )
 from support.plans import job_stats
@@ -34,7 +32,7 @@ from support.workflow_runs import REPO, SNAKEMAKE
 
 pytestmark = pytest.mark.workflow
 
-REAL, LOCAL, CI = (REPO / f"configs/{name}.yaml" for name in ("real", "real-local", "real-ci"))
+REAL, LOCAL, CI, PEERS = (REPO / f"configs/{name}.yaml" for name in ("real", "real-local", "real-ci", "real-peers"))
 SOURCE_KEYS = {
     "datasets.*.archive.url",
     "datasets.*.archive.sha256",
@@ -73,7 +71,7 @@ def allowed(path: tuple, patterns: set[str]) -> bool:
 def test_local_overlay_changes_only_sources_and_pins_the_same_bytes_as_the_users_config():
     real, local = yaml.safe_load(REAL.read_text()), yaml.safe_load(LOCAL.read_text())
     assert [key for key in leaves(local) if not allowed(key, SOURCE_KEYS)] == []
-    assert not allowed(("experiments", "perturbed", "objectives"), SOURCE_KEYS)
+    assert not allowed(("experiments", "dose-0.1", "objectives"), SOURCE_KEYS)
     for section in ("datasets", "models"):
         assert set(local.get(section, {})) <= set(real[section]), section
     # The GGUF file and the licences are the very bytes the users' config pins: the same sha256, another host.
@@ -120,67 +118,89 @@ def test_served_files_are_the_pinned_bytes():
     assert runner.wikitext_zip(shared) == runner.wikitext_zip(shared)
 
 
-def test_the_real_study_plans_its_rules(tmp_path):
-    cmd = [
-        str(SNAKEMAKE),
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(tmp_path),
-        "--configfile",
-        str(REAL),
-        str(LOCAL),
-        "-n",
-        "--quiet",
-        "rules",
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=150)
+def plan(tmp_path, *configs) -> dict[str, int]:
+    cmd = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile"]
+    result = subprocess.run(
+        [*cmd, *map(str, configs), "-n", "--quiet", "rules"], capture_output=True, text=True, cwd=tmp_path, timeout=150
+    )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    jobs = job_stats(result.stdout + result.stderr)
-    assert jobs["tokenizer"] == 1
-    # MLE, EMO, MLE + insertion, + the embedding noise and + NEFTune from 3 seeds each, and SmolLM2 with LoRA from one;
-    # sampled on 2 eval sets with the zero-shot model, and the first perturbed seed once more in `exact` mode on the
-    # licences; one perplexity job a model. Two GGUF models of one file, each fetched and dequantised under its own
-    # name (pretrained.GGUF_DOWNLOAD is per model).
+    return job_stats(result.stdout + result.stderr)
+
+
+def test_the_real_study_runs_the_papers_recipe():
+    """Issue 63: `augment` with m = 1 (D ∪ D~) and the baseline on D ∪ D; insertion at uniform gaps (augment's);
+    the same T at every sampling step in `exact` mode on every seed; at least three intensities spanning the paper's
+    sweep, each from at least 3 training seeds."""
+    real = yaml.safe_load(REAL.read_text())
+    experiments = real["experiments"]
+    baseline = experiments["baseline"]
+    assert baseline["train_perturbation"] == {"modes": ["augment"], "copies": 1} and "mle" in baseline["objectives"]
+    doses = {}
+    for name, exp in experiments.items():
+        train, test = exp.get("train_perturbation", {}), exp.get("test_perturbation", {})
+        if train.get("intensities", [0])[0]:
+            assert train["modes"] == ["augment"] and train["copies"] == 1 and train["strategies"] == ["insertion"], name
+            assert {k: test[k] for k in ("strategies", "intensities", "synonyms")} == {
+                k: train[k] for k in ("strategies", "intensities", "synonyms")
+            }, name
+            assert test["modes"] == ["exact"] and len(exp["seeds"]) >= 3 and exp["seeds"] == baseline["seeds"], name
+            doses[train["intensities"][0]] = name
+    assert len(doses) >= 3 and min(doses) == 0.025 and max(doses) == 0.4
+
+
+def test_the_peers_overlay_only_adds_experiments():
+    real, peers = yaml.safe_load(REAL.read_text()), yaml.safe_load(PEERS.read_text())
+    assert set(peers) == {"experiments"} and not set(peers["experiments"]) & set(real["experiments"])
+    merged = study_config([REAL, PEERS])
+    assert {k: merged["experiments"][k] for k in real["experiments"]} == real["experiments"]
+
+
+def test_the_real_study_plans_its_rules(tmp_path):
+    jobs = plan(tmp_path, REAL, LOCAL)
+    assert jobs["tokenizer"] == 1 and jobs["fetch_gguf"] == 1 and jobs["dequantise"] == 1
+    # MLE and EMO on D ∪ D and MLE at three doses, from 3 seeds each; sampled on 2 eval sets with the zero-shot model,
+    # every dose in `exact` mode; one perplexity job a model.
+    assert jobs["train"] == 15 and jobs["sample"] == 2 * 16 and jobs["perplexity"] == 16
+    # The peers add Algorithm 1's baseline and insertion (cached), the embedding noise and NEFTune from 3 seeds each
+    # and LoRA from one, its model fetched and dequantised under its own name (pretrained.GGUF_DOWNLOAD is per model).
+    jobs = plan(tmp_path, REAL, LOCAL, PEERS)
     assert jobs["fetch_gguf"] == 2 and jobs["dequantise"] == 2
-    assert jobs["train"] == 16 and jobs["sample"] == 2 * 17 + 1 and jobs["perplexity"] == 17
+    assert jobs["train"] == 15 + 13 and jobs["sample"] == 2 * (16 + 13) and jobs["perplexity"] == 16 + 13
 
 
 def test_checks_fail_on_doctored_input(tmp_path):
-    real = yaml.safe_load(REAL.read_text())
-    seeds = real["experiments"]["perturbed"]["seeds"]
+    real = study_config([REAL, PEERS])
+    seeds = real["experiments"]["dose-0.4"]["seeds"]
     rows = [
         (eval_set, *row, seed, 0.5)
-        for row in ROWS
-        for eval_set in row_experiment(row, real)["eval_sets"]
-        for seed in expected_seeds(row, real)
-    ] + [
-        (e, *EXACT, s, 0.5)
-        for e in real["experiments"]["exact-check"]["eval_sets"]
-        for s in real["experiments"]["exact-check"]["seeds"]
+        for row, (experiment, want) in expected_rows(real).items()
+        for eval_set in real["experiments"][experiment]["eval_sets"]
+        for seed in want
     ]
     schema = ["eval_set", *COLUMNS, "seed", "rouge1_mean"]
     metrics = pl.DataFrame(rows, schema=schema, orient="row")
     assert row_problems(metrics, real) == []
     assert row_problems(metrics.filter(pl.col("objective") != "emo"), real)
     assert row_problems(metrics.filter(pl.col("seed") != seeds[-1]), real)  # a seed missing
-    assert row_problems(metrics.filter(pl.col("test_mode") != "exact"), real)  # the exact check missing (and baselines)
-    assert row_problems(metrics.filter(~((pl.col("test_mode") == "exact") & (pl.col("test_intensity") > 0))), real)
+    assert row_problems(metrics.filter(pl.col("test_intensity") != 0.4), real)  # the top dose missing
+    assert row_problems(metrics.filter(pl.col("train_mode") != "prefix"), real)  # the peers' Algorithm 1 rows
     assert row_problems(metrics.with_columns(pl.lit(float("nan")).alias("rouge1_mean")), real)
     assert row_problems(pl.concat([metrics, metrics.head(1)]), real)  # a row twice
     assert row_problems(metrics.filter(pl.col("train_strategy") != "neftune"), real)  # NEFTune's row missing
     assert row_problems(metrics.filter(pl.col("model") != "smollm2-lora"), real)  # the LoRA model's
-    # a row is expected on its own experiment's eval sets (real-ci samples the LoRA model on the licences only)
+    # a row is expected on its own experiment's eval sets (a config that samples the LoRA model on the licences only)
     lora_on_wikitext = (pl.col("model") == "smollm2-lora") & (pl.col("eval_set") == "wikitext2")
-    ci = {
+    narrower = {
         **real,
         "experiments": {**real["experiments"], "lora": {**real["experiments"]["lora"], "eval_sets": ["licences"]}},
     }
     assert (
-        row_problems(metrics.filter(~lora_on_wikitext), ci)
+        row_problems(metrics.filter(~lora_on_wikitext), narrower)
         == []
         != row_problems(metrics.filter(~lora_on_wikitext), real)
     )
+    # without the peers overlay, their rows are not asked for
+    assert row_problems(metrics.filter(pl.col("train_mode") != "prefix"), study_config([REAL])) == []
     real = yaml.safe_load(REAL.read_text())
     (tmp_path / "pretrained/smollm2").mkdir(parents=True)
     (tmp_path / "data/licences").mkdir(parents=True)

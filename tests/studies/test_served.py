@@ -12,7 +12,7 @@ import polars as pl
 import yaml
 
 from studies import browser, served
-from studies.real_checks import COLUMNS, EXACT, ROWS, expected_seeds, finished_problems, row_experiment
+from studies.real_checks import COLUMNS, expected_rows, finished_problems
 from support.workflow_runs import REPO
 
 REAL = REPO / "configs/real.yaml"
@@ -57,16 +57,11 @@ def test_without_chromium_the_browser_check_is_skipped_unless_required(tmp_path,
 def finished_real_study(workdir: Path, real: dict) -> None:
     """The files `make real`'s checks read, as a finished study that holds would have them."""
     results = workdir / "results"
-    exact = real["experiments"]["exact-check"]
     rows = [
         (e, *row, s, 0.5, None, "MAUVE cannot see word salad here")
-        for row in ROWS
-        for e in row_experiment(row, real)["eval_sets"]
-        for s in expected_seeds(row, real)
-    ] + [
-        (e, *EXACT, s, 0.5, None, "MAUVE cannot see word salad here")
-        for e in exact["eval_sets"]
-        for s in exact["seeds"]
+        for row, (experiment, seeds) in expected_rows(real).items()
+        for e in real["experiments"][experiment]["eval_sets"]
+        for s in seeds
     ]
     schema = ["eval_set", *COLUMNS, "seed", "rouge1_mean", "mauve_mean", "mauve_status"]
     (results / "report").mkdir(parents=True)
