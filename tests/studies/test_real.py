@@ -2,8 +2,8 @@
 
 - configs/real-local.yaml changes only where files come from, and serves the same bytes configs/real.yaml pins
   wherever this machine has them (the GGUF file, the licences); configs/real-ci.yaml changes only sizes.
-- The study plans the rules it should (one fetch and one dequantisation of the GGUF file, three trainings, the
-  zero-shot row, two eval sets).
+- The study runs the paper's recipe; its overlays (the doses, the peers) only add experiments; it plans the rules it
+  should (one fetch and one dequantisation of the GGUF file, its trainings, the zero-shot row, two eval sets).
 - The post-run checks (studies/real_checks.py, which `make real` runs on the finished study) are each shown failing
   on doctored input.
 """
@@ -32,7 +32,9 @@ from support.workflow_runs import REPO, SNAKEMAKE
 
 pytestmark = pytest.mark.workflow
 
-REAL, LOCAL, CI, PEERS = (REPO / f"configs/{name}.yaml" for name in ("real", "real-local", "real-ci", "real-peers"))
+REAL, LOCAL, CI, DOSES, PEERS = (
+    REPO / f"configs/{name}.yaml" for name in ("real", "real-local", "real-ci", "real-doses", "real-peers")
+)
 SOURCE_KEYS = {
     "datasets.*.archive.url",
     "datasets.*.archive.sha256",
@@ -130,8 +132,8 @@ def plan(tmp_path, *configs) -> dict[str, int]:
 def test_the_real_study_runs_the_papers_recipe():
     """Issue 63: `augment` with m = 1 (D ∪ D~) and the baseline on D ∪ D; insertion at uniform gaps (augment's);
     the same T at every sampling step in `exact` mode on every seed; at least three intensities spanning the paper's
-    sweep, each from at least 3 training seeds."""
-    real = yaml.safe_load(REAL.read_text())
+    sweep (with the doses' overlay), each from at least 3 training seeds."""
+    real = study_config([REAL, DOSES])
     experiments = real["experiments"]
     baseline = experiments["baseline"]
     assert baseline["train_perturbation"] == {"modes": ["augment"], "copies": 1} and "mle" in baseline["objectives"]
@@ -148,28 +150,45 @@ def test_the_real_study_runs_the_papers_recipe():
     assert len(doses) >= 3 and min(doses) == 0.025 and max(doses) == 0.4
 
 
-def test_the_peers_overlay_only_adds_experiments():
-    real, peers = yaml.safe_load(REAL.read_text()), yaml.safe_load(PEERS.read_text())
-    assert set(peers) == {"experiments"} and not set(peers["experiments"]) & set(real["experiments"])
-    merged = study_config([REAL, PEERS])
+@pytest.mark.parametrize("overlay", [DOSES, PEERS], ids=lambda path: path.stem)
+def test_an_overlay_only_adds_experiments(overlay):
+    """So that `make real-doses` and `make real-peers` rerun nothing of `make real`."""
+    real, added = yaml.safe_load(REAL.read_text()), yaml.safe_load(overlay.read_text())
+    assert set(added) == {"experiments"} and not set(added["experiments"]) & set(real["experiments"])
+    merged = study_config([REAL, overlay])
     assert {k: merged["experiments"][k] for k in real["experiments"]} == real["experiments"]
+
+
+def test_ci_runs_the_whole_recipe():
+    """CI's overlay sizes the doses' experiments too, so `make real-ci` must add the doses (a size without its
+    experiment would be a partial one)."""
+    from studies import real as runner
+
+    ci_experiments = set(yaml.safe_load(CI.read_text())["experiments"])
+    configs = runner.study_configs(ci=True)
+    assert DOSES in configs and configs[-1] == CI
+    assert ci_experiments <= set(study_config(configs[:-1])["experiments"])
+    assert runner.study_configs() == [REAL, LOCAL]
 
 
 def test_the_real_study_plans_its_rules(tmp_path):
     jobs = plan(tmp_path, REAL, LOCAL)
     assert jobs["tokenizer"] == 1 and jobs["fetch_gguf"] == 1 and jobs["dequantise"] == 1
-    # MLE and EMO on D ∪ D and MLE at three doses, from 3 seeds each; sampled on 2 eval sets with the zero-shot model,
-    # every dose in `exact` mode; one perplexity job a model.
+    # MLE and EMO on D ∪ D and MLE on D ∪ D~ at 0.025, from 3 seeds each; sampled on 2 eval sets with the zero-shot
+    # model, the method in `exact` mode; one perplexity job a model.
+    assert jobs["train"] == 9 and jobs["sample"] == 2 * 10 and jobs["perplexity"] == 10
+    # The doses add 0.1 and 0.4 from 3 seeds each.
+    jobs = plan(tmp_path, REAL, LOCAL, DOSES)
     assert jobs["train"] == 15 and jobs["sample"] == 2 * 16 and jobs["perplexity"] == 16
     # The peers add Algorithm 1's baseline and insertion (cached), the embedding noise and NEFTune from 3 seeds each
     # and LoRA from one, its model fetched and dequantised under its own name (pretrained.GGUF_DOWNLOAD is per model).
     jobs = plan(tmp_path, REAL, LOCAL, PEERS)
     assert jobs["fetch_gguf"] == 2 and jobs["dequantise"] == 2
-    assert jobs["train"] == 15 + 13 and jobs["sample"] == 2 * (16 + 13) and jobs["perplexity"] == 16 + 13
+    assert jobs["train"] == 9 + 13 and jobs["sample"] == 2 * (10 + 13) and jobs["perplexity"] == 10 + 13
 
 
 def test_checks_fail_on_doctored_input(tmp_path):
-    real = study_config([REAL, PEERS])
+    real = study_config([REAL, DOSES, PEERS])
     seeds = real["experiments"]["dose-0.4"]["seeds"]
     rows = [
         (eval_set, *row, seed, 0.5)
@@ -199,8 +218,10 @@ def test_checks_fail_on_doctored_input(tmp_path):
         == []
         != row_problems(metrics.filter(~lora_on_wikitext), real)
     )
-    # without the peers overlay, their rows are not asked for
-    assert row_problems(metrics.filter(pl.col("train_mode") != "prefix"), study_config([REAL])) == []
+    # without an overlay, its rows are not asked for
+    recipe = metrics.filter(pl.col("train_mode") != "prefix")
+    assert row_problems(recipe, study_config([REAL, DOSES])) == []
+    assert row_problems(recipe.filter(~pl.col("test_intensity").is_in([0.1, 0.4])), study_config([REAL])) == []
     real = yaml.safe_load(REAL.read_text())
     (tmp_path / "pretrained/smollm2").mkdir(parents=True)
     (tmp_path / "data/licences").mkdir(parents=True)
