@@ -169,15 +169,20 @@ def _session_server() -> dict[str, str]:
 
 def snakemake_environment(env: dict | None = None) -> dict[str, str]:
     """The environment a test's snakemake runs with: `env` (else the session's starting one) with the jobs' PATH and
-    PYTHONPATH (`studies.served.job_environment`), its jobs of one thread sent to the session's warm server."""
-    return {**job_environment(dict(env if env is not None else SESSION_ENV)), **_warm_variable()}
+    PYTHONPATH (`studies.served.job_environment`), its jobs of one thread sent to the session's warm server, unless
+    `env` names a server of its own (`studies.served.warm_server`, started with that environment)."""
+    from studies.warm import ENV
+
+    environment = job_environment(dict(env if env is not None else SESSION_ENV))
+    return environment if ENV in environment else {**environment, **_warm_variable()}
 
 
 def snakemake(workdir: Path, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the real workflow on `workdir/config.yaml`, with workdir as the working directory. Its jobs of one
     thread run in the session's warm server (`studies.warm`: the same outputs, without importing torch and
-    transformers each time); a job whose environment differs from the server's (a test's own `env`) runs cold.
-    Without `env`, snakemake gets the session's starting environment."""
+    transformers each time); a job whose environment differs from the server's (a test's own `env`) runs cold, unless
+    `env` is one that `studies.served.warm_server` yielded. Without `env`, snakemake gets the session's starting
+    environment."""
     cmd = [
         str(SNAKEMAKE),
         "-s",
