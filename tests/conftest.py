@@ -41,3 +41,16 @@ def tiny_study(tmp_path_factory) -> Path:
     result = snakemake(workdir, timeout=1500)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return workdir
+
+
+@pytest.fixture(scope="session")
+def paper_plan(tmp_path_factory):
+    """The paper's study (configs/paper.yaml) planned once from an empty folder, `snakemake -n --quiet rules`, with
+    the CPU seconds it took (`support.workflow_runs.PaperPlan`): its job counts are read by the paper config's test
+    (tests/workflow/test_paper_config.py) and the rehearsal's (tests/studies/test_rehearsal.py), each of which planned
+    it alone before, the former also its CPU seconds."""
+    from support.workflow_runs import PaperPlan, paper_dry_run
+
+    workdir = tmp_path_factory.mktemp("paper-plan")
+    result, seconds = paper_dry_run(workdir, "--quiet", "rules")
+    return PaperPlan(workdir, result, seconds)

@@ -95,12 +95,14 @@ def plan(workdir: Path, *configs: Path) -> dict[str, int]:
     return job_stats(result.stdout + result.stderr)
 
 
-def test_rehearsal_plans_the_papers_jobs(tmp_path):
+def test_rehearsal_plans_the_papers_jobs(tmp_path, paper_plan):
+    """The paper's plan is the session's (`paper_plan`, tests/conftest.py: `-n --quiet rules` from an empty folder)."""
     from studies.standins import build
 
-    (tmp_path / "paper").mkdir()
     build(tmp_path / "rehearsal/standins")  # planning checks that the featuriser folder holds a model
-    paper, rehearsal = plan(tmp_path / "paper", PAPER), plan(tmp_path / "rehearsal", PAPER, OVERLAY)
+    assert paper_plan.result.returncode == 0, (paper_plan.result.stdout + paper_plan.result.stderr)[-3000:]
+    paper = job_stats(paper_plan.result.stdout + paper_plan.result.stderr)
+    rehearsal = plan(tmp_path / "rehearsal", PAPER, OVERLAY)
     # One mauve_contrast job per designed MAUVE contrast in the paper's study; none at the rehearsal's 8 prompts, under
     # MAUVE's floor of 50 texts (every MAUVE cell there is "too few texts": evaluate.floor.mauve_never_resolves).
     assert paper.pop("mauve_contrast") == 190 and "mauve_contrast" not in rehearsal

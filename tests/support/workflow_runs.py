@@ -10,12 +10,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
 from studies.served import REPO, job_environment, warm_server
 
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
+PAPER = REPO / "configs/paper.yaml"
 # The environment the test session started with (tests/conftest.py imports this module first), before the libraries
 # the tests import set variables of their own (torch, faiss: KMP_*, TORCHINDUCTOR_CACHE_DIR) and before pytest names
 # the running test (PYTEST_CURRENT_TEST): what a study's snakemake gets, as a user's would.
@@ -169,15 +171,20 @@ def _session_server() -> dict[str, str]:
 
 def snakemake_environment(env: dict | None = None) -> dict[str, str]:
     """The environment a test's snakemake runs with: `env` (else the session's starting one) with the jobs' PATH and
-    PYTHONPATH (`studies.served.job_environment`), its jobs of one thread sent to the session's warm server."""
-    return {**job_environment(dict(env if env is not None else SESSION_ENV)), **_warm_variable()}
+    PYTHONPATH (`studies.served.job_environment`), its jobs of one thread sent to the session's warm server, unless
+    `env` names a server of its own (`studies.served.warm_server`, started with that environment)."""
+    from studies.warm import ENV
+
+    environment = job_environment(dict(env if env is not None else SESSION_ENV))
+    return environment if ENV in environment else {**environment, **_warm_variable()}
 
 
 def snakemake(workdir: Path, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the real workflow on `workdir/config.yaml`, with workdir as the working directory. Its jobs of one
     thread run in the session's warm server (`studies.warm`: the same outputs, without importing torch and
-    transformers each time); a job whose environment differs from the server's (a test's own `env`) runs cold.
-    Without `env`, snakemake gets the session's starting environment."""
+    transformers each time); a job whose environment differs from the server's (a test's own `env`) runs cold, unless
+    `env` is one that `studies.served.warm_server` yielded. Without `env`, snakemake gets the session's starting
+    environment."""
     cmd = [
         str(SNAKEMAKE),
         "-s",
@@ -210,3 +217,38 @@ def planned_rules(output: str) -> set[str]:
     from support.plans import job_stats
 
     return set(job_stats(output)) - {"all"}
+
+
+def paper_dry_run(workdir: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+    """`snakemake -n` of the paper's study (configs/paper.yaml) in `workdir`: the dry run's result and the CPU seconds
+    it took (user + system of the child): what planning costs, whatever else loads the machine (CI runs the rehearsal
+    beside the test suite)."""
+    import resource
+
+    cmd = [
+        "timeout",
+        "-k",
+        "10",
+        "120",
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(PAPER),
+        "-n",
+        *args,
+    ]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, timeout=150)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return result, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+class PaperPlan(NamedTuple):
+    """The paper's study planned from an empty folder (the `paper_plan` fixture, tests/conftest.py)."""
+
+    workdir: Path
+    result: subprocess.CompletedProcess
+    cpu_seconds: float

@@ -39,7 +39,10 @@ TOLERANCE, WEIGHT_TOLERANCE = 1e-4, 5e-5
 
 def parallel_config() -> dict:
     config = tiny_config()
-    config["datasets"]["synthetic"] = tiny_builtin(train=12)  # about 20 steps an epoch
+    # 12 steps an epoch: two epochs (the sampler's order set per epoch, a resume across the epoch boundary) with a
+    # kill at the first checkpoint (step 5) well before the end; each compared step can show a gradient summed
+    # instead of averaged, or a batch trained twice.
+    config["datasets"]["synthetic"] = tiny_builtin(train=6)
     train = {
         "learning_rate": 3e-3,
         "lr_scheduler": "linear",

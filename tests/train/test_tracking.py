@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import csv
-import os
 
 import pytest
 
-from support.workflow_runs import planned_rules, snakemake, tiny_builtin, tiny_config, write_config
+from studies.served import job_environment, warm_server
+from support.workflow_runs import SESSION_ENV, planned_rules, snakemake, tiny_builtin, tiny_config, write_config
 from workflow_lib.config import ConfigError, validate_config
 from workflow_lib.train import tracking
 
@@ -49,10 +49,14 @@ def csv_series(rows: list[dict], name: str) -> dict[int, float]:
 def trained(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("tracking")
     write_config(workdir, tracked_config(["tensorboard", "mlflow", "wandb"]))
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    env = {**SESSION_ENV, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     env.pop("MLFLOW_TRACKING_URI", None)
-    done = snakemake(workdir, "--until", "train", env=env)
+    # The jobs of one thread (the data's, and model "one"'s training) run warm in a server of this environment, as
+    # they would cold: the session's server has another (without WANDB_MODE), so they would run cold there.
+    with warm_server(job_environment(env), workdir / "warm.log") as warm_env:
+        done = snakemake(workdir, "--until", "train", env=warm_env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "ran workflow_lib.train.trainer" in (workdir / "warm.log").read_text()  # model "one", warm
     return workdir
 
 

@@ -1,8 +1,8 @@
 """Incremental reruns: after a change, snakemake plans exactly the jobs the change affects, and after what users
 do that changes nothing (a clone, a move, a checkout, a touch, a comment in the config) it plans no job at all.
 
-One small study (two objectives, a sweep over the training intensity, one eval set) runs once, from a copy of
-the workflow's code, so a test may edit a workflow_lib module without touching the checkout. Each test then
+One small study (two objectives, a sweep over the training intensity, one eval set) runs once (its jobs warm), from a
+copy of the workflow's code, so a test may edit a workflow_lib module without touching the checkout. Each test then
 changes one thing and reads the dry run. Where a change concerns some jobs, jobs that aggregate the whole grid
 (the report, `all`) may rerun too; every other planned job must be one the change concerns.
 """
@@ -20,8 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from studies.served import job_environment, warm_server
 from support.plans import planned_jobs
-from support.workflow_runs import REPO, SNAKEMAKE, copy_workflow, tiny_config, write_config
+from support.workflow_runs import REPO, SESSION_ENV, SNAKEMAKE, copy_workflow, tiny_config, write_config
 from workflow_lib.module_deps import module_closure, module_path
 
 pytestmark = pytest.mark.workflow
@@ -75,7 +76,14 @@ def study(tmp_path_factory):
     copy_workflow(workflow)
     workdir.mkdir()
     write_config(workdir, study_config())
-    result = snakemake_in(workflow, workdir)
+    # Its jobs of one thread run in a warm server of the copy's own environment (the copy's workflow_lib first on
+    # PYTHONPATH), as tests/workflow/test_new_strategy.py's do: the same outputs, without importing torch in each.
+    # The tests' dry runs below are snakemake's alone and run no job.
+    copy_first = os.pathsep.join(filter(None, [str(workflow), SESSION_ENV.get("PYTHONPATH")]))
+    env = job_environment({**SESSION_ENV, "PYTHONPATH": copy_first})
+    with warm_server(env, root / "warm.log") as study_env:
+        result = snakemake_in(workflow, workdir, env=study_env)
+    assert "ran workflow_lib.train.trainer" in (root / "warm.log").read_text()  # warm, not cold
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     return workflow, workdir
 

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import copy
 import itertools
-import subprocess
 
 import pytest
 import yaml
 
 from support.plans import job_stats, planned_jobs
-from support.workflow_runs import REPO, SNAKEMAKE
+from support.workflow_runs import PAPER, REPO, paper_dry_run
 from workflow_lib.config import validate_config
 from workflow_lib.cost.slurm import planned as cost_plan
 
 pytestmark = pytest.mark.workflow
 
-PAPER = REPO / "configs/paper.yaml"
 PLAN_SECONDS = 40  # CPU seconds (measured: 8.7 for its 3,408 jobs, 2,434 of them sampling shards; 6 for 1,831 before;
 # on 2026-11-28 17.2 on a slower machine for b29d381 and 17.9 for 3,449 jobs at issue 63, 22.4 under CI's load)
 REPORT_RULES = {
@@ -51,32 +49,6 @@ def paper() -> dict:
 def paper_workdir(tmp_path_factory):
     """An empty working directory: a fresh checkout has no data/ folder, and the workflow fetches everything."""
     return tmp_path_factory.mktemp("paper")
-
-
-def dry_run(workdir, *args) -> tuple[subprocess.CompletedProcess, float]:
-    """The dry run's result and the CPU seconds it took (user + system of the child): what planning costs, whatever
-    else loads the machine (CI runs the rehearsal beside the test suite)."""
-    import resource
-
-    cmd = [
-        "timeout",
-        "-k",
-        "10",
-        "120",
-        str(SNAKEMAKE),
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(PAPER),
-        "-n",
-        *args,
-    ]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, timeout=150)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return result, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def splits(dataset: dict) -> list[str]:
@@ -277,12 +249,14 @@ def test_paper_config_trains_with_emos_protocol(paper_workdir, paper):
         assert settings["checkpoint_every"] == 100 and model["load_dtype"] == "float32", name
 
 
-def test_paper_config_plans_offline_in_seconds_with_the_expected_jobs(paper_workdir, paper):
-    result, seconds = dry_run(paper_workdir, "--quiet", "rules")
+def test_paper_config_plans_offline_in_seconds_with_the_expected_jobs(paper_plan, paper):
+    """The session's plan of the paper's study from an empty folder (`paper_plan`, tests/conftest.py, which the
+    rehearsal's test reads too)."""
+    result, seconds = paper_plan.result, paper_plan.cpu_seconds
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert seconds < PLAN_SECONDS, f"planning took {seconds:.1f} CPU-s"
-    assert not (paper_workdir / "data").exists()
+    assert not (paper_plan.workdir / "data").exists()
     planned = job_stats(output)
     expected = expected_jobs(paper)
     # the shards of at most sampling.shard_batches batches, as the cost model plans them (checked against the limit)
@@ -305,7 +279,7 @@ def test_no_job_of_the_paper_study_has_a_command_line_over_2000_characters(paper
     """A gather job's paths reach it in an argument file (rules/report.smk, argument_file), not on its command line,
     whose length would grow with the study (the kernel refuses one argument over 128 KiB; the contrasts job's
     command was 42,150 characters)."""
-    result, _ = dry_run(paper_workdir, "--printshellcmds")
+    result, _ = paper_dry_run(paper_workdir, "--printshellcmds")
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     commands = [job.text for job in planned_jobs(output) if "python -m workflow_lib" in job.text]
@@ -319,7 +293,7 @@ def test_paper_config_requests_gpus_and_multi_gpu_training(paper_workdir):
     neo = "results/models/gpt-neo-1.3b/wikitext2/mle/none/augment-m1/none-0/seed42"
     gpt2 = "results/samples/gpt2/wikitext2/mle/none/augment-m1/none-0/seed42/webtext/unbiased/none/none-0-exact.parquet"
     metrics = gpt2.replace("results/samples/", "results/metrics/").replace(".parquet", ".json")
-    result, _ = dry_run(paper_workdir, "--printshellcmds", neo, metrics)
+    result, _ = paper_dry_run(paper_workdir, "--printshellcmds", neo, metrics)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     planned = planned_jobs(output)
