@@ -45,6 +45,7 @@ SOURCE_KEYS = {
 SIZE_KEYS = {
     "datasets.*.max_rows",
     "prompts.max_prompts",
+    "prompts.reference_words",
     "sampling.runs",
     "sampling.new_tokens",
     "sampling.batch_size",

@@ -173,7 +173,8 @@ def trend_findings(rows: pl.DataFrame) -> list[str]:
             )
             parts.append(f"{r['metric']} {_number(r['slope'])} per doubling{interval}: {verdict(r)}")
         out.append(
-            f"{_arm(first)}, α = {first['doses']} from {first['seeds']} training seeds: the paper predicts MAUVE "
+            f"{_arm(first)}, α = {first['doses']} from {first['seeds']} training seed{'s' * (first['seeds'] != 1)}: "
+            "the paper predicts MAUVE "
             f"falls over this range (its top is at 0.025). Measured: " + "; ".join(parts) + "."
         )
     return out
