@@ -46,6 +46,7 @@ SIZE_KEYS = {
     "datasets.*.max_rows",
     "prompts.max_prompts",
     "prompts.reference_words",
+    "evaluation.mauve.min_texts",
     "sampling.runs",
     "sampling.new_tokens",
     "sampling.batch_size",
