@@ -22,6 +22,7 @@ import numpy as np
 
 from workflow_lib.cli import run
 from workflow_lib.files import atomic_path
+from workflow_lib.report import escape
 
 log = logging.getLogger("workflow_lib.report.synonym_audit")
 SAMPLE = 20  # source tokens shown per table (issue 63: enough to judge, short enough to read)
@@ -107,7 +108,7 @@ def shown(text: str) -> str:
     """A token's text as a Markdown cell shows it: spaces as ␣ (a leading space is part of a word's token),
     line breaks and tabs escaped, Markdown's own characters escaped."""
     text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-    for char in "`*_|<>[]#":
+    for char in escape.MARKDOWN_CHARS.replace("\\", ""):
         text = text.replace(char, "\\" + char)
     return text.replace(" ", "␣") or "(empty)"
 

@@ -16,6 +16,7 @@ from workflow_lib.constants import UNTRAINED
 from workflow_lib.files import atomic_path
 from workflow_lib.layout import parse
 from workflow_lib.metric_registry import LOWER_IS_BETTER, shown_in
+from workflow_lib.report import escape
 from workflow_lib.report.conditions import (
     ABLATION,
     UNTRAINED_LABEL,
@@ -155,24 +156,23 @@ def write_table(
         pl.DataFrame(rows, schema={c: pl.Utf8 for c in columns}, orient="row").write_csv(tmp)
 
     def text(row, mean, col, group):
-        value = row.get(col, "")
+        value = escape.markdown(row.get(col, ""))
         return f"**{value}**" if is_best(row, mean, col, group) else value
 
-    md = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    md = ["| " + " | ".join(escape.markdown(c) for c in columns) + " |", "|" + "---|" * len(columns)]
     md += ["| " + " | ".join(text(r, m, c, g) for c in columns) + " |" for r, m, g in zip(rows, means, groups)]
     if not rows:
         md.append("| " + " | ".join(["(no data in this study)"] + [""] * (len(columns) - 1)) + " |")
     with atomic_path(path.with_suffix(".md")) as tmp:
         tmp.write_text((f"{caption}\n\n" if caption else "") + "\n".join(md) + "\n")
 
-    def tex(value: str) -> str:
-        return value.replace("±", r"$\pm$").replace("_", r"\_").replace("%", r"\%").replace("&", r"\&")
+    tex = escape.latex
 
     def tex_cell(row, mean, col, group):
         value = tex(row.get(col, ""))
         return r"\textbf{" + value + "}" if is_best(row, mean, col, group) else value
 
-    lines = [f"% {' '.join(caption.split())}"] if caption else []
+    lines = [f"% {' '.join(caption.split())}"] if caption else []  # a comment: one line holds anything
     lines += [
         r"\begin{tabular}{" + "l" * len(columns) + "}",
         r"\toprule",
@@ -376,4 +376,4 @@ def examples(prompts_path: str, sample_paths: list[str], stem: str, prompt_index
         )
         rows.append({"method": label, "continuation": text.strip()})
     columns = ["method", "continuation"]
-    write_table(rows, [{} for _ in rows], columns, stem, caption=f"Prompt: {prompt['prefix']}")
+    write_table(rows, [{} for _ in rows], columns, stem, caption=f"Prompt: {escape.markdown(prompt['prefix'])}")
