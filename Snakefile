@@ -15,6 +15,12 @@ from workflow_lib.layout import REPORT_LANDING
 # (the module's `config:`) is the study, and its own target rule is the default (snakemake's own test for onstart).
 MAIN_WORKFLOW = workflow.modifier.is_main_snakefile()
 
+# A study's own files (--configfile): snakemake has read them already, keeping the last of a key written twice in one
+# mapping; read again through the workflow's reader, which refuses that, naming the file and the line.
+if MAIN_WORKFLOW:
+    for path in workflow.overwrite_configfiles or ():
+        exit_on_bad_yaml(path)
+
 # The default study. A study given with --configfile replaces it instead of being merged into it. Read through the
 # workflow's reader first: snakemake's own YAML error names neither the file nor the line.
 if MAIN_WORKFLOW and not workflow.overwrite_configfiles:

@@ -13,6 +13,7 @@ if MAIN_WORKFLOW:
     os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 
 from workflow_lib.config import ConfigError, typed_overrides, validate_config
+from workflow_lib.config_semantics import check_semantics
 from workflow_lib.constants import NO_TRAIN_DATASET, SYNONYM_SOURCES, UNTRAINED
 from workflow_lib.cost.devices import check_cost
 from workflow_lib.cost.slurm import mem_mb as predicted_mem_mb, planned, runtime_minutes as predicted_minutes
@@ -39,6 +40,7 @@ from workflow_lib.pretrained import gguf_models
 update_config(config, typed_overrides(workflow.config_settings.config))
 try:
     validate_config(config, workdir=Path.cwd())
+    check_semantics(config, Path.cwd())  # what the schema cannot see (it reads models' contexts as the cost model does)
     check_cost(config["cost"])
     planned(config)  # the cost model's plan: a sampling shard predicted past cost.max_minutes is refused here
 except ConfigError as error:

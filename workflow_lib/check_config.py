@@ -18,12 +18,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="a study's config files, checked as the Snakefile checks them")
     parser.add_argument("files", nargs="+", help="the study's config files, in the order snakemake gets them")
     args = parser.parse_args(argv)
+    from workflow_lib.config_semantics import check_semantics
     from workflow_lib.cost.devices import check_cost
     from workflow_lib.cost.slurm import planned
 
     try:
         config = read_configs(args.files)
         validate_config(config, workdir=Path.cwd())
+        check_semantics(config, Path.cwd())
         check_cost(config["cost"])
         planned(config)  # the cost model's checks (a sampling shard past cost.max_minutes)
     except ConfigError as error:

@@ -17,17 +17,40 @@ import yaml
 from workflow_lib.config import ConfigError
 
 
+class StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key twice in one mapping is an error: YAML keeps the last silently, so the same
+    experiment written twice in one file would drop the first without a word. A merge (`<<: *anchor`) may still be
+    overridden by the mapping's own keys: that is what it is for."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[str, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            if key_node.value in seen:
+                first = seen[key_node.value]
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"the key {key_node.value!r} appears twice in one mapping (first at line {first.line + 1}); "
+                    "YAML would keep only the last",
+                    key_node.start_mark,
+                )
+            seen[key_node.value] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str | Path) -> dict:
     """The mapping a config file holds ({} for an empty one). A syntax error raises ConfigError naming the file, the
-    line and the column (1-based, as an editor counts) and what the parser expected; a file that is not a mapping
-    raises naming the file."""
+    line and the column (1-based, as an editor counts) and what the parser expected, as does a key twice in one
+    mapping (StrictLoader); a file that is not a mapping raises naming the file."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as error:
         raise ConfigError(f"config file {path}: cannot be read ({error.strerror or error})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=StrictLoader)  # a SafeLoader
     except yaml.MarkedYAMLError as error:
         mark, start = error.problem_mark or error.context_mark, error.context_mark
         where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -177,6 +177,7 @@ def set_up(args: argparse.Namespace, settings: dict, model_spec: dict, objective
     validation = TrainingRows(args.validation, settings["max_length"]) if args.validation else None
 
     lm = build_model(args.model_key, model_spec, tokenizer, settings)
+    check_context(lm, settings, [loader.dataset, *([validation] if validation else [])])
     if objective["loss"] == "emo":
         loss_params["cost_embedding"] = objectives.cost_embedding_of(lm).to(accelerator.device)
     adapted = lora.add_adapters(lm, settings, args.model_key) if settings.get("lora") else None  # lm frozen
@@ -223,6 +224,22 @@ def set_up(args: argparse.Namespace, settings: dict, model_spec: dict, objective
         adapters=adapted,
         neftune=neftune,
     )
+
+
+def check_context(lm, settings: dict, datasets: list[TrainingRows]) -> None:
+    """The longest row this job trains or validates on (cut at training.max_length) fits the model's context: a
+    perturbed row is longer than its block, and a checkpoint's context may be known only once it is loaded."""
+    from workflow_lib.sample.loops import context_length
+
+    context = context_length(lm)
+    offsets = [d.inputs.offsets for d in datasets]
+    longest = min(settings["max_length"], max((int((o[1:] - o[:-1]).max()) for o in offsets if len(o) > 1), default=0))
+    if context is not None and longest > context:
+        raise StageError(
+            f"training.max_length: the longest training row is {longest} tokens (rows are cut at training.max_length "
+            f"= {settings['max_length']}), beyond the model's context of {context} positions; lower "
+            f"training.max_length to {context} or less (and tokenize.block_size below it, to leave room for insertions)"
+        )
 
 
 def neftune_start(lm, embedding: dict, rows) -> dict | None:
