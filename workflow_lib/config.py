@@ -31,8 +31,8 @@ from workflow_lib.constants import (
     SYNONYMS_FROM_TOKENS,
     UNTRAINED,
 )
-from workflow_lib.grid import dataset_splits
 from workflow_lib.data.pinning import unpinned_http_refusal
+from workflow_lib.grid import dataset_splits
 from workflow_lib.pretrained import GGUFConfigError, normalise_gguf
 
 # The objectives every config has; a config's `objectives` adds to them. Here, in the config's module, which no job
@@ -497,7 +497,9 @@ def check(config: dict, workdir: Path | None = None) -> None:
     for name, model in config["models"].items():
         _need(model["tokenizer"], config["tokenizers"], f"models.{name}.tokenizer", "tokenizer")
         gguf_url = (model.get("gguf") or {}).get("url")
-        refusal = gguf_url and unpinned_http_refusal(gguf_url, model["gguf"].get("sha256"), f"config key models.{name}.gguf")
+        refusal = gguf_url and unpinned_http_refusal(
+            gguf_url, model["gguf"].get("sha256"), f"config key models.{name}.gguf"
+        )
         if refusal:
             raise ConfigError(refusal)
         if model.get("training"):

@@ -358,7 +358,6 @@ def test_the_download_cap_defaults_to_the_fetchs_own_and_reaches_the_fetch_jobs_
     assert "download.max_bytes" in error_of(config)
 
 
-
 def test_the_schema_states_the_fetchs_default_cap():
     """The reference says what null means; the number lives in fetch.py, so the two must agree."""
     from workflow_lib.config import load_schema

@@ -149,7 +149,7 @@ def test_a_part_of_a_file_that_changed_since_is_not_spliced_onto_the_new_version
         server.files["/x.bin"] = new
         record = fetch(server.url("x.bin"), output, sha256=None, what="k", **FAST)
     assert output.read_bytes() == new
-    first, second = server.requests
+    _, second = server.requests
     assert second["range"] == f"bytes={len(part)}-" and second["if_range"] is not None
     assert second["status"] == 200 and record["resumed_bytes"] == 0
     assert not (tmp_path / "x.bin.part").exists() and not (tmp_path / "x.bin.part.json").exists()
@@ -178,7 +178,7 @@ def test_an_unchanged_file_resumes_with_range_and_if_range(tmp_path):
         saved = json.loads((tmp_path / "x.bin.part.json").read_text())
         record = fetch(server.url("x.bin"), output, sha256=sha(body), what="k", **FAST)
     assert output.read_bytes() == body
-    first, second = server.requests
+    _, second = server.requests
     assert saved["url"] == server.url("x.bin") and saved["etag"] and saved["last_modified"]
     assert second["range"] == f"bytes={len(part)}-" and second["if_range"] == saved["etag"]
     assert second["status"] == 206 and second["sent"] == len(body) - len(part)
@@ -239,9 +239,9 @@ def test_plain_http_beyond_this_machine_needs_a_sha256(tmp_path):
 def test_a_file_over_the_size_cap_fails_naming_the_key_and_keeps_nothing(tmp_path, unannounced):
     body = random_bytes(200_000)
     output = tmp_path / "x.bin"
-    with serve({"x.bin": body}, unannounced={"x.bin"} if unannounced else frozenset()) as server:
-        with pytest.raises(StageError) as error:
-            fetch(server.url("x.bin"), output, sha256=None, what="datasets.d", max_bytes=150_000, **FAST)
+    unannounced_paths = {"x.bin"} if unannounced else frozenset()
+    with serve({"x.bin": body}, unannounced=unannounced_paths) as server, pytest.raises(StageError) as error:
+        fetch(server.url("x.bin"), output, sha256=None, what="datasets.d", max_bytes=150_000, **FAST)
     message = str(error.value)
     assert message.startswith(f"datasets.d: {server.url('x.bin')} is ")
     assert "download.max_bytes = 150000 bytes" in message

@@ -253,7 +253,8 @@ def request_once(
     saves the response's validator for the next resume."""
     have = part.stat().st_size if part.exists() else 0
     saved = resume.load(part, url) if have else None
-    if have and saved is None:
+    if_range = saved.if_range() if saved else None
+    if have and if_range is None:
         log.warning(
             "%s: %s holds %d bytes but no ETag or Last-Modified of %s to prove the remote file is the same; "
             "downloading it again from byte 0",
@@ -263,7 +264,7 @@ def request_once(
             url,
         )
         restart(part, transfer)
-        have = 0
+        have, saved = 0, None
     if head_bytes and have >= head_bytes:
         with open(part, "r+b") as handle:
             handle.truncate(head_bytes)
@@ -272,8 +273,8 @@ def request_once(
     headers = {"Accept-Encoding": "identity"}
     if have or head_bytes:
         headers["Range"] = f"bytes={have}-{head_bytes - 1 if head_bytes else ''}"
-    if saved is not None:
-        headers["If-Range"] = saved.if_range()
+    if have and if_range:
+        headers["If-Range"] = if_range
 
     with session.get(url, headers=headers, stream=True, timeout=timeout) as response:
         status = response.status_code
