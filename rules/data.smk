@@ -137,11 +137,9 @@ rule fetch_gguf:
         "../envs/data.yaml"
     params:
         url=lambda w: MODELS[w.gguf_model]["gguf"]["url"],
-        sha256=lambda w: (
-            f"--sha256 {MODELS[w.gguf_model]['gguf']['sha256']}" if MODELS[w.gguf_model]["gguf"].get("sha256") else ""
-        ),
+        options=inputs.gguf_fetch_options,
     shell:
-        "python -m workflow_lib.data.fetch download --what models.{wildcards.gguf_model}.gguf --url {params.url:q} {params.sha256} --output {output} 2> {log}"
+        "python -m workflow_lib.data.fetch download --what models.{wildcards.gguf_model}.gguf --url {params.url:q} {params.options} --output {output} 2> {log}"
 
 
 # A GGUF checkpoint dequantised once into the hub-style float32 folder that every later job loads as the model's

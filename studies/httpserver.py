@@ -2,9 +2,12 @@
 benchmarks test downloads with it, without the network.
 
 It serves a dict of path -> bytes on 127.0.0.1 (a free port) from a daemon thread, answers `Range:` requests
-the way real servers do (206, 416), and can misbehave on purpose: drop a connection half-way through a body,
-answer an error status, or ignore `Range` altogether. Every request is recorded (path, Range header, status,
-body bytes actually sent) so a test can tell a resume from a restart, or see that a client stopped reading.
+the way real servers do (206, 416), names each body's version with an ETag and a Last-Modified date derived from
+its bytes (`validators` says which), honours `If-Range` (the whole body, 200, when the version named is not the
+current one), and can misbehave on purpose: drop a connection half-way through a body, answer an error status,
+or ignore `Range` altogether. A test changes a file by assigning `server.files[path]`. Every request is recorded
+(path, Range and If-Range headers, status, body bytes actually sent) so a test can tell a resume from a restart,
+or see that a client stopped reading.
 
 Workflow tests run snakemake as a subprocess; it connects to this server in the pytest process.
 
@@ -17,12 +20,29 @@ Workflow tests run snakemake as a subprocess; it connects to this server in the 
 from __future__ import annotations
 
 import contextlib
+import email.utils
+import functools
+import hashlib
 import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SEND_CHUNK = 64 * 1024
+VALIDATORS = frozenset({"etag", "last-modified"})
+
+
+@functools.lru_cache(maxsize=64)
+def version_headers(body: bytes, validators: frozenset[str]) -> dict[str, str]:
+    """The ETag and Last-Modified of a body, both derived from its bytes: a changed file gets new ones (cached:
+    the rehearsals serve files of hundreds of megabytes)."""
+    digest = hashlib.sha256(body).hexdigest()
+    headers = {}
+    if "etag" in validators:
+        headers["ETag"] = f'"{digest[:16]}"'
+    if "last-modified" in validators:
+        headers["Last-Modified"] = email.utils.formatdate(1_000_000_000 + int(digest[:7], 16), usegmt=True)
+    return headers
 
 
 class Server:
@@ -37,10 +57,16 @@ class Server:
         drop_always: set[str],
         fail_first: dict[str, int],
         fail_always: dict[str, int],
+        validators: frozenset[str] | set[str] = VALIDATORS,
+        if_range_support: bool = True,
+        unannounced: frozenset[str] | set[str] = frozenset(),
         port: int = 0,
     ) -> None:
         self.files = files
         self.range_support = range_support
+        self.validators = frozenset(validators)
+        self.if_range_support = if_range_support
+        self.unannounced = set(unannounced)
         self.drop_first = set(drop_first)
         self.drop_always = set(drop_always)
         self.fail_first = dict(fail_first)
@@ -100,7 +126,13 @@ class FileHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
-        record = {"path": path, "range": self.headers.get("Range"), "status": None, "sent": 0}
+        record = {
+            "path": path,
+            "range": self.headers.get("Range"),
+            "if_range": self.headers.get("If-Range"),
+            "status": None,
+            "sent": 0,
+        }
         self.owner._begin(record)
         try:
             self.answer(path, record)
@@ -121,11 +153,15 @@ class FileHandler(BaseHTTPRequestHandler):
             return
 
         body = owner.files[path]
+        version = version_headers(body, owner.validators)
         start, end = 0, len(body) - 1
-        requested = parse_range(record["range"], len(body)) if owner.range_support and record["range"] else None
+        current = not owner.if_range_support or record["if_range"] in (None, *version.values())
+        ranged = owner.range_support and record["range"] and current
+        requested = parse_range(record["range"], len(body)) if ranged else None
         if requested == "unsatisfiable":
             record["status"] = 416
             self.send_response(416)
+            self.send_version(version)
             self.send_header("Content-Range", f"bytes */{len(body)}")
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -138,16 +174,22 @@ class FileHandler(BaseHTTPRequestHandler):
         else:
             record["status"] = 200
             self.send_response(200)
-        self.send_header("Content-Length", str(end + 1 - start))
+        self.send_version(version)
+        if path not in owner.unannounced:
+            self.send_header("Content-Length", str(end + 1 - start))
         self.send_header("Accept-Ranges", "bytes" if owner.range_support else "none")
         drop = path in owner.drop_always or (path in owner.drop_first and first)
-        if drop:
+        if drop or path in owner.unannounced:
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
         # A dropped connection: the headers promised the whole body, half of it arrives, then the socket closes.
         stop = start + (end + 1 - start) // 2 if drop else end + 1
         self.send_body(memoryview(body)[start:stop], record)
+
+    def send_version(self, version: dict[str, str]) -> None:
+        for name, value in version.items():
+            self.send_header(name, value)
 
     def send_body(self, body: memoryview, record: dict) -> None:
         try:
@@ -184,12 +226,18 @@ def serve(
     drop_always: frozenset[str] | set[str] = frozenset(),
     fail_first: dict[str, int] | None = None,
     fail_always: dict[str, int] | None = None,
+    validators: frozenset[str] | set[str] = VALIDATORS,
+    if_range_support: bool = True,
+    unannounced: frozenset[str] | set[str] = frozenset(),
     port: int = 0,
 ) -> Iterator[Server]:
     """Serve `files` (path -> body) on a loopback port (`port`; 0 = a free one) until the block ends.
 
     drop_first / drop_always: paths whose first (every) GET sends the full Content-Length but half the body.
     fail_first / fail_always: path -> HTTP status answered on the first (every) request for it.
+    validators: which of "etag" and "last-modified" name a body's version (none: a server that sends neither).
+    if_range_support: False for a server that answers Range requests whatever version If-Range names.
+    unannounced: paths answered without a Content-Length, the body ending when the connection closes.
     """
 
     def rooted(path: str) -> str:
@@ -202,6 +250,9 @@ def serve(
         drop_always={rooted(p) for p in drop_always},
         fail_first={rooted(p): s for p, s in (fail_first or {}).items()},
         fail_always={rooted(p): s for p, s in (fail_always or {}).items()},
+        validators=validators,
+        if_range_support=if_range_support,
+        unannounced={rooted(p) for p in unannounced},
         port=port,
     )
     server.thread.start()

@@ -31,6 +31,7 @@ from workflow_lib.constants import (
     SYNONYMS_FROM_TOKENS,
     UNTRAINED,
 )
+from workflow_lib.data.pinning import unpinned_http_refusal
 from workflow_lib.grid import dataset_splits
 from workflow_lib.pretrained import GGUFConfigError, normalise_gguf
 
@@ -253,10 +254,14 @@ def _as_list(files) -> list:
 
 def check_url_dataset(name: str, ds: dict) -> None:
     """What the schema cannot say about downloaded files: entries of one kind, safe member paths, distinct
-    local names, heads of line-based files only, two files for WritingPrompts."""
+    local names, heads of line-based files only, two files for WritingPrompts, a sha256 for plain http."""
     from workflow_lib.data.downloads import file_name
 
     key = f"config key datasets.{name}"
+    if ds.get("archive"):
+        refusal = unpinned_http_refusal(ds["archive"]["url"], ds["archive"].get("sha256"), f"{key}.archive")
+        if refusal:
+            raise ConfigError(refusal)
     names: dict[str, dict] = {}
     for split, files in ds["files"].items():
         entries = _as_list(files)
@@ -288,6 +293,9 @@ def check_url_dataset(name: str, ds: dict) -> None:
                     f"{key}.files.{split}.head_bytes: a head is cut to whole lines, which needs a "
                     f"line-based format ({', '.join(LINE_FORMATS)}), not {ds['format']!r}"
                 )
+            refusal = unpinned_http_refusal(entry["url"], entry.get("sha256"), f"{key}.files.{split}")
+            if refusal:
+                raise ConfigError(refusal)
             local = file_name(entry)
             if local in names and names[local] != entry:
                 raise ConfigError(
@@ -488,6 +496,12 @@ def check(config: dict, workdir: Path | None = None) -> None:
     training_schema = {**schema["properties"]["training"], "$defs": schema["$defs"]}  # training.lora is a $ref
     for name, model in config["models"].items():
         _need(model["tokenizer"], config["tokenizers"], f"models.{name}.tokenizer", "tokenizer")
+        gguf_url = (model.get("gguf") or {}).get("url")
+        refusal = gguf_url and unpinned_http_refusal(
+            gguf_url, model["gguf"].get("sha256"), f"config key models.{name}.gguf"
+        )
+        if refusal:
+            raise ConfigError(refusal)
         if model.get("training"):
             import jsonschema
             from jsonschema.exceptions import best_match

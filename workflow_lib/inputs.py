@@ -95,7 +95,20 @@ class Inputs:
         entry = self.fetch_entry(wildcards)
         options = [f"--sha256 {entry['sha256']}" if entry.get("sha256") else ""]
         options.append(f"--head-bytes {entry['head_bytes']}" if entry.get("head_bytes") else "")
+        options.append(self.max_bytes_option())
         return " ".join(filter(None, options))
+
+    def gguf_fetch_options(self, wildcards: Any) -> str:
+        """The fetch_gguf job's options: the pinned sha256 and the size cap, as for a dataset's file."""
+        gguf = self.models[wildcards.gguf_model]["gguf"]
+        options = [f"--sha256 {gguf['sha256']}" if gguf.get("sha256") else "", self.max_bytes_option()]
+        return " ".join(filter(None, options))
+
+    def max_bytes_option(self) -> str:
+        """download.max_bytes where the config sets it; none where it is null, so that the fetch's own default
+        applies and a study that leaves the key alone keeps its fetch jobs' params (and plans no new download)."""
+        max_bytes = self.config.get("download", {}).get("max_bytes")
+        return f"--max-bytes {max_bytes}" if max_bytes else ""
 
     def pretrained(self, model: str) -> dict:
         """A GGUF model's dequantised folder, as the input of a job that loads the pretrained checkpoint (the

@@ -303,12 +303,68 @@ def url_dataset(**changes) -> dict:
             {"source": "local", "format": "jsonl", "files": {"test": {"url": "https://e.org/x.jsonl", "sha256": None}}},
             "{url, sha256} entries need source: url",
         ),
+        (
+            url_dataset(files={"test": {"url": "http://example.org/x.jsonl", "sha256": None}}),
+            "config key datasets.web.files.test: http://example.org/x.jsonl is plain http",
+        ),
+        (
+            url_dataset(
+                format="writingprompts",
+                archive={"url": "http://e.org/wp.tar.gz", "sha256": None},
+                files={"test": ["wp/test.wp_source", "wp/test.wp_target"]},
+            ),
+            "config key datasets.web.archive: http://e.org/wp.tar.gz is plain http",
+        ),
     ],
 )
 def test_url_datasets_are_checked_before_any_job(dataset, expected):
     config = tiny_config()
     config["datasets"]["web"] = dataset
     assert expected in error_of(config)
+
+
+def test_plain_http_passes_the_check_when_pinned_or_served_from_this_machine():
+    config = tiny_config()
+    config["datasets"]["web"] = url_dataset(files={"test": {"url": "http://example.org/x.jsonl", "sha256": "a" * 64}})
+    config["datasets"]["local"] = url_dataset(files={"test": {"url": "http://127.0.0.1:8000/x.jsonl", "sha256": None}})
+    assert check(config)["datasets"]["web"]["files"]["test"]["url"] == "http://example.org/x.jsonl"
+
+
+def test_the_download_cap_defaults_to_the_fetchs_own_and_reaches_the_fetch_jobs_only_where_set():
+    """download.max_bytes null (the default) adds no option, so a study that leaves it alone keeps its fetch jobs'
+    params; a value goes to every fetch, a dataset's file or a GGUF checkpoint; 0 is refused naming the key."""
+    from types import SimpleNamespace
+
+    from workflow_lib.inputs import Inputs
+
+    config = tiny_config()
+    config["datasets"]["web"] = url_dataset()
+    config["models"]["smol"] = {
+        "source": "hf",
+        "tokenizer": next(iter(config["tokenizers"])),
+        "gguf": {"url": "https://example.org/smol.gguf", "sha256": "b" * 64},
+    }
+    file = SimpleNamespace(dataset="web", file="webtext.test.jsonl")
+    gguf = SimpleNamespace(gguf_model="smol")
+    checked = check(config)
+    assert checked["download"] == {"max_bytes": None}
+    assert Inputs(checked, Path(".")).fetch_options(file) == f"--sha256 {'a' * 64}"
+    assert Inputs(checked, Path(".")).gguf_fetch_options(gguf) == f"--sha256 {'b' * 64}"
+    config["download"] = {"max_bytes": 5000}
+    checked = check(config)
+    assert Inputs(checked, Path(".")).fetch_options(file) == f"--sha256 {'a' * 64} --max-bytes 5000"
+    assert Inputs(checked, Path(".")).gguf_fetch_options(gguf) == f"--sha256 {'b' * 64} --max-bytes 5000"
+    config["download"] = {"max_bytes": 0}
+    assert "download.max_bytes" in error_of(config)
+
+
+def test_the_schema_states_the_fetchs_default_cap():
+    """The reference says what null means; the number lives in fetch.py, so the two must agree."""
+    from workflow_lib.config import load_schema
+    from workflow_lib.data.fetch import DEFAULT_MAX_BYTES
+
+    described = load_schema()["properties"]["download"]["properties"]["max_bytes"]["description"]
+    assert f"null = {DEFAULT_MAX_BYTES} (20 GiB)" in described and DEFAULT_MAX_BYTES == 20 * 2**30
 
 
 def test_url_datasets_need_no_local_file_and_name_their_downloads():

@@ -78,6 +78,7 @@ def test_where_the_job_reads_each_file(tmp_path):
         ({"url": "https://x/y.gguf", "path": "y.gguf"}, r"models\.smol\.gguf: name exactly one of .* got url, path"),
         ({"repo": "a/b"}, r"models\.smol\.gguf: `repo` needs file"),
         ({"url": "https://x/y.gguf", "sha256": "abc"}, r"models\.smol\.gguf\.sha256"),
+        ({"url": "http://x.org/y.gguf"}, r"models\.smol\.gguf: http://x\.org/y\.gguf is plain http"),
     ],
 )
 def test_a_source_that_cannot_work_is_refused_at_plan_time_naming_the_key(tmp_path, gguf, message):

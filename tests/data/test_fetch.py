@@ -15,9 +15,11 @@ import tarfile
 
 import pytest
 
-from studies.httpserver import serve
+from studies.httpserver import VALIDATORS, serve, version_headers
 from workflow_lib.cli import StageError
 from workflow_lib.data.fetch import fetch, unpack
+from workflow_lib.data.pinning import unpinned_http_refusal
+from workflow_lib.data.resume import of_response, save
 
 FAST = {"backoff": 0.01, "timeout": 10.0}
 
@@ -127,33 +129,133 @@ def test_retries_run_out_and_the_part_is_kept_for_later(tmp_path, misbehaviour):
         assert 0 < len(part) < len(body) and body.startswith(part)
 
 
-def test_a_part_left_by_an_earlier_job_is_resumed(tmp_path):
+def interrupted(server, name: str, output) -> bytes:
+    """What a job leaves when the server drops its connection half-way and its retries are spent: the .part."""
+    with pytest.raises(StageError, match="could not download"):
+        fetch(server.url(name), output, sha256=None, what="k", retries=0, **FAST)
+    assert not output.exists()
+    return output.with_name(output.name + ".part").read_bytes()
+
+
+@pytest.mark.parametrize("validators", [{"etag"}, {"last-modified"}], ids=["etag", "last-modified"])
+def test_a_part_of_a_file_that_changed_since_is_not_spliced_onto_the_new_version(tmp_path, validators):
+    """Issue 64: version 1 is cut off half-way; version 2 (same size, another ETag or Last-Modified) is there when
+    the next job resumes. Its If-Range names version 1, so the server sends version 2 whole: no splice."""
+    old, new = random_bytes(400_000, seed=1), random_bytes(400_000, seed=2)
+    output = tmp_path / "x.bin"
+    with serve({"x.bin": old}, drop_first={"x.bin"}, validators=validators) as server:
+        part = interrupted(server, "x.bin", output)
+        assert 0 < len(part) < len(old) and old.startswith(part)
+        server.files["/x.bin"] = new
+        record = fetch(server.url("x.bin"), output, sha256=None, what="k", **FAST)
+    assert output.read_bytes() == new
+    _, second = server.requests
+    assert second["range"] == f"bytes={len(part)}-" and second["if_range"] is not None
+    assert second["status"] == 200 and record["resumed_bytes"] == 0
+    assert not (tmp_path / "x.bin.part").exists() and not (tmp_path / "x.bin.part.json").exists()
+
+
+def test_a_part_without_a_validator_starts_again_from_zero(tmp_path):
+    """A server that names no version (no ETag, no Last-Modified): nothing proves the .part is the start of what
+    it serves now, so the next job asks for the whole file."""
+    old, new = random_bytes(300_000, seed=1), random_bytes(300_000, seed=2)
+    output = tmp_path / "x.bin"
+    with serve({"x.bin": old}, drop_first={"x.bin"}, validators=frozenset()) as server:
+        interrupted(server, "x.bin", output)
+        assert not (tmp_path / "x.bin.part.json").exists()
+        server.files["/x.bin"] = new
+        record = fetch(server.url("x.bin"), output, sha256=None, what="k", **FAST)
+    assert output.read_bytes() == new
+    assert [(r["range"], r["status"]) for r in server.requests] == [(None, 200), (None, 200)]
+    assert record["resumed_bytes"] == 0
+
+
+def test_an_unchanged_file_resumes_with_range_and_if_range(tmp_path):
     body = random_bytes(500_000)
-    (tmp_path / "x.bin.part").write_bytes(body[:123_456])
-    with serve({"x.bin": body}) as server:
-        record = fetch(server.url("x.bin"), tmp_path / "x.bin", sha256=sha(body), what="k", **FAST)
-    assert (tmp_path / "x.bin").read_bytes() == body
-    assert [r["range"] for r in server.requests] == ["bytes=123456-"]
-    assert record["resumed_bytes"] == 123_456 and record["attempts"] == 1
+    output = tmp_path / "x.bin"
+    with serve({"x.bin": body}, drop_first={"x.bin"}) as server:
+        part = interrupted(server, "x.bin", output)
+        saved = json.loads((tmp_path / "x.bin.part.json").read_text())
+        record = fetch(server.url("x.bin"), output, sha256=sha(body), what="k", **FAST)
+    assert output.read_bytes() == body
+    _, second = server.requests
+    assert saved["url"] == server.url("x.bin") and saved["etag"] and saved["last_modified"]
+    assert second["range"] == f"bytes={len(part)}-" and second["if_range"] == saved["etag"]
+    assert second["status"] == 206 and second["sent"] == len(body) - len(part)
+    assert record["resumed_bytes"] == len(part) and record["attempts"] == 1
+    assert not (tmp_path / "x.bin.part.json").exists()
+
+
+def test_a_server_that_ignores_if_range_is_caught_by_the_version_it_names(tmp_path):
+    """A server that honours Range whatever If-Range says still names the new version in its 206: the client
+    throws the .part away instead of appending the new file's tail."""
+    old, new = random_bytes(300_000, seed=1), random_bytes(300_000, seed=2)
+    output = tmp_path / "x.bin"
+    with serve({"x.bin": old}, drop_first={"x.bin"}, if_range_support=False) as server:
+        part = interrupted(server, "x.bin", output)
+        server.files["/x.bin"] = new
+        fetch(server.url("x.bin"), output, sha256=None, what="k", **FAST)
+    assert output.read_bytes() == new
+    assert [(r["range"], r["status"]) for r in server.requests[1:]] == [(f"bytes={len(part)}-", 206), (None, 200)]
 
 
 def test_a_complete_part_is_finished_by_a_416(tmp_path):
     body = random_bytes(10_000)
     (tmp_path / "x.bin.part").write_bytes(body)
     with serve({"x.bin": body}) as server:
+        save(tmp_path / "x.bin.part", of_response(server.url("x.bin"), version_headers(body, VALIDATORS)))
         record = fetch(server.url("x.bin"), tmp_path / "x.bin", sha256=sha(body), what="k", **FAST)
     assert (tmp_path / "x.bin").read_bytes() == body
     assert [r["status"] for r in server.requests] == [416] and record["bytes"] == len(body)
 
 
-def test_a_stale_part_from_a_changed_remote_is_discarded_once(tmp_path):
+def test_a_stale_part_the_server_cannot_tell_apart_is_discarded_once_by_its_sha256(tmp_path):
+    """The last defence, for a server that names no version in its 206 and ignores If-Range: the pinned sha256
+    fails after the resume, so the download starts once more from zero."""
     new = random_bytes(300_000, seed=2)
     (tmp_path / "x.bin.part").write_bytes(random_bytes(100_000, seed=1))
-    with serve({"x.bin": new}) as server:
+    with serve({"x.bin": new}, validators=frozenset(), if_range_support=False) as server:
+        save(tmp_path / "x.bin.part", of_response(server.url("x.bin"), {"ETag": '"old"'}))
         record = fetch(server.url("x.bin"), tmp_path / "x.bin", sha256=sha(new), what="k", **FAST)
     assert (tmp_path / "x.bin").read_bytes() == new
     assert [r["range"] for r in server.requests] == ["bytes=100000-", None]
     assert record["resumed_bytes"] == 0 and record["attempts"] == 2
+
+
+def test_plain_http_beyond_this_machine_needs_a_sha256(tmp_path):
+    """The refusal comes before any request (example.invalid would not resolve anyway); pinned, or over https,
+    or on the loopback interface (every other test here), the URL is fetched."""
+    with pytest.raises(StageError, match=r"^datasets\.d\.files\.test: http://example\.invalid/x\.bin is plain http"):
+        fetch("http://example.invalid/x.bin", tmp_path / "x.bin", sha256=None, what="datasets.d.files.test", **FAST)
+    assert not list(tmp_path.iterdir())
+    assert unpinned_http_refusal("http://example.invalid/x.bin", "a" * 64, "k") is None
+    assert unpinned_http_refusal("https://example.invalid/x.bin", None, "k") is None
+    assert unpinned_http_refusal("http://localhost:8000/x.bin", None, "k") is None
+    assert unpinned_http_refusal("http://[::1]:8000/x.bin", None, "k") is None
+    assert unpinned_http_refusal("HTTP://10.0.0.1/x.bin", None, "k") is not None
+
+
+@pytest.mark.parametrize("unannounced", [False, True], ids=["content-length", "body-runs-on"])
+def test_a_file_over_the_size_cap_fails_naming_the_key_and_keeps_nothing(tmp_path, unannounced):
+    body = random_bytes(200_000)
+    output = tmp_path / "x.bin"
+    unannounced_paths = {"x.bin"} if unannounced else frozenset()
+    with serve({"x.bin": body}, unannounced=unannounced_paths) as server, pytest.raises(StageError) as error:
+        fetch(server.url("x.bin"), output, sha256=None, what="datasets.d", max_bytes=150_000, **FAST)
+    message = str(error.value)
+    assert message.startswith(f"datasets.d: {server.url('x.bin')} is ")
+    assert "download.max_bytes = 150000 bytes" in message
+    assert ("more than 150000 bytes" if unannounced else "200000 bytes (as the server announces it)") in message
+    assert len(server.requests) == 1 and not list(tmp_path.iterdir())
+
+
+def test_a_file_at_the_size_cap_and_a_head_under_it_are_fetched(tmp_path):
+    body = jsonl(100_000)
+    with serve({"c.jsonl": body}) as server:
+        fetch(server.url("c.jsonl"), tmp_path / "all", sha256=sha(body), what="k", max_bytes=len(body), **FAST)
+        fetch(server.url("c.jsonl"), tmp_path / "head", sha256=None, head_bytes=10_000, max_bytes=20_000, what="k")
+    assert (tmp_path / "all").read_bytes() == body
+    assert body.startswith((tmp_path / "head").read_bytes())
 
 
 def test_head_bytes_asks_for_a_range_and_keeps_whole_lines(tmp_path):

@@ -3,6 +3,8 @@ blocks and evaluation prompts.
 
 - `fetch`: the `fetch` and `unpack` rules: resumable, sha256-checked downloads of `source: url` files.
 - `downloads`: where fetched files and archive members live under results/downloads (paths only; Snakefile-safe).
+- `resume`: the validator (ETag, Last-Modified) saved beside a .part, sent as If-Range so a resume never splices.
+- `pinning`: which URLs may be fetched without a sha256 (plain http off this machine may not; Snakefile-safe).
 - `readers`: parsing of text, jsonl, csv and parquet files into rows.
 - `cleaning`: the registered text cleanings (`datasets.<key>.cleaning`).
 - `splits`: what one split's job sees of its dataset's entry (its own `max_rows`; Snakefile-safe).

@@ -5,12 +5,15 @@ looks finished nor throw away an hour of transfer:
 
 - bytes go to `<output>.part` and are renamed onto the output only when complete and verified;
 - an interrupted transfer (dropped connection, timeout, short body, 5xx) resumes from what the .part holds with
-  a Range request, in this job or in a later one;
-- the sha256 pinned in the config is checked; a file that is not pinned logs the value to pin;
+  a Range request, in this job or in a later one, but only with `If-Range` and the validator saved beside the
+  .part (`resume.py`): a remote file that changed meanwhile is downloaded again from zero, never spliced;
+- the sha256 pinned in the config is checked; a file that is not pinned logs the value to pin, and a plain
+  http:// file must be pinned (`pinning.py`);
+- no file grows past `download.max_bytes` (`--max-bytes`; DEFAULT_MAX_BYTES when the config leaves it null);
 - `head_bytes` fetches the first whole lines of a large line-based file without downloading the rest.
 
     python -m workflow_lib.data.fetch download --what datasets.x.files.test --url URL [--sha256 HEX] \\
-        [--head-bytes N] --output PATH [--record PATH.json]
+        [--head-bytes N] [--max-bytes N] --output PATH [--record PATH.json]
     python -m workflow_lib.data.fetch unpack --what datasets.x.archive --archive PATH --members '["a/b.txt"]' --output DIR
 """
 
@@ -37,12 +40,16 @@ import urllib3
 from tqdm import tqdm
 
 from workflow_lib.cli import StageError, parse_json_arg, run
+from workflow_lib.data import resume
+from workflow_lib.data.pinning import unpinned_http_refusal
 from workflow_lib.files import atomic_path, sha256_file, write_json
 
 log = logging.getLogger("workflow_lib.data.fetch")
 
 CHUNK = 1 << 20
 RETRY_STATUS = frozenset({408, 429})
+DEFAULT_MAX_BYTES = 20 * 2**30  # download.max_bytes when the config leaves it null: 20 GiB
+MAX_BYTES_KEY = "download.max_bytes"
 
 
 class Interrupted(Exception):
@@ -51,6 +58,10 @@ class Interrupted(Exception):
 
 class RetryableStatus(Exception):
     """The server answered a status that may well be different next time (5xx, 408, 429)."""
+
+
+class TooLarge(Exception):
+    """The file would grow past the download cap: stop, whatever the retries left."""
 
 
 # How requests and urllib3 report a transfer that stopped half-way. A body shorter than its Content-Length
@@ -87,6 +98,7 @@ def fetch(
     sha256: str | None,
     what: str,
     head_bytes: int | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
     retries: int = 4,
     timeout: float = 60.0,
     backoff: float = 1.0,
@@ -94,13 +106,17 @@ def fetch(
     """Download `url` (or its first `head_bytes`, cut to whole lines) to `output`, verified against `sha256`.
 
     `what` is the config key that names the file, so every error says what to fix. A .part left by an earlier
-    interrupted job is resumed; if the result then fails the checksum, the remote may have changed under the
-    old bytes, so the download starts once more from zero before the mismatch is an error.
+    interrupted job is resumed if the server confirms (If-Range) that the file is the one it started from; if the
+    result still fails the checksum, the download starts once more from zero before the mismatch is an error.
+    More than `max_bytes` (download.max_bytes) is an error, and leaves neither output nor .part.
     """
     output = Path(output)
     part = part_path(output)
     if head_bytes is not None and head_bytes <= 0:
         raise StageError(f"{what}: head_bytes must be a positive number of bytes, not {head_bytes}")
+    refusal = unpinned_http_refusal(url, sha256, what)
+    if refusal:
+        raise StageError(refusal)
     output.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     transfer = Transfer(resumed_bytes=part.stat().st_size if part.exists() else 0)
@@ -111,29 +127,37 @@ def fetch(
         "retries": retries,
         "timeout": timeout,
         "backoff": backoff,
+        "max_bytes": max_bytes,
         "what": what,
         "desc": output.name,
     }
 
     with requests.Session() as session:
-        download(session, url, part, transfer, **options)
-        actual = finish_part(part, url, transfer, head_bytes, what)
-        if sha256 and actual != sha256.lower() and transfer.resumed_bytes:
-            log.warning(
-                "%s: sha256 mismatch after resuming %d bytes of an earlier download of %s; the remote file "
-                "may have changed since, so starting again from zero",
-                what,
-                transfer.resumed_bytes,
-                url,
-            )
-            part.unlink()
-            transfer.resumed_bytes = 0
+        try:
             download(session, url, part, transfer, **options)
             actual = finish_part(part, url, transfer, head_bytes, what)
+            if sha256 and actual != sha256.lower() and transfer.resumed_bytes:
+                log.warning(
+                    "%s: sha256 mismatch after resuming %d bytes of an earlier download of %s; the remote file "
+                    "may have changed since, so starting again from zero",
+                    what,
+                    transfer.resumed_bytes,
+                    url,
+                )
+                discard(part)
+                transfer.resumed_bytes = 0
+                download(session, url, part, transfer, **options)
+                actual = finish_part(part, url, transfer, head_bytes, what)
+        except TooLarge as error:
+            discard(part)
+            raise StageError(
+                f"{what}: {url} is {error}, over the download cap {MAX_BYTES_KEY} = {max_bytes} bytes; nothing "
+                f"was kept. Raise {MAX_BYTES_KEY} if the file is meant to be this large."
+            ) from None
 
     size = part.stat().st_size
     if sha256 and actual != sha256.lower():
-        part.unlink()
+        discard(part)
         raise StageError(
             f"{what}: sha256 mismatch for {url}: expected {sha256}, got {actual} ({size} bytes). The file "
             "changed upstream or the transfer was corrupted; check the URL, or set the new sha256 if the "
@@ -142,6 +166,7 @@ def fetch(
     if not sha256:
         log.warning("%s: %s is not pinned; to pin the file just fetched, set sha256: %s", what, url, actual)
     os.replace(part, output)
+    resume.forget(part)
     return {
         "url": url,
         "sha256": actual,
@@ -161,6 +186,7 @@ def download(
     transfer: Transfer,
     *,
     head_bytes: int | None,
+    max_bytes: int,
     retries: int,
     timeout: float,
     backoff: float,
@@ -175,7 +201,17 @@ def download(
     for attempt in range(retries + 1):
         transfer.attempts += 1
         try:
-            request_once(session, url, part, transfer, head_bytes=head_bytes, timeout=timeout, what=what, desc=desc)
+            request_once(
+                session,
+                url,
+                part,
+                transfer,
+                head_bytes=head_bytes,
+                max_bytes=max_bytes,
+                timeout=timeout,
+                what=what,
+                desc=desc,
+            )
             return
         except INTERRUPTED as error:
             last_error = f"transfer interrupted: {describe(error)}"
@@ -206,12 +242,29 @@ def request_once(
     transfer: Transfer,
     *,
     head_bytes: int | None,
+    max_bytes: int,
     timeout: float,
     what: str,
     desc: str,
 ) -> None:
-    """One GET that continues `part` from its current size; raises Interrupted/RetryableStatus to be retried."""
+    """One GET that continues `part` from its current size; raises Interrupted/RetryableStatus to be retried.
+
+    A resume asks for the rest only If-Range the file is still the version the .part started from; a fresh start
+    saves the response's validator for the next resume."""
     have = part.stat().st_size if part.exists() else 0
+    saved = resume.load(part, url) if have else None
+    if_range = saved.if_range() if saved else None
+    if have and if_range is None:
+        log.warning(
+            "%s: %s holds %d bytes but no ETag or Last-Modified of %s to prove the remote file is the same; "
+            "downloading it again from byte 0",
+            what,
+            part,
+            have,
+            url,
+        )
+        restart(part, transfer)
+        have, saved = 0, None
     if head_bytes and have >= head_bytes:
         with open(part, "r+b") as handle:
             handle.truncate(head_bytes)
@@ -220,9 +273,14 @@ def request_once(
     headers = {"Accept-Encoding": "identity"}
     if have or head_bytes:
         headers["Range"] = f"bytes={have}-{head_bytes - 1 if head_bytes else ''}"
+    if have and if_range:
+        headers["If-Range"] = if_range
 
     with session.get(url, headers=headers, stream=True, timeout=timeout) as response:
         status = response.status_code
+        if saved is not None and status in (206, 416) and not saved.same_version(response.headers):
+            restart(part, transfer)
+            raise Interrupted(f"the server answered {status} for another version of the file than the partial one")
         if status == 416:
             total = content_range(response.headers.get("Content-Range"))[2]
             if total == have or (total is None and have > 0):
@@ -247,7 +305,12 @@ def request_once(
             transfer.remote_size = total or transfer.remote_size
         else:
             if have:
-                log.warning("%s: the server ignored the Range request; downloading %s again from byte 0", what, url)
+                log.warning(
+                    "%s: the server answered the whole of %s (it changed since the partial download, or ignores "
+                    "Range requests); downloading it again from byte 0",
+                    what,
+                    url,
+                )
                 restart(part, transfer)
             elif head_bytes:
                 log.info(
@@ -257,16 +320,31 @@ def request_once(
                     url,
                 )
             transfer.remote_size = content_length(response)
+        check_size(transfer.remote_size, head_bytes, max_bytes)
+        if start == 0:
+            resume.save(part, resume.of_response(url, response.headers))
         encoding = response.headers.get("Content-Encoding", "identity")
         if encoding != "identity":
             log.warning("%s: %s is sent with Content-Encoding %s; keeping the bytes as sent", what, url, encoding)
-        write_body(response, part, start, head_bytes, desc)
+        write_body(response, part, start, head_bytes, max_bytes, desc)
 
 
-def write_body(response: requests.Response, part: Path, start: int, head_bytes: int | None, desc: str) -> None:
+def check_size(remote_size: int | None, head_bytes: int | None, max_bytes: int) -> None:
+    """Refuse up front a file the server says is larger than the cap (what will be written: at most the head)."""
+    if remote_size is None:
+        return
+    size = min(remote_size, head_bytes) if head_bytes else remote_size
+    if size > max_bytes:
+        raise TooLarge(f"{size} bytes (as the server announces it)")
+
+
+def write_body(
+    response: requests.Response, part: Path, start: int, head_bytes: int | None, max_bytes: int, desc: str
+) -> None:
     """Append the body to `part` (which holds `start` bytes); stop reading at head_bytes, closing the connection
-    so the server sends no more. raw.stream without decoding: the exact bytes, as iter_content would decode
-    a Content-Encoding and break both the sha256 and the Range offsets."""
+    so the server sends no more, and at max_bytes, whatever the server announced. raw.stream without decoding:
+    the exact bytes, as iter_content would decode a Content-Encoding and break both the sha256 and the Range
+    offsets."""
     length = content_length(response)
     wanted = head_bytes - start if head_bytes else None
     total = start + length if length is not None else None
@@ -281,12 +359,14 @@ def write_body(response: requests.Response, part: Path, start: int, head_bytes: 
     ):
         for chunk in response.raw.stream(CHUNK, decode_content=False):
             if wanted is not None and received + len(chunk) >= wanted:
-                out.write(chunk[: wanted - received])
-                progress.update(wanted - received)
-                return
+                chunk = chunk[: wanted - received]
+            if start + received + len(chunk) > max_bytes:
+                raise TooLarge(f"more than {max_bytes} bytes (the body went on past them)")
             out.write(chunk)
             received += len(chunk)
             progress.update(len(chunk))
+            if wanted is not None and received >= wanted:
+                return
     if length is not None and received < length:
         raise Interrupted(f"the body ended after {received} of {length} bytes")
 
@@ -298,8 +378,16 @@ def describe(error: Exception) -> str:
 
 
 def restart(part: Path, transfer: Transfer) -> None:
+    """Empty `part` (and forget its validator): the next bytes written are the file's first."""
     part.write_bytes(b"")
+    resume.forget(part)
     transfer.resumed_bytes = 0
+
+
+def discard(part: Path) -> None:
+    """Remove `part` and its validator: nothing of this download is worth resuming."""
+    part.unlink(missing_ok=True)
+    resume.forget(part)
 
 
 def content_length(response: requests.Response) -> int | None:
@@ -335,7 +423,7 @@ def trim_to_whole_lines(part: Path, url: str, head_bytes: int, what: str) -> Non
                 handle.truncate(begin + newline + 1)
                 return
             end = begin
-    part.unlink()
+    discard(part)
     raise StageError(
         f"{what}: head_bytes={head_bytes} is smaller than one line of {url} (no newline in the first "
         f"{head_bytes} bytes); raise head_bytes"
@@ -432,6 +520,9 @@ def main() -> None:
     get.add_argument("--url", required=True)
     get.add_argument("--sha256")
     get.add_argument("--head-bytes", type=int)
+    get.add_argument(
+        "--max-bytes", type=int, default=DEFAULT_MAX_BYTES, help=f"the size cap ({MAX_BYTES_KEY}); default 20 GiB"
+    )
     get.add_argument("--output", required=True)
     get.add_argument("--record", help="write the download record here as JSON")
     extract = commands.add_parser("unpack", help="extract named members of a tar or zip archive")
@@ -442,7 +533,14 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.command == "download":
-        record = fetch(args.url, args.output, sha256=args.sha256 or None, what=args.what, head_bytes=args.head_bytes)
+        record = fetch(
+            args.url,
+            args.output,
+            sha256=args.sha256 or None,
+            what=args.what,
+            head_bytes=args.head_bytes,
+            max_bytes=args.max_bytes,
+        )
         log.info(
             "%s: fetched %s to %s: %d bytes in %.1f s (%.1f MB/s), %d attempt(s), sha256 %s",
             args.what,
