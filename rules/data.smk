@@ -80,7 +80,7 @@ rule tokenizer:
     params:
         code=code_digest("workflow_lib.data.tokenization"),
         spec=lambda w: as_json(TOKENIZERS[w.tokenizer]),
-        train_data=lambda w, input: f"--train-data {input.train}" if "train" in input.keys() else "",
+        train_data=lambda w, input: shell_words("--train-data", input.train) if "train" in input.keys() else "",
     shell:
         "python -m workflow_lib.data.tokenization tokenizer --key {wildcards.tokenizer} --spec {params.spec:q} {params.train_data} --output {output} 2> {log}"
 
@@ -138,7 +138,9 @@ rule fetch_gguf:
     params:
         url=lambda w: MODELS[w.gguf_model]["gguf"]["url"],
         sha256=lambda w: (
-            f"--sha256 {MODELS[w.gguf_model]['gguf']['sha256']}" if MODELS[w.gguf_model]["gguf"].get("sha256") else ""
+            shell_words("--sha256", MODELS[w.gguf_model]["gguf"]["sha256"])
+            if MODELS[w.gguf_model]["gguf"].get("sha256")
+            else ""
         ),
     shell:
         "python -m workflow_lib.data.fetch download --what models.{wildcards.gguf_model}.gguf --url {params.url:q} {params.sha256} --output {output} 2> {log}"
@@ -163,6 +165,6 @@ rule dequantise:
     params:
         code=code_digest("workflow_lib.data.gguf"),
         source=lambda w: as_json(gguf_settings(w.gguf_model, MODELS[w.gguf_model]["gguf"])),
-        file=lambda w, input: f"--gguf {input.gguf}" if "gguf" in input.keys() else "",
+        file=lambda w, input: shell_words("--gguf", input.gguf) if "gguf" in input.keys() else "",
     shell:
         "python -m workflow_lib.data.gguf --key {wildcards.gguf_model} --source {params.source:q} {params.file} --output {output} 2> {log}"

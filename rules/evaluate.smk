@@ -154,7 +154,7 @@ rule perplexity:
     params:
         code=code_digest("workflow_lib.evaluate.perplexity"),
         model=inputs.model_options,
-        prompts=lambda w: " ".join(f"{es}={prompts_path(es)}" for es in inputs.perplexity_eval_sets(w)),
+        prompts=lambda w: shell_words(*(f"{es}={prompts_path(es)}" for es in inputs.perplexity_eval_sets(w))),
         settings=lambda w: as_json(perplexity_settings(config)),
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.perplexity {params.model} --prompts {params.prompts} --settings {params.settings:q} --output-dir {output} 2> {log}"
@@ -184,6 +184,6 @@ rule extrapolation:
         builtin=lambda w: as_json(extrapolation_settings(config, w.eval_set)["builtin"]),
         split=lambda w: extrapolation_settings(config, w.eval_set)["split"],
         settings=lambda w: as_json(extrapolation_settings(config, w.eval_set)["settings"]),
-        synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
+        synonyms=lambda w, input: shell_words("--synonyms", input.synonyms) if "synonyms" in input.keys() else "",
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.extrapolation {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --builtin {params.builtin:q} --split {params.split} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} 2> {log}"

@@ -130,9 +130,12 @@ rule synonym_audit:
     params:
         code=code_digest("workflow_lib.report.synonym_audit"),
         seed=config["seed"],
-        tables=" ".join(
-            f"--table {table} {tokenizer} {tokens or 'none'}"
-            for table, tokenizer, tokens in synonym_audit_tables(config)
+        tables=shell_words(
+            *(
+                word
+                for table, tokenizer, tokens in synonym_audit_tables(config)
+                for word in ("--table", table, tokenizer, tokens or "none")
+            )
         ),
         stem=lambda w, output: output.md.removesuffix(".md"),
     shell:

@@ -27,7 +27,7 @@ rule sample:
         perturbation=lambda w: as_json(test_perturbation(config, evaluation_of(w).test)),
         decoder=lambda w: as_json(decoder_settings(config, evaluation_of(w).test)),
         settings=lambda w: as_json(sampling_settings(config, evaluation_of(w).test)),
-        synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
+        synonyms=lambda w, input: shell_words("--synonyms", input.synonyms) if "synonyms" in input.keys() else "",
         shard=lambda w: "{index}/{count}".format(**vars(shard_of(w))),
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_lib.sample.sampler {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --settings {params.settings:q} --shard {params.shard} --output {output} 2> {log}"

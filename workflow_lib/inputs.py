@@ -9,6 +9,7 @@ object (or anything with the same attributes).
 from __future__ import annotations
 
 import os
+import shlex
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -92,10 +93,10 @@ class Inputs:
         return fetched(self.datasets[wildcards.dataset])[wildcards.file]
 
     def fetch_options(self, wildcards: Any) -> str:
+        """--sha256 and --head-bytes where the entry has them, each word quoted for the shell."""
         entry = self.fetch_entry(wildcards)
-        options = [f"--sha256 {entry['sha256']}" if entry.get("sha256") else ""]
-        options.append(f"--head-bytes {entry['head_bytes']}" if entry.get("head_bytes") else "")
-        return " ".join(filter(None, options))
+        options = ["--sha256", entry["sha256"]] if entry.get("sha256") else []
+        return shlex.join(options + (["--head-bytes", str(entry["head_bytes"])] if entry.get("head_bytes") else []))
 
     def pretrained(self, model: str) -> dict:
         """A GGUF model's dequantised folder, as the input of a job that loads the pretrained checkpoint (the
@@ -170,9 +171,10 @@ class Inputs:
         return {"model": source} if built or os.path.isdir(source) else {}
 
     def model_options(self, wildcards: Any) -> str:
-        """--model, and --revision for an untrained hub model pinned to one."""
+        """--model, and --revision for an untrained hub model pinned to one, each word quoted for the shell (a local
+        folder's name may hold any character; a hub id's are those `hub_names` allows)."""
         revision = self.models[wildcards.model].get("revision") if wildcards.objective == UNTRAINED else None
-        return f"--model {self.model_source(wildcards)}" + (f" --revision {revision}" if revision else "")
+        return shlex.join(["--model", self.model_source(wildcards), *(["--revision", revision] if revision else [])])
 
     def sample(self, wildcards: Any) -> dict:
         inputs = {**self.model(wildcards), "prompts": prompts_path(wildcards.eval_set)}
