@@ -19,7 +19,7 @@ rule synonyms:
         tokens=lambda w, input: shell_words("--tokens", input.tokens) if "tokens" in input.keys() else "",
         pairs=lambda w, input: shell_words("--pairs", input.pairs) if "pairs" in input.keys() else "",
     shell:
-        "python -m workflow_lib.perturb.synonyms --source {wildcards.synonyms} --tokenizer {input.tokenizer} {params.tokens} {params.pairs} --settings {params.settings:q} --output {output} 2> {log}"
+        "python -m workflow_lib.perturb.synonyms --source {wildcards.synonyms:q} --tokenizer {input.tokenizer:q} {params.tokens} {params.pairs} --settings {params.settings:q} --output {output:q} 2> {log:q}"
 
 
 rule perturb:
@@ -40,4 +40,4 @@ rule perturb:
         synonyms=lambda w, input: shell_words("--synonyms", input.synonyms) if "synonyms" in input.keys() else "",
         key=lambda w, output: output.parquet,
     shell:
-        "python -m workflow_lib.perturb.training_data --tokens {input.tokens} --tokenizer {input.tokenizer} {params.synonyms} --condition {params.condition:q} --key {params.key} --output {output.parquet} --meta {output.meta} 2> {log}"
+        "python -m workflow_lib.perturb.training_data --tokens {input.tokens:q} --tokenizer {input.tokenizer:q} {params.synonyms} --condition {params.condition:q} --key {params.key:q} --output {output.parquet:q} --meta {output.meta:q} 2> {log:q}"

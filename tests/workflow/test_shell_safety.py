@@ -129,3 +129,21 @@ def test_a_url_whose_name_is_a_command_is_fetched_and_read_without_running_it(tm
     (record,) = json.loads((tmp_path / "results/data/web/test.json").read_text())["provenance"]["files"]
     assert record["url"] == url and record["url_name"] == HOSTILE + ".jsonl"
     assert not list(tmp_path.rglob(f"{SENTINEL}*")) and not list(Path.cwd().glob(f"{SENTINEL}*"))
+
+
+# The params that hold several words, each quoted where it is built (shell_words in rules/common.smk,
+# Inputs.model_options and fetch_options, train/settings.py's launcher of fixed words); every other value is `:q`.
+WORD_PARAMS = {"file", "launch", "model", "options", "pairs", "prompts", "sha256", "synonyms", "tables", "tokens"}
+WORD_PARAMS |= {"train_data", "validation"}
+
+
+def test_every_value_a_rule_puts_into_its_command_is_quoted():
+    from support.workflow_runs import REPO
+
+    unquoted = []
+    for path in sorted((REPO / "rules").glob("*.smk")):
+        commands = re.findall(r"^\s+shell:\n\s+(\".*\")$", path.read_text(), flags=re.MULTILINE)
+        for field in (f for command in commands for f in re.findall(r"\{([^{}]+)\}", command)):
+            if not field.endswith(":q") and field.removeprefix("params.") not in WORD_PARAMS:
+                unquoted.append(f"{path.name}: {{{field}}}")
+    assert not unquoted, unquoted
