@@ -1,6 +1,7 @@
 import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -111,6 +112,13 @@ def predicted_mem(output):
 def as_json(obj):
     """Params are passed to the CLI as JSON; sorted keys keep the string (and the rerun trigger) stable."""
     return json.dumps(obj, sort_keys=True)
+
+
+def shell_words(*words):
+    """Several command-line words as one param, each quoted for the shell (shlex.join; a plain word stays as it
+    is): `shell:` takes such a param unquoted, since `:q` would make the whole one word. No shell sees config text
+    unquoted: a single value is `{...:q}` in the command, words are built here or in `inputs` (issue 64)."""
+    return shlex.join(str(word) for word in words)
 
 
 # Cheap rules carry `localrule: True`: they run where snakemake runs, also under a cluster executor (--profile

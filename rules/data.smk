@@ -23,7 +23,7 @@ rule fetch:
         url=lambda w: inputs.fetch_entry(w)["url"],
         options=inputs.fetch_options,
     shell:
-        "python -m workflow_lib.data.fetch download --what datasets.{wildcards.dataset} --url {params.url:q} {params.options} --output {output} 2> {log}"
+        "python -m workflow_lib.data.fetch download --what datasets.{wildcards.dataset:q} --url {params.url:q} {params.options} --output {output:q} 2> {log:q}"
 
 
 rule unpack:
@@ -40,7 +40,7 @@ rule unpack:
         code=code_digest("workflow_lib.data.fetch"),
         members=lambda w: as_json(archive_members(DATASETS[w.dataset])),
     shell:
-        "python -m workflow_lib.data.fetch unpack --what datasets.{wildcards.dataset}.archive --archive {input.archive} --members {params.members:q} --output {output} 2> {log}"
+        "python -m workflow_lib.data.fetch unpack --what datasets.{wildcards.dataset:q}.archive --archive {input.archive:q} --members {params.members:q} --output {output:q} 2> {log:q}"
 
 
 rule download:
@@ -62,7 +62,7 @@ rule download:
         code=code_digest("workflow_lib.data.prepare"),
         spec=lambda w: as_json(split_spec(DATASETS[w.dataset], w.split)),
     shell:
-        "python -m workflow_lib.data.prepare download --dataset {wildcards.dataset} --spec {params.spec:q} --split {wildcards.split} --output {output.parquet} --meta {output.meta} 2> {log}"
+        "python -m workflow_lib.data.prepare download --dataset {wildcards.dataset:q} --spec {params.spec:q} --split {wildcards.split:q} --output {output.parquet:q} --meta {output.meta:q} 2> {log:q}"
 
 
 rule tokenizer:
@@ -80,9 +80,9 @@ rule tokenizer:
     params:
         code=code_digest("workflow_lib.data.tokenization"),
         spec=lambda w: as_json(TOKENIZERS[w.tokenizer]),
-        train_data=lambda w, input: f"--train-data {input.train}" if "train" in input.keys() else "",
+        train_data=lambda w, input: shell_words("--train-data", input.train) if "train" in input.keys() else "",
     shell:
-        "python -m workflow_lib.data.tokenization tokenizer --key {wildcards.tokenizer} --spec {params.spec:q} {params.train_data} --output {output} 2> {log}"
+        "python -m workflow_lib.data.tokenization tokenizer --key {wildcards.tokenizer:q} --spec {params.spec:q} {params.train_data} --output {output:q} 2> {log:q}"
 
 
 rule tokenize:
@@ -101,7 +101,7 @@ rule tokenize:
         code=code_digest("workflow_lib.data.tokenization"),
         block_size=config["tokenize"]["block_size"],
     shell:
-        "python -m workflow_lib.data.tokenization tokenize --tokenizer {input.tokenizer} --input {input.data} --output {output} --block-size {params.block_size} 2> {log}"
+        "python -m workflow_lib.data.tokenization tokenize --tokenizer {input.tokenizer:q} --input {input.data:q} --output {output:q} --block-size {params.block_size:q} 2> {log:q}"
 
 
 rule prompts:
@@ -121,7 +121,7 @@ rule prompts:
         code=code_digest("workflow_lib.data.prepare"),
         settings=lambda w: as_json(prompt_settings(config, w.eval_set)),
     shell:
-        "python -m workflow_lib.data.prepare prompts --eval-set {wildcards.eval_set} --input {input.data} --source {input.source} --settings {params.settings:q} --output {output.parquet} --meta {output.meta} 2> {log}"
+        "python -m workflow_lib.data.prepare prompts --eval-set {wildcards.eval_set:q} --input {input.data:q} --source {input.source:q} --settings {params.settings:q} --output {output.parquet:q} --meta {output.meta:q} 2> {log:q}"
 
 
 # A model's GGUF file named by URL (models.<model>.gguf.url), fetched and checked against its sha256 as a dataset
@@ -139,7 +139,7 @@ rule fetch_gguf:
         url=lambda w: MODELS[w.gguf_model]["gguf"]["url"],
         options=inputs.gguf_fetch_options,
     shell:
-        "python -m workflow_lib.data.fetch download --what models.{wildcards.gguf_model}.gguf --url {params.url:q} {params.options} --output {output} 2> {log}"
+        "python -m workflow_lib.data.fetch download --what models.{wildcards.gguf_model:q}.gguf --url {params.url:q} {params.options} --output {output:q} 2> {log:q}"
 
 
 # A GGUF checkpoint dequantised once into the hub-style float32 folder that every later job loads as the model's
@@ -161,6 +161,6 @@ rule dequantise:
     params:
         code=code_digest("workflow_lib.data.gguf"),
         source=lambda w: as_json(gguf_settings(w.gguf_model, MODELS[w.gguf_model]["gguf"])),
-        file=lambda w, input: f"--gguf {input.gguf}" if "gguf" in input.keys() else "",
+        file=lambda w, input: shell_words("--gguf", input.gguf) if "gguf" in input.keys() else "",
     shell:
-        "python -m workflow_lib.data.gguf --key {wildcards.gguf_model} --source {params.source:q} {params.file} --output {output} 2> {log}"
+        "python -m workflow_lib.data.gguf --key {wildcards.gguf_model:q} --source {params.source:q} {params.file} --output {output:q} 2> {log:q}"

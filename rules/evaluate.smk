@@ -34,7 +34,7 @@ rule control_texts:
         code=code_digest("workflow_lib.evaluate.controls"),
         settings=lambda w: as_json(control_text_settings(config, w.eval_set)),
     shell:
-        "python -m workflow_lib.evaluate.controls --eval-set {wildcards.eval_set} --prompts {input.prompts} --data {input.data} --settings {params.settings:q} --output {output} 2> {log}"
+        "python -m workflow_lib.evaluate.controls --eval-set {wildcards.eval_set:q} --prompts {input.prompts:q} --data {input.data:q} --settings {params.settings:q} --output {output:q} 2> {log:q}"
 
 
 # The human references' features and the control texts', one featuriser load on the GPU.
@@ -58,7 +58,7 @@ rule features:
         code=code_digest("workflow_lib.evaluate.features"),
         settings=lambda w: as_json(feature_settings(config)),
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.features human --prompts {input.prompts} --control-texts {input.controls} --settings {params.settings:q} --output {output.human} --control-output {output.controls} 2> {log}"
+        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.evaluate.features human --prompts {input.prompts:q} --control-texts {input.controls:q} --settings {params.settings:q} --output {output.human:q} --control-output {output.controls:q} 2> {log:q}"
 
 
 # Each control's MAUVE against the human references (k-means on the CPU) and the verdict every MAUVE cell of the
@@ -79,7 +79,7 @@ rule mauve_controls:
         code=code_digest("workflow_lib.evaluate.control_scores"),
         settings=lambda w: as_json(evaluation_settings(config)),
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.control_scores --human {input.human} --features {input.features} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.evaluate.control_scores --human {input.human:q} --features {input.features:q} --settings {params.settings:q} --output {output:q} 2> {log:q}"
 
 
 # An evaluation is two jobs: the model texts' features on the GPU, then MAUVE's k-means, ROUGE and diversity on the
@@ -104,7 +104,7 @@ rule sample_features:
         code=code_digest("workflow_lib.evaluate.features"),
         settings=lambda w: as_json(feature_settings(config)),
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.features samples --samples {input.samples} --prompts {input.prompts} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.evaluate.features samples --samples {input.samples:q} --prompts {input.prompts:q} --settings {params.settings:q} --output {output:q} 2> {log:q}"
 
 
 rule evaluate:
@@ -131,7 +131,7 @@ rule evaluate:
         code=code_digest("workflow_lib.evaluate.metrics"),
         settings=lambda w: as_json(evaluation_settings(config)),
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.metrics --samples {input.samples} --prompts {input.prompts} --human-features {input.human} --features {input.features} --controls {input.controls} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} --curves {output.curves} 2> {log}"
+        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.evaluate.metrics --samples {input.samples:q} --prompts {input.prompts:q} --human-features {input.human:q} --features {input.features:q} --controls {input.controls:q} --settings {params.settings:q} --output {output.json:q} --per-prompt {output.per_prompt:q} --curves {output.curves:q} 2> {log:q}"
 
 
 # One job per evaluated model: the model is loaded once and scores the human text of every eval set it is evaluated
@@ -154,10 +154,10 @@ rule perplexity:
     params:
         code=code_digest("workflow_lib.evaluate.perplexity"),
         model=inputs.model_options,
-        prompts=lambda w: " ".join(f"{es}={prompts_path(es)}" for es in inputs.perplexity_eval_sets(w)),
+        prompts=lambda w: shell_words(*(f"{es}={prompts_path(es)}" for es in inputs.perplexity_eval_sets(w))),
         settings=lambda w: as_json(perplexity_settings(config)),
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.perplexity {params.model} --prompts {params.prompts} --settings {params.settings:q} --output-dir {output} 2> {log}"
+        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.evaluate.perplexity {params.model} --prompts {params.prompts} --settings {params.settings:q} --output-dir {output:q} 2> {log:q}"
 
 
 rule extrapolation:
@@ -184,6 +184,6 @@ rule extrapolation:
         builtin=lambda w: as_json(extrapolation_settings(config, w.eval_set)["builtin"]),
         split=lambda w: extrapolation_settings(config, w.eval_set)["split"],
         settings=lambda w: as_json(extrapolation_settings(config, w.eval_set)["settings"]),
-        synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
+        synonyms=lambda w, input: shell_words("--synonyms", input.synonyms) if "synonyms" in input.keys() else "",
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.evaluate.extrapolation {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --builtin {params.builtin:q} --split {params.split} --settings {params.settings:q} --output {output.json} --per-prompt {output.per_prompt} 2> {log}"
+        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.evaluate.extrapolation {params.model} --prompts {input.prompts:q} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --builtin {params.builtin:q} --split {params.split:q} --settings {params.settings:q} --output {output.json:q} --per-prompt {output.per_prompt:q} 2> {log:q}"

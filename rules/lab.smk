@@ -18,7 +18,7 @@ rule lab_sets:
         builtin=lambda w: as_json(DATASETS[w.dataset]["builtin"]),
         settings=lambda w: as_json(lab_settings(config, "prefixes", "length", "deltas", "last", "tries")),
     shell:
-        "python -m workflow_lib.lab.laws sets --builtin {params.builtin:q} --settings {params.settings:q} --output {output} 2> {log}"
+        "python -m workflow_lib.lab.laws sets --builtin {params.builtin:q} --settings {params.settings:q} --output {output:q} 2> {log:q}"
 
 
 rule lab_laws:
@@ -41,7 +41,7 @@ rule lab_laws:
         builtin=lambda w: as_json(DATASETS[w.dataset]["builtin"]),
         settings=lambda w: as_json(lab_settings(config, "last", "draws", "perturbations")),
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.lab.laws laws {params.model} --sets {input.sets} --builtin {params.builtin:q} --settings {params.settings:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.lab.laws laws {params.model} --sets {input.sets:q} --builtin {params.builtin:q} --settings {params.settings:q} --output {output:q} 2> {log:q}"
 
 
 rule lab:
@@ -78,4 +78,4 @@ rule lab:
         settings=lambda w: as_json(lab_settings(config, "last", "length", "draws", "premise_draws", "perturbations")),
         stem=lambda w, output: output.png.removesuffix(".png"),
     shell:
-        "python -m workflow_lib.lab.verdicts --prefixes {input.prefixes} --laws {input.laws} --builtin {params.builtin:q} --settings {params.settings:q} --csv {output.csv} --premise {output.premise} --markdown {output.markdown} --figure {params.stem} 2> {log}"
+        "python -m workflow_lib.lab.verdicts --prefixes {input.prefixes:q} --laws {input.laws:q} --builtin {params.builtin:q} --settings {params.settings:q} --csv {output.csv:q} --premise {output.premise:q} --markdown {output.markdown:q} --figure {params.stem:q} 2> {log:q}"

@@ -1,5 +1,3 @@
-import shlex
-
 from workflow_lib.layout import SYNONYMS, benchmark_path, log_path, perturbed_template, train_condition_of
 from workflow_lib.perturb.settings import perturb_settings, synonym_settings
 
@@ -18,10 +16,10 @@ rule synonyms:
     params:
         code=code_digest("workflow_lib.perturb.synonyms"),
         settings=lambda w: as_json(synonym_settings(config, w.tokenizer, w.dataset, w.synonyms)),
-        tokens=lambda w, input: f"--tokens {input.tokens}" if "tokens" in input.keys() else "",
-        pairs=lambda w, input: f"--pairs {shlex.quote(input.pairs)}" if "pairs" in input.keys() else "",
+        tokens=lambda w, input: shell_words("--tokens", input.tokens) if "tokens" in input.keys() else "",
+        pairs=lambda w, input: shell_words("--pairs", input.pairs) if "pairs" in input.keys() else "",
     shell:
-        "python -m workflow_lib.perturb.synonyms --source {wildcards.synonyms} --tokenizer {input.tokenizer} {params.tokens} {params.pairs} --settings {params.settings:q} --output {output} 2> {log}"
+        "python -m workflow_lib.perturb.synonyms --source {wildcards.synonyms:q} --tokenizer {input.tokenizer:q} {params.tokens} {params.pairs} --settings {params.settings:q} --output {output:q} 2> {log:q}"
 
 
 rule perturb:
@@ -39,7 +37,7 @@ rule perturb:
     params:
         code=code_digest("workflow_lib.perturb.training_data"),
         condition=lambda w: as_json(perturb_settings(config, train_condition_of(w), w.seed)),
-        synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
+        synonyms=lambda w, input: shell_words("--synonyms", input.synonyms) if "synonyms" in input.keys() else "",
         key=lambda w, output: output.parquet,
     shell:
-        "python -m workflow_lib.perturb.training_data --tokens {input.tokens} --tokenizer {input.tokenizer} {params.synonyms} --condition {params.condition:q} --key {params.key} --output {output.parquet} --meta {output.meta} 2> {log}"
+        "python -m workflow_lib.perturb.training_data --tokens {input.tokens:q} --tokenizer {input.tokenizer:q} {params.synonyms} --condition {params.condition:q} --key {params.key:q} --output {output.parquet:q} --meta {output.meta:q} 2> {log:q}"

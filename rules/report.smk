@@ -60,7 +60,7 @@ rule collect_metrics:
     params:
         code=code_digest("workflow_lib.report.build"),
     shell:
-        "python -m workflow_lib.report.build collect --output {output} @{input.arguments} 2> {log}"
+        "python -m workflow_lib.report.build collect --output {output:q} @{input.arguments:q} 2> {log:q}"
 
 
 rule mauve_contrast:
@@ -80,7 +80,7 @@ rule mauve_contrast:
         resamples=lambda w: inputs.mauve_contrasts[w.pair]["resamples"],
         identity=lambda w: inputs.mauve_contrasts[w.pair]["identity"],
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.report.joint_mauve --a {input.a} --b {input.b} --features-a {input.features_a} --features-b {input.features_b} --human {input.human} --prompts {input.prompts} --settings {params.settings:q} --resamples {params.resamples} --identity {params.identity:q} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.report.joint_mauve --a {input.a:q} --b {input.b:q} --features-a {input.features_a:q} --features-b {input.features_b:q} --human {input.human:q} --prompts {input.prompts:q} --settings {params.settings:q} --resamples {params.resamples:q} --identity {params.identity:q} --output {output:q} 2> {log:q}"
 
 
 rule contrasts:
@@ -103,7 +103,7 @@ rule contrasts:
         code=code_digest("workflow_lib.report.contrasts"),
         intensity=config["report"]["intensity"],
     shell:
-        "python -m workflow_lib.report.contrasts --intensity {params.intensity} --output {output} @{input.arguments} 2> {log}"
+        "python -m workflow_lib.report.contrasts --intensity {params.intensity:q} --output {output:q} @{input.arguments:q} 2> {log:q}"
 
 
 # What each synonym table holds, as text: a seeded sample of sources with their synonyms and weights, and the share of the
@@ -130,13 +130,16 @@ rule synonym_audit:
     params:
         code=code_digest("workflow_lib.report.synonym_audit"),
         seed=config["seed"],
-        tables=" ".join(
-            f"--table {table} {tokenizer} {tokens or 'none'}"
-            for table, tokenizer, tokens in synonym_audit_tables(config)
+        tables=shell_words(
+            *(
+                word
+                for table, tokenizer, tokens in synonym_audit_tables(config)
+                for word in ("--table", table, tokenizer, tokens or "none")
+            )
         ),
         stem=lambda w, output: output.md.removesuffix(".md"),
     shell:
-        "python -m workflow_lib.report.synonym_audit --seed {params.seed} {params.tables} --stem {params.stem} 2> {log}"
+        "python -m workflow_lib.report.synonym_audit --seed {params.seed:q} {params.tables} --stem {params.stem:q} 2> {log:q}"
 
 
 rule tables:
@@ -176,7 +179,7 @@ rule tables:
         settings=lambda w: as_json(report_settings(config)),
         folder=lambda w, output: os.path.dirname(output.tables[0]),
     shell:
-        "python -m workflow_lib.report.build tables --metrics {input.metrics} --config {params.config:q} --settings {params.settings:q} --out-dir {params.folder} --summary {output.summary} --landing {output.landing} --simulation {input.simulation} --contrasts {input.contrasts} --synonyms {input.synonyms} @{input.arguments} 2> {log}"
+        "python -m workflow_lib.report.build tables --metrics {input.metrics:q} --config {params.config:q} --settings {params.settings:q} --out-dir {params.folder:q} --summary {output.summary:q} --landing {output.landing:q} --simulation {input.simulation:q} --contrasts {input.contrasts:q} --synonyms {input.synonyms:q} @{input.arguments:q} 2> {log:q}"
 
 
 rule figure:
@@ -200,7 +203,7 @@ rule figure:
         intensity=config["report"]["intensity"],
         stem=lambda w, output: output.png.removesuffix(".png"),
     shell:
-        "python -m workflow_lib.report.build figure --metrics {input.metrics} --name {wildcards.figure} --intensity {params.intensity} --stem {params.stem} 2> {log}"
+        "python -m workflow_lib.report.build figure --metrics {input.metrics:q} --name {wildcards.figure:q} --intensity {params.intensity:q} --stem {params.stem:q} 2> {log:q}"
 
 
 rule examples:
@@ -227,7 +230,7 @@ rule examples:
         code=code_digest("workflow_lib.report.build"),
         stem=lambda w, output: output[0].removesuffix(".md"),
     shell:
-        "python -m workflow_lib.report.build examples --prompts {input.prompts} --stem {params.stem} @{input.arguments} 2> {log}"
+        "python -m workflow_lib.report.build examples --prompts {input.prompts:q} --stem {params.stem:q} @{input.arguments:q} 2> {log:q}"
 
 
 rule training_curves:
@@ -251,4 +254,4 @@ rule training_curves:
         code=code_digest("workflow_lib.report.build"),
         stem=lambda w, output: output.png.removesuffix(".png"),
     shell:
-        "python -m workflow_lib.report.build curves --stem {params.stem} @{input.arguments} 2> {log}"
+        "python -m workflow_lib.report.build curves --stem {params.stem:q} @{input.arguments:q} 2> {log:q}"

@@ -27,10 +27,10 @@ rule sample:
         perturbation=lambda w: as_json(test_perturbation(config, evaluation_of(w).test)),
         decoder=lambda w: as_json(decoder_settings(config, evaluation_of(w).test)),
         settings=lambda w: as_json(sampling_settings(config, evaluation_of(w).test)),
-        synonyms=lambda w, input: f"--synonyms {input.synonyms}" if "synonyms" in input.keys() else "",
+        synonyms=lambda w, input: shell_words("--synonyms", input.synonyms) if "synonyms" in input.keys() else "",
         shard=lambda w: "{index}/{count}".format(**vars(shard_of(w))),
     shell:
-        "OMP_NUM_THREADS={threads} python -m workflow_lib.sample.sampler {params.model} --prompts {input.prompts} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --settings {params.settings:q} --shard {params.shard} --output {output} 2> {log}"
+        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.sample.sampler {params.model} --prompts {input.prompts:q} {params.synonyms} --perturbation {params.perturbation:q} --decoder {params.decoder:q} --settings {params.settings:q} --shard {params.shard:q} --output {output:q} 2> {log:q}"
 
 
 # The shards' rows in order: the samples file the unsharded job writes, byte for byte. The shards are named by their
@@ -50,4 +50,4 @@ rule gather_samples:
         folder=lambda w, input: os.path.dirname(input[0]),  # the shards' folder: a short command for any number
         shards=lambda w, input: len(input),
     shell:
-        "python -m workflow_lib.sample.gather --folder {params.folder} --count {params.shards} --output {output} 2> {log}"
+        "python -m workflow_lib.sample.gather --folder {params.folder:q} --count {params.shards:q} --output {output:q} 2> {log:q}"

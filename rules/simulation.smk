@@ -21,7 +21,7 @@ rule simulation_fit:
         code=code_digest("workflow_lib.simulation.study"),
         settings=lambda w: as_json(simulation_settings(config)),
     shell:
-        "python -m workflow_lib.simulation.study fit --vocab-size {wildcards.vocab} --settings {params.settings:q} --threads {threads} --output {output} 2> {log}"
+        "python -m workflow_lib.simulation.study fit --vocab-size {wildcards.vocab:q} --settings {params.settings:q} --threads {threads:q} --output {output:q} 2> {log:q}"
 
 
 rule simulation_summary:
@@ -60,4 +60,4 @@ rule simulation_summary:
         code=code_digest("workflow_lib.simulation.summary"),
         stem=lambda w, output: output.png.removesuffix(".png"),
     shell:
-        "python -m workflow_lib.simulation.summary --inputs {input.fits} --csv {output.csv} --markdown {output.markdown} --figure {params.stem} --tests {output.tests} --conclusions {output.conclusions} 2> {log}"
+        "python -m workflow_lib.simulation.summary --inputs {input.fits:q} --csv {output.csv:q} --markdown {output.markdown:q} --figure {params.stem:q} --tests {output.tests:q} --conclusions {output.conclusions:q} 2> {log:q}"

@@ -32,8 +32,8 @@ rule train:
         model=lambda w: as_json(MODELS[w.model]),
         objective=lambda w: as_json(config["objectives"][w.objective]),
         settings=lambda w: as_json(training_settings(config, w.model, w.seed)),
-        validation=lambda w, input: f"--validation {input.validation}" if "validation" in input.keys() else "",
+        validation=lambda w, input: shell_words("--validation", input.validation) if "validation" in input.keys() else "",
         # Not an output: snakemake must not delete it when the job fails, so a rerun resumes from it.
         resume=lambda w: run_of(w).folder("checkpoints"),
     shell:
-        "OMP_NUM_THREADS=1 {params.launch} -m workflow_lib.train.trainer --train {input.train} {params.validation} --tokenizer {input.tokenizer} --model-key {wildcards.model} --model {params.model:q} --objective {params.objective:q} --settings {params.settings:q} --resume-dir {params.resume} --output {output} 2> {log}"
+        "OMP_NUM_THREADS=1 {params.launch} -m workflow_lib.train.trainer --train {input.train:q} {params.validation} --tokenizer {input.tokenizer:q} --model-key {wildcards.model:q} --model {params.model:q} --objective {params.objective:q} --settings {params.settings:q} --resume-dir {params.resume:q} --output {output:q} 2> {log:q}"

@@ -33,6 +33,7 @@ from workflow_lib.constants import (
 )
 from workflow_lib.data.pinning import unpinned_http_refusal
 from workflow_lib.grid import dataset_splits
+from workflow_lib.hub_names import hub_name_problems, looks_like_path
 from workflow_lib.pretrained import GGUFConfigError, normalise_gguf
 
 # The objectives every config has; a config's `objectives` adds to them. Here, in the config's module, which no job
@@ -392,11 +393,6 @@ def check_featuriser(featuriser: str | dict, config: dict, workdir: Path) -> Non
         )
 
 
-def looks_like_path(name: str) -> bool:
-    """A model or tokenizer name written as a filesystem path (absolute, ./, ../ or ~), not a hub id."""
-    return name.startswith(("/", "./", "../", "~")) or name in (".", "..")
-
-
 def check_local_names(config: dict, workdir: Path) -> None:
     """A hub name that is a filesystem path must exist when the study is planned: otherwise the job would try the
     hub with it and fail at run time, far from the key."""
@@ -694,9 +690,12 @@ def typed_overrides(overrides: Mapping) -> dict:
     return {key: typed(value, False) for key, value in overrides.items()}
 
 
-def check_input(config: dict) -> None:
-    """The config as written: the schema (one line naming the key), and the names the workflow reserves."""
+def check_input(config: dict, workdir: Path | None = None) -> None:
+    """The config as written: the schema (one line naming the key), the names the workflow reserves, and every hub
+    name and revision (`hub_names`: before a GGUF model's name becomes its dequantised folder)."""
     check_schema(config)
+    for problem in hub_name_problems(config, Path(workdir or ".")):
+        raise ConfigError(problem)
     most = (config.get("sampling") or {}).get("shard_batches")
     unknown = sorted(set(most) - set(config["models"]) - {"default"}) if isinstance(most, dict) else []
     if unknown:
@@ -770,7 +769,7 @@ def normalise_lora(config: dict, schema: dict) -> None:
 
 def validate_config(config: dict, workdir: Path | None = None) -> dict:
     """Check the config as written, normalise it in place, check the result. Returns config."""
-    check_input(config)
+    check_input(config, workdir)
     normalise(config, workdir)
     check(config, workdir)
     return config

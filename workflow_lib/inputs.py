@@ -9,6 +9,7 @@ object (or anything with the same attributes).
 from __future__ import annotations
 
 import os
+import shlex
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -92,23 +93,24 @@ class Inputs:
         return fetched(self.datasets[wildcards.dataset])[wildcards.file]
 
     def fetch_options(self, wildcards: Any) -> str:
+        """--sha256, --head-bytes and --max-bytes where the entry and the config have them, each word quoted for the
+        shell."""
         entry = self.fetch_entry(wildcards)
-        options = [f"--sha256 {entry['sha256']}" if entry.get("sha256") else ""]
-        options.append(f"--head-bytes {entry['head_bytes']}" if entry.get("head_bytes") else "")
-        options.append(self.max_bytes_option())
-        return " ".join(filter(None, options))
+        options = ["--sha256", entry["sha256"]] if entry.get("sha256") else []
+        options += ["--head-bytes", str(entry["head_bytes"])] if entry.get("head_bytes") else []
+        return shlex.join(options + self.max_bytes_option())
 
     def gguf_fetch_options(self, wildcards: Any) -> str:
         """The fetch_gguf job's options: the pinned sha256 and the size cap, as for a dataset's file."""
         gguf = self.models[wildcards.gguf_model]["gguf"]
-        options = [f"--sha256 {gguf['sha256']}" if gguf.get("sha256") else "", self.max_bytes_option()]
-        return " ".join(filter(None, options))
+        options = ["--sha256", gguf["sha256"]] if gguf.get("sha256") else []
+        return shlex.join(options + self.max_bytes_option())
 
-    def max_bytes_option(self) -> str:
+    def max_bytes_option(self) -> list[str]:
         """download.max_bytes where the config sets it; none where it is null, so that the fetch's own default
         applies and a study that leaves the key alone keeps its fetch jobs' params (and plans no new download)."""
         max_bytes = self.config.get("download", {}).get("max_bytes")
-        return f"--max-bytes {max_bytes}" if max_bytes else ""
+        return ["--max-bytes", str(max_bytes)] if max_bytes else []
 
     def pretrained(self, model: str) -> dict:
         """A GGUF model's dequantised folder, as the input of a job that loads the pretrained checkpoint (the
@@ -183,9 +185,10 @@ class Inputs:
         return {"model": source} if built or os.path.isdir(source) else {}
 
     def model_options(self, wildcards: Any) -> str:
-        """--model, and --revision for an untrained hub model pinned to one."""
+        """--model, and --revision for an untrained hub model pinned to one, each word quoted for the shell (a local
+        folder's name may hold any character; a hub id's are those `hub_names` allows)."""
         revision = self.models[wildcards.model].get("revision") if wildcards.objective == UNTRAINED else None
-        return f"--model {self.model_source(wildcards)}" + (f" --revision {revision}" if revision else "")
+        return shlex.join(["--model", self.model_source(wildcards), *(["--revision", revision] if revision else [])])
 
     def sample(self, wildcards: Any) -> dict:
         inputs = {**self.model(wildcards), "prompts": prompts_path(wildcards.eval_set)}

@@ -5,28 +5,53 @@ same paths to read the files, so both ask this module (standard library only: ev
 Snakefile). A dataset names its files in one of two ways:
 
 - `files: {split: {url, sha256[, head_bytes]}}` (or a list of such entries): each URL is fetched to
-  `results/downloads/<dataset>/<name>`, name = the URL's last path segment (`head<N>-<name>` for a head).
+  `results/downloads/<dataset>/<name>`, name = the URL's last path segment, decoded (`head<N>-<name>` for a head);
+  a segment that is not a safe file name (`SAFE_NAME`: no space, quote or shell character) becomes
+  `url-<12 hex of the URL's sha256>` with its suffixes where they are safe, and the provenance record keeps the
+  URL's own name (`source_of`).
 - `archive: {url, sha256}` with `files: {split: member path(s)}`: the archive is fetched once, and `unpack`
   extracts the members the dataset names into `results/downloads/<dataset>/unpacked/`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import PurePosixPath
 from urllib.parse import unquote, urlsplit
 
 ROOT = "results/downloads"
 UNPACKED = "unpacked"
+# A fetched file's name as it may stand in a path and a command: letters, digits and . _ + -, not first . + -.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
 def as_list(files) -> list:
     return list(files) if isinstance(files, list) else [files]
 
 
+def url_name(url: str) -> str:
+    """The URL's own file name: its last path segment, decoded (`index` for none)."""
+    return PurePosixPath(unquote(urlsplit(url).path)).name or "index"
+
+
+def safe_name(url: str) -> str:
+    """The URL's name where it is a safe file name; else `url-<12 hex of the URL's sha256>`, followed by the
+    name's suffixes (`.txt`, `.tar.gz`: the readers and `unpack` go by them) as long as each is safe."""
+    name = url_name(url)
+    if SAFE_NAME.fullmatch(name):
+        return name
+    digest = hashlib.sha256(url.encode()).hexdigest()[:12]
+    suffixes = PurePosixPath(name).suffixes
+    while suffixes and not all(SAFE_NAME.fullmatch(s[1:]) for s in suffixes):
+        suffixes = suffixes[1:]  # keep the trailing suffixes that are safe (`x;y.tar.gz` -> `.tar.gz`)
+    return f"url-{digest}{''.join(suffixes)}"
+
+
 def file_name(entry: dict) -> str:
-    """The local name of a fetched URL: its last path segment, marked when only the head is fetched (a head is
-    a different file from the whole, so the two must never share a name or a cache entry)."""
-    name = PurePosixPath(unquote(urlsplit(entry["url"]).path)).name or "index"
+    """The local name of a fetched URL (`safe_name`), marked when only the head is fetched (a head is a different
+    file from the whole, so the two must never share a name or a cache entry)."""
+    name = safe_name(entry["url"])
     return f"head{entry['head_bytes']}-{name}" if entry.get("head_bytes") else name
 
 
@@ -63,10 +88,16 @@ def split_paths(dataset: str, spec: dict, split: str) -> list[str]:
 
 
 def source_of(dataset: str, spec: dict, split: str) -> list[dict]:
-    """Where each file of a split came from (URL, pinned sha256, archive member): the provenance record's."""
+    """Where each file of a split came from (URL and its own file name, pinned sha256, archive member): the
+    provenance record's."""
     if spec.get("archive"):
         return [{"url": spec["archive"]["url"], "member": member} for member in as_list(spec["files"][split])]
     return [
-        {"url": entry["url"], "pinned_sha256": entry.get("sha256"), "head_bytes": entry.get("head_bytes")}
+        {
+            "url": entry["url"],
+            "url_name": url_name(entry["url"]),
+            "pinned_sha256": entry.get("sha256"),
+            "head_bytes": entry.get("head_bytes"),
+        }
         for entry in as_list(spec["files"][split])
     ]
