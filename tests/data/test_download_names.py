@@ -23,12 +23,12 @@ def test_a_safe_url_name_is_kept():
     ("url", "suffix"),
     [
         (HOSTILE, ".tar.gz"),
-        ("http://h/my%20data.jsonl", ".jsonl"),
-        ("http://h/a;b.t$x.gz", ".gz"),
-        ("http://h/%24%28id%29", ""),
-        ("http://h/a%2F..", ""),  # decodes to a/..: the name '..'
-        ("http://h/.hidden.txt", ".txt"),
-        ("http://h/-rf", ""),
+        ("https://h/my%20data.jsonl", ".jsonl"),
+        ("https://h/a;b.t$x.gz", ".gz"),
+        ("https://h/%24%28id%29", ""),
+        ("https://h/a%2F..", ""),  # decodes to a/..: the name '..'
+        ("https://h/.hidden.txt", ".txt"),
+        ("https://h/-rf", ""),
     ],
 )
 def test_an_unsafe_url_name_becomes_a_digest_with_its_safe_suffixes(url, suffix):
@@ -49,6 +49,6 @@ def entries(*urls: str) -> dict:
 
 
 def test_two_unsafe_urls_get_two_names_and_two_safe_ones_of_one_name_are_refused():
-    check_url_dataset("web", entries("http://h/a%20b.jsonl", "http://h/a%3Bb.jsonl"))
+    check_url_dataset("web", entries("https://h/a%20b.jsonl", "https://h/a%3Bb.jsonl"))
     with pytest.raises(ConfigError, match=r"datasets\.web\.files\.s1: .* would both be saved as 'x\.jsonl'"):
-        check_url_dataset("web", entries("http://a/x.jsonl", "http://b/x.jsonl"))
+        check_url_dataset("web", entries("https://a/x.jsonl", "https://b/x.jsonl"))
