@@ -7,11 +7,13 @@ import itertools
 import json
 import sys
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from workflow_lib.cli import StageError
 from workflow_lib.files import read_parquet, write_parquet
+from workflow_lib.perturb.realised import REALISED_KEY, SETTINGS_KEY, Realised
 from workflow_lib.perturb.synonym_table import SynonymTable
 from workflow_lib.sample import gather, sampler
 from workflow_lib.sample.shards import batch_ranges, batches_that_fit, shard_count, shard_rows
@@ -82,7 +84,7 @@ def checkpoint(tmp_path_factory):
     return root
 
 
-def sample_shards(root, mode: str, count: int, monkeypatch) -> list:
+def sample_shards(root, mode: str, count: int, monkeypatch, synonyms: str = "synonyms.parquet") -> list:
     """Runs the sample job's command for each of `count` shards (15 rows in batches of 4: 4 batches)."""
     settings = {"runs": 3, "new_tokens": 6, "batch_size": 4, "mode": mode, "precision": "fp32", "seed": 3}
     paths = []
@@ -91,7 +93,7 @@ def sample_shards(root, mode: str, count: int, monkeypatch) -> list:
         argv = [
             "sampler",
             *("--model", str(root / "model"), "--prompts", str(root / "prompts.parquet")),
-            *("--synonyms", str(root / "synonyms.parquet")),
+            *("--synonyms", str(root / synonyms)),
             *("--perturbation", json.dumps({"strategy": "insertion", "intensity": 0.3})),
             *("--settings", json.dumps(settings), "--shard", f"{index}/{count}", "--output", str(path)),
         ]
@@ -120,7 +122,7 @@ def test_gathered_samples_are_the_same_bytes_for_any_number_of_shards(checkpoint
         assert sum(rows) == 15 and (count != 6 or rows.count(0) == 2), rows
     assert len(set(gathered.values())) == 1
     table = read_parquet(checkpoint / f"{mode}-gathered-3.parquet")
-    assert table.num_rows == 15 and table.schema.metadata is None
+    assert table.num_rows == 15 and list(table.schema.metadata) == [REALISED_KEY]
     assert table.column("run").to_pylist() == [r for r in range(3) for _ in PROMPTS]  # run-major, as unsharded
 
 
@@ -146,3 +148,29 @@ def test_the_number_of_shards_is_not_a_setting_of_the_sampled_law():
     fixed = validate_config({**config, "sampling": {**config["sampling"], "shard_batches": 4}})
     assert sampling_settings(fixed, test) == sampling_settings(validate_config(tiny_config()), test)
     assert "shard_batches" not in sampling_settings(fixed, test) and fixed["sampling"]["shard_batches"] == 4
+
+
+@pytest.mark.parametrize("mode", ["exact", "cached"])
+def test_a_samples_file_records_its_realised_share_beside_the_nominal(checkpoint, mode, monkeypatch):
+    """Every token has a synonym (the uniform table): the share of perturbable positions the sampler's perturbations
+    selected, over all steps, is the nominal 0.3 within four binomial standard errors; the gathered file adds up
+    its shards' counts."""
+    shards = sample_shards(checkpoint, mode, 2, monkeypatch)
+    parts = [Realised.from_dict(json.loads(read_parquet(p).schema.metadata[REALISED_KEY])) for p in shards]
+    out = checkpoint / f"{mode}-realised.parquet"
+    monkeypatch.setattr(sys, "argv", ["gather", "--shards", *shards, "--output", str(out)])
+    gather.main()
+    total = Realised.from_dict(json.loads(read_parquet(out).schema.metadata[REALISED_KEY]))
+    assert total == parts[0] + parts[1] and total.nominal == 0.3
+    assert total.eligible == total.perturbable > 15 * 6  # every step (exact) or every token once (cached)
+    assert abs(total.share - 0.3) < 4 * np.sqrt(0.3 * 0.7 / total.perturbable)
+
+
+def test_a_sampling_job_that_realises_nothing_stops_naming_the_synonym_settings(checkpoint, monkeypatch):
+    empty = SynonymTable.from_rows(SynonymTable.from_arrow(read_parquet(checkpoint / "synonyms.parquet")).vocab_size,
+                                   [], [], []).to_arrow()  # fmt: skip
+    settings = {"source": "distributional", "k": 10, "min_count": 10**6}
+    metadata = {**empty.schema.metadata, SETTINGS_KEY: json.dumps(settings)}
+    write_parquet(empty.replace_schema_metadata(metadata), checkpoint / "empty.parquet")
+    with pytest.raises(StageError, match=r"did not happen.*'distributional'.*synonyms\.min_count = 1000000"):
+        sample_shards(checkpoint, "exact", 1, monkeypatch, synonyms="empty.parquet")

@@ -383,8 +383,9 @@ def main() -> None:
     from workflow_lib.files import read_parquet
 
     settings = parse_json_arg(args.settings, "evaluation")
+    samples = read_parquet(args.samples)
     summary, curves, per_prompt = evaluate(
-        read_parquet(args.samples),
+        samples,
         read_parquet(args.prompts),
         np.load(args.human_features),
         read_parquet(args.features),
@@ -405,6 +406,10 @@ def main() -> None:
         summary["distinct_4_mean"],
         summary["runs"],
     )
+    from workflow_lib.perturb.realised import REALISED_KEY
+
+    realised = (samples.schema.metadata or {}).get(REALISED_KEY)  # the sampler's perturbation, realised
+    summary["realised"] = json.loads(realised) if realised else None
     write_parquet(curves, args.curves)
     write_parquet(per_prompt, args.per_prompt)
     write_json(summary, args.output)

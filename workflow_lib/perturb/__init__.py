@@ -11,4 +11,6 @@
   `-words` sources on the tokens that spell a whole word).
 - `synonym_file`: the `file` source: the user's pairs (synonyms.file) read onto a tokenizer, with their errors.
 - `training_data`: the `perturbed_data` rule: perturbed training rows (augment or prefix mode).
+- `realised`: the realised share of perturbed positions beside the nominal intensity, and the rule that stops a job
+  whose perturbation did not happen.
 """

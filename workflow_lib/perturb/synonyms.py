@@ -23,6 +23,7 @@ within-class word probabilities for `oracle`.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 
 import numpy as np
@@ -30,6 +31,7 @@ import numpy as np
 from workflow_lib.cli import StageError, parse_json_arg, run
 from workflow_lib.constants import SYNONYM_SOURCES
 from workflow_lib.files import write_parquet
+from workflow_lib.perturb.realised import SETTINGS_KEY, count_positions, settings_hint
 from workflow_lib.perturb.synonym_table import SynonymTable
 
 log = logging.getLogger("workflow_lib.perturb.synonyms")
@@ -244,9 +246,31 @@ def main() -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     table = build_table(args.source, tokenizer, settings, args.tokens, args.pairs)
+    provenance = {"source": args.source, "k": settings["k"], "min_count": settings["min_count"]}
     with_synonyms = int(np.asarray(table.has_synonyms(_numpy())).sum())
     log.info("%s synonyms: %d of %d tokens have candidates", args.source, with_synonyms, len(tokenizer))
-    write_parquet(table.to_arrow(), args.output)
+    check_table(
+        table, provenance, read_token_blocks(args.tokens) if args.tokens else None, special_token_ids(tokenizer)
+    )
+    arrow = table.to_arrow()
+    metadata = {**(arrow.schema.metadata or {}), SETTINGS_KEY: json.dumps(provenance, sort_keys=True)}
+    write_parquet(arrow.replace_schema_metadata(metadata), args.output)
+
+
+def check_table(table: SynonymTable, provenance: dict, blocks: np.ndarray | None = None, special_ids=()) -> None:
+    """Refuse a table a perturbation could not use (StageError naming its settings): no token with a synonym, or,
+    where the job reads the training blocks, none of their tokens with one. A table that covers some of the
+    tokens is the perturb and sample jobs' to judge, by the share they realise (perturb/realised.py)."""
+    has = np.asarray(table.has_synonyms(_numpy()))
+    if not has.any():
+        raise StageError(f"{settings_hint(provenance)} is empty: no token has a synonym, so no perturbation can happen")
+    if blocks is not None:
+        perturbable, eligible = count_positions(blocks.reshape(-1), special_ids, has)
+        if int(perturbable) and not int(eligible):
+            raise StageError(
+                f"{settings_hint(provenance)} gives a synonym to none of the {int(perturbable)} training tokens, so "
+                "no perturbation of the training data can happen"
+            )
 
 
 def _numpy():

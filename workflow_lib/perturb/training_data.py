@@ -19,6 +19,7 @@ noises every position), and the table's metadata (`EMBEDDING_KEY`) carries the n
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import zlib
 
@@ -27,6 +28,7 @@ import numpy as np
 from workflow_lib.cli import parse_json_arg, run
 from workflow_lib.files import write_json, write_parquet
 from workflow_lib.perturb.perturber import perturb, prefix_targets, sequence_ids
+from workflow_lib.perturb.realised import REALISED_KEY, Realised, check_realised, count_positions, table_settings
 from workflow_lib.perturb.strategies import get as get_strategy
 from workflow_lib.perturb.synonym_table import SynonymTable
 
@@ -75,8 +77,6 @@ def perturb_blocks(
 ):
     """All rows of one condition as a pyarrow Table (see the module docstring for the columns); `embedding`: an
     embedding-space strategy's noise settings (`perturb.settings.embedding_settings`), kept in its metadata."""
-    import json
-
     import pyarrow as pa
 
     if mode not in MODES:
@@ -122,9 +122,30 @@ def perturb_blocks(
         parts.append(row)
     tables = [pa.table({k: (v if isinstance(v, pa.Array) else pa.array(v)) for k, v in part.items()}) for part in parts]
     table_out = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    selected = sum(len(part["source_positions"].values) for part in parts[len(parts) - copies :])
+    realised = blocks_realised(blocks, strategy, intensity, table, special_ids, copies, selected)
+    metadata = {REALISED_KEY: json.dumps(realised.as_dict(), sort_keys=True)}
     if rule.in_embeddings and intensity > 0:
-        table_out = table_out.replace_schema_metadata({EMBEDDING_KEY: json.dumps(embedding, sort_keys=True)})
-    return table_out
+        metadata[EMBEDDING_KEY] = json.dumps(embedding, sort_keys=True)
+    return table_out.replace_schema_metadata(metadata)
+
+
+def blocks_realised(
+    blocks: np.ndarray, strategy: str, intensity: float, table: SynonymTable, special_ids, copies: int, selected: int
+) -> Realised:
+    """The realised perturbation of `copies` perturbed copies of `blocks` with `selected` positions selected in all
+    (perturb/realised.py: perturbable and eligible positions counted on the blocks, once per copy)."""
+    rule = get_strategy(strategy)
+    has_synonyms = np.asarray(table.has_synonyms(_np())) if rule.needs_synonyms else None
+    perturbable, eligible = count_positions(blocks.reshape(-1), special_ids, has_synonyms)
+    return Realised(
+        float(intensity), int(perturbable) * copies, int(selected), int(eligible) * copies, rule.every_position
+    )
+
+
+def read_realised(table) -> Realised:
+    """The realised perturbation a perturbed training table records in its metadata (`perturb_blocks`)."""
+    return Realised.from_dict(json.loads(table.schema.metadata[REALISED_KEY]))
 
 
 def main() -> None:
@@ -148,8 +169,10 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     ids = read_parquet(args.tokens, columns=["input_ids"]).column("input_ids").combine_chunks()
     blocks = ids.values.to_numpy().reshape(len(ids), -1)
+    settings = None
     if args.synonyms:
-        table = SynonymTable.from_arrow(read_parquet(args.synonyms))
+        stored = read_parquet(args.synonyms)
+        table, settings = SynonymTable.from_arrow(stored), table_settings(stored.schema.metadata)
     else:
         table = SynonymTable.from_rows(len(tokenizer), [], [], [])
     out = perturb_blocks(
@@ -165,24 +188,23 @@ def main() -> None:
         cond.get("include_original", True),
         cond.get("embedding"),
     )
+    realised = read_realised(out)
     lengths = np.diff(out.column("input_ids").combine_chunks().offsets.to_numpy())
-    selected = np.diff(out.column("source_positions").combine_chunks().offsets.to_numpy())
-    special = sorted(set(tokenizer.all_special_ids))
-    eligible = ~np.isin(blocks, special)
-    if get_strategy(cond["strategy"]).needs_synonyms:
-        eligible &= np.asarray(table.has_synonyms(_np()))[blocks]
-    n_eligible = int(eligible.sum()) * cond["copies"]
     stats = {
         "condition": cond,
         "rows": out.num_rows,
         "blocks": int(blocks.shape[0]),
         "tokens_in": int(blocks.size),
         "tokens_out": int(lengths.sum()),
-        "eligible_tokens": n_eligible,
-        "selected_tokens": int(selected.sum()),
-        "selected_rate_among_eligible": float(selected.sum() / max(n_eligible, 1)),
+        "eligible_tokens": realised.eligible,
+        "selected_tokens": realised.selected,
+        "selected_rate_among_eligible": float(realised.selected / max(realised.eligible or 0, 1)),
+        "realised": realised.as_dict(),
     }
     log.info("%s", stats)
+    check_realised(
+        realised, f"training data {args.key} ({cond['strategy']} at {cond['intensity']:g})", settings, args.synonyms
+    )
     write_parquet(out, args.output)
     write_json(stats, args.meta)
 

@@ -54,6 +54,7 @@ SCHEMA = (
         "reachable_share": pl.Float64,
         "tv_off_support": pl.Float64,
         "synonym_reach": pl.Float64,
+        "test_realised_share": pl.Float64,
     }
     | PROVENANCE
 )
@@ -83,6 +84,8 @@ def _metric_fields(data: dict) -> dict:
         if featuriser is None or isinstance(featuriser, str)
         else json.dumps(featuriser, sort_keys=True),
         "settings_sha256": provenance.get("settings_sha256"),
+        # the share of positions the sampler's perturbation selected (perturb/realised.py), beside test_intensity
+        "test_realised_share": (data.get("realised") or {}).get("realised_share"),
     }
     return row | {version_column(v): versions.get(v) for v in VERSIONS}
 

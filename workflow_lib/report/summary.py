@@ -233,6 +233,8 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
     from workflow_lib.report.dose_response import trend_findings, trend_rows, trend_table
     from workflow_lib.report.findings import findings_section
     from workflow_lib.report.multiplicity import multiplicity_sentence
+    from workflow_lib.report.realised import CAPTION as REALISED_CAPTION
+    from workflow_lib.report.realised import realised_table
     from workflow_lib.report.theory_check import theory_findings
 
     theory = theory_findings(frame, contrasts)
@@ -240,6 +242,7 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
     dose = trend_findings(trends)
     design = neftune_lines(list((logs or {}).keys()))
     multiplicity = multiplicity_sentence(contrasts)
+    realised = realised_table(frame, list((logs or {}).keys()))
 
     models = frame.select(KEYS[:9]).unique()
     untrained = models.filter(pl.col("objective") == UNTRAINED).height
@@ -284,6 +287,7 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
         "## What MAUVE can see here\n",
         controls_section(results.controls, written.get("controls", "")),
         *(["## The synonyms the perturbation draws\n", written["synonyms"]] if "synonyms" in written else []),
+        *(["## Perturbation realised\n", REALISED_CAPTION, realised] if realised else []),
         "## Provenance\n",
         provenance_section(frame),
         f"{models.height - untrained} trained models"

@@ -17,6 +17,8 @@ sample depends on its batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from workflow_lib.perturb.backends import KeyedRandom, hash_uniform, splitmix64
@@ -41,13 +43,24 @@ def position_noise(keys: torch.Tensor, offsets: torch.Tensor, flat: torch.Tensor
 
 
 def noised_forward(
-    model, perturbation: dict, special: list[int], pad_id: int, values, offsets, keys, max_len: int | None, **kwargs
+    model,
+    perturbation: dict,
+    special: list[int],
+    pad_id: int,
+    values,
+    offsets,
+    keys,
+    max_len: int | None,
+    count: Callable | None = None,
+    **kwargs,
 ):
     """The model's outputs on ragged rows left-padded (`loops.left_pad`, the last max_len tokens of a longer row),
     the embeddings of the positions the perturbation selects with the rows' keys noised; and the attention mask.
     The sampling modes below and the extrapolation job's Monte Carlo draws call it."""
     settings = perturbation["embedding"]
     selected = noised_positions(perturbation, special, values, offsets, keys)
+    if count is not None:
+        count(selected.sum(), values)
     ids, mask, positions = left_pad(values, offsets, pad_id, max_len)
     seq, col, _ = pad_coordinates(offsets, max_len)
     kept = selected & (col >= 0)
@@ -76,6 +89,7 @@ class NoisedRecompute(Steps):
             offsets,
             key,
             context_length(self.model),
+            batch.count,
             use_cache=False,
             logits_to_keep=1,
         )
@@ -107,6 +121,7 @@ class NoisedCached(Steps):
             batch.prompt_offsets,
             batch.keys,
             None,
+            batch.count,
             use_cache=True,
             logits_to_keep=1,
         )
@@ -121,6 +136,7 @@ class NoisedCached(Steps):
     def feed(self, step: int, key: torch.Tensor, token: torch.Tensor) -> None:
         settings = self.batch.perturbation["embedding"]
         selected = ~torch.isin(token, self.special) & (hash_uniform(key * 31 + SELECT_PURPOSE) < self.batch.intensity)
+        self.batch.count(selected.sum(), token)
         noise = keyed_noise(splitmix64(key[selected] * 1_000_003 + NOISE_PURPOSE), self.dim, settings["noise"])
         embeds = noised_embeddings(self.model, token[:, None], selected[:, None], noise, settings)
         self.mask = torch.cat([self.mask, self.mask.new_ones((len(token), 1))], dim=1)

@@ -7,10 +7,12 @@ complete set in order (a missing, repeated or foreign shard), so a mixed-up gath
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
 
 from workflow_lib.cli import StageError, run
+from workflow_lib.perturb.realised import REALISED_KEY, Realised
 from workflow_lib.sample.shards import read_shard_metadata
 
 log = logging.getLogger("workflow_lib.sample.gather")
@@ -26,12 +28,14 @@ def samples_schema(metadata: dict | None = None):
 
 
 def gather(paths: list[str]):
-    """The shards' tables, checked to be shards 0..n-1 of n with contiguous rows, as one table without metadata."""
+    """The shards' tables, checked to be shards 0..n-1 of n with contiguous rows, as one table whose only metadata is
+    the job's realised perturbation: the shards' counts added up (perturb/realised.py), the same for any number of
+    shards."""
     import pyarrow as pa
 
     from workflow_lib.files import read_parquet
 
-    tables, end = [], 0
+    tables, end, realised = [], 0, []
     for position, path in enumerate(paths):
         table = read_parquet(path)
         try:
@@ -44,8 +48,15 @@ def gather(paths: list[str]):
                 f"{position} of the {len(paths)} given, from row {end}: the shards of one job, in order"
             )
         tables.append(table.cast(samples_schema()))
+        realised.append((table.schema.metadata or {}).get(REALISED_KEY))
         end = stop
-    return pa.concat_tables(tables).combine_chunks()
+    joined = pa.concat_tables(tables).combine_chunks()
+    if not realised or None in realised:  # shards written before the count was kept
+        return joined
+    total = sum(
+        (Realised.from_dict(json.loads(part)) for part in realised[1:]), Realised.from_dict(json.loads(realised[0]))
+    )
+    return joined.replace_schema_metadata({REALISED_KEY: json.dumps(total.as_dict(), sort_keys=True)})
 
 
 def shards_in(folder: str, count: int) -> list[str]:

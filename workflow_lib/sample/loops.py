@@ -96,6 +96,7 @@ def perturbed_prefix(
             values, offsets, batch.strategy, batch.intensity, batch.synonyms(), KeyedRandom(key, offsets), batch.special
         )
         edited_values, edited_offsets = edited.values, edited.offsets
+        batch.count(len(edited.picked), values)
     return values, offsets, edited_values, edited_offsets
 
 
@@ -203,6 +204,7 @@ class Cached(Steps):
             out = perturb(
                 values, offsets, strategy, alpha, batch.synonyms(), KeyedRandom(batch.keys, offsets), batch.special
             )
+            batch.count(len(out.picked), values)
             values, offsets = out.values, out.offsets
         longest = int((offsets[1:] - offsets[:-1]).max()) + batch.new_tokens * rule.fed_per_token
         context = context_length(model)
@@ -240,6 +242,8 @@ class Cached(Steps):
         selected = (
             eligible & (hash_uniform(key * 31 + SELECT_PURPOSE) < alpha) if alpha > 0 else torch.zeros_like(eligible)
         )
+        if alpha > 0:
+            self.batch.count(selected.sum(), token, eligible.sum())
         synonym = token
         if alpha > 0 and rule.needs_synonyms and selected.any():
             u = hash_uniform(key * 31 + SYNONYM_PURPOSE)

@@ -42,12 +42,14 @@ continuation has exactly `new_tokens` tokens (min = max new tokens).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 
 import numpy as np
 import torch
 
 from workflow_lib.cli import parse_json_arg, run
+from workflow_lib.perturb.realised import REALISED_KEY, Tally, check_realised, table_settings
 from workflow_lib.perturb.strategies import get as get_strategy
 from workflow_lib.perturb.synonym_table import SynonymTable
 from workflow_lib.sample.decoding import row_keys
@@ -82,10 +84,12 @@ def generate(
     decoder: dict | None = None,
     progress: bool = False,
     row_range: tuple[int, int] | None = None,
+    tally: Tally | None = None,
 ) -> dict[str, np.ndarray]:
     """Continuations for every (prompt, run), run-major: arrays prompt_id, run, continuation_ids [n, new_tokens].
     `row_range` [start, stop) continues only those rows of that order (a shard: `shards.shard_rows`, whole
-    batches, so each batch is the unsharded job's)."""
+    batches, so each batch is the unsharded job's). `tally`: counts the positions the perturbation selected (and
+    could have) over every step's perturbation (perturb/realised.py)."""
     from tqdm import tqdm
 
     device = next(model.parameters()).device
@@ -120,7 +124,9 @@ def generate(
         if perturbation["intensity"] == 0 and cache_fits(model, int(lengths.max()), new_tokens):
             steps = Ancestral  # both modes' law at intensity 0, with a cache
         keys = row_keys(seed, pids, run_ids)
-        batch = Batch(values, offsets, keys, new_tokens, perturbation, table, special, pad_id, suppress, decoder or {})
+        batch = Batch(
+            values, offsets, keys, new_tokens, perturbation, table, special, pad_id, suppress, decoder or {}, tally
+        )
         generated = sample(model, batch, steps)
         out_prompt.append(pids.cpu().numpy())
         out_run.append(run_ids.cpu().numpy())
@@ -193,7 +199,9 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision)
     model = load_model(args.model, device, settings["precision"], args.revision)
     prompts = read_parquet(args.prompts)
-    table = SynonymTable.from_arrow(read_parquet(args.synonyms)) if args.synonyms else None
+    stored = read_parquet(args.synonyms) if args.synonyms else None
+    table = SynonymTable.from_arrow(stored) if stored is not None else None
+    tally = Tally()
     index, count = (int(n) for n in args.shard.split("/"))
     rows = shard_rows(prompts.num_rows * settings["runs"], settings["batch_size"], index, count)
     out = generate(
@@ -211,7 +219,12 @@ def main() -> None:
         decoder,
         progress=True,
         row_range=rows,
+        tally=tally,
     )
+    realised = tally.realised(float(perturbation["intensity"]))
+    condition = f"samples {args.output} ({perturbation['strategy']} at {perturbation['intensity']:g})"
+    check_realised(realised, condition, table_settings(stored.schema.metadata) if stored is not None else None, args.synonyms)
+    metadata = {**shard_metadata(index, count, rows), REALISED_KEY: json.dumps(realised.as_dict(), sort_keys=True)}
     ids = out["continuation_ids"]
     texts = tokenizer.batch_decode(ids.tolist(), skip_special_tokens=True) if len(ids) else []  # [] decodes to [""]
     width = ids.shape[1]
@@ -226,12 +239,12 @@ def main() -> None:
                 ),
                 "text": pa.array(texts, type=pa.string()),
             },
-            schema=samples_schema(shard_metadata(index, count, rows)),
+            schema=samples_schema(metadata),
         ),
         args.output,
     )
     log.info(
-        "shard %d of %d: rows %d-%d, %d continuations of %d tokens (%s mode, %s, decoder %s)",
+        "shard %d of %d: rows %d-%d, %d continuations of %d tokens (%s mode, %s, decoder %s; realised %s)",
         index,
         count,
         *rows,
@@ -240,6 +253,7 @@ def main() -> None:
         settings["mode"],
         perturbation,
         decoder or "unbiased",
+        realised.as_dict(),
     )
 
 

@@ -19,7 +19,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from workflow_lib.perturb.backends import hash_uniform
+from workflow_lib.perturb.backends import backend, hash_uniform
+from workflow_lib.perturb.realised import Tally, count_positions
+from workflow_lib.perturb.strategies import get as get_strategy
 from workflow_lib.perturb.synonym_table import SynonymTable
 from workflow_lib.sample.decoding import DRAW_PURPOSE, check_finite_logits, draw, step_keys, valid_logits
 
@@ -40,6 +42,18 @@ class Batch:
     pad_id: int
     suppress: list[int]  # never drawn (the end-of-text token: every continuation has new_tokens tokens)
     decoder: dict = field(default_factory=dict)  # temperature, top_k, top_p, typical_p (`decoding.warpers`)
+    tally: Tally | None = None  # where the modes count the positions they perturb (perturb/realised.py)
+
+    def count(self, selected: Any, values: torch.Tensor, eligible: Any = None) -> None:
+        """Add one perturbation of `values` (flat token ids) with `selected` positions to the tally: its
+        perturbable positions, and its eligible ones (those with a synonym where the strategy writes one), or
+        `eligible` where the mode has them."""
+        if self.tally is None:
+            return
+        rule = get_strategy(self.strategy)
+        has = self.synonyms().has_synonyms(backend(values)) if rule.needs_synonyms else None
+        perturbable, counted = count_positions(values, self.special, has)
+        self.tally.add(selected, perturbable, counted if eligible is None else eligible)
 
     @property
     def n_rows(self) -> int:

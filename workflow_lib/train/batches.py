@@ -38,6 +38,7 @@ class TrainingRows(torch.utils.data.Dataset):
         import json
 
         from workflow_lib.files import read_parquet
+        from workflow_lib.perturb.realised import REALISED_KEY
         from workflow_lib.perturb.training_data import EMBEDDING_KEY
 
         table = read_parquet(path)
@@ -45,6 +46,10 @@ class TrainingRows(torch.utils.data.Dataset):
         # An embedding-space perturbation (perturb.training_data): its settings, and the positions it noises.
         found = (table.schema.metadata or {}).get(EMBEDDING_KEY)
         self.embedding: dict | None = json.loads(found) if found else None
+        realised = (table.schema.metadata or {}).get(
+            REALISED_KEY
+        )  # what the perturbation realised (perturb/realised.py)
+        self.realised: dict | None = json.loads(realised) if realised else None
         noising = self.embedding is not None and self.embedding["strategy"] != "neftune"
         self.noised = Ragged.from_arrow(table.column("perturbed_positions")) if noising else None
         self.prefix_mode = "target_positions" in table.column_names

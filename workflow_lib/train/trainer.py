@@ -384,6 +384,8 @@ def finish(run: TrainingRun, state: RunState) -> None:
 
             end = neftune_scale(run.lm, run.neftune["alpha"], run.neftune["length"])
             ran["neftune"] = {**run.neftune, "ratio_end": end["ratio"]}
+        if getattr(run.loader.dataset, "realised", None) is not None:  # the report's "Perturbation realised"
+            ran["realised"] = run.loader.dataset.realised
         write_outputs(run, state, ran)
         shutil.rmtree(run.resume, ignore_errors=True)
     accelerator.wait_for_everyone()
