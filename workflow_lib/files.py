@@ -1,19 +1,25 @@
 """Writing outputs so that a killed job never leaves a file that looks finished.
 
 Every output goes to a temporary sibling first and is renamed into place when complete (rename is atomic on
-one filesystem). Parquet is written with pyarrow and a fixed set of options, so the same table gives the
-same bytes.
+one filesystem); a killed job's temporary is removed by the next writer of that output (`remove_stale_temporaries`).
+Folders that must survive a crash of the machine are flushed to disk before they replace the old one (`fsync_tree`,
+`replace_folder`). Parquet is written with pyarrow and a fixed set of options, so the same table gives the same bytes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+
+log = logging.getLogger("workflow_lib.files")
 
 
 @contextlib.contextmanager
@@ -34,6 +40,70 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
         elif tmp.exists():
             tmp.unlink()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process of this id runs on this machine (one of another user's counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporaries that `atomic_path` left beside `path` for processes that no longer run (a job killed
+    while writing: `.<name>.tmp-<pid>`), logging each; returns them. A live process's temporary is left alone."""
+    final = Path(path)
+    pattern = re.compile(rf"\.{re.escape(final.name)}\.tmp-(\d+)")
+    removed = []
+    for entry in sorted(final.parent.glob(f".{glob.escape(final.name)}.tmp-*")):
+        match = pattern.fullmatch(entry.name)
+        if match is None or int(match.group(1)) == os.getpid() or process_alive(int(match.group(1))):
+            continue
+        log.info("removing %s: the temporary of process %s, which no longer runs", entry, match.group(1))
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+        removed.append(entry)
+    return removed
+
+
+def fsync_folder(folder: str | os.PathLike) -> None:
+    """Flush a folder's entries (the names created, renamed or removed in it) to disk."""
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def fsync_tree(folder: str | os.PathLike) -> None:
+    """Flush every file under `folder`, then every folder in it and `folder` itself, to disk: after a crash of the
+    machine a tree written before this call reads back whole, not as the empty or short files of unwritten pages."""
+    for root, _, names in os.walk(folder, topdown=False):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as handle:
+                os.fsync(handle.fileno())
+        fsync_folder(root)
+
+
+def replace_folder(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Put the complete folder `tmp` in place of `final`, flushed to disk first; the old `final` is moved aside to
+    `<final>.old` and removed only once `tmp` has its place, so a kill at any moment leaves one of the two whole
+    (`<final>.old` without `<final>`: the old one, which the next reader puts back)."""
+    tmp, final = Path(tmp), Path(final)
+    aside = final.with_name(final.name + ".old")
+    fsync_tree(tmp)
+    shutil.rmtree(aside, ignore_errors=True)
+    if final.exists():
+        os.replace(final, aside)
+    os.replace(tmp, final)
+    fsync_folder(final.parent)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def write_parquet(table, path: str | os.PathLike) -> None:

@@ -196,7 +196,7 @@ def test_killed_lora_run_resumes_to_the_same_bytes(data, tmp_path):
 
 
 def test_a_checkpoint_with_other_adapters_is_not_resumed(data, tmp_path):
-    from workflow_lib.train.trainer import fingerprint
+    from workflow_lib.train.checkpoints import fingerprint
 
     args = base.args_for(data, tmp_path)
     described = {"r": 4, "target_modules": ["c_attn"]}

@@ -1,5 +1,6 @@
 """What `trainer.train` does at each optimizer step, one function a part: the step itself (forward, gather the targets'
-logits, objective, backward, clip, step), its log row, validation, the checkpoint, and at the end the written model.
+logits, objective, backward, clip, step), its log row, validation, and at the end the written model; the checkpoint
+folder (saving, resuming, its lock) is workflow_lib/train/checkpoints.py's.
 
 The parts share two objects: `TrainingRun`, set up once and only read afterwards, and `RunState`, what a checkpoint
 keeps besides accelerate's own state. A resumed run reads a RunState back from disk, so all that decides the rest of a
@@ -12,7 +13,6 @@ import argparse
 import csv
 import json
 import math
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from workflow_lib.cli import StageError
+from workflow_lib.files import replace_folder
 from workflow_lib.train.batches import TrainingRows, collate
+from workflow_lib.train.checkpoints import BEST, CURRENT
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
@@ -154,7 +156,7 @@ def validate(run: TrainingRun, state: RunState, row: dict) -> None:
         if run.adapters is not None:  # the adapters alone: write_outputs merges the best ones at the end
             save_best_adapter(run)
         else:
-            save_model(run.accelerator, run.model, run.tokenizer, run.resume / "best")
+            save_model(run.accelerator, run.model, run.tokenizer, run.resume / BEST)
 
 
 def validation_losses(
@@ -192,7 +194,7 @@ def diverged(run: TrainingRun, state: RunState, what: str, value: float, step: i
     """The error that stops a diverged run: where it happened, what is kept, what to check."""
     settings, model_spec, resume = run.settings, run.model_spec, run.resume
     kept = (
-        f"the last good checkpoint is {resume / 'state'} (step {state.checkpoint_step}); a rerun with the same "
+        f"the last good checkpoint is {resume / CURRENT} (step {state.checkpoint_step}); a rerun with the same "
         f"settings resumes from it, with other settings it starts afresh"
         if state.checkpoint_step
         else f"no checkpoint was written yet (training.checkpoint_every = {settings['checkpoint_every']})"
@@ -215,51 +217,6 @@ def checkpoint_due(run: TrainingRun, step: int) -> bool:
     return step % run.settings["checkpoint_every"] == 0 and step < run.total_steps
 
 
-STATE_FILE = "trainer_state.json"  # the step, best and log rows, in each checkpoint folder: written last
-CHECKPOINTS = ("state", "state.tmp", "state.old")  # the folder in charge; a save's new one; the one it replaces
-
-
-def save_checkpoint(run: TrainingRun, state: RunState) -> None:
-    """Model, optimizer, scheduler and every process's RNG states into a new folder, then the step into that same
-    folder (last: it marks the folder complete); only then does the new folder replace the one in charge. Each folder
-    is self-contained, so a kill at any moment leaves a complete and consistent checkpoint (`latest_checkpoint`):
-    never a newer state beside an older step."""
-    accelerator, resume = run.accelerator, run.resume
-    current, tmp, old = (resume / name for name in CHECKPOINTS)
-    if accelerator.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)  # a save a kill interrupted: never completed over
-    accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
-    accelerator.wait_for_everyone()  # every process has written its RNG state before the folder is marked
-    if accelerator.is_main_process:
-        (tmp / f"{STATE_FILE}.tmp").write_text(
-            json.dumps({"step": state.step, "best": state.best, "log": state.log, "fingerprint": run.mark})
-        )
-        os.replace(tmp / f"{STATE_FILE}.tmp", tmp / STATE_FILE)
-        shutil.rmtree(old, ignore_errors=True)
-        if current.exists():
-            os.replace(current, old)
-        os.replace(tmp, current)
-        shutil.rmtree(old, ignore_errors=True)
-    accelerator.wait_for_everyone()
-    state.checkpoint_step = state.step
-
-
-def latest_checkpoint(resume: Path) -> tuple[Path, dict] | None:
-    """The newest complete checkpoint folder under `resume` and its state file: the one in charge, or, after a kill
-    in the middle of a save's swap, the new or the replaced folder; None where there is none."""
-    found = []
-    for name in CHECKPOINTS:
-        marker = resume / name / STATE_FILE
-        if marker.exists():
-            saved = json.loads(marker.read_text())
-            found.append((saved["step"], name, saved))
-    if not found:
-        return None
-    _, name, saved = max(found, key=lambda item: item[0])
-    return resume / name, saved
-
-
 def save_model(accelerator, model, tokenizer, folder: Path) -> None:
     """The LM in safetensors with its tokenizer, replacing `folder` only once complete (the main process writes)."""
     from workflow_lib.data.tokenization import save_tokenizer
@@ -269,8 +226,7 @@ def save_model(accelerator, model, tokenizer, folder: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         accelerator.unwrap_model(model).lm.save_pretrained(tmp, safe_serialization=True)
         save_tokenizer(tokenizer, tmp)
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(tmp, folder)
+        replace_folder(tmp, folder)
 
 
 def save_best_adapter(run: TrainingRun) -> None:
@@ -278,12 +234,11 @@ def save_best_adapter(run: TrainingRun) -> None:
     from workflow_lib.train import lora
 
     if run.accelerator.is_main_process:
-        folder = run.resume / "best"
+        folder = run.resume / BEST
         tmp = folder.with_name(folder.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         lora.save_adapter(run.adapters, tmp)
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(tmp, folder)
+        replace_folder(tmp, folder)
 
 
 def write_outputs(run: TrainingRun, state: RunState, ran: dict) -> None:
@@ -299,10 +254,10 @@ def write_outputs(run: TrainingRun, state: RunState, ran: dict) -> None:
             from workflow_lib.train import lora
 
             ran = {**ran, "lora": lora.described(run.adapters)}
-            lora.write_merged(run.adapters, tmp, run.resume / "best" if selected else None)
+            lora.write_merged(run.adapters, tmp, run.resume / BEST if selected else None)
             save_tokenizer(run.tokenizer, tmp)
         elif selected:
-            shutil.copytree(run.resume / "best", tmp)
+            shutil.copytree(run.resume / BEST, tmp)
         else:
             run.accelerator.unwrap_model(run.model).lm.save_pretrained(tmp, safe_serialization=True)
             save_tokenizer(run.tokenizer, tmp)

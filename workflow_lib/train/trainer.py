@@ -15,11 +15,8 @@ hidden states and the output embedding.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import logging
 import math
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from workflow_lib.cli import StageError, parse_json_arg, run
+from workflow_lib.train import checkpoints
 from workflow_lib.train.batches import EpochShuffle, TrainingRows, collate
 from workflow_lib.train.forward import TargetLogits
 from workflow_lib.train.loop import (
@@ -35,8 +33,6 @@ from workflow_lib.train.loop import (
     TrainingRun,
     checkpoint_due,
     epoch_batches,
-    latest_checkpoint,
-    save_checkpoint,
     step_row,
     train_step,
     validate,
@@ -104,27 +100,33 @@ def check_settings(settings: dict, n_rows: int, n_processes: int) -> None:
         )
 
 
-def fingerprint(args, settings: dict, model_spec: dict, objective: dict, n_processes: int, adapters=None) -> str:
-    """What a checkpoint was made with: a rerun resumes only a checkpoint of the same run, never one left by a
-    failed run with other settings, data, number of processes or LoRA adapters (resolved: lora.described)."""
-    files = [(f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in (args.train, args.validation) if f]
-    made = [settings, model_spec, objective, n_processes, files] + ([adapters] if adapters else [])
-    text = json.dumps(made, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 # ---- training ------------------------------------------------------------------------------------------------
 
 
 def train(args: argparse.Namespace, settings: dict, model_spec: dict, objective: dict) -> None:
     """Train one model: set up, resume from a checkpoint of the same run if one is left, take the optimizer steps
-    (each logged; validated every eval_every and checkpointed every checkpoint_every steps), write the model."""
+    (each logged; validated every eval_every and checkpointed every checkpoint_every steps), write the model. The
+    checkpoint folder is held (locked) for the whole run, and what a killed run left in it is cleared first."""
+    from accelerate import PartialState
+
+    main = PartialState(cpu=not torch.cuda.is_available()).is_main_process
+    resume = Path(args.resume_dir)
+    with checkpoints.checkpoint_lock(resume, main):  # before anything reads or writes the folder, until it is removed
+        if main:
+            checkpoints.remove_stale(resume, args.output)
+        run = set_up(args, settings, model_spec, objective)
+        state = resume_or_start(run)
+        take_steps(run, state)
+        finish(run, state)
+
+
+def take_steps(run: TrainingRun, state: RunState) -> None:
+    """The optimizer steps from `state.step` to the last one: each logged, validated every eval_every and
+    checkpointed every checkpoint_every steps."""
     from tqdm import tqdm
 
     from workflow_lib.train import tracking
 
-    run = set_up(args, settings, model_spec, objective)
-    state = resume_or_start(run)
     start_tracking(run)
     progress = tqdm(
         total=run.total_steps,
@@ -150,11 +152,10 @@ def train(args: argparse.Namespace, settings: dict, model_spec: dict, objective:
             state.log.append(row)
             run.accelerator.log(tracking.logged(row), step=state.step)  # main process only; no tracker: nothing
             if checkpoint_due(run, state.step):
-                save_checkpoint(run, state)
+                checkpoints.save_checkpoint(run, state)
             if state.step >= run.total_steps:
                 break
     progress.close()
-    finish(run, state)
 
 
 def set_up(args: argparse.Namespace, settings: dict, model_spec: dict, objective: dict) -> TrainingRun:
@@ -220,7 +221,9 @@ def set_up(args: argparse.Namespace, settings: dict, model_spec: dict, objective
         steps_per_epoch=steps_per_epoch,
         total_steps=total_steps,
         resume=Path(args.resume_dir),
-        mark=fingerprint(args, settings, model_spec, objective, n_proc, adapted and lora.described(adapted)),
+        mark=checkpoints.fingerprint(
+            args, settings, model_spec, objective, n_proc, adapted and lora.described(adapted)
+        ),
         adapters=adapted,
         neftune=neftune,
     )
@@ -322,22 +325,19 @@ def make_optimizer(lm, settings: dict, device_type: str) -> torch.optim.Optimize
 
 
 def resume_or_start(run: TrainingRun) -> RunState:
-    """Continue exactly where the last checkpoint of this same run stopped (a killed or preempted job), or start at
-    step 0. A checkpoint made with other settings, data or processes is deleted, never resumed."""
-    accelerator, resume = run.accelerator, run.resume
-    latest = latest_checkpoint(resume)
-    folder, saved = latest if latest is not None else (None, None)
-    accelerator.wait_for_everyone()
-    if saved is not None and saved.get("fingerprint") != run.mark:
-        log.warning("discarding the checkpoint in %s: it was made with other settings, data or processes", resume)
-        if accelerator.is_main_process:
-            shutil.rmtree(resume)
-        saved = None
-        accelerator.wait_for_everyone()
-    if saved is None or folder is None:
+    """Continue exactly where the newest loadable checkpoint of this same run stopped (a killed or preempted job), or
+    start at step 0. The main process chooses (checkpoints.choose: a damaged checkpoint falls back to the previous
+    one, one made with other settings, data or processes is deleted), every process loads what it chose."""
+    from accelerate.utils import broadcast_object_list
+
+    accelerator = run.accelerator
+    chosen = [checkpoints.choose(run.resume, run.mark) if accelerator.is_main_process else None]
+    folder_and_saved = broadcast_object_list(chosen)[0]
+    if folder_and_saved is None:
         return RunState()
+    folder, saved = folder_and_saved
     accelerator.load_state(str(folder))
-    log.info("resuming from step %d of %d", saved["step"], run.total_steps)
+    log.info("resuming from step %d of %d (%s)", saved["step"], run.total_steps, folder)
     return RunState(step=saved["step"], best=saved["best"], log=saved["log"], checkpoint_step=saved["step"])
 
 
