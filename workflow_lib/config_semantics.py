@@ -7,7 +7,7 @@ it reads a model's context as the cost model does (cost/shapes.py), which the co
   block without a word;
 - a block beyond the model's context (a scratch model's n_positions; a local or cached checkpoint's config.json;
   the hub models the cost model knows) cannot be trained on; a perturbed row, longer than its block, is checked by
-  the training job before its first step (train/trainer.py, `check_context`), as is every model whose context is
+  the training job before its first step (train/batches.py, `check_context`), as is every model whose context is
   not known here;
 - an eval set on the training split of the experiment's own train dataset scores the model on its training text;
 - select_best picks the checkpoint of lowest validation loss, which a run without validation never computes.

@@ -84,7 +84,7 @@ def fsync_folder(folder: str | os.PathLike) -> None:
 def fsync_tree(folder: str | os.PathLike) -> None:
     """Flush every file under `folder`, then every folder in it and `folder` itself, to disk: after a crash of the
     machine a tree written before this call reads back whole, not as the empty or short files of unwritten pages."""
-    for root, _, names in os.walk(folder, topdown=False):
+    for root, _, names in os.walk(str(folder), topdown=False):
         for name in names:
             with open(os.path.join(root, name), "rb") as handle:
                 os.fsync(handle.fileno())

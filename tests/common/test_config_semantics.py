@@ -98,8 +98,7 @@ def test_a_key_written_twice_in_one_mapping_is_refused_naming_the_line(tmp_path)
 
 def test_the_training_job_refuses_a_row_beyond_the_models_context():
     from workflow_lib.cli import StageError
-    from workflow_lib.train.batches import Ragged
-    from workflow_lib.train.trainer import check_context
+    from workflow_lib.train.batches import Ragged, check_context
 
     class Rows:
         def __init__(self, lengths):

@@ -1,5 +1,5 @@
-"""Training rows as torch sees them: ragged Arrow columns, padding into batches, and an epoch shuffle that a resumed
-run repeats exactly.
+"""Training rows as torch sees them: ragged Arrow columns, padding into batches, an epoch shuffle that a resumed
+run repeats exactly, and the longest row checked against the model's context.
 """
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from workflow_lib.cli import StageError
 
 # ---- data ----------------------------------------------------------------------------------------------------
 
@@ -111,3 +113,19 @@ class EpochShuffle(torch.utils.data.Sampler):
 
     def __len__(self) -> int:
         return self.n
+
+
+def check_context(lm, settings: dict, datasets: list[TrainingRows]) -> None:
+    """The longest row this job trains or validates on (cut at training.max_length) fits the model's context: a
+    perturbed row is longer than its block, and a checkpoint's context may be known only once it is loaded."""
+    from workflow_lib.sample.loops import context_length
+
+    context = context_length(lm)
+    offsets = [d.inputs.offsets for d in datasets]
+    longest = min(settings["max_length"], max((int((o[1:] - o[:-1]).max()) for o in offsets if len(o) > 1), default=0))
+    if context is not None and longest > context:
+        raise StageError(
+            f"training.max_length: the longest training row is {longest} tokens (rows are cut at training.max_length "
+            f"= {settings['max_length']}), beyond the model's context of {context} positions; lower "
+            f"training.max_length to {context} or less (and tokenize.block_size below it, to leave room for insertions)"
+        )

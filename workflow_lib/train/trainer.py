@@ -25,7 +25,7 @@ import torch
 
 from workflow_lib.cli import StageError, parse_json_arg, run
 from workflow_lib.train import checkpoints
-from workflow_lib.train.batches import EpochShuffle, TrainingRows, collate
+from workflow_lib.train.batches import EpochShuffle, TrainingRows, check_context, collate
 from workflow_lib.train.forward import TargetLogits
 from workflow_lib.train.loop import (
     RunState,
@@ -227,22 +227,6 @@ def set_up(args: argparse.Namespace, settings: dict, model_spec: dict, objective
         adapters=adapted,
         neftune=neftune,
     )
-
-
-def check_context(lm, settings: dict, datasets: list[TrainingRows]) -> None:
-    """The longest row this job trains or validates on (cut at training.max_length) fits the model's context: a
-    perturbed row is longer than its block, and a checkpoint's context may be known only once it is loaded."""
-    from workflow_lib.sample.loops import context_length
-
-    context = context_length(lm)
-    offsets = [d.inputs.offsets for d in datasets]
-    longest = min(settings["max_length"], max((int((o[1:] - o[:-1]).max()) for o in offsets if len(o) > 1), default=0))
-    if context is not None and longest > context:
-        raise StageError(
-            f"training.max_length: the longest training row is {longest} tokens (rows are cut at training.max_length "
-            f"= {settings['max_length']}), beyond the model's context of {context} positions; lower "
-            f"training.max_length to {context} or less (and tokenize.block_size below it, to leave room for insertions)"
-        )
 
 
 def neftune_start(lm, embedding: dict, rows) -> dict | None:
