@@ -51,11 +51,10 @@ def gather(paths: list[str]):
         realised.append((table.schema.metadata or {}).get(REALISED_KEY))
         end = stop
     joined = pa.concat_tables(tables).combine_chunks()
-    if not realised or None in realised:  # shards written before the count was kept
+    counts = [json.loads(part) for part in realised if part is not None]
+    if not counts or len(counts) < len(realised):  # shards written before the count was kept
         return joined
-    total = sum(
-        (Realised.from_dict(json.loads(part)) for part in realised[1:]), Realised.from_dict(json.loads(realised[0]))
-    )
+    total = sum((Realised.from_dict(c) for c in counts[1:]), Realised.from_dict(counts[0]))
     return joined.replace_schema_metadata({REALISED_KEY: json.dumps(total.as_dict(), sort_keys=True)})
 
 
