@@ -105,6 +105,7 @@ def test_two_processes_train_data_parallel_and_resume_exactly(workdir):
     assert "training.gpus = 2 but there is no CUDA device: 2 CPU processes (gloo)" in log
 
     summary = json.loads((two / "train_summary.json").read_text())
+    assert summary["ran"].pop("realised")["realised_share"] == 0  # no perturbation: nothing perturbed
     assert summary["ran"] | {"steps_per_epoch": None} == {
         "processes": 2,
         "distributed": "MULTI_CPU",

@@ -120,7 +120,9 @@ def test_changed_param_reruns_only_what_depends_on_it(workdir):
 def test_failing_job_leaves_no_finished_looking_output(workdir):
     config = tiny_config()
     config["datasets"]["synthetic"]["builtin"]["docs"]["train"] = 1
-    config["tokenize"]["block_size"] = 100000
+    config["tokenize"]["block_size"] = 100000  # within the model's context and max_length: the config check passes
+    config["models"]["tiny"]["architecture"]["n_positions"] = 100000
+    config["training"]["max_length"] = 100000
     write_config(workdir, config)
     result = snakemake(workdir, "--keep-going")
     assert result.returncode != 0
