@@ -41,7 +41,9 @@ def hostile_config(workdir: Path, url: str) -> tuple[dict, dict[str, str]]:
     folder = workdir / "hub" / HOSTILE
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(
-        json.dumps({"model_type": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 16, "n_positions": 128, "vocab_size": 300})
+        json.dumps(
+            {"model_type": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 16, "n_positions": 128, "vocab_size": 300}
+        )
     )
     pairs = workdir / f"{HOSTILE}.tsv"
     pairs.write_text("river\tstream\n")

@@ -223,7 +223,9 @@ def main() -> None:
     )
     realised = tally.realised(float(perturbation["intensity"]))
     condition = f"samples {args.output} ({perturbation['strategy']} at {perturbation['intensity']:g})"
-    check_realised(realised, condition, table_settings(stored.schema.metadata) if stored is not None else None, args.synonyms)
+    check_realised(
+        realised, condition, table_settings(stored.schema.metadata) if stored is not None else None, args.synonyms
+    )
     metadata = {**shard_metadata(index, count, rows), REALISED_KEY: json.dumps(realised.as_dict(), sort_keys=True)}
     ids = out["continuation_ids"]
     texts = tokenizer.batch_decode(ids.tolist(), skip_special_tokens=True) if len(ids) else []  # [] decodes to [""]
