@@ -32,7 +32,9 @@ rule train:
         model=lambda w: as_json(MODELS[w.model]),
         objective=lambda w: as_json(config["objectives"][w.objective]),
         settings=lambda w: as_json(training_settings(config, w.model, w.seed)),
-        validation=lambda w, input: shell_words("--validation", input.validation) if "validation" in input.keys() else "",
+        validation=lambda w, input: (
+            shell_words("--validation", input.validation) if "validation" in input.keys() else ""
+        ),
         # Not an output: snakemake must not delete it when the job fails, so a rerun resumes from it.
         resume=lambda w: run_of(w).folder("checkpoints"),
     shell:
