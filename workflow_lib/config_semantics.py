@@ -23,8 +23,10 @@ from workflow_lib.config import ConfigError
 def training_settings(config: dict, model: str) -> tuple[dict, dict[str, str]]:
     """The training settings `model` trains with (its own `training` over the study's) and, per setting, the
     config key it comes from."""
+    from workflow_lib.train.settings import training_settings as merged
+
     own = config["models"][model].get("training") or {}
-    settings = {**config["training"], **own}
+    settings = merged(config, model, seed=0)  # the seed is no setting these checks read
     keys = {k: f"models.{model}.training.{k}" if k in own else f"training.{k}" for k in settings}
     return settings, keys
 
