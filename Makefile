@@ -15,7 +15,7 @@ OUT ?= results/gpu-check
 # environment: a workflow importing this one shares it).
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv install run test lint dryrun bench clean rehearsal real real-doses real-peers real-ci check estimate docs simulation gpu-check
+.PHONY: help venv install run test lint dryrun bench clean rehearsal real real-full real-peers real-ci check estimate docs simulation gpu-check
 
 help: ## list the targets, one line each
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z-]+):.*## /\1\t/' | expand -t 13
@@ -53,22 +53,23 @@ run: $(STAMP) ## the default study (config.yaml) and its HTML report
 rehearsal: $(STAMP) ## the paper's study on tiny stand-ins, checked (results/rehearsal/)
 	$(BIN)/python -m studies.rehearsal --cores $(CORES) $(SNAKEMAKE_ARGS)
 
-# configs/real.yaml (SmolLM2-135M fine-tuned on WikiText-2, tested in and out of domain) without the network: the
-# same files served on a loopback port (configs/real-local.yaml), then checked; results in results/real/.
-real: $(SMOLLM2) ## the paper's recipe on SmolLM2, 3 seeds per arm, offline (results/real/)
+# configs/real.yaml (SmolLM2-135M fine-tuned on WikiText-2, tested in and out of domain: the paper's recipe and its
+# dose-response) without the network: the same files served on a loopback port (configs/real-local.yaml), at 2 CPU
+# cores' size (configs/real-cpu.yaml), then checked; results in results/real/.
+real: $(SMOLLM2) ## the paper's recipe and its dose-response on SmolLM2, 3 seeds per arm, offline (results/real/)
 	$(BIN)/python -m studies.real --cores $(CORES) $(SNAKEMAKE_ARGS)
 
-# The dose-response (configs/real-doses.yaml: the recipe at 0.1 and 0.4 beside 0.025) in the same results/real/: what
-# `make real` made is reused.
-real-doses: $(SMOLLM2) ## the real study plus its dose-response, 0.025/0.1/0.4 (results/real/; hours on CPUs)
-	$(BIN)/python -m studies.real --doses --cores $(CORES) $(SNAKEMAKE_ARGS)
+# The whole design at configs/real.yaml's own size (800 training rows, 80 prompts x 2 runs of 50 tokens), in
+# results/real-full/: hours on 2 CPU cores, minutes on a GPU.
+real-full: $(SMOLLM2) ## the real study at its full size (results/real-full/; hours on CPUs)
+	$(BIN)/python -m studies.real --full --workdir results/real-full --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The rows beyond the paper's recipe (configs/real-peers.yaml: Algorithm 1's prefix mode with cached sampling, the
 # embedding space's noise, NEFTune, LoRA) beside it, in the same results/real/: what `make real` made is reused.
 real-peers: $(SMOLLM2) ## the real study plus its rows beyond the paper's recipe (results/real/)
 	$(BIN)/python -m studies.real --peers --cores $(CORES) $(SNAKEMAKE_ARGS)
 
-# The same with its doses at CI's size (configs/real-ci.yaml), in results/real-ci/.
+# The same at CI's size (configs/real-ci.yaml), in results/real-ci/.
 real-ci: $(SMOLLM2) ## the real-model study at CI's size (results/real-ci/)
 	$(BIN)/python -m studies.real --ci --workdir results/real-ci --cores $(CORES) $(SNAKEMAKE_ARGS)
 

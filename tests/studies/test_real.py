@@ -1,9 +1,10 @@
 """`make real`: configs/real.yaml (SmolLM2-135M from a GGUF file, WikiText-2, licence texts) run without the network.
 
 - configs/real-local.yaml changes only where files come from, and serves the same bytes configs/real.yaml pins
-  wherever this machine has them (the GGUF file, the licences); configs/real-ci.yaml changes only sizes.
-- The study runs the paper's recipe; its overlays (the doses, the peers) only add experiments; it plans the rules it
-  should (one fetch and one dequantisation of the GGUF file, its trainings, the zero-shot row, two eval sets).
+  wherever this machine has them (the GGUF file, the licences); configs/real-cpu.yaml (`make real`'s size) and
+  configs/real-ci.yaml change only sizes.
+- The study runs the paper's recipe and its dose-response; the peers' overlay only adds experiments; it plans the rules
+  it should (one fetch and one dequantisation of the GGUF file, its trainings, the zero-shot row, two eval sets).
 - The post-run checks (studies/real_checks.py, which `make real` runs on the finished study) are each shown failing
   on doctored input.
 """
@@ -32,8 +33,8 @@ from support.workflow_runs import REPO, SNAKEMAKE
 
 pytestmark = pytest.mark.workflow
 
-REAL, LOCAL, CI, DOSES, PEERS = (
-    REPO / f"configs/{name}.yaml" for name in ("real", "real-local", "real-ci", "real-doses", "real-peers")
+REAL, LOCAL, CPU, CI, PEERS = (
+    REPO / f"configs/{name}.yaml" for name in ("real", "real-local", "real-cpu", "real-ci", "real-peers")
 )
 SOURCE_KEYS = {
     "datasets.*.archive.url",
@@ -88,15 +89,25 @@ def test_local_overlay_changes_only_sources_and_pins_the_same_bytes_as_the_users
         assert mine["url"].split("/data/main/", 1)[1] == theirs["url"].split("/data/main/", 1)[1]
 
 
-def test_ci_overlay_changes_only_sizes():
-    ci = yaml.safe_load(CI.read_text())
-    assert [key for key in leaves(ci) if not allowed(key, SIZE_KEYS)] == []
+@pytest.mark.parametrize("overlay", [CPU, CI], ids=lambda path: path.stem)
+def test_a_size_overlay_changes_only_sizes(overlay):
+    sized = yaml.safe_load(overlay.read_text())
+    assert [key for key in leaves(sized) if not allowed(key, SIZE_KEYS)] == []
     # The overlay keeps an across-seeds row for every trained arm (2 seeds: planned, reported "not testable").
     real = yaml.safe_load(REAL.read_text())
     trained = [name for name, exp in real["experiments"].items() if len(exp.get("seeds", [])) > 1]
     assert trained and all(
-        len(ci["experiments"].get(name, real["experiments"][name])["seeds"]) >= 2 for name in trained
+        len(sized.get("experiments", {}).get(name, real["experiments"][name])["seeds"]) >= 2 for name in trained
     )
+
+
+def test_make_real_keeps_three_seeds_and_mauves_floor():
+    """`make real`'s size tests what the full design tests: 3 training seeds for every trained arm (a claim about a
+    training method has seeds as its unit) and every MAUVE at or above the schema's floor (evaluation.mauve)."""
+    merged = study_config([REAL, CPU])
+    assert all(len(exp.get("seeds", [42, 43, 44])) >= 3 for exp in merged["experiments"].values())
+    texts = merged["prompts"]["max_prompts"] * merged["sampling"].get("runs", 1)
+    assert merged.get("evaluation", {}).get("mauve", {}).get("min_texts", 50) <= merged["prompts"]["max_prompts"] <= texts
 
 
 def test_served_files_are_the_pinned_bytes():
@@ -134,8 +145,8 @@ def plan(tmp_path, *configs) -> dict[str, int]:
 def test_the_real_study_runs_the_papers_recipe():
     """Issue 63: `augment` with m = 1 (D ∪ D~) and the baseline on D ∪ D; insertion at uniform gaps (augment's);
     the same T at every sampling step in `exact` mode on every seed; at least three intensities spanning the paper's
-    sweep (with the doses' overlay), each from at least 3 training seeds."""
-    real = study_config([REAL, DOSES])
+    sweep, each from at least 3 training seeds."""
+    real = study_config([REAL])
     experiments = real["experiments"]
     baseline = experiments["baseline"]
     assert baseline["train_perturbation"] == {"modes": ["augment"], "copies": 1} and "mle" in baseline["objectives"]
@@ -152,45 +163,41 @@ def test_the_real_study_runs_the_papers_recipe():
     assert len(doses) >= 3 and min(doses) == 0.025 and max(doses) == 0.4
 
 
-@pytest.mark.parametrize("overlay", [DOSES, PEERS], ids=lambda path: path.stem)
-def test_an_overlay_only_adds_experiments(overlay):
-    """So that `make real-doses` and `make real-peers` rerun nothing of `make real`."""
-    real, added = yaml.safe_load(REAL.read_text()), yaml.safe_load(overlay.read_text())
+def test_the_peers_only_add_experiments():
+    """So that `make real-peers` reruns nothing of `make real`."""
+    real, added = yaml.safe_load(REAL.read_text()), yaml.safe_load(PEERS.read_text())
     assert set(added) == {"experiments"} and not set(added["experiments"]) & set(real["experiments"])
-    merged = study_config([REAL, overlay])
+    merged = study_config([REAL, PEERS])
     assert {k: merged["experiments"][k] for k in real["experiments"]} == real["experiments"]
 
 
-def test_ci_runs_the_whole_recipe():
-    """CI's overlay sizes the doses' experiments too, so `make real-ci` must add the doses (a size without its
-    experiment would be a partial one)."""
+def test_each_target_merges_its_size_last():
+    """A size overlay sizes whatever experiments come before it (the peers' too), so it is given last; `make real`
+    takes the CPU size, `make real-full` none."""
     from studies import real as runner
 
+    assert runner.study_configs() == [REAL, LOCAL, CPU]
+    assert runner.study_configs("ci", peers=True) == [REAL, LOCAL, PEERS, CI]
+    assert runner.study_configs("full") == [REAL, LOCAL]
     ci_experiments = set(yaml.safe_load(CI.read_text())["experiments"])
-    configs = runner.study_configs(ci=True)
-    assert DOSES in configs and configs[-1] == CI
-    assert ci_experiments <= set(study_config(configs[:-1])["experiments"])
-    assert runner.study_configs() == [REAL, LOCAL]
+    assert ci_experiments <= set(study_config([REAL])["experiments"])
 
 
 def test_the_real_study_plans_its_rules(tmp_path):
-    jobs = plan(tmp_path, REAL, LOCAL)
+    jobs = plan(tmp_path, REAL, LOCAL, CPU)
     assert jobs["tokenizer"] == 1 and jobs["fetch_gguf"] == 1 and jobs["dequantise"] == 1
-    # MLE and EMO on D ∪ D and MLE on D ∪ D~ at 0.025, from 3 seeds each; sampled on 2 eval sets with the zero-shot
-    # model, the method in `exact` mode; one perplexity job a model.
-    assert jobs["train"] == 9 and jobs["sample"] == 2 * 10 and jobs["perplexity"] == 10
-    # The doses add 0.1 and 0.4 from 3 seeds each.
-    jobs = plan(tmp_path, REAL, LOCAL, DOSES)
+    # MLE and EMO on D ∪ D and MLE on D ∪ D~ at 0.025, 0.1 and 0.4, from 3 seeds each; sampled on 2 eval sets with
+    # the zero-shot model, the method in `exact` mode; one perplexity job a model.
     assert jobs["train"] == 15 and jobs["sample"] == 2 * 16 and jobs["perplexity"] == 16
     # The peers add Algorithm 1's baseline and insertion (cached), the embedding noise and NEFTune from 3 seeds each
     # and LoRA from one, its model fetched and dequantised under its own name (pretrained.GGUF_DOWNLOAD is per model).
     jobs = plan(tmp_path, REAL, LOCAL, PEERS)
     assert jobs["fetch_gguf"] == 2 and jobs["dequantise"] == 2
-    assert jobs["train"] == 9 + 13 and jobs["sample"] == 2 * (10 + 13) and jobs["perplexity"] == 10 + 13
+    assert jobs["train"] == 15 + 13 and jobs["sample"] == 2 * (16 + 13) and jobs["perplexity"] == 16 + 13
 
 
 def test_checks_fail_on_doctored_input(tmp_path):
-    real = study_config([REAL, DOSES, PEERS])
+    real = study_config([REAL, PEERS])
     seeds = real["experiments"]["dose-0.4"]["seeds"]
     rows = [
         (eval_set, *row, seed, 0.5)
@@ -222,7 +229,7 @@ def test_checks_fail_on_doctored_input(tmp_path):
     )
     # without an overlay, its rows are not asked for
     recipe = metrics.filter(pl.col("train_mode") != "prefix")
-    assert row_problems(recipe, study_config([REAL, DOSES])) == []
+    assert row_problems(recipe, study_config([REAL])) == []
     assert row_problems(recipe.filter(~pl.col("test_intensity").is_in([0.1, 0.4])), study_config([REAL])) == []
     real = yaml.safe_load(REAL.read_text())
     (tmp_path / "pretrained/smollm2").mkdir(parents=True)
