@@ -189,11 +189,14 @@ def test_each_target_merges_its_size_last():
 
 
 def test_the_real_study_plans_its_rules(tmp_path):
-    jobs = plan(tmp_path, REAL, LOCAL, CPU)
+    jobs = plan(tmp_path, REAL, LOCAL)
     assert jobs["tokenizer"] == 1 and jobs["fetch_gguf"] == 1 and jobs["dequantise"] == 1
     # MLE and EMO on D ∪ D and MLE on D ∪ D~ at 0.025, 0.1 and 0.4, from 3 seeds each; sampled on 2 eval sets with
     # the zero-shot model, the method in `exact` mode; one perplexity job a model.
     assert jobs["train"] == 15 and jobs["sample"] == 2 * 16 and jobs["perplexity"] == 16
+    # `make real`'s size leaves out the EMO baseline's 3 seeds.
+    jobs = plan(tmp_path, REAL, LOCAL, CPU)
+    assert jobs["train"] == 12 and jobs["sample"] == 2 * 13 and jobs["perplexity"] == 13
     # The peers add Algorithm 1's baseline and insertion (cached), the embedding noise and NEFTune from 3 seeds each
     # and LoRA from one, its model fetched and dequantised under its own name (pretrained.GGUF_DOWNLOAD is per model).
     jobs = plan(tmp_path, REAL, LOCAL, PEERS)
