@@ -9,6 +9,8 @@ SNAKEMAKE_ARGS ?=
 CONFIG ?= config.yaml
 ESTIMATE_ARGS ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers of `make test` (tests/conftest.py groups the tests; 0: one process, no xdist).
+PYTEST_WORKERS ?= 2
 GPU_PYTHON ?= $(BIN)/python
 OUT ?= results/gpu-check
 # The jobs run `python -m workflow_lib...`: the venv's python, whether or not it is activated (the Snakefile edits no
@@ -128,7 +130,7 @@ lint: $(DEV) ## the checks CI runs: snakemake --lint, snakefmt, ruff, mypy
 	$(BIN)/mypy
 
 test: install ## the test suite (offline)
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml, pages under docs/) into site/; strict: a broken link fails it.
 docs: $(DEV) ## the documentation site into site/ (strict)

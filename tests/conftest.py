@@ -54,3 +54,23 @@ def paper_plan(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("paper-plan")
     result, seconds = paper_dry_run(workdir, "--quiet", "rules")
     return PaperPlan(workdir, result, seconds)
+
+
+# `make test` runs the suite on 2 pytest-xdist workers with `--dist loadgroup` (BENCHMARKS.md, "Test suite time"):
+# every test module goes to one worker whole, so that its module fixtures are built once, and the modules that share
+# a session fixture go to the same worker, so that the tiny study and the paper's plan are each made once. The
+# fixtures' modules are handed out first: they are the longest units, and a long unit last would leave a worker idle.
+SHARED_FIXTURES = ("tiny_study", "paper_plan")
+
+
+def pytest_collection_modifyitems(config, items):
+    groups: dict[str, str] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        shared = next((name for name in SHARED_FIXTURES if name in item.fixturenames), None)
+        if shared or module not in groups:
+            groups[module] = shared or groups.get(module) or module
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid.split("::", 1)[0]]))
+    first = set(SHARED_FIXTURES)
+    items.sort(key=lambda item: groups[item.nodeid.split("::", 1)[0]] not in first)  # stable: the order is kept
