@@ -130,7 +130,7 @@ lint: $(DEV) ## the checks CI runs: snakemake --lint, snakefmt, ruff, mypy
 	$(BIN)/mypy
 
 test: install ## the test suite (offline)
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml, pages under docs/) into site/; strict: a broken link fails it.
 docs: $(DEV) ## the documentation site into site/ (strict)
