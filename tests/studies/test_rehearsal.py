@@ -48,6 +48,8 @@ SOURCE_AND_SIZE_KEYS = {
     "prompts.max_prompts",
     "eval_sets.*.max_prompts",
     "simulation.replications",
+    "simulation.n_sequences",
+    "simulation.heldout_sequences",
 }
 
 
