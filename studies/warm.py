@@ -13,8 +13,8 @@ It only ever saves time. A job runs cold, exactly as without it, whenever PERTUR
 does not answer, the job was not started as `python -m workflow_lib.<module> ...`, or the job's environment
 differs from the server's in a variable that a preloaded library may read at import (HF_HUB_OFFLINE, the thread
 counts Snakemake sets, the ranks of a distributed launch: any but those in FREE). Outputs are the same bytes warm or cold
-(tests/studies/test_warm.py). `make rehearsal` and the workflow tests' snakemake helper (tests/support/workflow_runs.py)
-start a server; `make run`, `make real` and cluster jobs run cold. A warm job's `benchmark:` file measures the client: its wall time holds, its memory
+(tests/studies/test_warm.py). `make rehearsal`, `make real` (and its variants) and the workflow tests' snakemake helper
+(tests/support/workflow_runs.py) start a server; `make run` and cluster jobs run cold. A warm job's `benchmark:` file measures the client: its wall time holds, its memory
 columns do not.
 
     python -m studies.warm --socket /tmp/x/warm.sock [--preload MODULE ...]

@@ -71,11 +71,20 @@ def test_the_cli_fails_in_one_line_naming_the_key_and_writes_nothing(tmp_path, t
         assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
 
 
-def test_dequantised_folder_loads_as_a_checkpoint_with_the_files_logits_and_tokenizer_and_repeats(tmp_path, tiny):
+def test_dequantised_folder_loads_as_a_checkpoint_with_the_files_logits_and_tokenizer_and_repeats(
+    tmp_path, tiny, monkeypatch
+):
+    import gguf
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    parses = []
+    monkeypatch.setattr(
+        gguf, "GGUFReader", lambda path, mode="r", read=gguf.GGUFReader: parses.append(mode) or read(path, mode)
+    )
     record = dequantise("tiny", tiny, tmp_path / "a")
+    assert parses == ["r"]  # header, config, weights and tokenizer share one parse of the file
+    monkeypatch.undo()
     assert record["architecture"] == "llama" and record["sha256"] == hashlib.sha256(tiny.read_bytes()).hexdigest()
     folder = AutoModelForCausalLM.from_pretrained(tmp_path / "a")
     original = AutoModelForCausalLM.from_pretrained(tiny.parent, gguf_file=tiny.name, dtype=torch.float32)
@@ -108,3 +117,6 @@ def test_a_copy_that_computes_other_logits_is_refused(tmp_path, tiny, monkeypatc
     with pytest.raises(StageError, match=r"models\.tiny\.gguf: the saved copy computes other logits"):
         dequantise("tiny", tiny, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+    import gguf
+
+    assert isinstance(gguf.GGUFReader, type)  # the shared reader is gone once the job's loading is done

@@ -14,7 +14,10 @@ any of the work is done, with the model's config key named.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from workflow_lib.cli import StageError, parse_json_arg, run
@@ -48,6 +51,32 @@ def gguf_header(key: str, path: str | Path) -> dict:
     if field is None:
         raise StageError(f"{what}: {path} has no general.architecture field")
     return {"architecture": field.contents(), "tensors": len(reader.tensors), "bytes": path.stat().st_size}
+
+
+@contextlib.contextmanager
+def one_reader() -> Iterator[None]:
+    """Each file is parsed once inside the block. transformers builds a new `gguf.GGUFReader` for the config, for the
+    weights and for the tokenizer, and the reader walks every metadata string in Python: SmolLM2's 49,152 tokens and
+    their merges take seconds a parse, and a dequantisation parsed the file four times (BENCHMARKS.md). A reader
+    opened read-only ("r") is a memory map nothing writes to, so one serves every call."""
+    import gguf
+
+    original = gguf.GGUFReader
+    readers: dict[tuple[str, str], object] = {}
+
+    def shared(path, mode="r"):
+        if mode != "r":
+            return original(path, mode)
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
 
 
 def check_architecture(key: str, architecture: str) -> None:
@@ -90,23 +119,24 @@ def dequantise(key: str, path: Path, output: str | Path) -> dict:
 
     from workflow_lib.data.tokenization import save_tokenizer
 
-    header = gguf_header(key, path)
-    check_architecture(key, header["architecture"])
-    log.info(
-        "%s: %s, %d tensors, %.1f MB; dequantising to float32",
-        path.name,
-        header["architecture"],
-        header["tensors"],
-        header["bytes"] / 1e6,
-    )
-    try:
-        loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    except Exception as error:
-        raise StageError(
-            f"models.{key}.gguf: transformers could not read {path}: {type(error).__name__}: "
-            f"{str(error).splitlines()[0] if str(error) else ''}"
-        ) from error
+    with one_reader():
+        header = gguf_header(key, path)
+        check_architecture(key, header["architecture"])
+        log.info(
+            "%s: %s, %d tensors, %.1f MB; dequantising to float32",
+            path.name,
+            header["architecture"],
+            header["tensors"],
+            header["bytes"] / 1e6,
+        )
+        try:
+            loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        except Exception as error:
+            raise StageError(
+                f"models.{key}.gguf: transformers could not read {path}: {type(error).__name__}: "
+                f"{str(error).splitlines()[0] if str(error) else ''}"
+            ) from error
     config = loaded.config
     for attribute in ("quantization_config", "_name_or_path"):
         if hasattr(config, attribute):
