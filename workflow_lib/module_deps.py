@@ -9,20 +9,28 @@ docstring, a reformatting rerun nothing. Snakemake compares params by value, so 
 the job (and what reads its outputs), while a fresh clone, a moved checkout, a `git checkout` that leaves the code
 alone or a `touch` (new paths, new mtimes, same code) reruns nothing. (Listed as `input:` files instead, they were compared by absolute path
 and mtime: a clone of the repository next to copied results reran every job.) Nothing is imported or executed:
-the source is parsed with `ast`, once per module and process, which takes a few milliseconds at Snakefile parse
-time. Standard library only.
+the source is parsed with `ast`. Parsing and normalising the ~100 files the rules run took about 1.2 s of every
+snakemake start (dry runs included), so what a file's bytes give (its normal form's sha256 and its imports) is kept
+on disk by the sha256 of those bytes (`cache_folder`): a file read back that matches no entry, or an entry that does
+not parse, is computed again; one that cannot be written is not kept. Standard library only.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import json
+import os
+import re
 import sys
+import tempfile
 from functools import cache
 from pathlib import Path
 
 PACKAGE = "workflow_lib"
 PACKAGE_DIR = Path(__file__).resolve().parent
+FORM = 1  # the version of `_normal` and of the cached facts: a change to either must raise it
+CACHE_ENV = "PERTURBED_LM_CODE_CACHE"  # a folder for the cache; empty: none
 
 
 def _source(module: str) -> Path | None:
@@ -66,29 +74,107 @@ def _tree(path: Path) -> ast.Module:
     return _parse(path.read_text(), str(path))
 
 
+def cache_folder() -> Path | None:
+    """Where the facts of source files are kept: $PERTURBED_LM_CODE_CACHE (empty: nowhere), else
+    perturbed-lm/code under $XDG_CACHE_HOME or ~/.cache; one folder per FORM and Python version (`ast` differs)."""
+    root = os.environ.get(CACHE_ENV)
+    if root == "":
+        return None
+    if root is None:
+        root = os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "perturbed-lm", "code"
+        )
+    return Path(root) / f"form{FORM}-py{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _raw_imports(tree: ast.Module) -> list[list]:
+    """[level, module or None, [names]] of every import statement, in the order `ast.walk` meets them."""
+    out: list[list] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.append([0, None, [alias.name for alias in node.names]])
+        elif isinstance(node, ast.ImportFrom):
+            out.append([node.level, node.module, [alias.name for alias in node.names]])
+    return out
+
+
+_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def _well_formed(facts) -> bool:
+    return (
+        isinstance(facts, dict)
+        and isinstance(facts.get("normal"), str)
+        and _HEX.fullmatch(facts["normal"]) is not None
+        and isinstance(facts.get("imports"), list)
+        and all(
+            isinstance(i, list)
+            and len(i) == 3
+            and isinstance(i[0], int)
+            and (i[1] is None or isinstance(i[1], str))
+            and isinstance(i[2], list)
+            and all(isinstance(n, str) for n in i[2])
+            for i in facts["imports"]
+        )
+    )
+
+
+@cache
+def _facts(data: bytes, filename: str) -> dict:
+    """{"normal": sha256 hex of the normal form, "imports": `_raw_imports`} of a source file's bytes."""
+    key = hashlib.sha256(data).hexdigest()
+    folder = cache_folder()
+    entry = folder / key[:2] / f"{key}.json" if folder is not None else None
+    if entry is not None:
+        try:
+            facts = json.loads(entry.read_text())
+            if _well_formed(facts):
+                return facts
+        except (OSError, ValueError):
+            pass
+    text = data.decode()
+    facts = {
+        "normal": hashlib.sha256(_normal_text(text, filename)).hexdigest(),
+        "imports": _raw_imports(_parse(text, filename)),
+    }
+    if entry is not None:
+        try:  # a temporary name, then a rename: a reader never sees half an entry
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=entry.parent, suffix=".tmp", delete=False) as handle:
+                json.dump(facts, handle)
+            os.replace(handle.name, entry)
+        except OSError:
+            pass
+    return facts
+
+
+def file_facts(path: Path) -> dict:
+    return _facts(path.read_bytes(), str(path))
+
+
 @cache
 def direct_imports(module: str) -> frozenset[str]:
     """Every module name imported anywhere in `module`'s source (absolute; relative imports resolved)."""
     path = module_path(module)
-    tree = _tree(path)
     # A relative import counts from the package that holds the module; a package's __init__ is its own package.
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                if len(base) < 1 or node.level - 1 >= len(package.split(".")):
-                    raise ValueError(f"{path}: relative import beyond the top-level package")
-                base_name = ".".join([*base, node.module] if node.module else base)
-            else:
-                assert node.module is not None, "an absolute `from` import always names its module"
-                base_name = node.module
-            names.add(base_name)
-            # `from workflow_lib.lab import laws` imports a submodule, not a name.
-            names.update(f"{base_name}.{alias.name}" for alias in node.names if alias.name != "*")
+    for level, base, aliases in file_facts(path)["imports"]:
+        if base is None and level == 0:  # `import a.b`
+            names.update(aliases)
+            continue
+        if level:
+            parts = package.split(".")
+            if level - 1 >= len(parts):
+                raise ValueError(f"{path}: relative import beyond the top-level package")
+            base_name = ".".join(
+                [*parts[: len(parts) - (level - 1)], base] if base else parts[: len(parts) - (level - 1)]
+            )
+        else:
+            base_name = base
+        names.add(base_name)
+        # `from workflow_lib.lab import laws` imports a submodule, not a name.
+        names.update(f"{base_name}.{alias}" for alias in aliases if alias != "*")
     return frozenset(names)
 
 
@@ -156,7 +242,7 @@ def code_digest(module: str) -> str:
     for name in module_closure(module):
         path = module_path(name)
         digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(normal_form(path)).digest())
+        digest.update(bytes.fromhex(file_facts(path)["normal"]))
     return "sha256:" + digest.hexdigest()
 
 

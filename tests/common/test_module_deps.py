@@ -224,3 +224,54 @@ def test_formatting_comments_and_docstrings_change_no_digest_and_executed_code_d
     ]
     assert [digest_of(text) == before for text in changed] == [False] * len(changed)
     assert digest_of(source) == before
+
+
+def test_the_on_disk_facts_give_the_digest_a_parse_gives_and_a_bad_entry_is_computed_again(
+    fake_package, tmp_path, monkeypatch
+):
+    """The cache (module_deps.cache_folder) is consulted by the sha256 of a file's bytes: a fresh process with it
+    warm gets the digest that parsing gives, without or with no cache; an entry that does not parse or is cut short
+    is computed again and rewritten; an entry that parses is believed (so a planted one moves the digest: the cache
+    is read), and a folder that cannot be written to leaves the digest as it is."""
+    import hashlib
+    import json
+
+    root = fake_package(
+        {
+            "__init__.py": "",
+            "stage/__init__.py": "",
+            "stage/job.py": "from ..stage import helper\n",
+            "stage/helper.py": "x = 1\n",
+        }
+    )
+
+    def digest(cache: str | None) -> str:
+        if cache is None:
+            monkeypatch.delenv(module_deps.CACHE_ENV, raising=False)
+        else:
+            monkeypatch.setenv(module_deps.CACHE_ENV, cache)
+        for cached in (module_deps._facts, module_deps.direct_imports, module_deps.module_closure):
+            cached.cache_clear()  # as a new process
+        return code_digest("workflow_lib.stage.job")
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    parsed = digest("")
+    assert not (tmp_path / "xdg").exists()  # no cache, nothing written
+    assert digest(None) == parsed and digest(None) == parsed  # the default folder, written then read
+    assert list((tmp_path / "xdg/perturbed-lm/code").glob(f"form{module_deps.FORM}-py*/*/*.json"))
+    folder = tmp_path / "cache"
+    assert digest(str(folder)) == parsed and digest(str(folder)) == parsed
+    key = hashlib.sha256((root / "stage/helper.py").read_bytes()).hexdigest()
+    entry = module_deps.cache_folder() / key[:2] / f"{key}.json"
+    good = json.loads(entry.read_text())
+    assert good["imports"] == [] and len(good["normal"]) == 64
+    for bad in ("{", json.dumps({**good, "normal": "xyz"}), json.dumps({"imports": []}), ""):
+        entry.write_text(bad)
+        assert digest(str(folder)) == parsed
+        assert json.loads(entry.read_text()) == good  # rewritten whole
+    entry.write_text(json.dumps({**good, "normal": "0" * 64}))
+    assert digest(str(folder)) != parsed  # believed: the cache is what was read
+    entry.unlink()
+    blocker = tmp_path / "a-file"  # a folder under a file cannot be made, even by root
+    blocker.write_text("")
+    assert digest(str(blocker / "cache")) == parsed
