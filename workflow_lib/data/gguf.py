@@ -72,11 +72,11 @@ def one_reader() -> Iterator[None]:
             readers[key] = original(path, mode)
         return readers[key]
 
-    gguf.GGUFReader = shared
+    gguf.GGUFReader = shared  # type: ignore[misc, assignment]  # transformers looks it up at each call
     try:
         yield
     finally:
-        gguf.GGUFReader = original
+        gguf.GGUFReader = original  # type: ignore[misc]
 
 
 def check_architecture(key: str, architecture: str) -> None:
