@@ -4,7 +4,7 @@ Snakemake reruns a job when its shell command changes, not when a module that th
 every rule that runs `python -m workflow_lib.<stage>.<module>` has a `code` param, `code_digest(module)`: the
 sha256 of what Python executes of that module's file and of every workflow_lib module it imports, directly or
 through others, at the top or inside a function (heavy imports live inside functions), each named by its path
-inside the package. What Python executes is the syntax tree without docstrings (`normal_form`): a comment, a
+inside the package. What Python executes is the syntax tree without docstrings (`_normal_text`): a comment, a
 docstring, a reformatting rerun nothing. Snakemake compares params by value, so a change to executed code reruns
 the job (and what reads its outputs), while a fresh clone, a moved checkout, a `git checkout` that leaves the code
 alone or a `touch` (new paths, new mtimes, same code) reruns nothing. (Listed as `input:` files instead, they were compared by absolute path
@@ -12,7 +12,8 @@ and mtime: a clone of the repository next to copied results reran every job.) No
 the source is parsed with `ast`. Parsing and normalising the ~100 files the rules run took about 1.2 s of every
 snakemake start (dry runs included), so what a file's bytes give (its normal form's sha256 and its imports) is kept
 on disk by the sha256 of those bytes (`cache_folder`): a file read back that matches no entry, or an entry that does
-not parse, is computed again; one that cannot be written is not kept. Standard library only.
+not parse, is computed again; one that cannot be written is not kept. Standard library only (and
+workflow_lib.files, which is too).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ import json
 import os
 import re
 import sys
-import tempfile
 from functools import cache
 from pathlib import Path
+
+from workflow_lib.files import write_json
 
 PACKAGE = "workflow_lib"
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -138,11 +140,8 @@ def _facts(data: bytes, filename: str) -> dict:
         "imports": _raw_imports(_parse(text, filename)),
     }
     if entry is not None:
-        try:  # a temporary name, then a rename: a reader never sees half an entry
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=entry.parent, suffix=".tmp", delete=False) as handle:
-                json.dump(facts, handle)
-            os.replace(handle.name, entry)
+        try:
+            write_json(facts, entry)  # a temporary name, then a rename: a reader never sees half an entry
         except OSError:
             pass
     return facts
@@ -223,14 +222,10 @@ def _normal(value) -> str:
     return repr(value)
 
 
-def normal_form(path: Path) -> bytes:
-    """What of a source file Python executes: its syntax tree without docstrings, as text (`_normal`). A comment, a
-    docstring, a blank line or a reformatting leaves it unchanged; so does any edit that leaves the tree the same."""
-    return _normal_text(path.read_text(), str(path))
-
-
 @cache
 def _normal_text(text: str, filename: str) -> bytes:
+    """What of a source file Python executes: its syntax tree without docstrings, as text (`_normal`). A comment, a
+    docstring, a blank line or a reformatting leaves it unchanged; so does any edit that leaves the tree the same."""
     return _normal(_parse(text, filename)).encode()
 
 
