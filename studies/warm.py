@@ -14,7 +14,7 @@ does not answer, the job was not started as `python -m workflow_lib.<module> ...
 differs from the server's in a variable that a preloaded library may read at import (HF_HUB_OFFLINE, the thread
 counts Snakemake sets, the ranks of a distributed launch: any but those in FREE). Outputs are the same bytes warm or cold
 (tests/studies/test_warm.py). `make rehearsal`, `make real` (and its variants) and the workflow tests' snakemake helper
-(tests/support/workflow_runs.py) start a server; `make run` and cluster jobs run cold. A warm job's `benchmark:` file measures the client: its wall time holds, its memory
+(tests/support/workflow_runs.py) start a server, and so does `make run` (studies/default.py); cluster jobs run cold. A warm job's `benchmark:` file measures the client: its wall time holds, its memory
 columns do not.
 
     python -m studies.warm --socket /tmp/x/warm.sock [--preload MODULE ...]
@@ -57,6 +57,7 @@ FREE = frozenset(
         "TEMPDIR",
         "_RJEM_MALLOC_CONF",
         "PERTURBED_LM_TRACKING",
+        "PS1",  # a shell's prompt: an activated venv exports it, and the jobs' bash may set it again
     }
 )
 # Imported once by the server: torch, transformers and the rehearsal's model families, which start no thread (with
@@ -71,6 +72,7 @@ HEAVY = (
     "transformers.modeling_utils",
     "transformers.models.auto.tokenization_auto",
     "transformers.models.gpt2.modeling_gpt2",
+    "transformers.models.bert.modeling_bert",  # MiniLM, the default featuriser
     "transformers.models.opt.modeling_opt",
     "transformers.models.gpt_neo.modeling_gpt_neo",
     "transformers.models.llama.modeling_llama",

@@ -27,7 +27,7 @@ def test_default_config_is_valid_and_defaults_are_filled():
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     filled = validate_config(config, workdir=REPO)
     assert filled["tokenize"]["splits"] == ["train", "validation"]
-    assert filled["prompts"]["reference_words"] == 80
+    assert filled["prompts"]["min_chars"] == 100
     assert filled["eval_sets"]["synthetic-test"]["prefix_words"] == 20
     assert filled["datasets"]["synthetic"]["cleaning"] == "none"
 

@@ -56,6 +56,7 @@ def test_only_python_dash_m_of_a_workflow_module_is_handed_over():
     assert job_module(["python", "-m", "pytest"]) is None and job_module(["python", "run.py"]) is None
     assert refusal({"A": "1", "PATH": "/a", ENV: "s"}, {"A": "1", "PATH": "/b"}) == []
     assert refusal({"A": "1", "HF_HUB_OFFLINE": "1"}, {"A": "2"}) == ["A", "HF_HUB_OFFLINE"]
+    assert refusal({"PS1": "$ "}, {"PS1": "(.venv) $ "}) == []  # an activated venv's prompt keeps jobs warm
 
 
 def test_a_sample_job_writes_the_same_bytes_warm_and_cold_in_a_fraction_of_the_time(server, tmp_path):

@@ -37,7 +37,7 @@ def run_recipe(name: str, studies: Path, run: list[str] | None = None) -> subpro
 
 def test_every_recipe_is_a_file_the_page_shows_whole():
     found = recipes()
-    assert set(found) == {"own-data", "zero-shot", "with-and-without", "objective", "lora-7b", "longer"}
+    assert set(found) == {"own-data", "zero-shot", "with-and-without", "objective", "lora-7b", "longer", "more-arms"}
     assert {p.stem for p in (REPO / "configs/examples").glob("*.yaml")} == set(found)
     for name, (body, command) in found.items():
         assert body == (REPO / f"configs/examples/{name}.yaml").read_text(), name
@@ -142,6 +142,15 @@ def test_longer_overlay_adds_the_longer_model_to_the_default_study(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "results/models/tiny-long/synthetic/mle/" in done.stdout
     assert "results/models/tiny/synthetic/brier/" in done.stdout  # the default study's jobs too
+
+
+def test_more_arms_overlay_adds_the_embedding_space_and_the_second_dose_to_the_default_study(tmp_path):
+    done = run_recipe("more-arms", tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "results/models/tiny/synthetic/mle/none/augment-m1/embedding-noise-0.025/" in done.stdout
+    assert "/unbiased/none/embedding-noise-0.025-exact" in done.stdout  # noise at sampling too
+    assert "results/models/tiny/synthetic/mle/distributional/augment-m1/insertion-0.4/" in done.stdout
+    assert "results/models/tiny/synthetic/brier/" in done.stdout
 
 
 def test_studies_side_by_side_write_their_own_results(tmp_path):
