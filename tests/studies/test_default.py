@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-import studies.default as default
+from studies import default
 from studies.warm import ENV
 
 
