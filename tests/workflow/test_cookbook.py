@@ -150,6 +150,7 @@ def test_more_arms_overlay_adds_the_embedding_space_and_the_second_dose_to_the_d
     assert "results/models/tiny/synthetic/mle/none/augment-m1/embedding-noise-0.025/" in done.stdout
     assert "/unbiased/none/embedding-noise-0.025-exact" in done.stdout  # noise at sampling too
     assert "results/models/tiny/synthetic/mle/distributional/augment-m1/insertion-0.4/" in done.stdout
+    assert "results/report/figures/intensity.png" in done.stdout  # a second dose: MAUVE against intensity
     assert "results/models/tiny/synthetic/brier/" in done.stdout
 
 
