@@ -22,6 +22,7 @@ from studies.httpserver import serve
 
 REPO = Path(__file__).resolve().parents[1]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")  # this interpreter's snakemake, venv activated or not
 
 
 def job_environment(env: dict) -> dict:
@@ -66,7 +67,7 @@ def warm_server(env: dict, log: Path):
 
 def snakemake_command(workdir: Path, configs: list[Path], *args: str) -> list[str]:
     return [
-        str(Path(sys.executable).parent / "snakemake"),
+        SNAKEMAKE,
         "-s",
         str(REPO / "Snakefile"),
         "--directory",
