@@ -17,7 +17,7 @@ OUT ?= results/gpu-check
 # environment: a workflow importing this one shares it).
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv install lock run test lint dryrun bench clean rehearsal real real-full real-peers real-ci check estimate docs simulation gpu-check
+.PHONY: help venv install lock run test lint dryrun bench clean rehearsal real real-full real-peers real-ci check estimate design docs simulation gpu-check
 
 help: ## list the targets, one line each
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z-]+):.*## /\1\t/' | expand -t 13
@@ -85,7 +85,7 @@ real: $(SMOLLM2) $(DEV) ## the paper's recipe and its dose-response on SmolLM2, 
 # The whole design at configs/real.yaml's own size (800 training rows, 80 prompts x 2 runs of 50 tokens), in
 # results/real-full/: hours on 2 CPU cores, minutes on a GPU.
 real-full: $(SMOLLM2) $(DEV) ## the real study at its full size (results/real-full/; hours on CPUs)
-	$(BIN)/python -m studies.real --full --workdir results/real-full --cores $(CORES) $(SNAKEMAKE_ARGS)
+	$(BIN)/python -m studies.real --full --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The rows beyond the paper's recipe (configs/real-peers.yaml: Algorithm 1's prefix mode with cached sampling, the
 # embedding space's noise, NEFTune, LoRA) beside it, in the same results/real/: what `make real` made is reused.
@@ -94,7 +94,7 @@ real-peers: $(SMOLLM2) $(DEV) ## the real study plus its rows beyond the paper's
 
 # The same at CI's size (configs/real-ci.yaml), in results/real-ci/.
 real-ci: $(SMOLLM2) $(DEV) ## the real-model study at CI's size (results/real-ci/)
-	$(BIN)/python -m studies.real --ci --workdir results/real-ci --cores $(CORES) $(SNAKEMAKE_ARGS)
+	$(BIN)/python -m studies.real --ci --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The simulation study alone at the paper's 100 replications, with its controls (configs/simulation.yaml: oracle and
 # empirical synonyms, shrinkage toward uniform), in results/simulation-study/ (apart from the default study's
@@ -112,6 +112,12 @@ simulation: $(STAMP) ## the paper's bigram simulation with its controls (results
 # (docs/cluster.md, "What a study costs"; --calibrate measures this machine first).
 estimate: $(STAMP) ## what a study costs before it runs (CONFIG=..., ESTIMATE_ARGS=...)
 	$(BIN)/python -m workflow_lib.cost.estimate --configfile $(CONFIG) $(ESTIMATE_ARGS)
+
+# The seeds x prompts x runs a comparison of two training methods needs to see a target effect, from the finished real
+# study's variance components, priced by the cost model (docs/method.md §4, "Variance components and the design
+# calculator"): `make design DESIGN_ARGS="--effect mauve=0.03 --device h100"` (--ci: results/real-ci/).
+design: $(STAMP) ## the study a target effect needs, from the finished real study (DESIGN_ARGS=...)
+	$(BIN)/python -m studies.design $(DESIGN_ARGS)
 
 # Snakemake reports a broken YAML --configfile without its file or line: this names both, or the key at fault.
 check: $(STAMP) ## check a study's config files before it runs (CONFIG="configs/paper.yaml my-overlay.yaml")

@@ -106,6 +106,35 @@ rule contrasts:
         "python -m workflow_lib.report.contrasts --intensity {params.intensity:q} --output {output:q} @{input.arguments:q} 2> {log:q}"
 
 
+# Where each contrast's variance comes from (seeds, prompts, runs, MAUVE's k-means), with intervals: the summary's table
+# and the CSV `make design` sizes a study from (workflow_lib.report.variance, workflow_lib.report.design).
+rule variance:
+    input:
+        metrics=metric_targets(config) + extrapolation_targets(config),
+        sidecars=inputs.metric_sidecars(),
+        arguments=argument_file("variance"),
+    output:
+        md=report(
+            REPORT_TABLE.format(table="variance", ext="md"),
+            caption="../report/variance.rst",
+            category="Tables",
+            subcategory="variance",
+            labels={"table": "variance", "format": "md"},
+        ),
+        csv=REPORT_TABLE.format(table="variance", ext="csv"),
+    log:
+        log_path("report/variance"),
+    localrule: True
+    conda:
+        "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.report.variance"),
+        intensity=config["report"]["intensity"],
+        stem=lambda w, output: output.md.removesuffix(".md"),
+    shell:
+        "python -m workflow_lib.report.variance --intensity {params.intensity:q} --stem {params.stem:q} @{input.arguments:q} 2> {log:q}"
+
+
 # What each synonym table holds, as text: a seeded sample of sources with their synonyms and weights, and the share of the
 # training tokens that have any (workflow_lib.report.synonym_audit).
 rule synonym_audit:
@@ -152,6 +181,7 @@ rule tables:
         models=model_targets(config),
         controls=control_targets(config),
         synonyms=REPORT_TABLE.format(table="synonyms", ext="md"),
+        variance=REPORT_TABLE.format(table="variance", ext="md"),
         arguments=argument_file("tables"),
     output:
         summary=report(SUMMARY, caption="../report/summary.rst", category="Summary"),
@@ -179,7 +209,7 @@ rule tables:
         settings=lambda w: as_json(report_settings(config)),
         folder=lambda w, output: os.path.dirname(output.tables[0]),
     shell:
-        "python -m workflow_lib.report.build tables --metrics {input.metrics:q} --config {params.config:q} --settings {params.settings:q} --out-dir {params.folder:q} --summary {output.summary:q} --landing {output.landing:q} --simulation {input.simulation:q} --contrasts {input.contrasts:q} --synonyms {input.synonyms:q} @{input.arguments:q} 2> {log:q}"
+        "python -m workflow_lib.report.build tables --metrics {input.metrics:q} --config {params.config:q} --settings {params.settings:q} --out-dir {params.folder:q} --summary {output.summary:q} --landing {output.landing:q} --simulation {input.simulation:q} --contrasts {input.contrasts:q} --synonyms {input.synonyms:q} --variance {input.variance:q} @{input.arguments:q} 2> {log:q}"
 
 
 rule figure:

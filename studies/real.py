@@ -82,6 +82,10 @@ def served_files(shared: Path) -> dict[str, bytes]:
     return files
 
 
+# Where each size's study runs (`make real`, `make real-ci`, `make real-full`), and where `make design` reads it.
+WORKDIRS = {"cpu": "results/real", "ci": "results/real-ci", "full": "results/real-full"}
+
+
 def study_configs(size: str = "cpu", peers: bool = False) -> list[Path]:
     """The config files of `make real` and its variants, in the order snakemake merges them: the size last, so that
     it sizes the peers' experiments too. `size`: "cpu" (configs/real-cpu.yaml), "ci" (configs/real-ci.yaml) or
@@ -93,20 +97,21 @@ def study_configs(size: str = "cpu", peers: bool = False) -> list[Path]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cores", default="all")
-    parser.add_argument("--workdir", type=Path, default=REPO / "results/real")
+    parser.add_argument("--workdir", type=Path, help="default: WORKDIRS of the size")
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--ci", action="store_true", help="CI's size (configs/real-ci.yaml)")
     size.add_argument("--full", action="store_true", help="the whole design at configs/real.yaml's own size")
     parser.add_argument("--peers", action="store_true", help="add configs/real-peers.yaml (beyond the paper's recipe)")
     parser.add_argument("--cold", action="store_true", help="every job in its own process (no studies.warm server)")
     args, snakemake_args = parser.parse_known_args()  # the rest goes to snakemake (e.g. --forceall, -n)
-    workdir = args.workdir.resolve()
+    scale = "ci" if args.ci else "full" if args.full else "cpu"
+    workdir = (args.workdir or REPO / WORKDIRS[scale]).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     return run_served_study(
         "real",
         workdir,
-        study_configs("ci" if args.ci else "full" if args.full else "cpu", peers=args.peers),
+        study_configs(scale, peers=args.peers),
         served_files(shared_data()),
         PORT,
         ["--cores", args.cores, *snakemake_args],

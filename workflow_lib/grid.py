@@ -317,7 +317,7 @@ def simulation_summary_input(config: dict) -> list[str]:
 
 
 def report_targets(config: dict) -> list[str]:
-    tables = [REPORT_TABLE.format(table=t, ext="md") for t in [*REPORT_TABLES, "examples", "synonyms"]]
+    tables = [REPORT_TABLE.format(table=t, ext="md") for t in [*REPORT_TABLES, "examples", "synonyms", "variance"]]
     figures = [REPORT_FIGURE.format(figure=f, ext="png") for f in report_figures(config)]
     contrasts = REPORT.format(file="contrasts.csv")
     return [SUMMARY, contrasts, *tables, *figures, *curve_targets(config)]

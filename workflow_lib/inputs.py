@@ -285,6 +285,7 @@ class Inputs:
                 "--mauve",
                 *self.mauve_contrast_targets(),
             ],
+            "variance": metric_targets(config) + extrapolation_targets(config),
             "tables": [
                 *["--data", *data_records(config)],
                 *["--lab", *[t for t in lab_targets(config) if t.endswith(".md")]],

@@ -17,7 +17,7 @@ from workflow_lib.cost.shapes import KNOWN, from_config
 
 LLAMA_7B = from_config(KNOWN["meta-llama/Llama-2-7b-hf"])
 LORA = {"r": 16, "alpha": 32.0, "dropout": 0.0, "target_modules": None}
-OVERLAY = ["configs/paper.yaml", "configs/examples/lora-7b.yaml"]
+OVERLAY = [str(REPO / "configs/paper.yaml"), str(REPO / "configs/examples/lora-7b.yaml")]  # whatever the cwd
 
 
 @pytest.mark.parametrize("family", ["gpt2", "opt", "gpt-neox"])

@@ -325,7 +325,7 @@ def test_the_csv_is_byte_identical_on_a_rerun(study, tmp_path):
     header = outputs[0].decode().splitlines()[0]
     assert header == (
         "family,metric,model,dataset,objective,eval_set,decoder,seed,a,b,difference,low,high,p,p_holm,"
-        "significant,favours,n,resamples,method,not_testable,unit,spread,detectable"
+        "significant,favours,n,resamples,method,not_testable,unit,spread,detectable,detectable_low,detectable_high"
     )
 
 

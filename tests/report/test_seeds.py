@@ -208,3 +208,25 @@ def test_a_check_of_algorithm_2_on_one_seed_is_its_own_row_never_in_cacheds_plac
     # a cached arm is named in a study of one mode as well; an exact one is not
     assert _label("Both", rows[-1], []) == "Both (cached, persistent perturbation)"
     assert _label("Both", exact, []) == "Both"
+
+
+def test_the_detectable_figure_of_three_seeds_has_the_interval_its_standard_error_allows():
+    """`detectable` is a multiple of the estimated standard error: the figure at the true sigma lies in
+    detectable_interval's 95% interval for 95% of studies (3 seeds: 0.52 to 6.3 times the estimate)."""
+    from scipy import stats
+
+    from workflow_lib.report.statistics import across_seeds, detectable, detectable_interval
+
+    rng = np.random.default_rng(8)
+    k, sigma = 3, 0.02
+    critical = float(stats.t.ppf(0.975, k - 1))
+    truth = detectable(-critical * sigma / np.sqrt(k), critical * sigma / np.sqrt(k), k - 1, 1)
+    d = rng.normal(0.0, sigma, k)
+    estimate = across_seeds(d)
+    seen = detectable(estimate.low, estimate.high, k - 1, 1)
+    assert seen / truth == pytest.approx(d.std(ddof=1) / sigma)  # the same multiple of its own standard error
+    ratios = rng.normal(0.0, sigma, (2000, k)).std(1, ddof=1) / sigma
+    covered = [low <= 1 <= high for low, high in (detectable_interval(r, k - 1) for r in ratios)]
+    assert abs(np.mean(covered) - 0.95) < 3 * np.sqrt(0.95 * 0.05 / 2000)
+    low, high = detectable_interval(0.29, 2)
+    assert (round(low, 2), round(high, 1)) == (0.15, 1.8)

@@ -32,6 +32,7 @@ REPORT_RULES = {
     "examples",
     "training_curves",
     "synonym_audit",
+    "variance",
     "all",
 }  # the report stage's: counted loosely
 BUILTIN_SPLITS = ("train", "validation", "test", "ood")

@@ -46,6 +46,20 @@ def load_config(paths: list[str], workdir: Path) -> dict:
     return config
 
 
+def devices(config: dict, gpu_name: str | None, cpu_name: str | None) -> tuple[Device, Device]:
+    """(GPU, CPU) devices: the named ones, else the config's cost.device and this machine's calibration (`local`)
+    where it exists, else cost.cpu. ValueError for an unknown device or a missing calibration."""
+    overrides = config["cost"]["devices"]
+    gpu_name = gpu_name or config["cost"]["device"]
+    cpu_name = cpu_name or ("local" if CALIBRATION.is_file() else config["cost"]["cpu"])
+    if "local" in (gpu_name, cpu_name) and "local" not in overrides:
+        if not CALIBRATION.is_file():
+            raise ValueError(f"device local: no calibration at {CALIBRATION}; run with --calibrate")
+        calibrated = json.loads(CALIBRATION.read_text())
+        overrides = {**overrides, "local": {k: v for k, v in calibrated.items() if k not in ("name", "source")}}
+    return device(gpu_name, overrides.get(gpu_name)), device(cpu_name, overrides.get(cpu_name))
+
+
 def rule_table(jobs: list[Job], gpus: int, cores: int) -> list[dict]:
     """One row per rule; a rule's share is of its kind's total (GPU-hours or CPU core-hours: never added together)."""
     rows = []
@@ -336,16 +350,8 @@ def main(argv: list[str] | None = None) -> None:
                 **measured["shape_rates"],
             }
         CALIBRATION.write_text(json.dumps(measured, indent=1) + "\n")
-    overrides = config["cost"]["devices"]
-    gpu_name = args.device or config["cost"]["device"]
-    cpu_name = args.cpu or ("local" if CALIBRATION.is_file() else config["cost"]["cpu"])
-    if "local" in (gpu_name, cpu_name) and "local" not in overrides:
-        if not CALIBRATION.is_file():
-            sys.exit(f"device local: no calibration at {CALIBRATION}; run with --calibrate")
-        calibrated = json.loads(CALIBRATION.read_text())
-        overrides = {**overrides, "local": {k: v for k, v in calibrated.items() if k not in ("name", "source")}}
     try:
-        gpu, cpu = device(gpu_name, overrides.get(gpu_name)), device(cpu_name, overrides.get(cpu_name))
+        gpu, cpu = devices(config, args.device, args.cpu)
     except ValueError as error:
         sys.exit(str(error))
     try:

@@ -73,6 +73,7 @@ def main() -> None:
     tb.add_argument("--models", nargs="*", default=[], help="trained model folders (their train_log.csv)")
     tb.add_argument("--controls", nargs="*", default=[], help="results/controls/<featuriser>/<eval set>.json")
     tb.add_argument("--synonyms", help="results/report/tables/synonyms.md (the synonym audit), if any")
+    tb.add_argument("--variance", help="results/report/tables/variance.md (report.variance), if any")
     fg = sub.add_parser("figure")
     fg.add_argument("--metrics", required=True)
     fg.add_argument("--name", required=True)
@@ -117,6 +118,8 @@ def main() -> None:
         written["controls"] = controls_table(controls, str(Path(args.out_dir) / "controls"))
         if args.synonyms:
             written["synonyms"] = Path(args.synonyms).read_text()
+        if args.variance:
+            written["variance"] = Path(args.variance).read_text()
         with atomic_path(args.summary) as tmp:
             simulation = Path(args.simulation).read_text() if args.simulation else None
             records = [data_record(path) for path in args.data]

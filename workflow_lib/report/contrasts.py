@@ -26,7 +26,9 @@ uncertainty of their difference is that of paired data (docs/method.md §4):
 Each row above is about one pair of checkpoints (unit "checkpoint": one training seed). Where both arms were trained
 from several seeds, report.seeds adds one row per comparison and metric across them (unit "seeds": the t-test over the
 seeds' differences), the test of the training method. Every tested row carries `detectable`, the smallest difference
-its test finds with 80% power at Holm's first step (statistics.detectable).
+its test finds with 80% power at Holm's first step (statistics.detectable), with that figure's 95% interval where
+its test has degrees of freedom (`detectable_low`, `detectable_high`: the standard error it rests on is itself an
+estimate; statistics.detectable_interval).
 
 p-values are Holm-corrected within one (family, metric, unit) table. A Monte Carlo p cannot be below 1/(B + 1) and
 Holm multiplies a table's smallest p by its m comparisons, so each table gets B = max(--resamples, 200 m)
@@ -69,6 +71,7 @@ from workflow_lib.report.statistics import (
     Estimate,
     Permutations,
     detectable,
+    detectable_interval,
     holm,
     paired_t,
     permutation_mean_differences,
@@ -110,6 +113,8 @@ COLUMNS = {
     "unit": pl.Utf8,
     "spread": pl.Float64,
     "detectable": pl.Float64,
+    "detectable_low": pl.Float64,
+    "detectable_high": pl.Float64,
 }
 IDENTITY = ["family", "metric", "unit", "model", "dataset", "objective", "eval_set", "decoder", "seed", "a", "b"]
 
@@ -264,7 +269,9 @@ def contrasts(
         for r in table:
             if r["p_holm"] is not None and r["high"] != r["low"]:  # a zero-width interval: identical arms, no test
                 # The percentile interval of the joint MAUVE contrast has no degrees of freedom: read as normal.
-                r["detectable"] = detectable(r["low"], r["high"], None if r["method"] == JOINT else r["n"] - 1, tested)
+                df = None if r["method"] == JOINT else r["n"] - 1
+                r["detectable"] = detectable(r["low"], r["high"], df, tested)
+                r["detectable_low"], r["detectable_high"] = detectable_interval(r["detectable"], df)
     frame = pl.DataFrame([{k: r.get(k) for k in COLUMNS} for r in rows], schema=COLUMNS, orient="row")
     return frame.sort(IDENTITY)
 

@@ -67,7 +67,8 @@ def _size(x: float) -> str:
 
 
 def _could_have_seen(rows: pl.DataFrame) -> str:
-    """'; it could have seen a difference of 0.012 to 0.020 at 80% power' over rows with a detectable effect."""
+    """'; it could have seen a difference of 0.012 to 0.020 at 80% power (95% interval of that figure: 0.010 to 0.031)'
+    over rows with a detectable effect."""
     seen = rows["detectable"].drop_nulls() if "detectable" in rows.columns else pl.Series([], dtype=pl.Float64)
     if not seen.len():
         return ""
@@ -81,7 +82,12 @@ def _could_have_seen(rows: pl.DataFrame) -> str:
         if near.height
         else ""
     )
-    return f": it could have seen a difference of {span} at 80% power{fragile_note}"
+    uncertain = ""
+    if "detectable_high" in rows.columns and rows["detectable_high"].drop_nulls().len():
+        # The figure rests on an estimated standard error: at few seeds its interval is wide (statistics.detectable_interval).
+        lowest, highest = rows["detectable_low"].drop_nulls().min(), rows["detectable_high"].drop_nulls().max()
+        uncertain = f" (95% interval of that figure: {_size(cast(float, lowest))} to {_size(cast(float, highest))})"
+    return f": it could have seen a difference of {span} at 80% power{uncertain}{fragile_note}"
 
 
 def _verdicts(part: pl.DataFrame, better: str) -> str:

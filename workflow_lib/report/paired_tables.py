@@ -133,7 +133,9 @@ def paired_section(frame: pl.DataFrame) -> str:
             f"them (the mean over seeds of each seed's difference, its t interval with seeds − 1 degrees of freedom, "
             f"the between-seed sd; fewer than {MIN_SEEDS} seeds: not testable); the per-checkpoint tables speak of "
             "those checkpoints only. *detectable*: the smallest true difference the row's test finds with 80% power "
-            "at Holm's first step (0.05/m), from its interval. *fragile*: a Holm p in "
+            "at Holm's first step (0.05/m), from its interval, with that figure's 95% interval where its test has "
+            "degrees of freedom (the standard error it rests on is an estimate: at 3 seeds, 0.52 to 6.3 times it). "
+            "*fragile*: a Holm p in "
             f"[{FRAGILE[0]:g}, {FRAGILE[1]:g}), near the 0.05 line, which a rerun on another machine can move across it."
         ),
         "",
@@ -185,9 +187,12 @@ def _table(part: pl.DataFrame, title: str, columns: list[str], unit: str) -> lis
         identity = [str(r[c]) if r[c] not in (None, "") else "—" for c in columns]
         spread = f" {r['spread']:.3f} |" if seeds and r.get("spread") is not None else (" |" if seeds else "")
         seen = r.get("detectable")
+        seen_text = "" if seen is None else f"{seen:.3f}"
+        if seen is not None and r.get("detectable_high") is not None:
+            seen_text += f" [{r['detectable_low']:.3f}, {r['detectable_high']:.3f}]"
         lines.append(
             "| " + " | ".join(identity) + f" | {r['a']} vs {r['b']} | {_number(r['difference'])}{interval} |{spread} "
             f"{_p(r['p_holm'], r.get('not_testable'))}{' (fragile)' if fragile(r['p_holm']) else ''} | "
-            f"{'✱' if r['significant'] else ''} | {'' if seen is None else f'{seen:.3f}'} |"
+            f"{'✱' if r['significant'] else ''} | {seen_text} |"
         )
     return [*lines, ""]

@@ -120,6 +120,22 @@ def detectable(
     return float(optimize.brentq(lambda shift: rejects(shift) - power, 0.0, 4 * (critical + 3))) * se
 
 
+def detectable_interval(seen: float | None, df: int | None, level: float = 0.95) -> tuple[float | None, float | None]:
+    """The 95% interval of a `detectable` figure: it is a multiple of the row's estimated standard error, whose
+    square rests on df degrees of freedom (df s^2 / sigma^2 ~ chi2(df)), so the figure at the true sigma lies between
+    seen sqrt(df / chi2_hi) and seen sqrt(df / chi2_lo). At 3 seeds (df 2): 0.52 to 6.3 times it. None without df
+    (the joint MAUVE test's percentile interval) or without a figure."""
+    from scipy import stats
+
+    if seen is None or df is None or df < 1:
+        return None, None
+    tail = (1 - level) / 2
+    return (
+        seen * float(np.sqrt(df / stats.chi2.ppf(1 - tail, df))),
+        seen * float(np.sqrt(df / stats.chi2.ppf(tail, df))),
+    )
+
+
 # A Holm p in [FRAGILE[0], FRAGILE[1]) sits near the level: float kernels that differ across CPUs, or another
 # k-means seed, can move such a p across 0.05 (a newcomer's rerun moved EMO against MLE's MAUVE from "no difference"
 # to p_holm 0.040). A convention, named in every finding it marks: a factor of 5 below the level, 2 above it.

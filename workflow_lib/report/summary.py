@@ -189,6 +189,16 @@ def variance_line(frame: pl.DataFrame) -> str:
     return line
 
 
+VARIANCE_CAPTION = (
+    "Each perturbation contrast's difference split into its sources (report.variance; docs/method.md §4, \"Variance "
+    "components and the design calculator\"): between training seeds, the prompts' shared effect, how a prompt's "
+    "difference moves between seeds, a text's sampling run and MAUVE's k-means seed, each an ANOVA estimate with its "
+    "95% interval; `seed mean` is the variance of one seed's mean difference, what the test across seeds divides by. "
+    "With 3 seeds, `seed mean`'s interval runs from 0.27 to 39.5 times its estimate (2 degrees of freedom). Every contrast's "
+    "components are in tables/variance.csv; `make design` reads them to size a study for a target effect.\n\n"
+)
+
+
 @dataclass(frozen=True)
 class StudyResults:
     """What the summary reads of a finished study: its metrics table and the rest of what the tables job is given.
@@ -287,6 +297,11 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
         "## What MAUVE can see here\n",
         controls_section(results.controls, written.get("controls", "")),
         *(["## The synonyms the perturbation draws\n", written["synonyms"]] if "synonyms" in written else []),
+        *(
+            ["## Where the variance comes from\n", VARIANCE_CAPTION, written["variance"]]
+            if "variance" in written
+            else []
+        ),
         *(["## Perturbation realised\n", REALISED_CAPTION, realised] if realised else []),
         "## Provenance\n",
         provenance_section(frame),
