@@ -24,7 +24,7 @@ from workflow_lib.report.variance import (
     nested,
 )
 
-STUDIES = 500
+STUDIES = 400
 # Binomial 3-sigma band around 95% coverage at STUDIES replications.
 BAND = 3 * np.sqrt(0.95 * 0.05 / STUDIES)
 

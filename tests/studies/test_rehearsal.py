@@ -98,7 +98,7 @@ def plan(workdir: Path, *configs: Path) -> dict[str, int]:
 
 
 def test_rehearsal_plans_the_papers_jobs(tmp_path, paper_plan):
-    """The paper's plan is the session's (`paper_plan`, tests/conftest.py: `-n --quiet rules` from an empty folder)."""
+    """The paper's plan is the session's (`paper_plan`, tests/conftest.py: `-n --printshellcmds` from an empty folder)."""
     from studies.standins import build
 
     build(tmp_path / "rehearsal/standins")  # planning checks that the featuriser folder holds a model
