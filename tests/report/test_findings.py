@@ -376,3 +376,20 @@ def test_perplexity_under_perturbation_is_named_the_base_models_and_under_an_obj
     assert line.startswith("**brier against MLE** (every eval set and condition), about these checkpoints")
     assert ": perplexity helped in 0, hurt in 1 (set0 no perturbation +1.000" in line
     assert "base model" not in line
+
+
+def test_a_perturbation_null_says_where_the_papers_gain_lies_against_what_it_could_see():
+    """The paper's gain (metric_registry `paper_gain`: ROUGE-1 0.01) against the detectable figures and their interval."""
+    rows = [
+        {**r, "eval_set": "webtext", "detectable": seen, "detectable_low": seen * 0.52, "detectable_high": seen * 6.3}
+        for r, seen in zip(contrast_rows("perturbation", "rouge1", [(0.002, 0.8), (0.001, 0.9)]), (0.016, 0.037))
+    ]
+    text = contrast_findings(contrasts_of(rows))[0]
+    assert (
+        "it could have seen a difference of 0.016 to 0.037 at 80% power (95% interval of that figure: 0.008 to 0.233); "
+        "the paper's gain (0.01) is below that range" in text
+    )
+    within = [{**r, "detectable": seen} for r, seen in zip(rows, (0.005, 0.02))]
+    assert "the paper's gain (0.01) is within that range" in contrast_findings(contrasts_of(within))[0]
+    objective = [{**r, "family": "objective", "objective": "brier", "favours": "brier"} for r in rows]
+    assert "the paper's gain" not in contrast_findings(contrasts_of(objective))[0]  # its gains are perturbation's

@@ -160,13 +160,13 @@ def _warm_variable() -> dict[str, str]:
 
 @functools.cache
 def _session_server() -> dict[str, str]:
-    from studies.warm import ENV
+    from studies.warm import ARROW_ALLOCATOR, ENV
 
     stack = contextlib.ExitStack()
     atexit.register(stack.close)
     log = Path(tempfile.mkdtemp(prefix="warm-log-")) / "warm.log"
     started = stack.enter_context(warm_server(job_environment(SESSION_ENV), log))
-    return {ENV: started[ENV], "PYTHONPATH": started["PYTHONPATH"]} if ENV in started else {}
+    return {k: started[k] for k in (ENV, "PYTHONPATH", *ARROW_ALLOCATOR)} if ENV in started else {}
 
 
 def snakemake_environment(env: dict | None = None) -> dict[str, str]:

@@ -23,7 +23,7 @@ from typing import cast
 import polars as pl
 
 from workflow_lib.constants import UNTRAINED
-from workflow_lib.metric_registry import IN_FINDINGS
+from workflow_lib.metric_registry import IN_FINDINGS, PAPER_GAINS
 from workflow_lib.metric_registry import PAIRED as METRICS
 from workflow_lib.report.conditions import KEYS
 from workflow_lib.report.contrasts import CHECKPOINT, PAIRED_T, SEEDS
@@ -66,7 +66,18 @@ def _size(x: float) -> str:
     return f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
 
 
-def _could_have_seen(rows: pl.DataFrame) -> str:
+def _against_the_paper(rows: pl.DataFrame, low: float, high: float) -> str:
+    """'; the paper's gain (0.03) is below that range': where the paper's effect (metric_registry `paper_gain`) sits
+    against what the tests could see, so that a null says whether it could have been the paper's effect."""
+    metrics = rows["metric"].unique().to_list() if "metric" in rows.columns else []
+    if len(metrics) != 1 or metrics[0] not in PAPER_GAINS:
+        return ""
+    gain = PAPER_GAINS[metrics[0]]
+    where = "below" if gain < low else "above" if gain >= high else "within"
+    return f"; the paper's gain ({gain:g}) is {where} {'that figure' if low == high else 'that range'}"
+
+
+def _could_have_seen(rows: pl.DataFrame, paper: bool = False) -> str:
     """'; it could have seen a difference of 0.012 to 0.020 at 80% power (95% interval of that figure: 0.010 to 0.031)'
     over rows with a detectable effect."""
     seen = rows["detectable"].drop_nulls() if "detectable" in rows.columns else pl.Series([], dtype=pl.Float64)
@@ -87,7 +98,8 @@ def _could_have_seen(rows: pl.DataFrame) -> str:
         # The figure rests on an estimated standard error: at few seeds its interval is wide (statistics.detectable_interval).
         lowest, highest = rows["detectable_low"].drop_nulls().min(), rows["detectable_high"].drop_nulls().max()
         uncertain = f" (95% interval of that figure: {_size(cast(float, lowest))} to {_size(cast(float, highest))})"
-    return f": it could have seen a difference of {span} at 80% power{uncertain}{fragile_note}"
+    versus = _against_the_paper(rows, cast(float, seen.min()), cast(float, seen.max())) if paper else ""
+    return f": it could have seen a difference of {span} at 80% power{uncertain}{versus}{fragile_note}"
 
 
 def _verdicts(part: pl.DataFrame, better: str) -> str:
@@ -98,6 +110,7 @@ def _verdicts(part: pl.DataFrame, better: str) -> str:
     no Holm p was not tested and is counted apart with its reason: 'not testable in 1 (2 seeds)'."""
     tested = part.filter(pl.col("p_holm").is_not_null())
     untested = part.height - tested.height
+    paper = better == "perturbation"  # the paper's gains are of perturbation over none
     apart = f", not testable in {untested} ({untested_reasons(part)})" if untested else ""
     if not tested.height:
         return f"not testable in any of {part.height} ({untested_reasons(part)})"
@@ -115,10 +128,10 @@ def _verdicts(part: pl.DataFrame, better: str) -> str:
         " (" + "; ".join(_effect(r, seeds, models) for r in rows.to_dicts()) + ")" if rows.height else ""
     )
     if helped.height == hurt.height == 0:
-        return f"no detectable difference in any of {of}{_could_have_seen(same)}{caveat}{apart}"
+        return f"no detectable difference in any of {of}{_could_have_seen(same, paper)}{caveat}{apart}"
     return (
         f"helped in {helped.height}{effects(helped)}, hurt in {hurt.height}{effects(hurt)}, no detectable difference "
-        f"in {same.height} (of {of}){_could_have_seen(same)}{caveat}{apart}"
+        f"in {same.height} (of {of}){_could_have_seen(same, paper)}{caveat}{apart}"
     )
 
 
