@@ -46,20 +46,25 @@ def simulate_nested(rng, truth: dict, S: int, R: int, K: int) -> np.ndarray:
     )
 
 
+def assert_unbiased_and_covering(truth: dict, split) -> None:
+    """Over STUDIES calls of `split` (one simulated study's component rows): each component's mean estimate within 4
+    Monte Carlo SE of its truth, and its 95% interval covering within BAND of 95%."""
+    estimates, covered = {k: [] for k in truth}, {k: 0 for k in truth}
+    for _ in range(STUDIES):
+        for row in split():
+            estimates[row["component"]].append(row["estimate"])
+            covered[row["component"]] += row["low"] <= truth[row["component"]] <= row["high"]
+    for k, value in truth.items():
+        assert abs(np.mean(estimates[k]) - value) < 4 * np.std(estimates[k]) / np.sqrt(STUDIES), k
+        assert abs(covered[k] / STUDIES - 0.95) < BAND, (k, covered[k] / STUDIES)
+
+
 @pytest.mark.parametrize("S,P,R", [(3, 20, 2), (5, 40, 3)])
 def test_crossed_components_are_unbiased_and_their_intervals_cover(S, P, R):
     truth = {SEEDS: 0.4, PROMPTS: 1.0, INTERACTION: 0.6, RUNS: 2.0}
     truth[SEED_MEAN] = truth[SEEDS] + truth[INTERACTION] / P + truth[RUNS] / (P * R)
     rng = np.random.default_rng(S)
-    estimates, covered = {k: [] for k in truth}, {k: 0 for k in truth}
-    for _ in range(STUDIES):
-        for row in crossed(simulate_crossed(rng, truth, S, P, R)):
-            estimates[row["component"]].append(row["estimate"])
-            covered[row["component"]] += row["low"] <= truth[row["component"]] <= row["high"]
-    for k, value in truth.items():
-        spread = np.std(estimates[k]) / np.sqrt(STUDIES)
-        assert abs(np.mean(estimates[k]) - value) < 4 * spread, k
-        assert abs(covered[k] / STUDIES - 0.95) < BAND, (k, covered[k] / STUDIES)
+    assert_unbiased_and_covering(truth, lambda: crossed(simulate_crossed(rng, truth, S, P, R)))
 
 
 def test_nested_components_of_mauve_are_unbiased_and_cover():
@@ -67,14 +72,7 @@ def test_nested_components_of_mauve_are_unbiased_and_cover():
     S, R, K = 3, 3, 5
     truth[SEED_MEAN] = truth[SEEDS] + truth[RUNS] / R + truth[KMEANS] / (R * K)
     rng = np.random.default_rng(7)
-    estimates, covered = {k: [] for k in truth}, {k: 0 for k in truth}
-    for _ in range(STUDIES):
-        for row in nested(simulate_nested(rng, truth, S, R, K)):
-            estimates[row["component"]].append(row["estimate"])
-            covered[row["component"]] += row["low"] <= truth[row["component"]] <= row["high"]
-    for k, value in truth.items():
-        assert abs(np.mean(estimates[k]) - value) < 4 * np.std(estimates[k]) / np.sqrt(STUDIES), k
-        assert abs(covered[k] / STUDIES - 0.95) < BAND, (k, covered[k] / STUDIES)
+    assert_unbiased_and_covering(truth, lambda: nested(simulate_nested(rng, truth, S, R, K)))
 
 
 def test_the_seed_mean_is_the_variance_of_the_seeds_mean_differences():

@@ -40,7 +40,7 @@ import polars as pl
 from workflow_lib.layout import PROMPTS_RECORD, REPORT_TABLE
 from workflow_lib.metric_registry import PAPER_GAINS
 from workflow_lib.report.statistics import ALPHA
-from workflow_lib.report.variance import COLUMNS, INTERACTION, KMEANS, PROMPTS, RUNS, SEEDS
+from workflow_lib.report.variance import COLUMNS, IDENTITY, INTERACTION, KMEANS, PROMPTS, RUNS, SEEDS
 
 MIN_SEEDS, MAX_SEEDS, POWER = 3, 200, 0.8
 PAPER_EFFECTS = PAPER_GAINS  # the default targets: the paper's gains (metric_registry, `paper_gain`)
@@ -50,9 +50,14 @@ PAPER_RUNS, PAPER_PROMPTS = 20, 4000
 PROMPT_FACTORS, RUN_GRID = (0.5, 1, 2, 4, 8, 16, 32), (1, 2, 3, 5, 10, 20)
 
 
+def floored(c: dict) -> dict:
+    """Components as the design uses them: an unestimated (None) or negative estimate counts as 0."""
+    return {k: max(0.0, v or 0.0) for k, v in c.items()}
+
+
 def seed_mean_variance(c: dict, metric: str, prompts: float, runs: int, pilot_prompts: int, kmeans: int) -> float:
     """V(P, R): the variance of one seed's mean difference over P prompts and R runs, components floored at 0."""
-    g = {k: max(0.0, v or 0.0) for k, v in c.items()}
+    g = floored(c)
     if metric == "mauve":  # runs are sets of P texts: their noise at P texts is P0 / P of the pilot's
         return g[SEEDS] + g[RUNS] * pilot_prompts / prompts / runs + g[KMEANS] / (runs * kmeans)
     return g[SEEDS] + g[INTERACTION] / prompts + g[RUNS] / (prompts * runs)
@@ -96,7 +101,7 @@ def paper_design(c: dict, metric: str, effect: float, pilot_prompts: int, kmeans
     that test's standard error does not hold it)."""
     from scipy import stats
 
-    g = {k: max(0.0, v or 0.0) for k, v in c.items()}
+    g = floored(c)
     if metric == "mauve":  # the paired t over runs, each run's variance its sampling at P texts and its k-means
         se2 = (g[RUNS] * pilot_prompts / PAPER_PROMPTS + g[KMEANS] / kmeans) / PAPER_RUNS
     else:  # the swap test over prompts: each prompt's mean over runs varies by all of its components
@@ -188,7 +193,7 @@ def designs(
     per eval set, the most prompts a design may ask for (None: no limit known)."""
     available = available or {}
     out = []
-    keys = ["family", "metric", "model", "dataset", "objective", "eval_set", "decoder", "a", "b"]
+    keys = IDENTITY  # a contrast and its metric (report.variance)
     for key, group in components.filter(pl.col("family") == family).group_by(keys, maintain_order=True):
         row = dict(zip(keys, key))
         metric = row["metric"]

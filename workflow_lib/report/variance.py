@@ -113,6 +113,13 @@ def _row(component: str, estimate, interval, df, note: str | None = None) -> dic
     return {"component": component, "estimate": estimate, "low": low, "high": high, "df": df, "note": note}
 
 
+def _seed_mean(ms_s: float, df_s: int, cells: int, level: float) -> dict:
+    """V, one seed's mean difference's variance: the seeds' mean square over the `cells` values a seed averages, with
+    its exact chi-square interval."""
+    low, high = chi2_interval(ms_s, df_s, level)
+    return _row(SEED_MEAN, ms_s / cells, (low / cells, high / cells), df_s)
+
+
 def _ms(sum_of_squares: float, df: int) -> float:
     """A mean square; NaN where it has no degrees of freedom (callers branch on the df, never on the value)."""
     return sum_of_squares / df if df else float("nan")
@@ -172,8 +179,7 @@ def crossed(d: np.ndarray, level: float = LEVEL) -> list[dict]:
     else:
         rows.append(_row(RUNS, None, None, 0, "not estimable: 1 run"))
     if S >= 2:
-        low, high = chi2_interval(ms_s, df_s, level)
-        rows.append(_row(SEED_MEAN, ms_s / (P * R), (low / (P * R), high / (P * R)), df_s))
+        rows.append(_seed_mean(ms_s, df_s, P * R, level))
     return rows
 
 
@@ -215,8 +221,7 @@ def nested(d: np.ndarray, level: float = LEVEL) -> list[dict]:
     else:
         rows.append(_row(KMEANS, None, None, 0, "not estimable: 1 k-means seed"))
     if S >= 2:
-        low, high = chi2_interval(ms_s, df_s, level)
-        rows.append(_row(SEED_MEAN, ms_s / (R * K), (low / (R * K), high / (R * K)), df_s))
+        rows.append(_seed_mean(ms_s, df_s, R * K, level))
     return rows
 
 
