@@ -50,7 +50,6 @@ from gpu_measures import (
     LARGE,
     TINY,
     Run,
-    checkpoint,
     correctness,
     featurisation,
     precision_error,
@@ -96,19 +95,61 @@ def datasheet(run: Run):
     return None
 
 
-def shape_of(folder: Path):
+def shape_of(kind: str, arch: dict):
+    """The cost model's Shape of a family's architecture (no weights needed: the config alone)."""
     from transformers import AutoConfig
 
     from workflow_lib.cost.shapes import from_config
 
-    return from_config(AutoConfig.from_pretrained(folder).to_dict())
+    return from_config(AutoConfig.for_model(kind, **arch).to_dict())
 
 
-def cost_model(run: Run, root: Path, results: dict) -> dict:
-    """The datasheet's assumptions beside this run's measurements, and the predicted/measured time of each measured
-    training (tokens/s), sampling batch (intensity 0, cached: `cost/jobs.py`'s decoding step) and featurisation."""
+def predicted_over_measured(dev, run: Run, results: dict) -> dict:
+    """The cost model's predicted time over the measured one, for each measured training (a step of `train_batch`
+    rows of `block` tokens: compute plus `cost/jobs.py`'s three forward-equivalents of per-layer overhead), sampling
+    batch (intensity 0 and cached one pass, `cost/jobs.py`'s decoding step) and featurisation. Pure: a recorded
+    gpu_check.json and a device entry are enough (tests/bench/test_h200_calibration.py)."""
     from workflow_lib.cost.jobs import decode_step, forward_flops
 
+    ratios: dict = {}
+    for name, (kind, arch) in run.shapes().items():
+        shape = shape_of(kind, arch)
+        for precision in ("bf16", "fp32"):
+            cell = results.get("training", {}).get(f"{name} {precision}", {})
+            if "tokens_per_s" in cell:
+                per_token = 6 * shape.matmul_params + 12 * shape.n_layer * shape.d_model * run.block
+                step_tokens = run.train_batch * run.block
+                seconds = step_tokens * per_token / dev.rate("train", precision if dev.has_bf16 else "fp32")
+                seconds += 3 * shape.n_layer * dev.layer_overhead_s
+                ratios[f"train {name} {precision}"] = round(seconds * cell["tokens_per_s"] / step_tokens, 3)
+    shape = shape_of(*run.shapes()["gpt2-124m"])
+    prefix = results.get("sampling", {}).get("prompt_tokens", 0.0)  # the prompts' mean tokens, as measured
+    for key, cell in results.get("sampling", {}).items():
+        if not isinstance(cell, dict) or "cached one pass" not in cell:
+            continue
+        precision, batch = key.split()[0], int(key.split()[-1])
+        for mode, fed in (("intensity 0", 1), ("cached one pass", 2)):  # the cost model's GPU form of cached
+            seconds = forward_flops(shape, batch * prefix, prefix) / dev.rate("forward", precision) + sum(
+                decode_step(dev, shape, batch, prefix + step, precision, fed) for step in range(1, run.new_tokens)
+            )
+            seconds += shape.n_layer * dev.layer_overhead_s  # the prompt's forward call
+            measured = batch * run.new_tokens / cell[mode]["tokens_per_s"]
+            ratios[f"sample {mode} {key}"] = round(seconds / measured, 3)
+    for name, cell in results.get("featurisation", {}).items():
+        kind, arch = ("gpt2", TINY["gpt2"] if run.tiny else LARGE[1]) if name == "gpt2-large" else run.shapes()[name]
+        fshape = shape_of(kind, arch)
+        tokens = cell["tokens_per_text"]
+        seconds = (
+            forward_flops(fshape, tokens, tokens) / dev.rate("forward", "fp32")
+            + fshape.n_layer * dev.layer_overhead_s / 32
+        )
+        ratios[f"features {name}"] = round(seconds / (1 / cell["texts_per_s"]), 3)
+    return ratios
+
+
+def cost_model(run: Run, results: dict) -> dict:
+    """The datasheet's assumptions beside this run's measurements, and the predicted/measured time of each measured
+    training, sampling batch and featurisation (`predicted_over_measured`)."""
     dev = datasheet(run)
     if dev is None:
         return {"skipped": "no datasheet for this card in workflow_lib/cost/devices.py"}
@@ -125,39 +166,8 @@ def cost_model(run: Run, root: Path, results: dict) -> dict:
         "bf16": round(results["peaks"]["bf16"] / dev.peak_half, 3) if dev.peak_half else None,
         "fp32": round(results["peaks"]["fp32"] / dev.peak_fp32, 3),
     }
-    ratios: dict = {}
-    for name, (kind, arch) in run.shapes().items():
-        shape = shape_of(checkpoint(root, kind, arch, run.texts))
-        for precision in ("bf16", "fp32"):
-            cell = results.get("training", {}).get(f"{name} {precision}", {})
-            if "tokens_per_s" in cell:
-                per_token = 6 * shape.matmul_params + 12 * shape.n_layer * shape.d_model * run.block
-                predicted = dev.rate("train", precision if dev.has_bf16 else "fp32") / per_token
-                ratios[f"train {name} {precision}"] = round(
-                    cell["tokens_per_s"] / predicted, 3
-                )  # predicted time / measured
-    shape = shape_of(checkpoint(root, *run.shapes()["gpt2-124m"], run.texts))
-    prefix = results.get("sampling", {}).get("prompt_tokens", 0.0)  # the prompts' mean tokens, as measured
-    for key, cell in results.get("sampling", {}).items():
-        if not isinstance(cell, dict) or "cached one pass" not in cell:
-            continue
-        precision, batch = key.split()[0], int(key.split()[-1])
-        for mode, fed in (("intensity 0", 1), ("cached one pass", 2)):  # the cost model's GPU form of cached
-            seconds = forward_flops(shape, batch * prefix, prefix) / dev.rate("forward", precision) + sum(
-                decode_step(dev, shape, batch, prefix + step, precision, fed) for step in range(1, run.new_tokens)
-            )
-            measured = batch * run.new_tokens / cell[mode]["tokens_per_s"]
-            ratios[f"sample {mode} {key}"] = round(seconds / measured, 3)
-    for name, cell in results.get("featurisation", {}).items():
-        kind, arch = ("gpt2", TINY["gpt2"] if run.tiny else LARGE[1]) if name == "gpt2-large" else run.shapes()[name]
-        fshape = shape_of(checkpoint(root, kind, arch, run.texts))
-        tokens = cell["tokens_per_text"]
-        seconds = (
-            forward_flops(fshape, tokens, tokens) / dev.rate("forward", "fp32")
-            + fshape.n_layer * dev.layer_overhead_s / 32
-        )
-        ratios[f"features {name}"] = round(seconds / (1 / cell["texts_per_s"]), 3)
-    out["predicted_over_measured_time"] = ratios
+    out["predicted_over_measured_time"] = predicted_over_measured(dev, run, results)
+    shape = shape_of(*run.shapes()["gpt2-124m"])
     # The assumptions as this run measured them: MFU against the datasheet's peak, as the cost model uses them.
     measured: dict = {}
     precision = "bf16" if run.device == "cuda" and dev.has_bf16 else "fp32"
@@ -269,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             "precision": lambda: precision_error(run, root),
             "featurisation": lambda: featurisation(run, root),
             "correctness": lambda: correctness(run, root),
-            "cost_model": lambda: cost_model(run, root, results),
+            "cost_model": lambda: cost_model(run, results),
         }
         for name, step in steps.items():
             began = time.monotonic()

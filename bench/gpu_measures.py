@@ -296,8 +296,8 @@ def continuations(sampler, model, tokenizer, rows: list[str], table, new_tokens:
 def sampling(run: Run, root: Path) -> dict:
     """tokens/s and peak memory of the workflow's modes against HF `generate` (ancestral: do_sample, top_k 0), on
     GPT-2 124M's shape, 20-word prompts; cached insertion both ways (`loops.Cached.split_insertions`: the inserting
-    rows in a pass of their own, the CPU's default, or one pass of two slots for every row, the GPU's), so that
-    this run says which a GPU should take; the same seed's samples twice, to compare."""
+    rows in a pass of their own, the default, or one pass of two slots for every row), so that this run says
+    which a GPU should take; the same seed's samples twice, to compare."""
     import numpy as np
     import torch
     from transformers import AutoTokenizer

@@ -431,16 +431,19 @@ def test_exact_sampling_is_costed_as_it_runs_reusing_the_cache_or_not():
     assert flops(True) < 0.6 * flops(False)
 
 
-def test_cached_insertion_on_the_cpu_feeds_the_inserting_rows_alone():
-    """On the CPU cached insertion feeds every row its token and the rows that insert (about alpha of them) a second
-    pass of their own (sample/loops.py, Cached.insert); on a GPU one pass of two slots for every row."""
+def test_cached_insertion_feeds_the_inserting_rows_alone_on_every_device():
+    """Cached insertion feeds every row its token and the rows that insert (about alpha of them) a second pass of
+    their own (sample/loops.py, Cached.insert), on a CPU and a GPU alike: (1 + alpha) tokens a row a step, not the
+    two slots of one pass for every row; intensity 0 (one token a row a step) is the reference."""
 
-    def generated_flops(gpus: int) -> float:
+    def generated_flops(gpus: int, strategy: str, intensity: str) -> float:
         config = config_of(sampling={"new_tokens": 41, "gpus": gpus})
         dev = DEVICES["h100"] if gpus else DEVICES["cpu"]
-        test = SamplingCondition("unbiased", "distributional", "insertion", "0.025", "cached")
+        test = SamplingCondition("unbiased", "distributional", strategy, intensity, "cached")
         job = cost_jobs.sample_job(config, "k", "tiny", "syn-test", test, dev, None)
         first = config_of(sampling={"new_tokens": 1, "gpus": gpus})  # the prompts' pass alone
         return job.flops - cost_jobs.sample_job(first, "k", "tiny", "syn-test", test, dev, None).flops
 
-    assert generated_flops(0) / generated_flops(1) == pytest.approx((1 + 0.025) / 2)
+    for gpus in (0, 1):
+        ratio = generated_flops(gpus, "insertion", "0.025") / generated_flops(gpus, "insertion", "0.0")
+        assert ratio == pytest.approx(1 + 0.025)

@@ -347,7 +347,7 @@ def test_fp32_sampling_draws_from_the_float32_softmax(checkpoints, prompts, fami
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_bf16_sampling_moves_the_law(checkpoints, prompts, family, monkeypatch):
-    """sampling.precision bf16 is a speed mode: its laws are not the float32 model's (TV printed with -s)."""
+    """sampling.precision bf16 runs the model in bfloat16: its laws are not the float32 model's (TV printed with -s)."""
     drawn, expected = sampled_laws(checkpoints, prompts, family, "bf16", monkeypatch)
     tv = 0.5 * (drawn.double() - expected.double()).abs().sum(-1)
     print(f"\n{family}: bf16 vs fp32 next-token law, TV mean {tv.mean():.2e} max {tv.max():.2e} over {tv.numel()} laws")

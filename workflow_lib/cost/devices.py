@@ -93,7 +93,14 @@ DEVICES = {
         67 * TB,
         141,
         4.8 * TB,
-        source="NVIDIA H200 datasheet (SXM): 989 TFLOPS bf16 dense, 67 fp32, 141 GB, 4.8 TB/s",
+        source="NVIDIA H200 datasheet (SXM): 989 TFLOPS bf16 dense, 67 fp32, 141 GB, 4.8 TB/s; MFUs and overhead "
+        "fitted to `make gpu-check` on one H200 (bench/measured/gpu_check_h200.json, 2026-11-30)",
+        # Fitted jointly to bf16 training, fp32 sampling and featurisation (every prediction within -18% to +23%,
+        # tests/bench/test_h200_calibration.py). A two-term fit, not a physical MFU: at these sizes each step is
+        # bound by kernel launches (bf16 autocast's casts included), which the overhead and the MFU share.
+        mfu_train=0.6,
+        mfu_forward=0.54,
+        layer_overhead_s=1.9e-3,
     ),
     "l40s": Device(
         "l40s",

@@ -198,9 +198,9 @@ def sample_job(
             if reuse:  # and the unperturbed cache's one-token step
                 b_flops += b * (new - 1) * 2 * shape.matmul_params
                 b_compute += sum(decode_step(dev, shape, b, n, precision) for n in lengths)
-        elif alpha > 0 and get_strategy(test.strategy).fed_per_token == 2 and not s["gpus"]:
-            # cached insertion on the CPU: every row's token, then the rows that insert (about b x alpha, in a
-            # step where any does) in a pass of their own (sample/loops.py, Cached.insert)
+        elif alpha > 0 and get_strategy(test.strategy).fed_per_token == 2:
+            # cached insertion: every row's token, then the rows that insert (about b x alpha, in a step where
+            # any does) in a pass of their own (sample/loops.py, Cached.insert; on a CPU and a GPU alike)
             inserting, any_inserts = max(1, math.ceil(b * alpha)), 1 - (1 - alpha) ** b
             b_flops += b * (1 + alpha) * (new - 1) * 2 * shape.matmul_params
             b_compute += sum(

@@ -188,12 +188,11 @@ class Cached(Steps):
     feeds_last = True
     checks_step_logits = False
     # Feed an insertion to the rows that insert only, in a pass of their own (`insert`), where the model's cache
-    # is a plain per-position one; else one pass of both slots for every row, the second masked where a row does
-    # not insert. None: split on the CPU, where a batch's pass is bound by its arithmetic (a second slot for every
-    # row cost 1.4x a step; BENCHMARKS.md), not on a GPU, where a step's pass is bound by reading the weights,
-    # so that a pass of a few rows costs nearly a whole one (until `make gpu-check` measures both there).
-    # True / False force either (the tests compare them).
-    split_insertions: ClassVar[bool | None] = None
+    # is a plain per-position one; else (False) one pass of both slots for every row, the second masked where a
+    # row does not insert. Split is faster on both devices measured: a second slot for every row cost 1.4x a step
+    # on the CPU, and on an H200 the split pass gave 1.02-1.3x the one pass's tokens/s in fp32 and 2.3-2.6x in bf16
+    # (BENCHMARKS.md, "The GPU check"). The tests force either to compare them.
+    split_insertions: ClassVar[bool] = True
 
     def __init__(self, model, batch: Batch) -> None:
         super().__init__(model, batch)
@@ -249,8 +248,7 @@ class Cached(Steps):
             u = hash_uniform(key * 31 + SYNONYM_PURPOSE)
             synonym = self.batch.synonyms().sample(token.clamp(min=0), u, _torch_ops(self.device))
         chunk, chunk_mask = fed_chunk(rule, token, selected, synonym, self.batch.pad_id, perturbing=alpha > 0)
-        split = self.device.type == "cpu" if self.split_insertions is None else self.split_insertions
-        if chunk.shape[1] == 2 and split and plain_cache(self.past):
+        if chunk.shape[1] == 2 and self.split_insertions and plain_cache(self.past):
             self.forward(chunk[:, :1], chunk_mask[:, :1])
             if bool(chunk_mask[:, 1].any()):  # only the rows that insert; none: no insertion slot this step
                 self.insert(chunk[:, 1], chunk_mask[:, 1].bool())

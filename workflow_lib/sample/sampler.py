@@ -145,7 +145,7 @@ def load_model(path: str, device: str, precision: str = "fp32", revision: str | 
     """A trained model for sampling, refused if any weight is not finite (a diverged training must not be scored).
 
     `fp32` (the default) computes every next-token law in float32: the protocol's unbiased ancestral sampling.
-    `bf16` runs the model in bfloat16, a speed mode whose law differs (docs/usage.md, "Precision"). GPT-2's activation runs
+    `bf16` runs the model in bfloat16, whose law differs (docs/usage.md, "Precision"; slower on the H200 measured). GPT-2's activation runs
     in place, the same floats twice as fast (`models.use_in_place_activations`)."""
     from transformers import AutoModelForCausalLM
 
