@@ -293,6 +293,27 @@ def continuations(sampler, model, tokenizer, rows: list[str], table, new_tokens:
     return out["continuation_ids"]
 
 
+def profile_ops(run: Run, name: str, call) -> None:
+    """torch.profiler's top operators of one warm `call` (by self device time on a GPU, CPU time on a CPU),
+    written to `name` under the check's --out, beside gpu_check.md."""
+    from torch.profiler import ProfilerActivity, profile
+
+    call()
+    run.sync()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.device == "cuda" else [])
+    with profile(activities=activities) as recorded:
+        call()
+        run.sync()
+    key = "self_cuda_time_total" if run.device == "cuda" else "self_cpu_time_total"
+    ops = recorded.key_averages()
+    run.out.mkdir(parents=True, exist_ok=True)
+    (run.out / name).write_text(
+        ops.table(sort_by=key, row_limit=20, max_name_column_width=60)
+        + "\n"
+        + ops.table(sort_by="cpu_time_total", row_limit=20, max_name_column_width=60)
+    )
+
+
 def sampling(run: Run, root: Path) -> dict:
     """tokens/s and peak memory of the workflow's modes against HF `generate` (ancestral: do_sample, top_k 0), on
     GPT-2 124M's shape, 20-word prompts; cached insertion both ways (`loops.Cached.split_insertions`: the inserting
@@ -363,6 +384,11 @@ def sampling(run: Run, root: Path) -> dict:
                 for name in modes:
                     cell[name]["vs_generate"] = round(cell[name]["tokens_per_s"] / hf, 3)
                 results[f"{precision} batch {batch}"] = cell
+            if time.monotonic() < run.deadline:  # where the time goes: bf16 ran slower than fp32 on an H200
+                rows = (prompts * (run.sample_batches[0] // len(prompts) + 1))[: run.sample_batches[0]]
+                profile_ops(run, f"sampling_profile_{precision}.txt", lambda: continuations(
+                    sampler, model, tokenizer, rows, table, run.new_tokens, 0.0, "exact"
+                ))  # fmt: skip
             del model
     finally:
         for name in ("check-split", "check-one-pass"):
