@@ -33,8 +33,9 @@ rule control_texts:
     params:
         code=code_digest("workflow_lib.evaluate.controls"),
         settings=lambda w: as_json(control_text_settings(config, w.eval_set)),
+        other=lambda w, input: shell_words("--other", input.other) if "other" in input.keys() else "",
     shell:
-        "python -m workflow_lib.evaluate.controls --eval-set {wildcards.eval_set:q} --prompts {input.prompts:q} --data {input.data:q} --settings {params.settings:q} --output {output:q} 2> {log:q}"
+        "python -m workflow_lib.evaluate.controls --eval-set {wildcards.eval_set:q} --prompts {input.prompts:q} --data {input.data:q} --settings {params.settings:q} {params.other} --output {output:q} 2> {log:q}"
 
 
 # The human references' features and the control texts', one featuriser load on the GPU.
@@ -79,7 +80,7 @@ rule mauve_controls:
         code=code_digest("workflow_lib.evaluate.control_scores"),
         settings=lambda w: as_json(evaluation_settings(config)),
     shell:
-        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.evaluate.control_scores --human {input.human:q} --features {input.features:q} --settings {params.settings:q} --output {output:q} 2> {log:q}"
+        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.evaluate.control_scores --human {input.human:q} --features {input.features:q} --settings {params.settings:q} --identity planted/{wildcards.featuriser:q}/{wildcards.eval_set:q} --output {output:q} 2> {log:q}"
 
 
 # An evaluation is two jobs: the model texts' features on the GPU, then MAUVE's k-means, ROUGE and diversity on the

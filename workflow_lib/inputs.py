@@ -212,7 +212,11 @@ class Inputs:
     def control_texts(self, wildcards: Any) -> dict:
         """The eval set's prompts and the split they were cut from (the ceiling's following words, the salad's
         unigram law)."""
-        return {"prompts": prompts_path(wildcards.eval_set), "data": self.prompts(wildcards)["data"]}
+        from workflow_lib.evaluate.settings import planted_source
+
+        source = planted_source(self.config, wildcards.eval_set)
+        other = {"other": prompts_path(source)} if source else {}
+        return {"prompts": prompts_path(wildcards.eval_set), "data": self.prompts(wildcards)["data"], **other}
 
     def features(self, wildcards: Any) -> dict:
         """The human references and control texts to featurise, and the featuriser's folder when a rule writes it

@@ -103,3 +103,22 @@ def test_what_mauve_can_see_here_shows_each_control_and_the_verdict(tmp_path, mo
         text.index("## What this study found") < text.index("## What MAUVE can see here") < text.index("## Provenance")
     )
     assert 'A MAUVE cell that reads "MAUVE cannot see ..."' in text and 'reads "too few texts (n)"' not in text
+
+
+def test_a_mauve_null_is_read_against_what_the_planted_control_says_mauve_can_see():
+    """The perturbation rows' MAUVE verdict quotes the eval set's planted control (control_scores.planted): the
+    smallest gap its test can see, and whether the paper's gain lies within it."""
+    from test_resolution import verdict_rows
+
+    rows = verdict_rows([(0.05, 0.4), (-0.04, 0.6)])
+    plain = contrast_findings(rows)[0]
+    planted = {"can_see": 0.12, "target": 0.03, "sees_target": False}
+    blind = contrast_findings(rows, None, {"webtext": planted})[0]
+    assert blind.startswith(plain[:-1]) and blind != plain
+    assert (
+        "MAUVE's planted control: its test can see MAUVE gaps of 0.120 or more at this n (80% power), so the paper's "
+        "gain of 0.03 is below what MAUVE can see here and a MAUVE null is not evidence against it" in blind
+    )
+    seeing = contrast_findings(rows, None, {"webtext": planted | {"can_see": 0.02, "sees_target": True}})[0]
+    assert "can see MAUVE gaps of 0.020 or more at this n (80% power), the paper's gain of 0.03 included" in seeing
+    assert contrast_findings(rows, None, {"other": planted})[0] == plain  # another eval set's control says nothing

@@ -429,13 +429,15 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
                 e["gpus"],
             )
         )
-    from workflow_lib.evaluate.control_names import CONTROLS
+    from workflow_lib.evaluate.control_names import CONTROLS, PLANTED_ROWS
     from workflow_lib.evaluate.floor import mauve_status
+    from workflow_lib.evaluate.settings import planted_source
 
     for eval_set in sorted({ev.eval_set for ev in grid.evaluation_runs(config)}):
         p = sizes.eval_set_prompts(config, eval_set, workdir)
         # the human references, and MAUVE's control texts where MAUVE is scored (evaluate/controls.py)
-        copies = 1 if mauve_status(int(p["prompts"]), e["mauve"]) else 1 + len(CONTROLS)
+        planted = len(PLANTED_ROWS) if planted_source(config, eval_set) else 0
+        copies = 1 if mauve_status(int(p["prompts"]), e["mauve"]) else 1 + len(CONTROLS) + planted
         jobs.append(
             scoring_job(
                 "features",

@@ -20,3 +20,10 @@ DESCRIPTIONS: dict[str, str] = {
     "salad": "words drawn from the eval set's unigram distribution",
     "swapped": "another prompt's human continuation (fluent, off-prompt)",
 }
+
+# The graded, planted control (docs/method.md §4, "MAUVE's planted control"): two disjoint human windows (the
+# ceiling, `CEILING` then `SECOND_WINDOW`) against the same windows with a share of the prompts' texts replaced by
+# another eval set's words (`MIXTURE`, one row name per window), scored by the contrasts' joint permutation test.
+SECOND_WINDOW = "human_2"
+MIXTURE = ("mixture_1", "mixture_2")
+PLANTED_ROWS = (SECOND_WINDOW, *MIXTURE)

@@ -12,7 +12,10 @@ exactly as the model texts are (the same prompts, the reference's number of word
 - `shuffled`: the reference's continuation with its words in a random order;
 - `loop`: the continuation's first `LOOP_WORDS` words repeated to its length;
 - `salad`: words drawn independently from the eval set's unigram distribution;
-- `swapped`: another prompt's continuation (fluent, but not about this prompt).
+- `swapped`: another prompt's continuation (fluent, but not about this prompt);
+- the planted control's rows: `human_2`, the human words after the ceiling's (a second disjoint window), and
+  `mixture_1` and `mixture_2`, the two windows with a share of the prompts (`planted.fraction`, the same prompts in
+  both) given another eval set's words instead (`planted.source`; none: no planted rows).
 
 This module builds the texts (the `control_texts` rule: no featuriser, no model); the `features` job featurises them
 beside the references (features.py), and `control_scores` scores them and applies the rule that decides whether the
@@ -28,7 +31,7 @@ import logging
 import numpy as np
 
 from workflow_lib.cli import StageError, parse_json_arg, run
-from workflow_lib.evaluate.control_names import CEILING, CONTROLS
+from workflow_lib.evaluate.control_names import CEILING, CONTROLS, MIXTURE, SECOND_WINDOW
 from workflow_lib.files import write_parquet
 
 log = logging.getLogger("workflow_lib.evaluate.controls")
@@ -72,11 +75,14 @@ def control_texts(
     reference_words: int,
     forbidden: str | None,
     seed: int,
+    planted: dict | None = None,
+    other: list[str] | None = None,
 ):
     """Every control's continuation of every prompt: a table (control, prompt_id, text) whose `text` is a
     continuation as a samples file holds one (the prompt's prefix goes before it), in CONTROLS order, then by
     prompt_id. `prompts` is the prompts table (prompt_id, doc_id, prefix, reference); `texts` and `doc_ids` the eval
-    set's rows, from which the prompts were cut (data/prompts.py)."""
+    set's rows, from which the prompts were cut (data/prompts.py). `planted` ({fraction, source}) and `other` (the
+    source eval set's continuations) add the planted control's rows after them (module docstring)."""
     import pyarrow as pa
 
     ids = np.asarray(prompts.column("prompt_id").to_numpy(), dtype=np.int64)
@@ -108,14 +114,40 @@ def control_texts(
     shift = int(control_seed(seed, eval_set, "swapped").integers(1, len(ids)))
     built["swapped"] = [continuations[(i + shift) % len(ids)] for i in range(len(ids))]
 
-    names = [name for name in CONTROLS for _ in ids]
+    if planted and planted["fraction"] > 0 and other is not None:
+        built[SECOND_WINDOW] = [
+            following_words(rows, row_of_doc[int(d)], prefix_words + 2 * reference_words, reference_words)
+            for d in doc_of_prompt
+        ]
+        built |= mixture([built[CEILING], built[SECOND_WINDOW]], other, planted["fraction"], seed, eval_set)
+    names = [name for name in built for _ in ids]
     return pa.table(
         {
             "control": pa.array(names, pa.string()),
-            "prompt_id": pa.array(np.tile(ids, len(CONTROLS)), pa.int64()),
-            "text": pa.array([" " + " ".join(words) for name in CONTROLS for words in built[name]], pa.string()),
+            "prompt_id": pa.array(np.tile(ids, len(built)), pa.int64()),
+            "text": pa.array([" " + " ".join(words) for name in built for words in built[name]], pa.string()),
         }
     )
+
+
+def mixture(windows: list[list[list[str]]], other: list[str], fraction: float, seed: int, eval_set: str) -> dict:
+    """The planted rows: each human window with the texts of the same chosen prompts (round(fraction x n), at least
+    one) replaced by consecutive words of another eval set's continuations (`other`, cycled), each as long as the
+    text it replaces. The choice is seeded by the study's seed and the eval set's name."""
+    n = len(windows[0])
+    chosen = control_seed(seed, eval_set, "mixture").choice(n, size=max(1, round(fraction * n)), replace=False)
+    words = [w for text in other for w in text.split()]
+    if not words:
+        raise StageError(f"eval_sets.{eval_set}: the planted control's source eval set has no continuation words")
+    at, out = 0, {}
+    for name, window in zip(MIXTURE, windows, strict=True):
+        texts = [list(text) for text in window]
+        for i in sorted(chosen.tolist()):
+            length = len(window[i])
+            texts[i] = [words[(at + k) % len(words)] for k in range(length)]
+            at += length
+        out[name] = texts
+    return out
 
 
 def main() -> None:
@@ -126,6 +158,7 @@ def main() -> None:
     parser.add_argument("--prompts", required=True)
     parser.add_argument("--data", required=True, help="the eval set's split (Parquet: doc_id, text)")
     parser.add_argument("--settings", required=True, help="JSON: the prompts' settings and the seed")
+    parser.add_argument("--other", help="the planted control's source eval set's prompts (Parquet)")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
 
@@ -133,6 +166,11 @@ def main() -> None:
 
     settings = parse_json_arg(args.settings, "prompts")
     data = read_parquet(args.data, columns=["doc_id", "text"])
+    other = None
+    if args.other:
+        source = read_parquet(args.other, columns=["prefix", "reference"])
+        pairs = zip(source.column("prefix").to_pylist(), source.column("reference").to_pylist(), strict=True)
+        other = [reference[len(prefix) :] for prefix, reference in pairs]
     table = control_texts(
         read_parquet(args.prompts),
         data.column("text").to_pylist(),
@@ -142,8 +180,10 @@ def main() -> None:
         settings["reference_words"],
         settings["forbidden"],
         settings["seed"],
+        settings.get("planted"),
+        other,
     )
-    log.info("%d control texts of %d prompts", table.num_rows, table.num_rows // len(CONTROLS))
+    log.info("%d control texts (%s)", table.num_rows, ", ".join(sorted(set(table.column("control").to_pylist()))))
     write_parquet(table, args.output)
 
 

@@ -45,7 +45,22 @@ def control_text_settings(config: dict, eval_set: str) -> dict:
         "reference_words": cut["reference_words"],
         "forbidden": cut["forbidden"],
         "seed": config["seed"],
+        "planted": {
+            "fraction": config["evaluation"]["mauve"]["controls"]["planted_fraction"],
+            "source": planted_source(config, eval_set),
+        },
     }
+
+
+def planted_source(config: dict, eval_set: str) -> str | None:
+    """The eval set whose words the planted control mixes into `eval_set`'s human text: the next evaluated eval set
+    in name order (cyclic); None where the study evaluates one eval set, or planted_fraction is 0."""
+    from workflow_lib.grid import evaluation_runs
+
+    names = sorted({ev.eval_set for ev in evaluation_runs(config)})
+    if len(names) < 2 or eval_set not in names or not config["evaluation"]["mauve"]["controls"]["planted_fraction"]:
+        return None
+    return names[(names.index(eval_set) + 1) % len(names)]
 
 
 def perplexity_settings(config: dict) -> dict:

@@ -145,16 +145,31 @@ def _refusals(flagged: pl.DataFrame) -> list[str]:
     return [f"too few texts in {cells(few)}"] * bool(few) + [f"its controls failed in {cells(blind)}"] * bool(blind)
 
 
-def _parts(rows: pl.DataFrame, better: str, flagged: pl.DataFrame, sep: str) -> list[str]:
+def _mauve_reach(planted: dict | None) -> str:
+    """'; MAUVE's planted control: ...': what size of MAUVE gap this eval set's test can see (control_scores.planted),
+    and whether the paper's gain is within it, so that a MAUVE null is read against the instrument."""
+    if not planted or planted.get("can_see") is None:
+        return ""
+    size = f"its test can see MAUVE gaps of {planted['can_see']:.3f} or more at this n (80% power)"
+    if planted["sees_target"]:
+        return f"; MAUVE's planted control: {size}, the paper's gain of {planted['target']:g} included"
+    return (
+        f"; MAUVE's planted control: {size}, so the paper's gain of {planted['target']:g} is below what MAUVE can "
+        "see here and a MAUVE null is not evidence against it"
+    )
+
+
+def _parts(rows: pl.DataFrame, better: str, flagged: pl.DataFrame, sep: str, planted: dict | None = None) -> list[str]:
     """One verdict per metric with rows. MAUVE cells that are not resolvable (`flagged`: too few texts, or controls
     the featuriser cannot see) are in no contrast: said so instead of a verdict when MAUVE has no row, and counted
-    apart beside one when it has."""
+    apart beside one when it has. `planted`: the eval set's planted control, which MAUVE's verdict quotes."""
     parts = []
     refusals = _refusals(flagged)
     for m in METRIC_ORDER:
         part = rows.filter(pl.col("metric") == m)
         if part.height:
             apart = f", {' and '.join(refusals)} (not compared)" if m == "mauve" and refusals else ""
+            apart += _mauve_reach(planted) if m == "mauve" else ""
             # Perplexity is the base model's: its perturbation rows compare training with and without it only.
             what = " (base model: training perturbation only)" if m == "perplexity" and better == "perturbation" else ""
             parts.append(f"{METRICS[m]}{what}{sep}{_verdicts(part, better)}{apart}")
@@ -178,10 +193,13 @@ def _units(rows: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
     ]
 
 
-def contrast_findings(contrasts: pl.DataFrame | None, frame: pl.DataFrame | None = None) -> list[str]:
+def contrast_findings(
+    contrasts: pl.DataFrame | None, frame: pl.DataFrame | None = None, reach: dict[str, dict] | None = None
+) -> list[str]:
     """Per eval set: perturbation vs none and the ablation's one-sided arms, then each objective vs MLE, per metric,
     after Holm; the contrasts across training seeds first where there are any. `frame`: the tidy metrics, whose
-    refused MAUVE cells (report.resolution) are named where MAUVE has no contrast."""
+    refused MAUVE cells (report.resolution) are named where MAUVE has no contrast. `reach`: each eval set's planted
+    control (control_scores.planted), which its perturbation rows' MAUVE verdict quotes (`_mauve_reach`)."""
     if contrasts is None or contrasts.height == 0:
         return ["No paired comparison was possible in this study, so nothing is said about what helped."]
     flagged = refused(frame) if frame is not None else pl.DataFrame({"eval_set": [], "objective": [], STATUS: []})
@@ -195,9 +213,10 @@ def contrast_findings(contrasts: pl.DataFrame | None, frame: pl.DataFrame | None
             for phrase, rows in _units(rows_of.filter(pl.col("eval_set") == eval_set)):
                 if rows.height:
                     cells = flagged.filter(pl.col("eval_set") == eval_set) if family == "perturbation" else flagged[:0]
+                    planted = (reach or {}).get(eval_set) if family == "perturbation" else None
                     lines.append(
                         f"**{eval_set}**, {what}, {phrase}, Holm-corrected: "
-                        + "; ".join(_parts(rows, "perturbation", cells, ": "))
+                        + "; ".join(_parts(rows, "perturbation", cells, ": ", planted))
                         + "."
                     )
     objective = contrasts.filter(pl.col("family") == "objective")
@@ -345,10 +364,17 @@ def mauve_tv_findings(frame: pl.DataFrame) -> list[str]:
     return lines
 
 
-def findings_section(frame: pl.DataFrame, contrasts: pl.DataFrame | None, logs: dict[str, pl.DataFrame]) -> str:
-    """Markdown: the three parts, each a short list."""
+def findings_section(
+    frame: pl.DataFrame,
+    contrasts: pl.DataFrame | None,
+    logs: dict[str, pl.DataFrame],
+    controls: list[dict] | None = None,
+) -> str:
+    """Markdown: the three parts, each a short list. `controls`: MAUVE's controls per eval set (report.instrument),
+    whose planted control says what size of MAUVE gap each eval set's test can see."""
     lines = ["Generated from the numbers below (not written by hand).", ""]
-    lines += [f"- {s}" for s in contrast_findings(contrasts, frame)]
+    reach = {r["eval_set"]: r["planted"] for r in controls or [] if r.get("planted")}
+    lines += [f"- {s}" for s in contrast_findings(contrasts, frame, reach)]
     lines += [f"- {s}" for s in size_findings(frame, logs)]
     lines += [f"- {s}" for s in mauve_tv_findings(frame)]
     return "\n".join(lines) + "\n"

@@ -15,6 +15,7 @@ from pathlib import Path
 from workflow_lib.evaluate.control_names import CEILING, CONTROLS, DESCRIPTIONS
 from workflow_lib.report.tables import write_table
 
+PLANTED_COLUMN = "planted mixture"
 LAYOUTS = {  # evaluation.feature_text, as a reader is told it
     "continuation": "the continuation alone",
     "prompt_and_continuation": "prompt + continuation",
@@ -40,6 +41,45 @@ def control_cell(row: dict | None) -> str:
     return f"{row['mean']:.3f} [{min(scores):.2f}, {max(scores):.2f}]{seen}"
 
 
+def planted_cell(record: dict) -> str:
+    """'0.041 [0.012, 0.070], p 0.004; sees 0.052+': the planted control's MAUVE gap, its interval and p, and the
+    smallest gap the test detects with 80% power (control_scores.planted)."""
+    gap = record.get("planted")
+    if not gap:
+        return "not run" if not record.get("floor") else ""
+    see = f"{gap['can_see']:.3f}" if gap["can_see"] is not None else "n/a"
+    p = "n/a" if gap["p"] is None else f"{gap['p']:.2g}"
+    return f"{gap['gap']:.3f} [{gap['low']:.3f}, {gap['high']:.3f}], p {p}; sees {see}+"
+
+
+def planted_sentence(record: dict) -> str:
+    """What the planted control says of the eval set's MAUVE contrasts, or '' where it did not run."""
+    gap = record.get("planted")
+    if not gap:
+        return ""
+    share = f"{gap['fraction']:.0%}"
+    found = (
+        f"Replacing {share} of the human texts with another eval set's words lowers MAUVE by {gap['gap']:.3f} "
+        f"(95% interval {gap['low']:.3f} to {gap['high']:.3f}; joint permutation test p = {gap['p']:.2g}, "
+        + ("seen" if gap["seen"] else "not seen")
+        + f", over {gap['windows']} disjoint human windows)"
+    )
+    if gap["can_see"] is None:
+        return found + "."
+    if gap["sees_target"]:
+        reach = (
+            f"at n = {record['texts']} that test can see MAUVE gaps of {gap['can_see']:.3f} or more (80% power, one "
+            f"test at 5%), which includes the paper's gain of {gap['target']:g}"
+        )
+    else:
+        reach = (
+            f"at n = {record['texts']} that test can see MAUVE gaps of {gap['can_see']:.3f} or more (80% power, one "
+            f"test at 5%), so the paper's gain of {gap['target']:g} is below what this study's MAUVE can see: a "
+            "MAUVE null here is not evidence against an effect of that size"
+        )
+    return f"{found}; {reach}."
+
+
 def verdict_cell(record: dict) -> str:
     if record.get("floor"):
         return f"not checked: {record['floor']}, under evaluation.mauve.min_texts"
@@ -50,7 +90,7 @@ def verdict_cell(record: dict) -> str:
 
 def controls_table(records: list[dict], stem: str) -> str:
     """The controls table (CSV, Markdown, LaTeX at `stem`); returns its Markdown."""
-    columns = ["eval set", "featuriser", "n", *(CONTROLS[c] for c in CONTROLS), "MAUVE cells"]
+    columns = ["eval set", "featuriser", "n", *(CONTROLS[c] for c in CONTROLS), PLANTED_COLUMN, "MAUVE cells"]
     rows = []
     for r in records:
         rows.append(
@@ -59,6 +99,7 @@ def controls_table(records: list[dict], stem: str) -> str:
                 "featuriser": r["featuriser"],
                 "n": str(r["texts"]),
                 **{CONTROLS[c]: control_cell(r["controls"].get(c)) for c in CONTROLS},
+                PLANTED_COLUMN: planted_cell(r),
                 "MAUVE cells": verdict_cell(r),
             }
         )
@@ -68,7 +109,10 @@ def controls_table(records: list[dict], stem: str) -> str:
         f"({'; '.join(f'{CONTROLS[c]}: {DESCRIPTIONS[c]}' for c in CONTROLS)}). Each cell: the mean MAUVE over the "
         "k-means seeds [their range]; a control is seen when its mean is below the ceiling's "
         f"({CONTROLS[CEILING]}) by more than the wider of the two ranges. MAUVE is reported only where every "
-        f"must-detect control ({', '.join(CONTROLS[c] for c in must) or 'none'}) is seen."
+        f"must-detect control ({', '.join(CONTROLS[c] for c in must) or 'none'}) is seen. {PLANTED_COLUMN}: two "
+        "disjoint human windows against the same windows with that share of the prompts' texts replaced by another "
+        "eval set's words, by the contrasts' joint test: the MAUVE gap [95% interval], its permutation p, and the "
+        "smallest gap the test detects with 80% power."
     )
     write_table(rows, [{} for _ in rows], columns, stem, caption=caption, unranked=set(columns))
     return Path(stem).with_suffix(".md").read_text()
@@ -100,4 +144,6 @@ def controls_section(records: list[dict], table: str) -> str:
                 )
                 + "."
             )
+        if sentence := planted_sentence(r):
+            lines.append(f"  {sentence}")
     return "\n".join(lines) + "\n"

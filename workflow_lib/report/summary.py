@@ -288,7 +288,7 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
             if dose
             else []
         ),
-        findings_section(frame, contrasts, logs or {}),
+        findings_section(frame, contrasts, logs or {}, results.controls),
         *(
             ["".join(f"- {s}\n" for s in [*design, *([multiplicity] if multiplicity else [])]) + "\n"]
             if design or multiplicity
