@@ -4,6 +4,7 @@ at: each section takes a `Run` and a scratch folder and returns its cell of gpu_
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import math
 import time
@@ -386,9 +387,10 @@ def sampling(run: Run, root: Path) -> dict:
                 results[f"{precision} batch {batch}"] = cell
             if time.monotonic() < run.deadline:  # where the time goes: bf16 ran slower than fp32 on an H200
                 rows = (prompts * (run.sample_batches[0] // len(prompts) + 1))[: run.sample_batches[0]]
-                profile_ops(run, f"sampling_profile_{precision}.txt", lambda: continuations(
-                    sampler, model, tokenizer, rows, table, run.new_tokens, 0.0, "exact"
-                ))  # fmt: skip
+                call = functools.partial(
+                    continuations, sampler, model, tokenizer, rows, table, run.new_tokens, 0.0, "exact"
+                )
+                profile_ops(run, f"sampling_profile_{precision}.txt", call)
             del model
     finally:
         for name in ("check-split", "check-one-pass"):

@@ -80,7 +80,7 @@ rule mauve_controls:
         code=code_digest("workflow_lib.evaluate.control_scores"),
         settings=lambda w: as_json(evaluation_settings(config)),
     shell:
-        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.evaluate.control_scores --human {input.human:q} --features {input.features:q} --settings {params.settings:q} --identity planted/{wildcards.featuriser:q}/{wildcards.eval_set:q} --output {output:q} 2> {log:q}"
+        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.evaluate.control_scores --human {input.human:q} --features {input.features:q} --settings {params.settings:q} --output {output:q} 2> {log:q}"
 
 
 # An evaluation is two jobs: the model texts' features on the GPU, then MAUVE's k-means, ROUGE and diversity on the

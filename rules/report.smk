@@ -9,12 +9,16 @@ from workflow_lib.grid import (
     lab_targets,
     metric_targets,
     model_targets,
+    planted_targets,
     simulation_summary_input,
     synonym_audit_tables,
 )
 from workflow_lib.layout import (
     ARGUMENT_FILE,
+    CONTROL_FEATURES,
+    FEATURES,
     MAUVE_CONTRAST,
+    PLANTED,
     REPORT,
     REPORT_FIGURE,
     REPORT_TABLE,
@@ -81,6 +85,26 @@ rule mauve_contrast:
         identity=lambda w: inputs.mauve_contrasts[w.pair]["identity"],
     shell:
         "OMP_NUM_THREADS={threads:q} python -m workflow_lib.report.joint_mauve --a {input.a:q} --b {input.b:q} --features-a {input.features_a:q} --features-b {input.features_b:q} --human {input.human:q} --prompts {input.prompts:q} --settings {params.settings:q} --resamples {params.resamples:q} --identity {params.identity:q} --output {output:q} 2> {log:q}"
+
+
+# MAUVE's planted control of one eval set: what size of gap its MAUVE contrasts can see (report/planted.py).
+rule planted_control:
+    input:
+        human=FEATURES,
+        features=CONTROL_FEATURES,
+    output:
+        PLANTED,
+    log:
+        log_path("report/planted/{featuriser}/{eval_set}"),
+    benchmark:
+        benchmark_path("report/planted/{featuriser}/{eval_set}")
+    conda:
+        "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.report.planted"),
+        settings=lambda w: as_json(evaluation_settings(config)),
+    shell:
+        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.report.planted --human {input.human:q} --features {input.features:q} --settings {params.settings:q} --identity planted/{wildcards.featuriser:q}/{wildcards.eval_set:q} --output {output:q} 2> {log:q}"
 
 
 rule contrasts:
@@ -180,6 +204,7 @@ rule tables:
         lab=[t for t in lab_targets(config) if t.endswith(".md")],
         models=model_targets(config),
         controls=control_targets(config),
+        planted=planted_targets(config),
         synonyms=REPORT_TABLE.format(table="synonyms", ext="md"),
         variance=REPORT_TABLE.format(table="variance", ext="md"),
         arguments=argument_file("tables"),

@@ -19,6 +19,7 @@ from workflow_lib.layout import (
     LAB,
     LAB_SET,
     NO_STRATEGY,
+    PLANTED,
     REPORT,
     REPORT_FIGURE,
     REPORT_TABLE,
@@ -202,6 +203,23 @@ def perplexity_targets(config: dict) -> list[str]:
 
 def metric_targets(config: dict) -> list[str]:
     return sorted({ev.path("metrics") for ev in evaluation_runs(config)})
+
+
+def planted_source(config: dict, eval_set: str) -> str | None:
+    """The eval set whose words the planted control mixes into `eval_set`'s human text: the next evaluated eval set
+    in name order (cyclic); None where the study evaluates one eval set, or planted_fraction is 0."""
+    names = sorted({ev.eval_set for ev in evaluation_runs(config)})
+    if len(names) < 2 or eval_set not in names or not config["evaluation"]["mauve"]["controls"]["planted_fraction"]:
+        return None
+    return names[(names.index(eval_set) + 1) % len(names)]
+
+
+def planted_targets(config: dict) -> list[str]:
+    """MAUVE's planted control (report/planted.py) of every evaluated eval set that has a source eval set for its
+    mixture (`planted_source`: a study with one eval set, or planted_fraction 0, has none)."""
+    featuriser = featuriser_id(config["evaluation"]["featuriser"])
+    names = sorted({ev.eval_set for ev in evaluation_runs(config)})
+    return [PLANTED.format(featuriser=featuriser, eval_set=e) for e in names if planted_source(config, e)]
 
 
 def control_targets(config: dict) -> list[str]:

@@ -34,6 +34,7 @@ from workflow_lib.grid import (
     model_targets,
     perplexity_jobs,
     perplexity_targets,
+    planted_targets,
 )
 from workflow_lib.layout import (
     ARGUMENT_FILE,
@@ -212,7 +213,7 @@ class Inputs:
     def control_texts(self, wildcards: Any) -> dict:
         """The eval set's prompts and the split they were cut from (the ceiling's following words, the salad's
         unigram law)."""
-        from workflow_lib.evaluate.settings import planted_source
+        from workflow_lib.grid import planted_source
 
         source = planted_source(self.config, wildcards.eval_set)
         other = {"other": prompts_path(source)} if source else {}
@@ -294,6 +295,7 @@ class Inputs:
                 *["--data", *data_records(config)],
                 *["--lab", *[t for t in lab_targets(config) if t.endswith(".md")]],
                 *["--controls", *control_targets(config)],
+                *["--planted", *planted_targets(config)],
                 *["--models", *model_targets(config)],
             ],
             "examples": example_inputs(config)[1],

@@ -41,6 +41,8 @@ FEATURES = "results/features/{featuriser}/{eval_set}.npy"  # an eval set's human
 CONTROL_TEXTS = "results/controls/{eval_set}.texts.parquet"
 CONTROL_FEATURES = "results/features/{featuriser}/{eval_set}.controls.parquet"
 CONTROLS = "results/controls/{featuriser}/{eval_set}.json"
+# MAUVE's planted control (report/planted.py): what size of gap an eval set's MAUVE contrasts can see.
+PLANTED = "results/report/planted/{featuriser}/{eval_set}.json"
 # The study's other products: the rules' outputs and the grid's targets are built from these strings (`partial` fills
 # some fields and leaves the others as the rules' wildcards). A job's log and benchmark: `log_path`, `benchmark_path`.
 # (Downloads live in data/downloads.py and GGUF files in pretrained.py, beside the jobs that read them: a job that
@@ -429,6 +431,18 @@ class Located:
         if self.shard is not None:
             out |= {SHARD_NAMES[f]: str(v) for f, v in vars(self.shard).items()}
         return out
+
+
+def fields_of(layout: str, path: str) -> dict[str, str]:
+    """The wildcards of a path written by a simple layout ({name} fields, none holding a '/'): CONTROLS, PLANTED, ...
+    ValueError for a path it did not write."""
+    import re
+
+    pattern = re.sub(r"\\\{(\w+)\\\}", lambda m: f"(?P<{m.group(1)}>[^/]+)", re.escape(layout))
+    match = re.search(pattern + "$", str(path))
+    if not match:
+        raise ValueError(f"{path}: not a path of the layout {layout} (workflow_lib/layout.py)")
+    return match.groupdict()
 
 
 def parse(path: str) -> Located:

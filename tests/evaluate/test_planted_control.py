@@ -1,4 +1,4 @@
-"""MAUVE's planted control (evaluate/controls.py `mixture`, control_scores.py `planted`, report/instrument.py): two
+"""MAUVE's planted control (evaluate/controls.py `mixture`, report/planted.py, report/instrument.py): two
 disjoint human windows against the same windows with a share of the prompts' texts replaced by another eval set's
 words, scored by the contrasts' joint test, and the smallest gap that test can see at the study's n."""
 
@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pytest
+from test_controls import MAUVE, SETTINGS, by_control, rows_and_prompts
 
 from workflow_lib.evaluate.control_names import CEILING, CONTROLS, MIXTURE, SECOND_WINDOW
-from workflow_lib.evaluate.control_scores import planted, score_controls
 from workflow_lib.evaluate.controls import control_texts
 from workflow_lib.evaluate.features import features_table
-from workflow_lib.evaluate.settings import planted_source
+from workflow_lib.grid import planted_source
 from workflow_lib.report.instrument import planted_cell, planted_sentence
-
-from test_controls import MAUVE, SETTINGS, by_control, rows_and_prompts  # noqa: E402  (tests/evaluate on sys.path)
+from workflow_lib.report.planted import planted, planted_from_features
 
 OTHER = [" " + " ".join(f"o{d}_{i}" for i in range(12)) for d in range(7)]
 
@@ -55,11 +53,13 @@ def test_no_planted_rows_without_a_source_or_a_share():
 
 
 def test_the_source_is_the_next_evaluated_eval_set_and_none_alone():
+    from pathlib import Path
+
     import yaml
 
     from workflow_lib.config import validate_config
 
-    config = validate_config(yaml.safe_load(open("config.yaml")))
+    config = validate_config(yaml.safe_load(Path("config.yaml").read_text()))
     names = sorted({e for x in config["experiments"].values() for e in x["eval_sets"]})
     assert len(names) >= 2
     assert [planted_source(config, name) for name in names] == names[1:] + names[:1]
@@ -98,24 +98,25 @@ def test_a_planted_gap_is_seen_and_sized_and_an_empty_one_is_not():
     assert planted(human4, windows4, mixed4, SCORING, [5, 6, 7], "t")["can_see"] < 0.75 * gap["can_see"]
 
 
-def test_score_controls_runs_the_planted_control_when_its_rows_are_there():
+def test_the_job_scores_the_planted_rows_of_the_control_features_and_says_why_not_without_them():
     human, windows, mixed = planted_features(60, 12)
     rng = np.random.default_rng(3)
-    blocks = [rng.normal(size=(60, 8)).astype(np.float32) + (4.0 if c in ("shuffled", "loop", "salad") else 0.0)
-              for c in CONTROLS]  # fmt: skip
+    blocks = [rng.normal(size=(60, 8)).astype(np.float32) for _ in CONTROLS]
     blocks[list(CONTROLS).index(CEILING)] = windows[0]
     names = [c for c in CONTROLS for _ in range(60)] + [SECOND_WINDOW] * 60 + [MIXTURE[0]] * 60 + [MIXTURE[1]] * 60
-    matrix = np.vstack([*blocks, windows[1], mixed[0], mixed[1]])
-    keys = {"control": pa.array(names), "prompt_id": pa.array(list(range(60)) * (len(CONTROLS) + 3), pa.int64())}
-    result = score_controls(human, features_table(keys, matrix, len(names)), SCORING, "planted/x/set")
-    assert result["status"] is None and result["planted"]["seen"]
+    order = np.random.default_rng(4).permutation(len(names))  # rows in any order: read back by prompt
+    matrix = np.vstack([*blocks, windows[1], mixed[0], mixed[1]])[order]
+    ids = np.asarray(list(range(60)) * (len(CONTROLS) + 3))[order]
+    keys = {"control": pa.array(np.asarray(names)[order]), "prompt_id": pa.array(ids, pa.int64())}
+    result = planted_from_features(human, features_table(keys, matrix, len(names)), SCORING, "planted/x/set")
     assert result["planted"] == planted(human, windows, mixed, SCORING, [5, 6, 7], "planted/x/set")
-    without = features_table(
-        {"control": pa.array(names[: 60 * len(CONTROLS)]), "prompt_id": keys["prompt_id"][: 60 * len(CONTROLS)]},
-        matrix[: 60 * len(CONTROLS)],
-        60 * len(CONTROLS),
-    )
-    assert score_controls(human, without, SCORING)["planted"] is None
+    assert result["planted"]["seen"]
+    first = len(CONTROLS) * 60
+    plain = {"control": pa.array(names[:first]), "prompt_id": pa.array(list(range(60)) * len(CONTROLS), pa.int64())}
+    without = planted_from_features(human, features_table(plain, np.vstack(blocks), first), SCORING, "t")
+    assert without["planted"] is None and "no planted rows" in without["why"]
+    unscored = planted_from_features(human, features_table(keys, None, len(names)), SCORING, "t")
+    assert unscored["planted"] is None and "floor" in unscored["why"]
 
 
 def test_the_report_says_what_size_the_study_can_see():

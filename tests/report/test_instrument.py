@@ -32,7 +32,7 @@ SCORES = {
 
 def write_controls(folder, eval_set: str, scores: dict, must: list[str], texts: int = 60) -> str:
     record = verdict(scores, must, texts, "minilm") | {"floor": None, "feature_text": "continuation"}
-    path = folder / "minilm" / f"{eval_set}.json"
+    path = folder / "results" / "controls" / "minilm" / f"{eval_set}.json"  # as layout.CONTROLS writes it
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
     return str(path)
@@ -106,7 +106,7 @@ def test_what_mauve_can_see_here_shows_each_control_and_the_verdict(tmp_path, mo
 
 
 def test_a_mauve_null_is_read_against_what_the_planted_control_says_mauve_can_see():
-    """The perturbation rows' MAUVE verdict quotes the eval set's planted control (control_scores.planted): the
+    """The perturbation rows' MAUVE verdict quotes the eval set's planted control (report/planted.py): the
     smallest gap its test can see, and whether the paper's gain lies within it."""
     from test_resolution import verdict_rows
 
@@ -122,3 +122,17 @@ def test_a_mauve_null_is_read_against_what_the_planted_control_says_mauve_can_se
     seeing = contrast_findings(rows, None, {"webtext": planted | {"can_see": 0.02, "sees_target": True}})[0]
     assert "can see MAUVE gaps of 0.020 or more at this n (80% power), the paper's gain of 0.03 included" in seeing
     assert contrast_findings(rows, None, {"other": planted})[0] == plain  # another eval set's control says nothing
+
+
+def test_each_eval_set_s_record_carries_its_planted_control(tmp_path):
+    from workflow_lib.layout import PLANTED
+
+    seen = write_controls(tmp_path, "a", SCORES, ["loop"])
+    alone = write_controls(tmp_path, "b", SCORES, ["loop"])
+    gap = {"gap": 0.04, "low": 0.01, "high": 0.07, "p": 0.01, "can_see": 0.05, "target": 0.03, "sees_target": False}
+    planted = tmp_path / PLANTED.format(featuriser="minilm", eval_set="a")
+    planted.parent.mkdir(parents=True)
+    planted.write_text(json.dumps({"planted": gap}))
+    records = {r["eval_set"]: r for r in read_controls([alone, seen], [str(planted)])}
+    assert records["a"]["planted"] == gap and records["b"]["planted"] is None
+    assert records["a"]["featuriser_id"] == "minilm"

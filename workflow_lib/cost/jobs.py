@@ -431,7 +431,7 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
         )
     from workflow_lib.evaluate.control_names import CONTROLS, PLANTED_ROWS
     from workflow_lib.evaluate.floor import mauve_status
-    from workflow_lib.evaluate.settings import planted_source
+    from workflow_lib.grid import planted_source
 
     for eval_set in sorted({ev.eval_set for ev in grid.evaluation_runs(config)}):
         p = sizes.eval_set_prompts(config, eval_set, workdir)

@@ -8,13 +8,6 @@ is reported only when every control in `evaluation.mauve.controls.must_detect` (
 default) is seen. Otherwise every MAUVE cell of the eval set reads "MAUVE cannot see <controls> at n = .. with
 <featuriser>" and takes no part in contrasts, marks or findings (`report.resolution`), as a cell with too few texts
 does. The `mauve_controls` rule, on the CPU, from the `features` job's features.
-
-The planted control (`planted`) asks a finer question, at the size a study wants to see: MAUVE of two disjoint human
-windows against the same windows with a share of the prompts' texts replaced by another eval set's words, as the
-contrasts score two conditions (report.joint_mauve: one joint quantisation per k-means seed, the paired permutation
-p, the prompt bootstrap interval), so text sampling counts as well as k-means. From its interval, the smallest gap
-the test detects with 80% power (`statistics.detectable`, one test at 5%): the study's MAUVE can see effects of
-that size or more, and a MAUVE null is worth reading only against it (docs/method.md §4).
 """
 
 from __future__ import annotations
@@ -25,7 +18,7 @@ import logging
 import numpy as np
 
 from workflow_lib.cli import StageError, parse_json_arg, run
-from workflow_lib.evaluate.control_names import CEILING, CONTROLS, MIXTURE, SECOND_WINDOW
+from workflow_lib.evaluate.control_names import CEILING, CONTROLS
 from workflow_lib.files import write_json
 
 log = logging.getLogger("workflow_lib.evaluate.control_scores")
@@ -69,11 +62,10 @@ def verdict(scores: dict[str, list[float]], must_detect: list[str], texts: int, 
     }
 
 
-def score_controls(human: np.ndarray, features, settings: dict, identity: str = "planted") -> dict:
+def score_controls(human: np.ndarray, features, settings: dict) -> dict:
     """Every control's MAUVE against the human references, for each clustering seed (seed, seed + 1, ..., as the
     model cells), and the verdict; under MAUVE's floor nothing is scored (`floor`: the cells' own status) and the
-    cells are refused by the floor, not by the controls. `identity` seeds the planted control's swaps and
-    resamples (the job's featuriser and eval set)."""
+    cells are refused by the floor, not by the controls."""
     from workflow_lib.evaluate.floor import MIN_TEXTS, mauve_status
     from workflow_lib.evaluate.metrics import KMEANS_SEEDS, mauve_over_seeds
 
@@ -109,55 +101,7 @@ def score_controls(human: np.ndarray, features, settings: dict, identity: str = 
         log.info("control %s: MAUVE %s", name, " ".join(f"{s:.3f}" for s in scores[name]))
     if not np.isfinite(np.asarray(list(scores.values()))).all():
         raise StageError("evaluation: a control's MAUVE is not finite; nothing is written")
-    rows_of = {name: np.flatnonzero(names == name) for name in (SECOND_WINDOW, *MIXTURE)}
-    rows_of = {k: v[np.argsort(prompt[v], kind="stable")] for k, v in rows_of.items() if len(v) == texts}
-    gap = None
-    if len(rows_of) == 3:
-        ceiling = np.flatnonzero(names == CEILING)
-        ceiling = ceiling[np.argsort(prompt[ceiling], kind="stable")]
-        windows = np.stack([matrix[ceiling], matrix[rows_of[SECOND_WINDOW]]])
-        mixed = np.stack([matrix[rows_of[name]] for name in MIXTURE])
-        gap = planted(human, windows, mixed, settings, seeds, identity)
-    return verdict(scores, must_detect, texts, label) | {
-        "floor": None,
-        "kmeans_seeds": seeds,
-        "planted": gap,
-        **layout,
-    }
-
-
-def planted(human: np.ndarray, windows: np.ndarray, mixed: np.ndarray, settings: dict, seeds: list[int], identity: str):
-    """The planted control (module docstring): MAUVE(references, human windows) - MAUVE(references, mixed windows)
-    by the contrasts' joint test, and the smallest gap that test detects with 80% power at this n."""
-    from workflow_lib.comparisons import RESAMPLES
-    from workflow_lib.evaluate.metrics import mauve_buckets
-    from workflow_lib.metric_registry import PAPER_GAINS
-    from workflow_lib.report.joint_mauve import joint_contrast
-    from workflow_lib.report.statistics import ALPHA, detectable
-
-    n = windows.shape[1]
-    buckets = mauve_buckets(n, n, settings["mauve"])
-    joint = joint_contrast(human, windows, mixed, settings["mauve"], seeds, RESAMPLES, identity, buckets)
-    e = joint.estimate
-    can_see = detectable(e.low, e.high, None, 1)
-    target = PAPER_GAINS["mauve"]
-    log.info(
-        "planted control: MAUVE gap %+.4f [%.4f, %.4f], p %.4g; the test sees %.4f or more (target %.3f)",
-        e.difference, e.low, e.high, e.p, can_see, target,
-    )  # fmt: skip
-    return {
-        "fraction": settings["mauve"]["controls"]["planted_fraction"],
-        "windows": int(windows.shape[0]),
-        "gap": e.difference,
-        "low": e.low,
-        "high": e.high,
-        "p": e.p,
-        "seen": bool(e.p is not None and e.p < ALPHA),
-        "can_see": can_see,
-        "target": target,
-        "sees_target": bool(can_see is not None and can_see <= target),
-        "buckets": buckets,
-    }
+    return verdict(scores, must_detect, texts, label) | {"floor": None, "kmeans_seeds": seeds, **layout}
 
 
 def main() -> None:
@@ -167,14 +111,13 @@ def main() -> None:
     parser.add_argument("--human", required=True, help=".npy: the references' features (the prompts' order)")
     parser.add_argument("--features", required=True, help="Parquet: the control texts' features")
     parser.add_argument("--settings", required=True, help="JSON: the evaluation settings")
-    parser.add_argument("--identity", default="planted", help="seeds the planted control's draws")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
 
     from workflow_lib.files import read_parquet
 
     settings = parse_json_arg(args.settings, "evaluation")
-    result = score_controls(np.load(args.human), read_parquet(args.features), settings, args.identity)
+    result = score_controls(np.load(args.human), read_parquet(args.features), settings)
     log.info("MAUVE's controls: %s", result["status"] or result["floor"] or "every must-detect control is seen")
     write_json(result, args.output)
 

@@ -31,7 +31,7 @@ import logging
 import numpy as np
 
 from workflow_lib.cli import StageError, parse_json_arg, run
-from workflow_lib.evaluate.control_names import CEILING, CONTROLS, MIXTURE, SECOND_WINDOW
+from workflow_lib.evaluate.control_names import CEILING, MIXTURE, SECOND_WINDOW
 from workflow_lib.files import write_parquet
 
 log = logging.getLogger("workflow_lib.evaluate.controls")

@@ -38,6 +38,7 @@ def feature_settings(config: dict) -> dict:
 def control_text_settings(config: dict, eval_set: str) -> dict:
     """What the control_texts job of one eval set reads: how its prompts were cut, and the study's seed."""
     from workflow_lib.data.settings import prompt_settings
+    from workflow_lib.grid import planted_source
 
     cut = prompt_settings(config, eval_set)
     return {
@@ -50,17 +51,6 @@ def control_text_settings(config: dict, eval_set: str) -> dict:
             "source": planted_source(config, eval_set),
         },
     }
-
-
-def planted_source(config: dict, eval_set: str) -> str | None:
-    """The eval set whose words the planted control mixes into `eval_set`'s human text: the next evaluated eval set
-    in name order (cyclic); None where the study evaluates one eval set, or planted_fraction is 0."""
-    from workflow_lib.grid import evaluation_runs
-
-    names = sorted({ev.eval_set for ev in evaluation_runs(config)})
-    if len(names) < 2 or eval_set not in names or not config["evaluation"]["mauve"]["controls"]["planted_fraction"]:
-        return None
-    return names[(names.index(eval_set) + 1) % len(names)]
 
 
 def perplexity_settings(config: dict) -> dict:

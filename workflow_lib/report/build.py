@@ -72,6 +72,9 @@ def main() -> None:
     tb.add_argument("--lab", nargs="*", default=[], help="results/lab/<experiment>/uncertainty.md of the theory lab")
     tb.add_argument("--models", nargs="*", default=[], help="trained model folders (their train_log.csv)")
     tb.add_argument("--controls", nargs="*", default=[], help="results/controls/<featuriser>/<eval set>.json")
+    tb.add_argument(
+        "--planted", nargs="*", default=[], help="results/report/planted/<featuriser>/<eval set>.json (planted.py)"
+    )
     tb.add_argument("--synonyms", help="results/report/tables/synonyms.md (the synonym audit), if any")
     tb.add_argument("--variance", help="results/report/tables/variance.md (report.variance), if any")
     fg = sub.add_parser("figure")
@@ -114,7 +117,7 @@ def main() -> None:
         written = tables(frame, args.out_dir, settings["intensity"], settings["eval_order"])
         from workflow_lib.report.instrument import controls_table, read_controls
 
-        controls = read_controls(args.controls)
+        controls = read_controls(args.controls, args.planted)
         written["controls"] = controls_table(controls, str(Path(args.out_dir) / "controls"))
         if args.synonyms:
             written["synonyms"] = Path(args.synonyms).read_text()

@@ -146,7 +146,7 @@ def _refusals(flagged: pl.DataFrame) -> list[str]:
 
 
 def _mauve_reach(planted: dict | None) -> str:
-    """'; MAUVE's planted control: ...': what size of MAUVE gap this eval set's test can see (control_scores.planted),
+    """'; MAUVE's planted control: ...': what size of MAUVE gap this eval set's test can see (report/planted.py),
     and whether the paper's gain is within it, so that a MAUVE null is read against the instrument."""
     if not planted or planted.get("can_see") is None:
         return ""
@@ -199,7 +199,7 @@ def contrast_findings(
     """Per eval set: perturbation vs none and the ablation's one-sided arms, then each objective vs MLE, per metric,
     after Holm; the contrasts across training seeds first where there are any. `frame`: the tidy metrics, whose
     refused MAUVE cells (report.resolution) are named where MAUVE has no contrast. `reach`: each eval set's planted
-    control (control_scores.planted), which its perturbation rows' MAUVE verdict quotes (`_mauve_reach`)."""
+    control (report/planted.py), which its perturbation rows' MAUVE verdict quotes (`_mauve_reach`)."""
     if contrasts is None or contrasts.height == 0:
         return ["No paired comparison was possible in this study, so nothing is said about what helped."]
     flagged = refused(frame) if frame is not None else pl.DataFrame({"eval_set": [], "objective": [], STATUS: []})

@@ -22,13 +22,28 @@ LAYOUTS = {  # evaluation.feature_text, as a reader is told it
 }
 
 
-def read_controls(paths: list[str]) -> list[dict]:
+def read_controls(paths: list[str], planted: list[str] = ()) -> list[dict]:
     """The controls JSON of each eval set, with its eval set and featuriser named by its path
-    (results/controls/<featuriser>/<eval set>.json)."""
+    (results/controls/<featuriser>/<eval set>.json, read back by `layout.fields_of`), and under "planted" its planted
+    control (report/planted.py; None where the study has none)."""
+    from workflow_lib.layout import CONTROLS, PLANTED, fields_of
+
+    gaps = {}
+    for path in planted:
+        key = fields_of(PLANTED, path)
+        gaps[key["featuriser"], key["eval_set"]] = json.loads(Path(path).read_text())["planted"]
     out = []
     for path in sorted(paths):
+        key = fields_of(CONTROLS, path)
         record = json.loads(Path(path).read_text())
-        out.append(record | {"eval_set": Path(path).stem, "featuriser_id": Path(path).parent.name})
+        out.append(
+            record
+            | {
+                "eval_set": key["eval_set"],
+                "featuriser_id": key["featuriser"],
+                "planted": gaps.get((key["featuriser"], key["eval_set"])),
+            }
+        )
     return out
 
 
@@ -43,7 +58,7 @@ def control_cell(row: dict | None) -> str:
 
 def planted_cell(record: dict) -> str:
     """'0.041 [0.012, 0.070], p 0.004; sees 0.052+': the planted control's MAUVE gap, its interval and p, and the
-    smallest gap the test detects with 80% power (control_scores.planted)."""
+    smallest gap the test detects with 80% power (report/planted.py)."""
     gap = record.get("planted")
     if not gap:
         return "not run" if not record.get("floor") else ""
