@@ -48,7 +48,7 @@ def paper_plan(tmp_path_factory):
     """The paper's study (configs/paper.yaml) planned once from an empty folder, `snakemake -n --printshellcmds`, with
     the CPU seconds it took (`support.workflow_runs.PaperPlan`): its job counts are read by the paper config's tests
     (tests/workflow/test_paper_config.py: the counts, the planning time and every job's command line) and the
-    rehearsal's (tests/studies/test_rehearsal.py), each of which planned it alone before. Printing the 3,451 jobs'
+    rehearsal's (tests/studies/test_rehearsal.py), each of which planned it alone before. Printing the 3,455 jobs'
     commands costs no more CPU than `--quiet rules` (27.0 against 28.6 s, one run each)."""
     from support.workflow_runs import PaperPlan, paper_dry_run
 

@@ -1,7 +1,7 @@
 """`make rehearsal`: configs/paper.yaml with configs/paper-rehearsal.yaml is the paper's study, only smaller.
 
 - The overlay changes only where things come from and how big they are (its keys, checked), and the rehearsal
-  plans the same rules with the same job counts as the paper's study (1011 jobs: the synonym audit and the variance components are one each), but for its 190 MAUVE contrasts
+  plans the same rules with the same job counts as the paper's study (1015 jobs: the synonym audit and the variance components are one each), but for its 190 MAUVE contrasts
   (at the rehearsal's 8 prompts, under MAUVE's floor, there is no MAUVE to contrast) and its sampling shards (the
   paper's time limit splits its sampling into more jobs than the rehearsal's tiny models need).
 - The post-run checks (studies/rehearsal_checks.py, which `make rehearsal` runs on the finished study) are each
@@ -111,7 +111,7 @@ def test_rehearsal_plans_the_papers_jobs(tmp_path, paper_plan):
     # Sampling shards fit the paper's time limit (cost.max_minutes) at the paper's sizes; at the rehearsal's, one shard
     # an evaluation does. Either way one gather_samples job an evaluation joins them.
     assert paper.pop("sample") > paper["gather_samples"] == rehearsal.pop("sample")
-    assert rehearsal == paper and sum(paper.values()) + paper["gather_samples"] == 1011  # the rehearsal's jobs
+    assert rehearsal == paper and sum(paper.values()) + paper["gather_samples"] == 1015  # the rehearsal's jobs
 
 
 def test_served_stand_ins_repeat_byte_for_byte_and_are_shaped_as_the_originals():

@@ -145,6 +145,7 @@ def expected_jobs(config: dict) -> dict[str, int]:
         "features": len(prompts),
         "control_texts": len(prompts),  # MAUVE's controls: one set of texts and one verdict per eval set
         "mauve_controls": len(prompts),
+        "planted_control": len(prompts),  # MAUVE's planted control: four eval sets, each the next one's source
         "synonyms": len(synonyms),
         "perturb": len(perturbed),
         "train": len(trained),
