@@ -59,7 +59,7 @@ def test_the_source_is_the_next_evaluated_eval_set_and_none_alone():
 
     from workflow_lib.config import validate_config
 
-    config = validate_config(yaml.safe_load(Path("config.yaml").read_text()))
+    config = validate_config(yaml.safe_load((Path(__file__).parents[2] / "config.yaml").read_text()))
     names = sorted({e for x in config["experiments"].values() for e in x["eval_sets"]})
     assert len(names) >= 2
     assert [planted_source(config, name) for name in names] == names[1:] + names[:1]
