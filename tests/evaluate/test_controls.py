@@ -10,8 +10,8 @@ import pytest
 from workflow_lib.cli import StageError
 from workflow_lib.data.prompts import make_prompts
 from workflow_lib.evaluate import control_scores, controls
-from workflow_lib.evaluate.control_scores import score_controls, verdict
 from workflow_lib.evaluate.control_names import CEILING, CONTROLS
+from workflow_lib.evaluate.control_scores import score_controls, verdict
 from workflow_lib.evaluate.controls import control_texts
 from workflow_lib.evaluate.features import features_table
 from workflow_lib.evaluate.metrics import evaluate
