@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
-
 import shared  # noqa: F401  (the repository on sys.path)
+
 from workflow_lib.report.planted import planted
 
 MAUVE = {

@@ -40,6 +40,7 @@ PORT = 38518  # the port configs/real-local.yaml names
 CONFIGS = [REPO / "configs/real.yaml", REPO / "configs/real-local.yaml"]
 CI_CONFIG = REPO / "configs/real-ci.yaml"
 CPU_CONFIG = REPO / "configs/real-cpu.yaml"
+POWERED_CONFIG = REPO / "configs/real-powered.yaml"
 PEERS_CONFIG = REPO / "configs/real-peers.yaml"
 WIKITEXT_ZIP = "datasets/ggml-org/ci/resolve/927b3642933080f1b0e811e2f916e14c292992f9/wikitext-2-raw-v1.zip"
 LICENCE_DIR = "data/main/b/base-files/12.4%2Bdeb12u11/licenses"
@@ -83,14 +84,19 @@ def served_files(shared: Path) -> dict[str, bytes]:
 
 
 # Where each size's study runs (`make real`, `make real-ci`, `make real-full`), and where `make design` reads it.
-WORKDIRS = {"cpu": "results/real", "ci": "results/real-ci", "full": "results/real-full"}
+WORKDIRS = {
+    "cpu": "results/real",
+    "ci": "results/real-ci",
+    "full": "results/real-full",
+    "powered": "results/real-powered",
+}
 
 
 def study_configs(size: str = "cpu", peers: bool = False) -> list[Path]:
     """The config files of `make real` and its variants, in the order snakemake merges them: the size last, so that
-    it sizes the peers' experiments too. `size`: "cpu" (configs/real-cpu.yaml), "ci" (configs/real-ci.yaml) or
-    "full" (real.yaml's own)."""
-    sizes = {"cpu": [CPU_CONFIG], "ci": [CI_CONFIG], "full": []}
+    it sizes the peers' experiments too. `size`: "cpu" (configs/real-cpu.yaml), "ci" (configs/real-ci.yaml), "full"
+    (real.yaml's own) or "powered" (`make real`'s with configs/real-powered.yaml: the design `make design` picked)."""
+    sizes = {"cpu": [CPU_CONFIG], "ci": [CI_CONFIG], "full": [], "powered": [CPU_CONFIG, POWERED_CONFIG]}
     return CONFIGS + ([PEERS_CONFIG] if peers else []) + sizes[size]
 
 
@@ -101,10 +107,11 @@ def main() -> int:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--ci", action="store_true", help="CI's size (configs/real-ci.yaml)")
     size.add_argument("--full", action="store_true", help="the whole design at configs/real.yaml's own size")
+    size.add_argument("--powered", action="store_true", help="`make real` powered for ROUGE-1 (real-powered.yaml)")
     parser.add_argument("--peers", action="store_true", help="add configs/real-peers.yaml (beyond the paper's recipe)")
     parser.add_argument("--cold", action="store_true", help="every job in its own process (no studies.warm server)")
     args, snakemake_args = parser.parse_known_args()  # the rest goes to snakemake (e.g. --forceall, -n)
-    scale = "ci" if args.ci else "full" if args.full else "cpu"
+    scale = "ci" if args.ci else "full" if args.full else "powered" if args.powered else "cpu"
     workdir = (args.workdir or REPO / WORKDIRS[scale]).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()

@@ -182,6 +182,9 @@ def test_the_command_prices_a_pilot_by_the_cost_model_cheapest_first(tmp_path, c
     assert (powered["cpu_hours"] > powered["device_hours"]).all()  # the same jobs on one CPU core
     assert written.filter(pl.col("design") == "paper")["false_positive"][0] > 0
     assert "| rouge1 | synthetic-test |" in out
+    # the pilot has ROUGE components only: MAUVE's default target gets a line saying why it has no design
+    assert "mauve: no design; the pilot has no variance components of its contrasts" in out
+    assert "rouge1: no design" not in out
 
 
 def test_a_design_costs_more_with_more_seeds_prompts_and_runs():

@@ -136,3 +136,16 @@ def test_each_eval_set_s_record_carries_its_planted_control(tmp_path):
     records = {r["eval_set"]: r for r in read_controls([alone, seen], [str(planted)])}
     assert records["a"]["planted"] == gap and records["b"]["planted"] is None
     assert records["a"]["featuriser_id"] == "minilm"
+
+
+def test_a_refused_eval_set_s_finding_says_what_its_planted_control_could_see(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    frame = study(tmp_path / "blind", BLIND)
+    rows = contrasts_of(contrast_rows("perturbation", "rouge1", [(0.01, 0.5)]))
+    rows = rows.with_columns(pl.lit("test").alias("eval_set"))
+    planted = {"can_see": 0.081, "target": 0.03, "sees_target": False}
+    line = contrast_findings(rows, frame, {"test": planted})[0]
+    assert (
+        "MAUVE: not compared (its controls fail: MAUVE cannot see degraded human text here); MAUVE's planted "
+        "control: its test can see MAUVE gaps of 0.081 or more at this n (80% power)" in line
+    )

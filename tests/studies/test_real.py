@@ -204,6 +204,24 @@ def test_the_real_study_plans_its_rules(tmp_path):
     assert jobs["train"] == 15 + 13 and jobs["sample"] == 2 * (16 + 13) and jobs["perplexity"] == 16 + 13
 
 
+def test_the_powered_study_is_make_reals_with_the_prompts_the_design_asked_for(tmp_path):
+    """configs/real-powered.yaml (issue 65): `make real`'s own files and the calculator's design on top, which only
+    raises the prompts' cap, so every per-text setting the pilot's variance components rest on is kept; it passes
+    the config check and plans the pilot's rules and jobs."""
+    from studies import real as runner
+    from workflow_lib.check_config import main as check
+
+    files = runner.study_configs("powered")
+    assert files == [REAL, LOCAL, CPU, REPO / "configs/real-powered.yaml"]
+    pilot, powered = study_config(runner.study_configs("cpu")), study_config(files)
+    assert powered["prompts"].pop("max_prompts") == 400 > pilot["prompts"].pop("max_prompts")
+    assert powered == pilot
+    assert check([str(f) for f in files]) == 0
+    jobs = plan(tmp_path, *files)  # `make real`'s (test_the_real_study_plans_its_rules): only its prompts grow
+    assert jobs["train"] == 12 and jobs["sample"] == 2 * 13 and jobs["perplexity"] == 13
+    assert jobs["planted_control"] == jobs["mauve_controls"] == 2
+
+
 def test_checks_fail_on_doctored_input(tmp_path):
     real = study_config([REAL, PEERS])
     seeds = real["experiments"]["dose-0.4"]["seeds"]

@@ -279,6 +279,17 @@ def markdown(rows: list[dict], device: str) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def unsized(effects: dict[str, float], rows: list[dict]) -> str:
+    """A line per target metric the pilot gave no design for: no contrast of it had variance components (MAUVE's
+    cells refused by its controls or floor, say), so its size cannot be read from this pilot."""
+    missing = [m for m in effects if not any(r["metric"] == m for r in rows)]
+    return "".join(
+        f"\n{m}: no design; the pilot has no variance components of its contrasts (were its cells refused? "
+        'see its summary\'s "What MAUVE can see here"), so this pilot cannot size a study for it.\n'
+        for m in missing
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     from workflow_lib.config import ConfigError
     from workflow_lib.cost.estimate import devices, load_config
@@ -319,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     components = pl.read_csv(table, schema=COLUMNS)
     available = {es: available_prompts(workdir, es) for es in components["eval_set"].unique().to_list()}
     rows = designs(components, effects, config, pricing(config, gpu, cpu, workdir), args.family, args.tests, available)
-    text = markdown(rows, gpu.name)
+    text = markdown(rows, gpu.name) + unsized(effects, rows)
     print(text)
     out = args.results / "design"
     out.mkdir(parents=True, exist_ok=True)

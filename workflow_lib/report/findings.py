@@ -175,7 +175,7 @@ def _parts(rows: pl.DataFrame, better: str, flagged: pl.DataFrame, sep: str, pla
             parts.append(f"{METRICS[m]}{what}{sep}{_verdicts(part, better)}{apart}")
         elif m == "mauve" and refusals:
             blind = flagged.filter(pl.col(STATUS).str.starts_with(BLIND)).height
-            parts.append(f"{METRICS[m]}{sep}{BLIND_CELLS if blind else TOO_FEW}")
+            parts.append(f"{METRICS[m]}{sep}{BLIND_CELLS if blind else TOO_FEW}{_mauve_reach(planted)}")
     return parts
 
 

@@ -124,7 +124,7 @@ def controls_table(records: list[dict], stem: str) -> str:
         f"({'; '.join(f'{CONTROLS[c]}: {DESCRIPTIONS[c]}' for c in CONTROLS)}). Each cell: the mean MAUVE over the "
         "k-means seeds [their range]; a control is seen when its mean is below the ceiling's "
         f"({CONTROLS[CEILING]}) by more than the wider of the two ranges. MAUVE is reported only where every "
-        f"must-detect control ({', '.join(CONTROLS[c] for c in must) or 'none'}) is seen. {PLANTED_COLUMN}: two "
+        f"must-detect control ({', '.join(CONTROLS[c] for c in must) or 'none'}) is seen. The {PLANTED_COLUMN}: two "
         "disjoint human windows against the same windows with that share of the prompts' texts replaced by another "
         "eval set's words, by the contrasts' joint test: the MAUVE gap [95% interval], its permutation p, and the "
         "smallest gap the test detects with 80% power."
