@@ -10,6 +10,7 @@ and whether it was seen; the cells themselves carry the verdict as their `mauve_
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from workflow_lib.evaluate.control_names import CEILING, CONTROLS, DESCRIPTIONS
@@ -22,7 +23,7 @@ LAYOUTS = {  # evaluation.feature_text, as a reader is told it
 }
 
 
-def read_controls(paths: list[str], planted: list[str] = ()) -> list[dict]:
+def read_controls(paths: list[str], planted: Sequence[str] = ()) -> list[dict]:
     """The controls JSON of each eval set, with its eval set and featuriser named by its path
     (results/controls/<featuriser>/<eval set>.json, read back by `layout.fields_of`), and under "planted" its planted
     control (report/planted.py; None where the study has none)."""
