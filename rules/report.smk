@@ -1,4 +1,4 @@
-from workflow_lib.evaluate.settings import evaluation_settings
+from workflow_lib.evaluate.settings import evaluation_settings, planted_settings
 from workflow_lib.files import sha256_file, write_argument_file
 from workflow_lib.grid import (
     REPORT_TABLES,
@@ -102,7 +102,7 @@ rule planted_control:
         "../envs/evaluate.yaml"
     params:
         code=code_digest("workflow_lib.report.planted"),
-        settings=lambda w: as_json(evaluation_settings(config)),
+        settings=lambda w: as_json(planted_settings(config)),
     shell:
         "OMP_NUM_THREADS={threads:q} python -m workflow_lib.report.planted --human {input.human:q} --features {input.features:q} --settings {params.settings:q} --identity planted/{wildcards.featuriser:q}/{wildcards.eval_set:q} --output {output:q} 2> {log:q}"
 

@@ -132,3 +132,25 @@ def test_the_report_says_what_size_the_study_can_see():
     record["planted"] |= {"can_see": 0.025, "sees_target": True}
     assert "which includes the paper's gain of 0.03" in planted_sentence(record)
     assert planted_cell({"texts": 10, "floor": None}) == "not run" and planted_sentence({"planted": None}) == ""
+
+
+def test_the_planted_share_reaches_only_the_jobs_that_use_it():
+    """evaluation.mauve.controls.planted_fraction is in the control texts' and the planted_control job's settings,
+    not in evaluate's, mauve_controls' or mauve_contrast's, so a change of it reruns none of those by its params."""
+    import copy
+    from pathlib import Path
+
+    import yaml
+
+    from workflow_lib.config import validate_config
+    from workflow_lib.evaluate.settings import control_text_settings, evaluation_settings, planted_settings
+
+    config = validate_config(yaml.safe_load((Path(__file__).parents[2] / "config.yaml").read_text()))
+    other = copy.deepcopy(config)
+    other["evaluation"]["mauve"]["controls"]["planted_fraction"] = 0.2
+    assert evaluation_settings(other) == evaluation_settings(config)
+    assert "planted_fraction" not in evaluation_settings(config)["mauve"]["controls"]
+    assert planted_settings(other)["mauve"]["controls"]["planted_fraction"] == 0.2
+    assert planted_settings(other) != planted_settings(config)
+    assert control_text_settings(other, "synthetic-test") != control_text_settings(config, "synthetic-test")
+    assert config["evaluation"]["mauve"]["controls"]["planted_fraction"] == 0.1  # nothing above edited the config

@@ -20,7 +20,20 @@ def featuriser_settings(config: dict) -> dict:
 
 
 def evaluation_settings(config: dict) -> dict:
-    return {**config["evaluation"], **featuriser_settings(config), "seed": config["seed"]}
+    """What the evaluation's CPU jobs read (evaluate, mauve_controls, mauve_contrast): the evaluation section less the
+    planted control's share, which only the control texts and the planted_control job use (`planted_settings`), so
+    that a change of it reruns no other job."""
+    e = config["evaluation"]
+    controls = {k: v for k, v in e["mauve"]["controls"].items() if k != "planted_fraction"}
+    return {**e, "mauve": {**e["mauve"], "controls": controls}, **featuriser_settings(config), "seed": config["seed"]}
+
+
+def planted_settings(config: dict) -> dict:
+    """The planted_control job's settings: the evaluation's, with the planted control's share."""
+    settings = evaluation_settings(config)
+    fraction = config["evaluation"]["mauve"]["controls"]["planted_fraction"]
+    settings["mauve"]["controls"] = {**settings["mauve"]["controls"], "planted_fraction": fraction}
+    return settings
 
 
 def feature_settings(config: dict) -> dict:
