@@ -62,6 +62,17 @@ def verdict(scores: dict[str, list[float]], must_detect: list[str], texts: int, 
     }
 
 
+def control_rows(features) -> dict[str, np.ndarray]:
+    """Each control's row indices in the `features` job's table (control, prompt_id, features), in prompt order."""
+    names = np.asarray(features.column("control").to_pylist())
+    prompt = features.column("prompt_id").to_numpy()
+    out = {}
+    for name in dict.fromkeys(names.tolist()):
+        rows = np.flatnonzero(names == name)
+        out[name] = rows[np.argsort(prompt[rows], kind="stable")]
+    return out
+
+
 def score_controls(human: np.ndarray, features, settings: dict) -> dict:
     """Every control's MAUVE against the human references, for each clustering seed (seed, seed + 1, ..., as the
     model cells), and the verdict; under MAUVE's floor nothing is scored (`floor`: the cells' own status) and the
@@ -84,15 +95,13 @@ def score_controls(human: np.ndarray, features, settings: dict) -> dict:
             **layout,
         }
     seeds = [settings["seed"] + k for k in range(settings["mauve"].get("kmeans_seeds", KMEANS_SEEDS))]
-    names = np.asarray(features.column("control").to_pylist())
+    rows_of = control_rows(features)
     matrix = np.asarray(features.column("features").combine_chunks().flatten(), dtype=np.float32).reshape(
         features.num_rows, -1
     )
-    prompt = features.column("prompt_id").to_numpy()
     scores = {}
     for name in CONTROLS:
-        rows = np.flatnonzero(names == name)
-        rows = rows[np.argsort(prompt[rows], kind="stable")]
+        rows = rows_of.get(name, np.zeros(0, dtype=np.int64))
         if len(rows) != texts:
             raise StageError(
                 f"the control features hold {len(rows)} rows of {name!r} for {texts} prompts: rerun features"

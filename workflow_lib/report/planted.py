@@ -63,15 +63,11 @@ def planted(human: np.ndarray, windows: np.ndarray, mixed: np.ndarray, settings:
 def planted_from_features(human: np.ndarray, features, settings: dict, identity: str) -> dict:
     """The planted control from the `features` job's control features (a table of control, prompt_id, features):
     {"planted": ..} where its rows are there and featurised, else {"planted": None, "why": ..}."""
+    from workflow_lib.evaluate.control_scores import control_rows
     from workflow_lib.evaluate.metrics import KMEANS_SEEDS
 
-    names = np.asarray(features.column("control").to_pylist())
-    prompt = features.column("prompt_id").to_numpy()
-    rows = {}
-    for name in (CEILING, SECOND_WINDOW, *MIXTURE):
-        where = np.flatnonzero(names == name)
-        rows[name] = where[np.argsort(prompt[where], kind="stable")]
-    if any(len(r) != len(human) for r in rows.values()):
+    rows = control_rows(features)
+    if any(len(rows.get(name, ())) != len(human) for name in (CEILING, SECOND_WINDOW, *MIXTURE)):
         return {"planted": None, "why": "no planted rows for every prompt (control_texts wrote none)"}
     column = features.column("features")
     if column.null_count:
