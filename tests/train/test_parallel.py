@@ -32,9 +32,11 @@ ARCH = {
     "attn_pdrop": 0.0,
 }
 # float32 sums in another order: measured ~1e-6 on losses and validation losses, ~1e-6 on weights (2026-11-23),
-# and 2.0e-5 on one weight (mlp.c_fc) on an AVX-512 Xeon, whose kernels sum in another order (2026-11-25). A
-# gradient summed instead of averaged, or a batch trained twice, moves weights by about the learning rate (3e-3).
-TOLERANCE, WEIGHT_TOLERANCE = 1e-4, 5e-5
+# 2.0e-5 on one weight (mlp.c_fc) on an AVX-512 Xeon (2026-11-25) and 5.8e-5 there on the CI host (2026-11-30):
+# Adam divides each step by the gradient's own size, so a weight whose gradient is near 0 turns rounding into a
+# step. A batch trained twice, or a process's batch dropped, moves weights by about the learning rate (3e-3) a
+# step: the weight tolerance is a tenth of one step, 5x the largest rounding measured.
+TOLERANCE, WEIGHT_TOLERANCE = 1e-4, 3e-4
 
 
 def parallel_config() -> dict:
