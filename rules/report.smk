@@ -126,8 +126,9 @@ rule contrasts:
     params:
         code=code_digest("workflow_lib.report.contrasts"),
         intensity=config["report"]["intensity"],
+        null=int(config["report"]["aa_null"]),
     shell:
-        "python -m workflow_lib.report.contrasts --intensity {params.intensity:q} --output {output:q} @{input.arguments:q} 2> {log:q}"
+        "python -m workflow_lib.report.contrasts --intensity {params.intensity:q} --null {params.null:q} --output {output:q} @{input.arguments:q} 2> {log:q}"
 
 
 # Where each contrast's variance comes from (seeds, prompts, runs, MAUVE's k-means), with intervals: the summary's table

@@ -11,7 +11,8 @@ sampling against intensity 0 at both), each objective against MLE, and the ablat
 against NoPerturb (Both is the perturbation row, counted once). Every other strategy the study runs (the embedding
 space's, `perturb/strategies.py`) has its ablation arms too, at the headline intensity (at 1 for one that perturbs
 every position, NEFTune), labelled "<strategy>: TrainPerturb" and so on, Both among them. A comparison pairs two
-conditions that share everything else (model, eval set, decoder, seed).
+conditions that share everything else (model, eval set, decoder, seed). With `report.aa_null`, the A/A null family
+compares every trained condition with itself, over two disjoint halves of its training seeds (`null_pairs`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ RESAMPLES_PER_COMPARISON = 200
 # tests/sample/test_cached_vs_exact_law.py): every label of a row sampled in it says so, whether or not the study
 # has other modes. No ": " in it (a label's "<strategy>: " prefix is parsed) and no " (" (a label's qualifiers are).
 CACHED_LABEL = "cached, persistent perturbation"
+NULL = "null"  # the A/A null's family (`null_pairs`): one method against itself, over disjoint training seeds
 
 
 def mode_label(mode: str) -> str:
@@ -116,9 +118,10 @@ def _pair(arms: list[dict], baselines: list[dict], match: list[str]) -> list[tup
     return [(a, b) for a in arms for b in index.get(tuple(a[k] for k in match), [])]
 
 
-def pairs(conditions: Iterable[dict] | Any, intensity: float) -> list[dict]:
+def pairs(conditions: Iterable[dict] | Any, intensity: float, null: bool = False) -> list[dict]:
     """Every designed comparison of the study: family, identity, the two arms' labels and files. `conditions`: the
-    rows of `condition_rows` (or a frame of them, as report.contrasts builds it)."""
+    rows of `condition_rows` (or a frame of them, as report.contrasts builds it). `null` (`report.aa_null`): the A/A
+    null family too (`null_pairs`)."""
     rows = conditions.to_dicts() if hasattr(conditions, "to_dicts") else list(conditions)
     varying = _variants(rows)
     # Sampled conditions: the metrics of samples and the exact TV of the model's perturbed law (builtin eval sets),
@@ -201,6 +204,45 @@ def pairs(conditions: Iterable[dict] | Any, intensity: float) -> list[dict]:
         arms = [r for r in table1 if r["objective"] not in ("mle", UNTRAINED)]
         for a, b in _pair(arms, [r for r in table1 if r["objective"] == "mle"], match):
             add("objective", a, b, f"{a['objective']}, {method_name(a)}", f"mle, {method_name(b)}")
+    if null:
+        for a, b, a_label, b_label in null_pairs(rows):
+            add(NULL, a, b, _label(a_label, a, varying), _label(b_label, b, varying))
+    return out
+
+
+def _arm_name(r: dict) -> str:
+    """A condition as the null family names it: its training and (for sampled results) sampling perturbation."""
+
+    def side(name: str) -> str:
+        level = r[f"{name}_intensity"]
+        return "none" if not level else f"{r[f'{name}_strategy']} {level:g}"
+
+    sampled = f", sampling {side('test')}" if r["kind"] != "perplexity" else ""
+    return f"training {side('train')}{sampled}"
+
+
+def null_pairs(rows: list[dict]) -> list[tuple[dict, dict, str, str]]:
+    """The A/A null (`report.aa_null`, docs/method.md §4, "The A/A null"): every trained condition with 2k >= 2 seeds,
+    its first k seeds (sorted) against its last k, the i-th of each half paired, as the seed-level test pairs the
+    seeds of two methods (report.seeds). Both arms are one method; they differ only by their training seeds
+    (initialisation, data order, the perturbed data), and share prompts and sampling seeds as every contrast's arms
+    do, so each pair's difference is pure training randomness and a seed-level test over the k pairs rejects at its
+    nominal level when its premises hold. An odd seed out is left out. (a, b, a's label, b's label): a the later
+    seed; the labels name the condition and each half's seeds, the same for all k pairs, so report.seeds groups
+    them."""
+    groups: defaultdict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r["objective"] != UNTRAINED:  # an untrained model is one model, whatever its seed
+            groups[tuple(r[k] for k in ["kind", *KEYS] if k != "seed")].append(r)
+    out = []
+    for group in groups.values():
+        ordered = sorted(group, key=lambda r: r["seed"])
+        half = len(ordered) // 2
+        earlier, later = ordered[:half], ordered[half : 2 * half]
+        name = _arm_name(ordered[0])
+        seeds = lambda rs: ", ".join(str(r["seed"]) for r in rs)
+        for a, b in zip(later, earlier):
+            out.append((a, b, f"{name}, seeds {seeds(later)}", f"{name}, seeds {seeds(earlier)}"))
     return out
 
 
@@ -231,14 +273,18 @@ def pair_id(pair: dict) -> str:
 
 
 def designed_mauve(
-    paths: list[str], intensity: float, resamples: int = RESAMPLES, unresolvable: Collection[str] = ()
+    paths: list[str],
+    intensity: float,
+    resamples: int = RESAMPLES,
+    unresolvable: Collection[str] = (),
+    null: bool = False,
 ) -> dict[str, dict]:
     """The MAUVE contrasts the study designs, by report.joint_mauve.pair_id: each pair with its identity and its
     table's B. The workflow lists one job per entry; `contrasts` reads their results back by the same id.
     `unresolvable`: eval sets whose MAUVE can never reach its floor (evaluate.metrics.mauve_never_resolves); their
     pairs get no job, and `contrasts` finds their cells flagged "too few texts" in the metrics files, as a job
-    would have. B stays that of the whole table."""
-    sampled = [p for p in pairs(condition_rows(paths), intensity) if p["kind"] == "metrics"]
+    would have. B stays that of the whole table. `null`: the A/A null's pairs too (`report.aa_null`)."""
+    sampled = [p for p in pairs(condition_rows(paths), intensity, null) if p["kind"] == "metrics"]
     size = Counter(p["family"] for p in sampled)
     return {
         pair_id(p): {**p, "identity": pair_identity(p), "resamples": resamples_for(size[p["family"]], resamples)}

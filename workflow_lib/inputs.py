@@ -254,8 +254,9 @@ class Inputs:
         eval set whose prompt cap is under MAUVE's floor (its cells are all "too few texts")."""
         mauve = self.config["evaluation"]["mauve"]
         unresolvable = [e for e in self.config["eval_sets"] if mauve_never_resolves(prompt_cap(self.config, e), mauve)]
+        report = self.config["report"]
         return designed_mauve(
-            metric_targets(self.config), self.config["report"]["intensity"], unresolvable=unresolvable
+            metric_targets(self.config), report["intensity"], unresolvable=unresolvable, null=report["aa_null"]
         )
 
     def metric_sidecars(self) -> list[str]:

@@ -91,8 +91,8 @@ def tiny_study_config() -> dict:
     lab tests read: MLE trained with and without 20% inserted oracle synonyms, sampled exactly at intensities 0 and
     0.2 on both eval sets; the unperturbed MLE model also in `cached` mode; EMO trained the same two ways, and MLE
     again under another name (its paired contrasts compare a condition with itself, so they must include 0), each
-    sampled once on one eval set, and, with Brier, trained from 3 seeds (a contrast across training seeds each); Brier
-    beside MLE as the theory lab's group; the simulation study. Separate
+    sampled once on one eval set, and, with Brier, trained from 3 seeds (a contrast across training seeds each), MLE
+    from 3 more for the A/A null; Brier beside MLE as the theory lab's group; the simulation study. Separate
     experiments, so that the grid is not their cross product."""
     config = tiny_config()
     oracle = {"intensities": [0, 0.2], "synonyms": ["oracle"]}
@@ -111,9 +111,11 @@ def tiny_study_config() -> dict:
     # label) and Brier (a training effect) from 3 seeds each, so that each objective against MLE is tested across them.
     config["experiments"]["same"] = {**one_set, "objectives": ["mle", "mle-again", "brier"], "seeds": [1, 2, 3]}
     config["experiments"]["group"] = {**one_set, "objectives": ["mle", "brier"]}
+    # The A/A null (report.aa_null): MLE from 3 more seeds, its seeds 4-6 against its seeds 1-3 ("same"'s).
+    config["experiments"]["null"] = {**one_set, "objectives": ["mle"], "seeds": [1, 2, 3, 4, 5, 6]}
     config["lab"] = lab_settings()
     config["training"] = {"batch_size": 8, "learning_rate": 1e-3, "eval_every": 5, "checkpoint_every": 5}
-    config["report"] = {"intensity": 0.2}
+    config["report"] = {"intensity": 0.2, "aa_null": True}
     config["simulation"] = {
         "enabled": True,
         "vocab_sizes": [6],

@@ -187,7 +187,8 @@ def test_training_writes_every_model_its_log_and_no_leftover_checkpoint(tiny_stu
         for path in [
             f"tiny/synthetic/{o}/{c}/seed1" for o in ("emo", "mle") for c in (plain, "oracle/augment-m1/insertion-0.2")
         ]
-        + [f"tiny/synthetic/mle/{plain}/seed{s}" for s in (2, 3)]  # experiment "same": 3 training seeds
+        # experiment "same": 3 training seeds; "null": 3 more (the A/A null)
+        + [f"tiny/synthetic/mle/{plain}/seed{s}" for s in (2, 3, 4, 5, 6)]
         + [f"tiny/synthetic/mle-again/{plain}/seed{s}" for s in (1, 2, 3)]
     )
     for seed in (1, 2, 3):
@@ -281,10 +282,22 @@ def test_report_builds_on_a_tiny_config(tiny_study):
         in found
     )
     assert "- **brier against MLE** (every eval set and condition), across 3 training seeds" in found
+    # The A/A null (report.aa_null): MLE's seeds 4-6 against its seeds 1-3, one method, independent training
+    # randomness (every checkpoint pair differs), tested across the 3 seed pairs as two methods are.
+    null = contrasts.filter(pl.col("family") == "null")
+    null_across = null.filter((pl.col("unit") == "seeds") & (pl.col("objective") == "mle"))
+    assert set(null_across["metric"]) >= {"rouge1", "tv", "perplexity"} and set(null_across["n"]) == {3}
+    assert null_across["p"].is_not_null().all() and null_across["not_testable"].is_null().all()
+    assert set(null_across["a"]) == {"training none, sampling none, seeds 4, 5, 6", "training none, seeds 4, 5, 6"}
+    pairs = null.filter((pl.col("unit") == "checkpoint") & (pl.col("objective") == "mle"))
+    assert sorted(set(pairs["seed"])) == [4, 5, 6] and (pairs["difference"] != 0).all()
+    assert "## The A/A null" in summary and "over 3 seed pairs" in summary
+    assert "### A/A null: one method's later seeds vs its earlier seeds: perplexity, across training seeds" in summary
+    assert "A/A" not in found  # a check of the test, not a finding
     assert "about each seed's pair of checkpoints" in found
     assert "ROUGE-1 no detectable difference in any of" in found
-    assert "- Size: 2 sampling runs of 10 prompts per eval set; 1-3 training seeds per trained arm" in found
-    assert re.search(r"- Training: \d+(-\d+)? optimizer steps per model \(12 models\)\.", found)
+    assert "- Size: 2 sampling runs of 10 prompts per eval set; 1-6 training seeds per trained arm" in found
+    assert re.search(r"- Training: \d+(-\d+)? optimizer steps per model \(15 models\)\.", found)
     assert (
         "- MAUVE is not resolvable in this study: its runs have 10 texts per side, under the floor "
         "evaluation.mauve.min_texts = 50"

@@ -55,6 +55,7 @@ import polars as pl
 from workflow_lib.cli import StageError, run
 from workflow_lib.comparisons import (  # which conditions the study compares: decided with the grid, read here
     KEYS,
+    NULL,
     RESAMPLES,
     condition_rows,
     pair_id,
@@ -82,7 +83,7 @@ from workflow_lib.report.study_files import StudyFiles, mauve_by_run, shared_pro
 
 log = logging.getLogger("workflow_lib.report.contrasts")
 
-FAMILIES = ["perturbation", "ablation", "objective"]
+FAMILIES = ["perturbation", "ablation", "objective", NULL]
 # A contrast's unit: one pair of checkpoints (a training seed), its prompts and runs the replicates; or the training
 # seeds of the two arms, each seed's difference the replicate (report.seeds).
 CHECKPOINT, SEEDS = "checkpoint", "seeds"
@@ -228,19 +229,22 @@ def _favours(row: dict) -> str:
         return "neither"
     if row["family"] == "objective":
         return row["objective"] if better > 0 else "mle"
+    if row["family"] == NULL:  # one method against itself: the half of its seeds the difference points to
+        return row["a"] if better > 0 else row["b"]
     return "perturbation" if better > 0 else "no perturbation"
 
 
 def contrasts(
-    paths: list[str], intensity: float, resamples: int = RESAMPLES, mauve: Sequence[str] = ()
+    paths: list[str], intensity: float, resamples: int = RESAMPLES, mauve: Sequence[str] = (), null: bool = False
 ) -> pl.DataFrame:
     """The study's paired comparisons (columns COLUMNS), sorted, Holm-corrected per (family, metric).
     `resamples`: the least permutation B; a table of m comparisons gets resamples_for(m, resamples). A pair of
     a family and kind (metrics: the ROUGE tables; perplexity) is one row of each of that kind's tables, so m is
     their count (an upper bound when a sidecar is missing, which only makes B larger). `mauve`: the results of
-    report.joint_mauve's jobs, named by pair id; a metrics pair without one falls back to the paired t."""
+    report.joint_mauve's jobs, named by pair id; a metrics pair without one falls back to the paired t. `null`: the
+    A/A null's family too (`report.aa_null`, comparisons.null_pairs)."""
     files = StudyFiles()
-    designed = pairs(conditions(paths), intensity)
+    designed = pairs(conditions(paths), intensity, null)
     table_size: defaultdict[tuple[str, str], int] = defaultdict(int)
     for pair in designed:
         table_size[(pair["family"], pair["kind"])] += 1
@@ -311,9 +315,12 @@ def main() -> None:
         default=[],
         help="report.joint_mauve results (<pair id>.json): MAUVE contrasts on a shared quantisation",
     )
+    parser.add_argument(
+        "--null", type=int, choices=(0, 1), default=0, help="1: the A/A null's family too (report.aa_null)"
+    )
     parser.add_argument("paths", nargs="*", help="metrics and perplexity JSON (their .prompts.parquet beside them)")
     args = parser.parse_args()
-    frame = contrasts(args.paths, args.intensity, args.resamples, args.mauve)
+    frame = contrasts(args.paths, args.intensity, args.resamples, args.mauve, bool(args.null))
     with atomic_path(args.output) as tmp:
         frame.write_csv(tmp)
     log.info(

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import polars as pl
 
+from workflow_lib.comparisons import NULL
 from workflow_lib.report.statistics import ALPHA, holm
 
 
 def across_metrics(contrasts: pl.DataFrame) -> pl.DataFrame:
-    """The tested rows with `p_across`: Holm over all metrics within each (family, unit)."""
-    tested = contrasts.filter(pl.col("p").is_not_null() & pl.col("p_holm").is_not_null())
+    """The tested rows with `p_across`: Holm over all metrics within each (family, unit). Not the A/A null's
+    (comparisons.NULL): a check of the test, not a finding."""
+    tested = contrasts.filter(pl.col("p").is_not_null() & pl.col("p_holm").is_not_null() & (pl.col("family") != NULL))
     parts = []
     for _, part in tested.group_by(["family", "unit"], maintain_order=True):
         parts.append(part.with_columns(pl.Series("p_across", holm(part["p"].to_list()), dtype=pl.Float64)))

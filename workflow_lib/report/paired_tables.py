@@ -8,7 +8,7 @@ from typing import cast
 
 import polars as pl
 
-from workflow_lib.comparisons import RESAMPLES_PER_COMPARISON
+from workflow_lib.comparisons import NULL, RESAMPLES_PER_COMPARISON
 from workflow_lib.metric_registry import PAIRED as METRICS
 from workflow_lib.report.conditions import ABLATION, shown_objective
 from workflow_lib.report.contrasts import (
@@ -156,6 +156,7 @@ def paired_section(frame: pl.DataFrame) -> str:
         "perturbation": "With vs without perturbation",
         "ablation": "Ablation arms vs NoPerturb",
         "objective": "Each objective vs MLE",
+        NULL: "A/A null: one method's later seeds vs its earlier seeds",
     }
     unit = pl.col("unit").fill_null(CHECKPOINT) if "unit" in shown.columns else pl.lit(CHECKPOINT)
     for family in FAMILIES:

@@ -239,6 +239,7 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
     """results/summary.md: provenance first, then the tables, the paired comparisons and the rest."""
     frame, written, figures, simulation = results.frame, results.written, results.figures, results.simulation
     data, contrasts, lab, logs = results.data, results.contrasts, results.lab, results.logs
+    from workflow_lib.report.aa_null import null_sentences
     from workflow_lib.report.design_range import neftune_lines
     from workflow_lib.report.dose_response import trend_findings, trend_rows, trend_table
     from workflow_lib.report.findings import findings_section
@@ -252,6 +253,7 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
     dose = trend_findings(trends)
     design = neftune_lines(list((logs or {}).keys()))
     multiplicity = multiplicity_sentence(contrasts)
+    null = null_sentences(contrasts)
     realised = realised_table(frame, list((logs or {}).keys()))
 
     models = frame.select(KEYS[:9]).unique()
@@ -292,6 +294,14 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
         *(
             ["".join(f"- {s}\n" for s in [*design, *([multiplicity] if multiplicity else [])]) + "\n"]
             if design or multiplicity
+            else []
+        ),
+        *(
+            [
+                '## The A/A null\n\nOne method against itself (`report.aa_null`; docs/method.md §4, "The A/A null"): '
+                "the seed-level test across training seeds.\n\n" + "".join(f"- {s}\n" for s in null) + "\n"
+            ]
+            if null
             else []
         ),
         "## What MAUVE can see here\n",
