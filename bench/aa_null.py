@@ -1,6 +1,7 @@
 """The A/A null through the whole workflow: how often the seed-level test rejects when nothing differs.
 
-`--studies N` null studies run as one snakemake run. Study i is a model of its own, `null<i>` (the same tiny scratch
+`--studies N` null studies, run as snakemake runs of `--batch` studies each in one working directory (a run of
+thousands of jobs spends more time choosing jobs than running them). Study i is a model of its own, `null<i>` (the same tiny scratch
 GPT-2 and settings for all), trained by MLE with the paper's recipe (insertion of oracle synonyms at training and
 sampling, 20%) from 6 training seeds of its own (disjoint between studies, so the studies are independent), sampled
 and scored on the builtin corpus's in-domain test set: data, tokens, perturbed data, training, sampling, ROUGE, the
@@ -14,7 +15,7 @@ which speak of the checkpoints, reject far more often; that is why a claim about
 MAUVE is not in it: at this size (20 texts a run) it does not resolve (its joint test's level:
 tests/report/null_studies.py).
 
-    python bench/aa_null.py --studies 200 [--workdir results/aa-null] [--cores 2]
+    python bench/aa_null.py --studies 200 [--batch 20] [--workdir results/aa-null] [--cores 2]
 """
 
 from __future__ import annotations
@@ -32,14 +33,15 @@ sys.path.insert(0, str(REPO))
 
 from studies.served import SNAKEMAKE, job_environment, warm_server
 
+CONTRASTS = "results/report/contrasts.csv"
 SEEDS_PER_STUDY = 6
 ALPHA = 0.05
 ARCHITECTURE = {"n_layer": 1, "n_head": 1, "n_embd": 16, "n_positions": 128}
 RECIPE = {"intensities": [0.2], "synonyms": ["oracle"]}
 
 
-def null_config(studies: int) -> dict:
-    """The config of `studies` independent null studies (see the module's docstring)."""
+def null_config(studies: int, first: int = 1) -> dict:
+    """The config of null studies `first` .. `first + studies - 1` (see the module's docstring)."""
     corpus = {"seed": 7, "words_per_class": 4, "sentences_per_doc": 16}
     corpus["docs"] = {"train": 60, "validation": 10, "test": 20, "ood": 20}
     config: dict = {
@@ -56,7 +58,7 @@ def null_config(studies: int) -> dict:
         "experiments": {},
         "report": {"intensity": 0.2, "aa_null": True},
     }
-    for i in range(1, studies + 1):
+    for i in range(first, first + studies):
         name = f"null{i:03d}"
         config["models"][name] = {"source": "scratch", "tokenizer": "bpe", "architecture": ARCHITECTURE}
         first = (i - 1) * SEEDS_PER_STUDY + 1
@@ -118,6 +120,7 @@ def markdown(rates: list[dict], studies: int, seconds: float) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--studies", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=20, help="studies per snakemake run")
     parser.add_argument("--workdir", type=Path, default=REPO / "results/aa-null")
     parser.add_argument("--cores", default="2")
     parser.add_argument("--out", type=Path, default=REPO / "bench/measured/aa_null")
@@ -126,18 +129,22 @@ def main() -> int:
     import yaml
 
     args.workdir.mkdir(parents=True, exist_ok=True)
-    (args.workdir / "config.yaml").write_text(yaml.safe_dump(null_config(args.studies), sort_keys=False))
     env = job_environment({**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
-    target = "results/report/contrasts.csv"
-    start = time.monotonic()
+    target = args.workdir / CONTRASTS
+    start, frames = time.monotonic(), []
     with warm_server(env, args.workdir / "warm.log") as jobs_env:
-        command = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(args.workdir), target]
-        command += ["--configfile", str(args.workdir / "config.yaml"), "--cores", args.cores]
-        run = subprocess.run(command, cwd=args.workdir, env=jobs_env)
+        for first in range(1, args.studies + 1, args.batch):
+            count = min(args.batch, args.studies + 1 - first)
+            config = args.workdir / "config.yaml"
+            config.write_text(yaml.safe_dump(null_config(count, first), sort_keys=False))
+            command = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(args.workdir), CONTRASTS]
+            command += ["--configfile", str(config), "--cores", args.cores]
+            if subprocess.run(command, cwd=args.workdir, env=jobs_env).returncode:
+                return 1
+            frames.append(pl.read_csv(target, infer_schema_length=None))
+            print(f"studies {first}-{first + count - 1} done, {(time.monotonic() - start) / 60:.1f} min", flush=True)
     seconds = time.monotonic() - start
-    if run.returncode:
-        return run.returncode
-    rates = rejection_rates(pl.read_csv(args.workdir / target, infer_schema_length=None))
+    rates = rejection_rates(pl.concat(frames, how="vertical_relaxed"))
     text = markdown(rates, args.studies, seconds)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -189,7 +189,6 @@ def test_training_writes_every_model_its_log_and_no_leftover_checkpoint(tiny_stu
         ]
         # experiment "same": 3 training seeds; "null": 3 more (the A/A null)
         + [f"tiny/synthetic/mle/{plain}/seed{s}" for s in (2, 3, 4, 5, 6)]
-        + [f"tiny/synthetic/mle-again/{plain}/seed{s}" for s in (1, 2, 3)]
     )
     for seed in (1, 2, 3):
         assert (workdir / f"results/models/tiny/synthetic/brier/{plain}/seed{seed}/model.safetensors").exists()
@@ -248,10 +247,6 @@ def test_report_builds_on_a_tiny_config(tiny_study):
     assert "## Headline table" in summary and "No model and eval set of this study is one of the paper's" in summary
     assert "## Simulation study" in summary and "| 6 | oracle | 0.5 | 2 |" in summary
     contrasts = pl.read_csv(workdir / "results/report/contrasts.csv")
-    same = contrasts.filter((pl.col("family") == "objective") & (pl.col("objective") == "mle-again"))
-    assert same.height > 0
-    assert (same["difference"] == 0).all() and (same["low"] <= 0).all() and (same["high"] >= 0).all()
-    assert not same["significant"].any()
     # Built to differ: training on 20% inserted oracle synonyms changes the model's perplexity on human text.
     ppl = contrasts.filter(
         (pl.col("family") == "perturbation") & (pl.col("metric") == "perplexity") & (pl.col("objective") == "mle")
@@ -269,19 +264,16 @@ def test_report_builds_on_a_tiny_config(tiny_study):
         "- **syn-test**, perturbation against none" in found
         and "perplexity (base model: training perturbation only): helped in" in found
     )
-    # Training seeds as the unit: MLE, MLE under another name and Brier from 3 seeds each. The null (two arms that
-    # differ only by a label) marks nothing across seeds; the training effect (Brier's perplexity) is found.
+    # Training seeds as the unit: MLE and Brier from 3 seeds each; the training effect (Brier's perplexity) is found.
     across = contrasts.filter((pl.col("unit") == "seeds") & (pl.col("family") == "objective"))
-    assert set(across["objective"]) == {"brier", "mle-again"} and set(across["n"]) == {3}
-    assert not across.filter(pl.col("objective") == "mle-again")["significant"].any()
+    assert set(across["objective"]) == {"brier"} and set(across["n"]) == {3}
     brier = across.filter((pl.col("objective") == "brier") & (pl.col("metric") == "perplexity"))
     assert brier.height == 1 and brier["significant"][0] and brier["method"][0] == "paired t over training seeds"
     assert (
-        "- **mle-again against MLE** (every eval set and condition), across 3 training seeds (the training method: "
-        "paired t over training seeds, df = seeds - 1): TV to the true law no detectable difference in any of 1"
-        in found
+        "- **brier against MLE** (every eval set and condition), across 3 training seeds (the training method: "
+        "paired t over training seeds, df = seeds - 1): " in found
     )
-    assert "- **brier against MLE** (every eval set and condition), across 3 training seeds" in found
+    assert "perplexity helped in 1 (syn-test no perturbation" in found
     # The A/A null (report.aa_null): MLE's seeds 4-6 against its seeds 1-3, one method, independent training
     # randomness (every checkpoint pair differs), tested across the 3 seed pairs as two methods are.
     null = contrasts.filter(pl.col("family") == "null")
@@ -297,7 +289,7 @@ def test_report_builds_on_a_tiny_config(tiny_study):
     assert "about each seed's pair of checkpoints" in found
     assert "ROUGE-1 no detectable difference in any of" in found
     assert "- Size: 2 sampling runs of 10 prompts per eval set; 1-6 training seeds per trained arm" in found
-    assert re.search(r"- Training: \d+(-\d+)? optimizer steps per model \(15 models\)\.", found)
+    assert re.search(r"- Training: \d+(-\d+)? optimizer steps per model \(12 models\)\.", found)
     assert (
         "- MAUVE is not resolvable in this study: its runs have 10 texts per side, under the floor "
         "evaluation.mauve.min_texts = 50"
