@@ -223,11 +223,11 @@ def _arm_name(r: dict) -> str:
 
 def null_pairs(rows: list[dict]) -> list[tuple[dict, dict, str, str]]:
     """The A/A null (`report.aa_null`, docs/method.md §4, "The A/A null"): every trained condition with 2k >= 2 seeds,
-    its first k seeds (sorted) against its last k, the i-th of each half paired, as the seed-level test pairs the
-    seeds of two methods (report.seeds). Both arms are one method; they differ only by their training seeds
-    (initialisation, data order, the perturbed data), and share prompts and sampling seeds as every contrast's arms
-    do, so each pair's difference is pure training randomness and a seed-level test over the k pairs rejects at its
-    nominal level when its premises hold. An odd seed out is left out. (a, b, a's label, b's label): a the later
+    its first k seeds (sorted) against its last k, the i-th of each half paired, and tested across the k pairs as
+    report.seeds tests two methods. Both arms are one method; they differ only by their training seeds
+    (initialisation, data order, the perturbed data; two methods' arms share their seed, one method's cannot), and
+    share prompts and sampling seeds as every contrast's arms do, so each pair's difference is pure training
+    randomness and a seed-level test over the k pairs rejects at its nominal level when its premises hold. An odd seed out is left out. (a, b, a's label, b's label): a the later
     seed; the labels name the condition and each half's seeds, the same for all k pairs, so report.seeds groups
     them."""
     groups: defaultdict[tuple, list[dict]] = defaultdict(list)
