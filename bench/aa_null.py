@@ -32,10 +32,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from studies.served import SNAKEMAKE, job_environment, warm_server
+from workflow_lib.comparisons import NULL
+from workflow_lib.report.statistics import ALPHA
 
 CONTRASTS = "results/report/contrasts.csv"
 SEEDS_PER_STUDY = 6
-ALPHA = 0.05
 ARCHITECTURE = {"n_layer": 1, "n_head": 1, "n_embd": 16, "n_positions": 128}
 RECIPE = {"intensities": [0.2], "synonyms": ["oracle"]}
 
@@ -79,7 +80,7 @@ def rejection_rates(contrasts) -> list[dict]:
     import polars as pl
     from scipy.stats import binomtest
 
-    null = contrasts.filter((pl.col("family") == "null") & pl.col("p").is_not_null())
+    null = contrasts.filter((pl.col("family") == NULL) & pl.col("p").is_not_null())
     out = []
     for (unit, metric), part in sorted(null.group_by(["unit", "metric"]), key=lambda kv: kv[0]):
         rejected, n = int((part["p"] < ALPHA).sum()), part.height

@@ -38,6 +38,7 @@ RESAMPLES_PER_COMPARISON = 200
 # has other modes. No ": " in it (a label's "<strategy>: " prefix is parsed) and no " (" (a label's qualifiers are).
 CACHED_LABEL = "cached, persistent perturbation"
 NULL = "null"  # the A/A null's family (`null_pairs`): one method against itself, over disjoint training seeds
+NULL_SEEDS = ", seeds "  # in a null arm's label, between the condition's name and the half's seeds (`null_arm`)
 
 
 def mode_label(mode: str) -> str:
@@ -242,8 +243,13 @@ def null_pairs(rows: list[dict]) -> list[tuple[dict, dict, str, str]]:
         name = _arm_name(ordered[0])
         seeds = lambda rs: ", ".join(str(r["seed"]) for r in rs)
         for a, b in zip(later, earlier):
-            out.append((a, b, f"{name}, seeds {seeds(later)}", f"{name}, seeds {seeds(earlier)}"))
+            out.append((a, b, f"{name}{NULL_SEEDS}{seeds(later)}", f"{name}{NULL_SEEDS}{seeds(earlier)}"))
     return out
+
+
+def null_arm(label: str) -> str:
+    """The condition a null arm's label names, without its half's seeds."""
+    return label.split(NULL_SEEDS)[0]
 
 
 def arm_intensity(strategy: str, intensity: float) -> float:

@@ -37,3 +37,8 @@ def test_rejection_rates_count_p_below_005_per_unit_and_metric():
     assert (seeds["rows"], seeds["rejected"], seeds["rate"]) == (4, 1, 0.25)
     assert seeds["low"] < 0.05 < seeds["high"] and seeds["holds"]
     assert rates[("checkpoint", "rouge1")]["holds"] is None
+    # a test that rejects a null in 4 of 4 studies does not hold its level
+    broken = pl.DataFrame(
+        [("null", "seeds", "rouge1", 0.01)] * 4, schema=["family", "unit", "metric", "p"], orient="row"
+    )
+    assert aa_null.rejection_rates(broken)[0]["holds"] is False

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from workflow_lib.comparisons import NULL
+from workflow_lib.comparisons import NULL, null_arm
 from workflow_lib.metric_registry import PAIRED as METRICS
 from workflow_lib.report.contrasts import SEEDS
 from workflow_lib.report.statistics import ALPHA
@@ -39,7 +39,7 @@ def null_sentences(contrasts: pl.DataFrame | None) -> list[str]:
         rejected = tested.filter(pl.col("p") < ALPHA).height
         cells = []
         for r in part.sort(["eval_set", "objective", "a"]).to_dicts():
-            what = f"{r['eval_set']} {r['objective']} ({r['a'].split(', seeds')[0]})"
+            what = f"{r['eval_set']} {r['objective']} ({null_arm(r['a'])})"
             if r["p"] is None or r["not_testable"] is not None:
                 cells.append(f"{what}: not testable ({r['not_testable'] or 'no p'})")
                 continue
