@@ -13,7 +13,7 @@ interval (scipy.stats.binomtest); the test holds its level where that interval c
 the per-checkpoint rows (paired over prompts) at p < 0.05: two checkpoints of one method do differ, so those tests,
 which speak of the checkpoints, reject far more often; that is why a claim about a method takes seeds as its unit.
 MAUVE is not in it: at this size (20 texts a run) it does not resolve (its joint test's level:
-tests/report/null_studies.py).
+bench/null_studies.py).
 
     python bench/aa_null.py --studies 200 [--batch 20] [--workdir results/aa-null] [--cores 2]
 """

@@ -2,7 +2,7 @@
 
 Why: configs/real.yaml trained in bf16 autocast (`training.mixed_precision: bf16`, float32 master weights) because on a
 CPU with AVX512-BF16 it steps 2.5x as fast; on a CPU with AVX2 only it steps some 30x slower (one optimizer step of
-8 x 64 tokens took 370 s), so it now takes `auto`: float32 on CPUs (BENCHMARKS.md, "bf16 on a CPU without it").
+8 x 64 tokens took 370 s), so it now takes `auto`: float32 on CPUs (docs/benchmarks.md, "bf16 on a CPU without it").
 
     python bench/bf16_cpu.py [--model results/real/results/pretrained/smollm2]   (after `make real`)
 """

@@ -123,7 +123,8 @@ def make_archive(path: Path) -> list[str]:
 def main() -> None:
     import logging
 
-    from workflow_lib.data.fetch import fetch, unpack
+    from workflow_lib.data.fetch import fetch
+    from workflow_lib.data.unpacking import unpack
     from workflow_lib.files import sha256_file
 
     logging.basicConfig(level=logging.ERROR)

@@ -17,7 +17,7 @@ paper's shapes, and writes `gpu_check.json` and `gpu_check.md` under --out:
   the same tokens, the bf16 loss within 1% of the fp32 one.
 A section that raises is recorded as FAILED with its error, the others still run, and the exit status is 1. The
 default study end to end is not run: the wheels of polars' runtime and of faiss (mauve-text's k-means) alone are
-69 MiB, past the device tool's 64 MiB carry limit, before Snakemake's (BENCHMARKS.md, "The GPU check"). --tiny runs
+69 MiB, past the device tool's 64 MiB carry limit, before Snakemake's (docs/benchmarks.md, "The GPU check"). --tiny runs
 every section on tiny shapes (the test suite runs it on the CPU, so the script cannot rot); on a CPU without --tiny
 it refuses, as the shapes above take hours there.
 

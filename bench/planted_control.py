@@ -1,4 +1,4 @@
-"""The planted control's cost and reach (report/planted.py, BENCHMARKS.md "MAUVE's planted control"): `planted` as
+"""The planted control's cost and reach (report/planted.py, docs/benchmarks.md "MAUVE's planted control"): `planted` as
 the `planted_control` job calls it, on Gaussian features of SmolLM2's width (576), a tenth of the texts moved by 1
 in every coordinate, at two study sizes; one thread.
 

@@ -4,7 +4,7 @@
 
 The grid is the schema's defaults (the paper: |V| in 50..800, 7 intensities, 100 replications) with oracle
 synonyms only, as the paper runs it (the schema's default adds the empirical rule since issue 52; `make
-simulation` times the study with both rules and the shrinkage control: BENCHMARKS.md), trained as `snakemake --cores 2` trains it: one single-threaded `simulation_fit` job per |V| on
+simulation` times the study with both rules and the shrinkage control: docs/benchmarks.md), trained as `snakemake --cores 2` trains it: one single-threaded `simulation_fit` job per |V| on
 each core (fit_vocabulary, models in chunks). Training the same 3,500 fits one by one would take far too
 long, so the sequential time is estimated: for every |V| the first `--sequential-reps` replications (all
 their intensities) are fitted with chunk=1 and their time per fit is scaled to the grid's fit count; those
@@ -36,7 +36,7 @@ def paper_settings() -> tuple[dict, list[int]]:
     props = load_schema()["properties"]["simulation"]["properties"]
     settings = {k: v["default"] for k, v in props.items() if k not in ("enabled", "vocab_sizes")}
     settings["seed"] = 42
-    settings["synonyms"] = ["oracle"]  # the paper's arm alone: the grid the numbers in BENCHMARKS.md were taken on
+    settings["synonyms"] = ["oracle"]  # the paper's arm alone: the grid the numbers in docs/benchmarks.md were taken on
     return settings, props["vocab_sizes"]["default"]
 
 

@@ -24,6 +24,7 @@ from workflow_lib.grid import all_targets, dataset_splits
 from workflow_lib.inputs import Inputs, argument_file, curves_argument
 from workflow_lib.layout import (
     NO_STRATEGY,
+    REPORT_FIGURES,
     condition_constraints,
     evaluation_of,
     evaluation_template,
@@ -36,6 +37,7 @@ from workflow_lib.layout import (
 from workflow_lib.module_deps import code_digest
 from workflow_lib.perturb.strategies import wildcard_pattern as strategy_wildcards
 from workflow_lib.pretrained import gguf_models
+from workflow_lib.sample.modes import get as get_mode, wildcard_pattern as mode_wildcards
 
 # Nested `--config` values arrive as strings (`--config 'sampling={runs: 5}'`): typed before validation.
 update_config(config, typed_overrides(workflow.config_settings.config))
@@ -68,7 +70,7 @@ wildcard_constraints:
             **{f"{s}_synonyms": _names([*SYNONYM_SOURCES, NO_STRATEGY]) for s in ("train", "test")},
             **{f"{s}_strategy": strategy_wildcards() for s in ("train", "test")},
             "train_mode": "augment|prefix",
-            "test_mode": "exact|cached",
+            "test_mode": mode_wildcards(),
         }
     ),
     dataset=_names([*DATASETS, NO_TRAIN_DATASET]),  # none: a zero-shot experiment without a train dataset
@@ -83,8 +85,7 @@ wildcard_constraints:
     # The condition's fields (workflow_lib/layout.py): their types, narrowed to the names this workflow knows.
     featuriser=r"[A-Za-z0-9_.-]+",
     pair=r"[0-9a-f]{16}",
-    figure="ablation|intensity|extrapolation",
-    table="table1|emo_brier|strategies|ablation|examples",
+    figure=_names(REPORT_FIGURES),
 
 
 def predicted_runtime(output):
@@ -95,13 +96,13 @@ def predicted_runtime(output):
 
 
 # Scheduling hints, no rerun follows them: on a machine of few cores, trainings first (everything waits on them),
-# then Algorithm 2's `exact` sampling (on a CPU about 9x a `cached` job: started last, it would end the run alone).
+# then perturbed sampling in the modes that ask for it (sample/modes.py, `priority`).
 TRAIN_PRIORITY = 2
 
 
 def sampling_priority(wildcards):
     test = evaluation_of(wildcards).test
-    return 1 if test.mode == "exact" and float(test.intensity) > 0 else 0
+    return get_mode(test.mode).priority if test.perturbed else 0
 
 
 def predicted_mem(output):

@@ -2,8 +2,18 @@ from workflow_lib.data.downloads import archive_path
 from workflow_lib.data.downloads import members as archive_members
 from workflow_lib.data.settings import prompt_settings
 from workflow_lib.data.downloads import fetched_path, unpacked_dir
-from workflow_lib.layout import DATA, PROMPTS, PROMPTS_RECORD, TOKENIZER, TOKENS, benchmark_path, log_path
-from workflow_lib.pretrained import GGUF_DOWNLOAD, PRETRAINED_DIR, gguf_settings
+from workflow_lib.layout import (
+    DATA,
+    GGUF_DOWNLOAD,
+    PRETRAINED_DIR,
+    PROMPTS,
+    PROMPTS_RECORD,
+    TOKENIZER,
+    TOKENS,
+    benchmark_path,
+    log_path,
+)
+from workflow_lib.pretrained import gguf_settings
 
 
 # No `code` input, unlike every other rule: a fetched file is its URL's bytes, checked against its sha256, so a

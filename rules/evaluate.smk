@@ -10,6 +10,7 @@ from workflow_lib.layout import (
     CONTROL_TEXTS,
     CONTROLS,
     FEATURES,
+    FEATURES_JOB,
     PROMPTS,
     benchmark_path,
     evaluation_of,
@@ -46,9 +47,9 @@ rule features:
         human=FEATURES,
         controls=CONTROL_FEATURES,
     log:
-        log_path("features/{featuriser}/{eval_set}"),
+        log_path(FEATURES_JOB),
     benchmark:
-        benchmark_path("features/{featuriser}/{eval_set}")
+        benchmark_path(FEATURES_JOB)
     conda:
         "../envs/evaluate.yaml"
     resources:

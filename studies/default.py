@@ -3,7 +3,7 @@
     python -m studies.default [--cores 2] [--cold] [snakemake arguments ...]
 
 Its jobs of one thread run warm, forked from one process that imported torch and transformers once
-(studies/warm.py): the same bytes as cold, without the 5-9 s each job spends importing them (BENCHMARKS.md). `--cold` runs
+(studies/warm.py): the same bytes as cold, without the 5-9 s each job spends importing them (docs/benchmarks.md). `--cold` runs
 each job in its own process, as a cluster does: use it to calibrate the cost model (docs/cluster.md). The other
 arguments go to snakemake (for example `--forceall`, `-n`, `--configfile my.yaml`), and to the report's run.
 """

@@ -2,7 +2,7 @@
 rehearsal infrastructure: it lives outside the workflow's package, so it is in no job's code digest).
 
 Why: on stand-in models a job's own work takes well under a second, but importing torch and transformers takes
-about 5 s of it (BENCHMARKS.md, "Test suite time"), so `make rehearsal` spends most of its time importing the same
+about 5 s of it (docs/benchmarks.md, "Test suite time"), so `make rehearsal` spends most of its time importing the same
 modules 447 times. `serve` imports them once; for each job it forks a child that runs the job's module as
 `__main__` with the job's arguments, working directory, environment and standard streams. The job's own process
 (the client: `handoff`, which studies/warm_hook/sitecustomize.py calls at Python's start-up, before anything is

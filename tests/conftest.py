@@ -57,7 +57,7 @@ def paper_plan(tmp_path_factory):
     return PaperPlan(workdir, result, seconds)
 
 
-# `make test` runs the suite on 2 pytest-xdist workers (BENCHMARKS.md, "Test suite time"): every test module goes to
+# `make test` runs the suite on 2 pytest-xdist workers (docs/benchmarks.md, "Test suite time"): every test module goes to
 # one worker whole, so that its module fixtures are built once, and the modules that share a session fixture go to
 # the same worker, so that the tiny study and the paper's plan are each made once. (xdist's own `--dist loadgroup`
 # does not group under pytest 9, whose node ids it can no longer rename.) A module that starts using a session

@@ -3,7 +3,7 @@
 Why: mutmut runs a mutant only against the tests that called the mutated function during its stats run. A
 module-scoped fixture (the lab's prefix table, `premise_table`'s table) runs once, inside the first test that uses
 it, so the module's later tests are never run against the fixture's functions' mutants, and a mutant they would kill
-is reported as surviving (`theorems.not_applicable` mutant 2, killed by a test mutmut never ran: BENCHMARKS.md).
+is reported as surviving (`theorems.not_applicable` mutant 2, killed by a test mutmut never ran: docs/benchmarks.md).
 Widening to whole test files restores them; it costs time only for the mutants that survive.
 
 Usage, from the repository root after a `mutmut run` has collected its stats (mutants/mutmut-stats.json):

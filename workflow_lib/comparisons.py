@@ -1,18 +1,11 @@
 """Which conditions a study compares: the designed pairs of its tables, from its result paths alone.
 
 The grid (workflow_lib/grid.py) names a study's conditions as output paths; this module decides which two of them
-each table compares (report.contrasts computes the statistics). The plan reads it at Snakefile parse time (one
-`mauve_contrast` job per designed MAUVE pair, `inputs.mauve_contrasts`), so it is standard library only: planning
-imports no numpy, polars or torch (tests/common/test_parse_imports.py). report.contrasts, report.joint_mauve and the
-tables read the pairs, their identities and their B from here.
-
-Table 1 compares the model with and without perturbation (insertion at the headline intensity at training and
-sampling against intensity 0 at both), each objective against MLE, and the ablation TrainPerturb / TestPerturb
-against NoPerturb (Both is the perturbation row, counted once). Every other strategy the study runs (the embedding
-space's, `perturb/strategies.py`) has its ablation arms too, at the headline intensity (at 1 for one that perturbs
-every position, NEFTune), labelled "<strategy>: TrainPerturb" and so on, Both among them. A comparison pairs two
-conditions that share everything else (model, eval set, decoder, seed). With `report.aa_null`, the A/A null family
-compares every trained condition with itself, over two disjoint halves of its training seeds (`null_pairs`).
+each table compares (`pairs`: perturbation or none, each objective against MLE, each strategy's ablation arms
+against NoPerturb; with `report.aa_null`, `null_pairs`), and report.contrasts computes the statistics. The plan reads
+it at Snakefile parse time (one `mauve_contrast` job per designed MAUVE pair, `inputs.mauve_contrasts`), so it is
+standard library only (tests/common/test_parse_imports.py). Which pairs each table holds: docs/output.md, "Paired
+comparisons"; docs/method.md §4, "Each contrast once" and "The A/A null".
 """
 
 from __future__ import annotations
@@ -22,9 +15,10 @@ from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from workflow_lib.constants import UNTRAINED
+from workflow_lib.constants import PAPER_STRATEGY, UNTRAINED
 from workflow_lib.layout import EVALUATION_NAMES, NO_STRATEGY, RUN_NAMES, parse
 from workflow_lib.perturb.strategies import get as get_strategy
+from workflow_lib.sample.modes import get as get_mode
 
 MODEL_KEYS = RUN_NAMES
 KEYS = EVALUATION_NAMES
@@ -33,17 +27,15 @@ RESAMPLES = 2000  # the least B of a permutation table; a table of m comparisons
 # A table of m comparisons is Holm-corrected, which multiplies its smallest p by m. B random swaps resolve a p down
 # to 1/(B + 1), so B >= 200 m lets the table's smallest adjusted p reach m/(B + 1) < 0.01.
 RESAMPLES_PER_COMPARISON = 200
-# Sampling mode `cached` is an estimator of its own, not Algorithm 2's law (docs/method.md §1, "Sampling";
-# tests/sample/test_cached_vs_exact_law.py): every label of a row sampled in it says so, whether or not the study
-# has other modes. No ": " in it (a label's "<strategy>: " prefix is parsed) and no " (" (a label's qualifiers are).
-CACHED_LABEL = "cached, persistent perturbation"
 NULL = "null"  # the A/A null's family (`null_pairs`): one method against itself, over disjoint training seeds
 NULL_SEEDS = ", seeds "  # in a null arm's label, between the condition's name and the half's seeds (`null_arm`)
 
 
 def mode_label(mode: str) -> str:
-    """How tables and findings name a sampling mode: `cached` for what it is, `exact` (Algorithm 2) as is."""
-    return CACHED_LABEL if mode == "cached" else mode
+    """How tables and findings name a sampling mode (sample/modes.py): one that is not Algorithm 2's law (`cached`, an
+    estimator of its own; docs/method.md §1, "Sampling") says so in every label, whether or not the study has other
+    modes."""
+    return get_mode(mode).shown
 
 
 def resamples_for(comparisons: int, minimum: int) -> int:
@@ -107,7 +99,7 @@ def _label(name: str, row: dict, varying: list[str]) -> str:
         parts.append(f"{row['train_mode']}-m{row['copies']}")
     if row.get("test_intensity") and "test_synonyms" in varying and row["test_synonyms"] != NO_STRATEGY:
         parts.append(f"sample {row['test_synonyms']}")
-    if row.get("test_intensity") and ("test_mode" in varying or row.get("test_mode") == "cached"):
+    if row.get("test_intensity") and ("test_mode" in varying or not get_mode(row["test_mode"]).algorithm2):
         parts.append(mode_label(row["test_mode"]))
     return name + (f" ({', '.join(parts)})" if parts else "")
 
@@ -131,7 +123,7 @@ def pairs(conditions: Iterable[dict] | Any, intensity: float, null: bool = False
     models = [r for r in rows if r["kind"] == "perplexity"]
 
     def headline(r, side):
-        return r[f"{side}_strategy"] == "insertion" and r[f"{side}_intensity"] == intensity
+        return r[f"{side}_strategy"] == PAPER_STRATEGY and r[f"{side}_intensity"] == intensity
 
     def plain(r, side):
         return r[f"{side}_intensity"] == 0
@@ -190,9 +182,9 @@ def pairs(conditions: Iterable[dict] | Any, intensity: float, null: bool = False
             for r in sampled
             if (on(r, "train") or on(r, "test"))
             and all(on(r, s) or plain(r, s) for s in ("train", "test"))
-            and not (strategy == "insertion" and on(r, "train") and on(r, "test"))  # the perturbation family's
+            and not (strategy == PAPER_STRATEGY and on(r, "train") and on(r, "test"))  # the perturbation family's
         ]
-        prefix = "" if strategy == "insertion" else f"{strategy}: "
+        prefix = "" if strategy == PAPER_STRATEGY else f"{strategy}: "
         for a, b in _pair(arms, base, match):
             add("ablation", a, b, prefix + arm_of[(on(a, "train"), on(a, "test"))], "NoPerturb")
     # Objectives: each against MLE in Table 1's two conditions; untrained models are no objective.
@@ -261,7 +253,7 @@ def arm_intensity(strategy: str, intensity: float) -> float:
 def ablation_strategies(rows: list[dict]) -> list[str]:
     """The strategies a study perturbs with, insertion (the paper's) first, then the others by name."""
     found = {r[f"{side}_strategy"] for r in rows for side in ("train", "test")} - {NO_STRATEGY, None}
-    return sorted(found, key=lambda s: (s != "insertion", s))
+    return sorted(found, key=lambda s: (s != PAPER_STRATEGY, s))
 
 
 def pair_identity(pair: dict) -> str:

@@ -1,16 +1,10 @@
 """What the schema cannot see: values that pass their own checks but together would make a study other than the
-one its config says (docs/usage.md, "What the config check refuses beyond the schema"). Each error names the keys
-to change. Run after `config.validate_config` (rules/common.smk, check_config.py), beside the cost model's checks:
-it reads a model's context as the cost model does (cost/shapes.py), which the config layer does not import.
+one its config says; each error names the keys to change.
 
-- a training row longer than training.max_length is cut, so tokenize.block_size above it trains on part of each
-  block without a word;
-- a block beyond the model's context (a scratch model's n_positions; a local or cached checkpoint's config.json;
-  the hub models the cost model knows) cannot be trained on; a perturbed row, longer than its block, is checked by
-  the training job before its first step (train/batches.py, `check_context`), as is every model whose context is
-  not known here;
-- an eval set on the training split of the experiment's own train dataset scores the model on its training text;
-- select_best picks the checkpoint of lowest validation loss, which a run without validation never computes.
+Run after `config.validate_config` (rules/common.smk, check_config.py), beside the cost model's checks: it reads a
+model's context as the cost model does (cost/shapes.py), which the config layer does not import. The checks (a block
+longer than `training.max_length` or the model's context, an eval set on the experiment's own training split,
+`select_best` without validation): docs/usage.md, "What the config check refuses beyond the schema".
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 # paths. A name a user's `objectives` may not take.
 UNTRAINED = "untrained"
 # The train_dataset of a zero-shot experiment that names none (its output paths say so). A reserved dataset name.
+# The paper's T, a name perturb/strategies.py registers: Table 1, the headline and the perturbation family read it,
+# and intensity 0 runs it.
+PAPER_STRATEGY = "insertion"
 NO_TRAIN_DATASET = "none"
 # The splits of a builtin dataset; `reach` only where builtin.context_fraction > 0 (grid.dataset_splits).
 BUILTIN_SPLITS = ("train", "validation", "test", "ood", "reach")

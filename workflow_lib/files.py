@@ -122,7 +122,7 @@ def write_parquet(table, path: str | os.PathLike) -> None:
 
 def read_parquet(path: str | os.PathLike, columns: list[str] | None = None):
     """One Parquet file as a pyarrow Table. Through `ParquetFile`, not `pq.read_table`: the latter builds a dataset,
-    and importing `pyarrow.dataset` costs every job about 0.3 s (BENCHMARKS.md, "Test suite time")."""
+    and importing `pyarrow.dataset` costs every job about 0.3 s (docs/benchmarks.md, "Test suite time")."""
     import pyarrow.parquet as pq
 
     with pq.ParquetFile(path) as handle:

@@ -9,13 +9,16 @@ Snakefile parse time.
 from __future__ import annotations
 
 import itertools
-import os
 
-from workflow_lib.constants import BUILTIN_SPLITS, FEATURISERS, SYNONYMS_FROM_TOKENS, UNTRAINED
+from workflow_lib.constants import BUILTIN_SPLITS, SYNONYMS_FROM_TOKENS, UNTRAINED
+from workflow_lib.featuriser import Featuriser
 from workflow_lib.layout import (
+    ABLATION_FIGURE,
     BASELINE,
     CONTROLS,
     DATA,
+    EXTRAPOLATION_FIGURE,
+    INTENSITY_FIGURE,
     LAB,
     LAB_SET,
     NO_STRATEGY,
@@ -41,6 +44,7 @@ from workflow_lib.layout import (
     tokens_path,
 )
 from workflow_lib.perturb.strategies import get as get_strategy
+from workflow_lib.sample.modes import DEFAULT as DEFAULT_MODE
 
 
 def dataset_splits(dataset: dict) -> list[str]:
@@ -52,14 +56,6 @@ def dataset_splits(dataset: dict) -> list[str]:
     if source == "hf":
         return list(dataset.get("splits", {}))
     return list(dataset.get("files", {}))
-
-
-def featuriser_id(featuriser: str | dict) -> str:
-    """A path-safe name for the featuriser `evaluation.featuriser` (a study model is `model-<key>`, a local folder
-    is named by its last component): the `featuriser` wildcard of results/features/ and results/controls/."""
-    if isinstance(featuriser, dict):
-        return f"model-{featuriser['model']}"
-    return featuriser if featuriser in FEATURISERS else f"local-{os.path.basename(os.path.normpath(featuriser))}"
 
 
 def train_conditions(experiment: dict) -> list[TrainCondition]:
@@ -167,7 +163,7 @@ def sampling_conditions(experiment: dict) -> list[SamplingCondition]:
         experiment["decoders"], grid["strategies"], grid["intensities"], grid["synonyms"], grid["modes"]
     ):
         if float(intensity) == 0.0:  # the unperturbed law: one condition, whatever the grid's strategy and mode
-            strategy, synonyms, mode = NO_STRATEGY, NO_STRATEGY, "exact"
+            strategy, synonyms, mode = NO_STRATEGY, NO_STRATEGY, DEFAULT_MODE
         elif get_strategy(strategy).in_embeddings:
             synonyms = NO_STRATEGY
         out.add(SamplingCondition(decoder, synonyms, strategy, fmt_intensity(intensity), mode))
@@ -217,14 +213,14 @@ def planted_source(config: dict, eval_set: str) -> str | None:
 def planted_targets(config: dict) -> list[str]:
     """MAUVE's planted control (report/planted.py) of every evaluated eval set that has a source eval set for its
     mixture (`planted_source`: a study with one eval set, or planted_fraction 0, has none)."""
-    featuriser = featuriser_id(config["evaluation"]["featuriser"])
+    featuriser = Featuriser.from_config(config).id
     names = sorted({ev.eval_set for ev in evaluation_runs(config)})
     return [PLANTED.format(featuriser=featuriser, eval_set=e) for e in names if planted_source(config, e)]
 
 
 def control_targets(config: dict) -> list[str]:
     """MAUVE's controls (their scores and verdict) of every evaluated eval set, under the study's featuriser."""
-    featuriser = featuriser_id(config["evaluation"]["featuriser"])
+    featuriser = Featuriser.from_config(config).id
     return sorted({CONTROLS.format(featuriser=featuriser, eval_set=ev.eval_set) for ev in evaluation_runs(config)})
 
 
@@ -245,14 +241,14 @@ def report_figures(config: dict) -> list[str]:
         train = [float(x) for x in exp["train_perturbation"]["intensities"]]
         test = [float(x) for x in exp["test_perturbation"]["intensities"]]
         if 0 in train and 0 in test and any(train) and any(test):
-            figures.add("ablation")
+            figures.add(ABLATION_FIGURE)
         same_at_training_and_sampling |= {x for x in train if x > 0} & {x for x in test if x > 0}
         if len(same_at_training_and_sampling) >= 2:
-            figures.add("intensity")
+            figures.add(INTENSITY_FIGURE)
         if any(
             config["datasets"][config["eval_sets"][es]["dataset"]]["source"] == "builtin" for es in exp["eval_sets"]
         ):
-            figures.add("extrapolation")
+            figures.add(EXTRAPOLATION_FIGURE)
     return sorted(figures)
 
 

@@ -53,7 +53,7 @@ def revision_problem(revision: str) -> str | None:
 
 def name_problem(name: str, workdir: Path) -> str | None:
     """Why a `source: hf` name is neither an existing local folder (relative to `workdir`) nor a hub id, or None.
-    A name written as a path is left to `config.check_local_names`, which says that the folder is missing."""
+    A name written as a path is left to `config_checks.check_local_names`, which says that the folder is missing."""
     if looks_like_path(name) or (workdir / name).is_dir():
         return None
     if problem := hub_id_problem(name):

@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from workflow_lib.comparisons import designed_mauve
-from workflow_lib.config import embedding_model, local_files
+from workflow_lib.config_checks import embedding_model
+from workflow_lib.config_datasets import local_files
 from workflow_lib.constants import SYNONYMS_FROM_EMBEDDINGS, SYNONYMS_FROM_TOKENS, UNTRAINED
 from workflow_lib.data.downloads import fetched, split_paths, unpacked_dir
 from workflow_lib.data.settings import prompt_cap
 from workflow_lib.evaluate.floor import mauve_never_resolves
+from workflow_lib.featuriser import Featuriser
 from workflow_lib.grid import (
     control_targets,
     curve_inputs,
@@ -28,7 +30,6 @@ from workflow_lib.grid import (
     dataset_splits,
     example_inputs,
     extrapolation_targets,
-    featuriser_id,
     lab_targets,
     metric_targets,
     model_targets,
@@ -55,6 +56,7 @@ from workflow_lib.layout import (
     train_condition_of,
 )
 from workflow_lib.pretrained import gguf_file
+from workflow_lib.sample.settings import sampling_shards
 from workflow_lib.train.settings import training_settings
 
 
@@ -200,15 +202,13 @@ class Inputs:
         return inputs
 
     def sample_shards(self, wildcards: Any) -> list[str]:
-        """The shards of one evaluation's samples, in order (their number is the data's: `sizes.sampling_shards`)."""
-        from workflow_lib.cost.sizes import sampling_shards
-
+        """The shards of one evaluation's samples, in order (their number is the plan's: `sampling_shards`)."""
         ev = evaluation_of(wildcards)
         return ev.shards(sampling_shards(self.config, ev.eval_set, ev.run.model))
 
     def featuriser_id(self) -> str:
         """A path-safe name for the featuriser (a local folder is named by its last component)."""
-        return featuriser_id(self.config["evaluation"]["featuriser"])
+        return Featuriser.from_config(self.config).id
 
     def control_texts(self, wildcards: Any) -> dict:
         """The eval set's prompts and the split they were cut from (the ceiling's following words, the salad's
@@ -222,11 +222,11 @@ class Inputs:
     def features(self, wildcards: Any) -> dict:
         """The human references and control texts to featurise, and the featuriser's folder when a rule writes it
         (a study model dequantised from GGUF)."""
-        chosen = self.config["evaluation"]["featuriser"]
+        chosen = Featuriser.from_config(self.config)
         return {
             "prompts": prompts_path(wildcards.eval_set),
             "controls": CONTROL_TEXTS.format(eval_set=wildcards.eval_set),
-            **(self.pretrained(chosen["model"]) if isinstance(chosen, dict) else {}),
+            **(self.pretrained(chosen.model) if chosen.model is not None else {}),
         }
 
     def controls(self, wildcards: Any) -> str:

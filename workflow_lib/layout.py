@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from workflow_lib.constants import NAME
+from workflow_lib.constants import NAME, PAPER_STRATEGY
 
 # The layouts. {kind} is the results folder of a kind of result (models, samples, metrics, ...).
 TRAIN = "{synonyms}/{mode}-m{copies}/{strategy}-{intensity}"
@@ -37,6 +37,7 @@ TOKENIZER = "results/tokenizers/{tokenizer}"
 TOKENS = "results/tokens/{tokenizer}/{dataset}/{split}.parquet"
 PROMPTS = "results/prompts/{eval_set}.parquet"
 FEATURES = "results/features/{featuriser}/{eval_set}.npy"  # an eval set's human text, featurised (MAUVE)
+FEATURES_JOB = "features/{featuriser}/{eval_set}"  # the features job's log and benchmark (`log_path`, ...)
 # MAUVE's controls (evaluate/controls.py): an eval set's control texts, their features, and their scores and verdict.
 CONTROL_TEXTS = "results/controls/{eval_set}.texts.parquet"
 CONTROL_FEATURES = "results/features/{featuriser}/{eval_set}.controls.parquet"
@@ -45,8 +46,8 @@ CONTROLS = "results/controls/{featuriser}/{eval_set}.json"
 PLANTED = "results/report/planted/{featuriser}/{eval_set}.json"
 # The study's other products: the rules' outputs and the grid's targets are built from these strings (`partial` fills
 # some fields and leaves the others as the rules' wildcards). A job's log and benchmark: `log_path`, `benchmark_path`.
-# (Downloads live in data/downloads.py and GGUF files in pretrained.py, beside the jobs that read them: a job that
-# imported this module would rerun whenever the plan's layout changed.)
+# (A dataset's downloads live in data/downloads.py, beside the download job that reads them: a job that imported
+# this module would rerun whenever the plan's layout changed.)
 PROMPTS_RECORD = "results/prompts/{eval_set}.json"  # an eval set's prompts' provenance record, beside PROMPTS
 SIMULATION_FIT = "results/simulation/V{vocab}.parquet"  # one vocabulary size's replications (Section 4)
 SIMULATION = "results/simulation/{file}"  # the simulation's summary, tests, conclusions and figure
@@ -55,6 +56,8 @@ LAB = "results/lab/{experiment}/{file}"  # the theory lab's verdicts of an exper
 REPORT = "results/report/{file}"  # the report's tidy tables: metrics.csv, contrasts.csv
 REPORT_TABLE = "results/report/tables/{table}.{ext}"
 REPORT_FIGURE = "results/report/figures/{figure}.{ext}"
+REPORT_FIGURES = ("ablation", "intensity", "extrapolation")  # the `figure` names: report/figures.py draws each
+ABLATION_FIGURE, INTENSITY_FIGURE, EXTRAPOLATION_FIGURE = REPORT_FIGURES
 TRAINING_FIGURE = "results/report/figures/training/{model}/{dataset}.{ext}"
 SUMMARY = "results/summary.md"
 REPORT_LANDING = "results/report/workflow.rst"  # the HTML report's first page, with the findings
@@ -62,6 +65,9 @@ ARGUMENT_FILE = "results/report/args/{name}.txt"  # a gather job's input paths, 
 MAUVE_CONTRAST = "results/report/mauve/{pair}.json"  # one designed MAUVE contrast's result (report.joint_mauve)
 LOG = "results/logs/{name}.log"
 BENCHMARK = "results/benchmarks/{name}.tsv"
+PRETRAINED_DIR = "results/pretrained/{model}"  # a GGUF model dequantised: the hub-style folder every later job loads
+GGUF_DOWNLOAD = "results/downloads/gguf/{model}.gguf"  # a `url` GGUF file, as fetched (pretrained.py)
+ESTIMATE = "results/estimate/{file}"  # `make estimate`'s tables (<device>.md, .csv) and calibration.json
 
 # The results folders of each layout, and the suffix of the file each writes (a folder has none).
 RUN_KINDS = {"models": "", "checkpoints": "", "perplexity": "", "lab/laws": ".npz"}
@@ -109,8 +115,13 @@ class TrainCondition:
         return TRAIN.format(**vars(self))
 
     @property
+    def level(self) -> float:
+        """The intensity as a number (the field is its text in the path)."""
+        return float(self.intensity)
+
+    @property
     def is_baseline(self) -> bool:
-        return float(self.intensity) == 0.0
+        return self.level == 0.0
 
 
 BASELINE = TrainCondition("none", "augment", 1, "none", "0")  # an untrained model's condition
@@ -120,7 +131,7 @@ NO_STRATEGY = "none"  # the strategy (and synonyms) a condition of intensity 0 n
 def applied_strategy(strategy: str) -> str:
     """The strategy a job is given: intensity 0 (`none`) perturbs nothing, whatever the strategy, so it runs the
     default one."""
-    return "insertion" if strategy == NO_STRATEGY else strategy
+    return PAPER_STRATEGY if strategy == NO_STRATEGY else strategy
 
 
 @dataclass(frozen=True, order=True)
@@ -136,6 +147,16 @@ class SamplingCondition:
     @property
     def path(self) -> str:
         return TEST.format(**vars(self))
+
+    @property
+    def level(self) -> float:
+        """The intensity as a number (the field is its text in the path)."""
+        return float(self.intensity)
+
+    @property
+    def perturbed(self) -> bool:
+        """Whether the prefix is perturbed at all (intensity 0 is the decoder alone, in every mode)."""
+        return self.level > 0
 
 
 @dataclass(frozen=True, order=True)

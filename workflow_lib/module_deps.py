@@ -1,19 +1,12 @@
 """Which workflow_lib source files a rule runs, found by a static import scan, and their content's digest.
 
-Snakemake reruns a job when its shell command changes, not when a module that the command runs changes. So
-every rule that runs `python -m workflow_lib.<stage>.<module>` has a `code` param, `code_digest(module)`: the
-sha256 of what Python executes of that module's file and of every workflow_lib module it imports, directly or
-through others, at the top or inside a function (heavy imports live inside functions), each named by its path
-inside the package. What Python executes is the syntax tree without docstrings (`_normal_text`): a comment, a
-docstring, a reformatting rerun nothing. Snakemake compares params by value, so a change to executed code reruns
-the job (and what reads its outputs), while a fresh clone, a moved checkout, a `git checkout` that leaves the code
-alone or a `touch` (new paths, new mtimes, same code) reruns nothing. (Listed as `input:` files instead, they were compared by absolute path
-and mtime: a clone of the repository next to copied results reran every job.) Nothing is imported or executed:
-the source is parsed with `ast`. Parsing and normalising the ~100 files the rules run took about 1.2 s of every
-snakemake start (dry runs included), so what a file's bytes give (its normal form's sha256 and its imports) is kept
-on disk by the sha256 of those bytes (`cache_folder`): a file read back that matches no entry, or an entry that does
-not parse, is computed again; one that cannot be written is not kept. Standard library only (and
-workflow_lib.files, which is too).
+Snakemake reruns a job when its shell command changes, not when a module the command runs changes. So every rule
+that runs `python -m workflow_lib.<stage>.<module>` has a `code` param, `code_digest(module)`: the sha256 of what
+Python executes (the syntax tree without docstrings, `_normal_text`) of that module and of every workflow_lib module
+it imports, directly or through others, at the top or inside a function. Nothing is imported or executed: the
+source is parsed with `ast`, and what a file's bytes give is kept on disk by their sha256 (`cache_folder`). Standard
+library only (and workflow_lib.files, which is too). What reruns and why: docs/usage.md, "Incremental reruns";
+docs/development.md, "Extension points, and what reruns".
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """What every stage's figures share (report, lab, simulation): saving, and the style of their lines.
 
 Saving: STEM.png and STEM.pdf, deterministic files (no timestamps in the PDF, fixed PNG metadata), so the same
-study writes the same bytes.
-
-Style: colours from Okabe and Ito's colour-blind-safe palette, each paired with its own line style and marker,
-so that a line is told apart by any one cue alone (colour on screen, dashes or markers in a greyscale print).
-A panel holds at most MAX_LINES lines: `split_panels` cuts a figure's series into meaningful groups (an
-objective, a training condition) of at most that many, and `assign_styles` gives each series one style for the
-whole figure, so that the same condition looks the same in every panel.
+study writes the same bytes. Style: Okabe and Ito's colour-blind-safe colours, each paired with its own line style
+and marker, so that any one cue tells a line apart; `split_panels` cuts a figure's series into meaningful groups of
+at most MAX_LINES, and `assign_styles` gives each series one style for the whole figure. docs/output.md, "The
+report".
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ A `models` entry with `source: hf` and a `gguf` block names a GGUF file in one o
 The `dequantise` rule (rules/data.smk, workflow_lib/data/gguf.py) turns it once into a hub-style float32 folder,
 `results/pretrained/<model>`, and that folder is the model's `name` for every later job: they load it as any
 local checkpoint. A tokenizer with `source: model` is the one saved with a model's checkpoint.
-Standard library only: the Snakefile imports this at parse time.
+Standard library only: the Snakefile imports this at parse time. The two paths are layout.py's.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import importlib.util
 from pathlib import Path
 from urllib.parse import urlparse
 
-PRETRAINED_DIR = "results/pretrained/{model}"  # the dequantised, hub-style folder every later job loads
-GGUF_DOWNLOAD = "results/downloads/gguf/{model}.gguf"  # a `url` GGUF file, as fetched
+from workflow_lib.layout import GGUF_DOWNLOAD, PRETRAINED_DIR
+
 GGUF_KINDS = {"url": ("url",), "repo": ("repo", "file"), "path": ("path",), "package": ("package", "file")}
 
 

@@ -1,7 +1,7 @@
 """The names in the workflow's registries, for the config schema's enums: one home each, the registry itself.
 
-`config.load_schema` fills every schema node marked `x-registry: <name>` with the names the registry holds, so a
-new objective, perturbation strategy, synonym source or MAUVE control is allowed by the config, and listed in
+`config_schema.load_schema` fills every schema node marked `x-registry: <name>` with the names the registry holds, so a
+new objective, perturbation strategy, sampling mode, synonym source or MAUVE control is allowed by the config, and listed in
 docs/config.md, the moment it is registered. The objectives' registry imports torch, and the strategies' and the
 controls' sit in stages that read the config (importing them from here would make the config import its readers), so
 they are read from their source's syntax tree (the `@register("name")` decorators, the `register(Strategy("name",
@@ -42,17 +42,26 @@ def objective_losses() -> list[str]:
     return [n for n in names if n]
 
 
-def strategy_names() -> list[str]:
-    """The strategies perturb/strategies.py registers with `register(Strategy("name", ...))`, in its order."""
-    tree = _tree(module_path("workflow_lib.perturb.strategies"))
+def _registered(module: str, kind: str) -> list[str]:
+    """The names a module registers with top-level `register(<kind>("name", ...))` calls, in its order."""
     names = []
-    for node in tree.body:
+    for node in _tree(module_path(module)).body:
         if isinstance(node, ast.Expr) and _call_name(node.value) == "register":
             call = node.value
             assert isinstance(call, ast.Call)
-            if call.args and _call_name(call.args[0]) == "Strategy":
+            if call.args and _call_name(call.args[0]) == kind:
                 names.append(_first_string(call.args[0]))  # type: ignore[arg-type]
     return [n for n in names if n]
+
+
+def strategy_names() -> list[str]:
+    """The strategies perturb/strategies.py registers with `register(Strategy("name", ...))`, in its order."""
+    return _registered("workflow_lib.perturb.strategies", "Strategy")
+
+
+def sampling_mode_names() -> list[str]:
+    """The modes sample/modes.py registers with `register(SamplingMode("name", ...))`, in its order."""
+    return _registered("workflow_lib.sample.modes", "SamplingMode")
 
 
 def degraded_controls() -> list[str]:
@@ -72,6 +81,7 @@ def degraded_controls() -> list[str]:
 REGISTRIES: dict[str, Callable[[], list[str]]] = {
     "objectives": objective_losses,
     "strategies": strategy_names,
+    "sampling_modes": sampling_mode_names,
     "synonym_sources": lambda: list(SYNONYM_SOURCES),
     "controls": degraded_controls,
 }

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from workflow_lib.config import load_schema
+from workflow_lib.config_schema import load_schema
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "config.md"
 HEADER = """# Configuration reference

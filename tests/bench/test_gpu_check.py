@@ -54,7 +54,7 @@ def test_the_cpu_mode_measures_every_section(tmp_path):
     assert 0 < results["precision"]["tiny-gpt2-trained"]["mean"] < 0.05
     page = (tmp_path / "gpu_check.md").read_text()
     assert all(f"## {section}" in page for section in SECTIONS) and "failed: nothing" in page
-    for precision in ("fp32", "bf16"):  # where sampling's time goes, for the bf16 defect (BENCHMARKS.md)
+    for precision in ("fp32", "bf16"):  # where sampling's time goes, for the bf16 defect (docs/benchmarks.md)
         assert "aten::" in (tmp_path / f"sampling_profile_{precision}.txt").read_text()
 
 

@@ -1,6 +1,6 @@
 """The cost model's h200 entry against the one H200 this project measured (`make gpu-check`, 2026-11-30): its
 predicted times stay within a quarter of the measured ones, so a study priced on an H200 is priced from a
-measurement, not a datasheet guess (BENCHMARKS.md, "The GPU check")."""
+measurement, not a datasheet guess (docs/benchmarks.md, "The GPU check")."""
 
 import json
 import sys

@@ -27,6 +27,7 @@ from workflow_lib.layout import (
     fmt_intensity,
     parse,
 )
+from workflow_lib.sample.modes import MODES
 
 SCHEMA = yaml.safe_load(SCHEMA_PATH.read_text())
 
@@ -36,7 +37,7 @@ assert SCHEMA["$defs"]["name"]["pattern"] == "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,11}", fullmatch=True)
 intensities = st.floats(min_value=0, max_value=1, allow_nan=False).map(fmt_intensity)
 train_modes = st.sampled_from(SCHEMA["$defs"]["perturbation_grid"]["properties"]["modes"]["items"]["enum"])
-test_modes = st.sampled_from(SCHEMA["$defs"]["test_perturbation_grid"]["properties"]["modes"]["items"]["enum"])
+test_modes = st.sampled_from(list(MODES))
 train_conditions = st.builds(TrainCondition, names, train_modes, st.integers(1, 64), names, intensities)
 runs = st.builds(ModelRun, names, names, names, train_conditions, st.integers(0, 10**6))
 tests_ = st.builds(SamplingCondition, names, names, names, intensities, test_modes)

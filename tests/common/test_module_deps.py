@@ -178,7 +178,15 @@ def test_the_costly_jobs_code_leaves_out_the_workflows_data_model():
     """A job reruns when a file its module runs changes (code_digest): the data model that only plans the study
     (layout, grid, inputs, config) is outside the closure of every GPU job, so a refactor of the plan does not
     retrain or resample a finished study. The sampler pulled in layout.py through the strategies' name pattern."""
-    planning = {"workflow_lib.layout", "workflow_lib.grid", "workflow_lib.inputs", "workflow_lib.config"}
+    planning = {
+        "workflow_lib.layout",
+        "workflow_lib.grid",
+        "workflow_lib.inputs",
+        "workflow_lib.config",
+        "workflow_lib.config_schema",
+        "workflow_lib.config_checks",
+        "workflow_lib.config_datasets",
+    }
     for module in (
         "workflow_lib.train.trainer",
         "workflow_lib.sample.sampler",

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from support.workflow_runs import REPO, SNAKEMAKE
+from support.workflow_runs import REPO, SNAKEMAKE, run_snakemake
 
 HEAVY = ("numpy", "polars", "torch", "pyarrow", "pandas", "scipy", "transformers")
 HOOK = f"""
@@ -35,19 +35,19 @@ def test_planning_a_study_imports_nothing_heavy(tmp_path, configs):
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(HOOK)
     trace.write_text("")
-    done = subprocess.run(
-        [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "-n", "--quiet", "rules", "--directory", str(tmp_path / "work")]
-        + ["--configfile", *(str(REPO / c) for c in configs)],
-        capture_output=True,
-        text=True,
+    done = run_snakemake(
+        tmp_path / "work",
+        "-n",
+        "--quiet",
+        "rules",
+        configfiles=[REPO / c for c in configs],
+        cwd=None,
         timeout=300,
         env={
             "PATH": "/usr/bin:/bin",
             "HOME": str(tmp_path),
             "PYTHONPATH": str(hook),
             "PERTURBED_LM_IMPORT_TRACE": str(trace),
-            "HF_HUB_OFFLINE": "1",
-            "HF_DATASETS_OFFLINE": "1",
         },
     )
     assert done.returncode == 0, done.stderr[-3000:]

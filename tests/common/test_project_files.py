@@ -34,7 +34,6 @@ def test_readme_ends_with_how_to_cite_both():
 SHIPPED_TEXT = [
     "README.md",
     "ARCHITECTURE.md",
-    "BENCHMARKS.md",
     "docs",
     "rules",
     "workflow_lib",
@@ -84,7 +83,12 @@ def cited_paths(text: str) -> set[str]:
 
 @pytest.mark.parametrize(
     "document",
-    ["README.md", "ARCHITECTURE.md", *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md"))],
+    [
+        "README.md",
+        "ARCHITECTURE.md",
+        # not docs/benchmarks.md: a dated log, each entry naming files as they were at its commit
+        *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md") if p.name != "benchmarks.md"),
+    ],
 )
 def test_documents_cite_only_files_that_ship(document):
     missing = sorted(p for p in cited_paths((REPO / document).read_text()) if not (REPO / p).exists())

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from support.workflow_runs import tiny_config
-from workflow_lib.config import ConfigError, load_schema, registry_nodes, validate_config
+from workflow_lib.config import ConfigError, load_schema, validate_config
+from workflow_lib.config_schema import registry_nodes
 from workflow_lib.registries import REGISTRIES
 
 

@@ -68,7 +68,8 @@ def test_max_rows_per_split_caps_each_split_by_its_own_number(tmp_path, monkeypa
     """max_rows {train: 3, validation: 1}: each split keeps its own first rows; a split it omits keeps all; the
     config refuses a split the dataset lacks and a per-split cap on recipe mixce; the data job's params see only
     its split's cap, so changing train's cap leaves validation's job as it was."""
-    from workflow_lib.config import ConfigError, check_recipe
+    from workflow_lib.config import ConfigError
+    from workflow_lib.config_datasets import check_recipe
     from workflow_lib.data.splits import split_spec
 
     monkeypatch.chdir(tmp_path)

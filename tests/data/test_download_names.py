@@ -7,7 +7,8 @@ import hashlib
 
 import pytest
 
-from workflow_lib.config import ConfigError, check_url_dataset
+from workflow_lib.config import ConfigError
+from workflow_lib.config_datasets import check_url_dataset
 from workflow_lib.data.downloads import SAFE_NAME, file_name, safe_name, source_of, split_paths, url_name
 
 HOSTILE = "http://127.0.0.1:8/files/a%3Btouch%20x%24%28id%29%60id%60%27q%22.tar.gz"

@@ -17,9 +17,10 @@ import pytest
 
 from studies.httpserver import VALIDATORS, serve, version_headers
 from workflow_lib.cli import StageError
-from workflow_lib.data.fetch import fetch, unpack
+from workflow_lib.data.fetch import fetch
 from workflow_lib.data.pinning import unpinned_http_refusal
 from workflow_lib.data.resume import of_response, save
+from workflow_lib.data.unpacking import unpack
 
 FAST = {"backoff": 0.01, "timeout": 10.0}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from support.plans import job_stats
-from support.workflow_runs import REPO, SNAKEMAKE, snakemake_environment
+from support.workflow_runs import REPO, run_snakemake, snakemake_environment
 
 IMPORTER = REPO / "tests/module/workflow"
 
@@ -20,9 +20,15 @@ pytestmark = pytest.mark.workflow
 
 
 def run_importer(workdir: Path, snakefile: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [str(SNAKEMAKE), "-s", str(snakefile), "--directory", str(workdir), "--cores", "2", *args]
-    cmd += ["--configfile", str(IMPORTER / "config.yaml")]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=workdir, env=snakemake_environment())
+    return run_snakemake(
+        workdir,
+        *args,
+        snakefile=snakefile,
+        configfiles=[IMPORTER / "config.yaml"],
+        cores=2,
+        env=snakemake_environment(),
+        timeout=600,
+    )
 
 
 def test_the_importer_runs_the_module_and_reads_its_table(tmp_path):

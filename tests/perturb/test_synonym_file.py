@@ -96,7 +96,8 @@ def test_a_missing_file_names_the_key(tmp_path, tokenizer):
 
 
 def test_the_config_check_asks_for_the_file(tmp_path):
-    from workflow_lib.config import ConfigError, check_synonym_file
+    from workflow_lib.config import ConfigError
+    from workflow_lib.config_checks import check_synonym_file
 
     with pytest.raises(ConfigError, match=r"config key synonyms\.file: required by experiments\.x\.train_pert"):
         check_synonym_file({"synonyms": {"file": None}}, "experiments.x.train_perturbation.synonyms", tmp_path)

@@ -2,12 +2,18 @@
 report's own test (statistics.permutation_mean_differences) and Holm's correction (statistics.holm): Holm's
 family-wise error must be at most 0.05 plus three Monte Carlo standard errors, a planted effect must still be
 found, and the same check must fail for the percentile bootstrap p the report used before (docs/method.md §4 quotes
-the same simulation with more studies: `PYTHONPATH=. .venv/bin/python tests/report/null_studies.py`)."""
+the same simulation with more studies: `PYTHONPATH=. .venv/bin/python bench/null_studies.py`)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
 from null_studies import (
     DEFAULT,
     PAPER,

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import yaml
-from test_contrasts import write_metrics, write_perplexity
 from test_report import COLUMNS, contrast_rows, write
 
+from support.metric_files import write_metrics, write_perplexity
 from workflow_lib.config import validate_config
 from workflow_lib.report.collect import collect
 from workflow_lib.report.contrasts import contrasts

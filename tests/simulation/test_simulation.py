@@ -10,7 +10,8 @@ import pytest
 from scipy import stats
 
 from support.workflow_runs import planned_rules, snakemake, tiny_config, write_config
-from workflow_lib.config import ConfigError, check_schema
+from workflow_lib.config import ConfigError
+from workflow_lib.config_schema import check_schema
 from workflow_lib.simulation.model import (
     ModelSettings,
     init_parameters,

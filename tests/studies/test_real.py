@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 
 import polars as pl
 import pytest
@@ -29,7 +28,7 @@ from studies.real_checks import (
     summary_problems,
 )
 from support.plans import job_stats
-from support.workflow_runs import REPO, SNAKEMAKE
+from support.workflow_runs import REPO, run_snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -139,10 +138,7 @@ def test_served_files_are_the_pinned_bytes():
 
 
 def plan(tmp_path, *configs) -> dict[str, int]:
-    cmd = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile"]
-    result = subprocess.run(
-        [*cmd, *map(str, configs), "-n", "--quiet", "rules"], capture_output=True, text=True, cwd=tmp_path, timeout=150
-    )
+    result = run_snakemake(tmp_path, "-n", "--quiet", "rules", configfiles=configs, timeout=150)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     return job_stats(result.stdout + result.stderr)
 

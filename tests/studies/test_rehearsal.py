@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import polars as pl
@@ -19,7 +18,7 @@ import yaml
 
 from studies import rehearsal_checks as checks
 from support.plans import job_stats
-from support.workflow_runs import REPO, SNAKEMAKE
+from support.workflow_runs import REPO, run_snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -80,19 +79,7 @@ def test_overlay_changes_only_sources_and_sizes():
 
 
 def plan(workdir: Path, *configs: Path) -> dict[str, int]:
-    cmd = [
-        str(SNAKEMAKE),
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        *map(str, configs),
-        "-n",
-        "--quiet",
-        "rules",
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, timeout=150)
+    result = run_snakemake(workdir, "-n", "--quiet", "rules", configfiles=configs, timeout=150)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     return job_stats(result.stdout + result.stderr)
 

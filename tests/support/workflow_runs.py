@@ -1,4 +1,5 @@
-"""The workflow tests' shared study: a tiny config, and snakemake run on it in a temporary folder."""
+"""The workflow tests' shared study: a tiny config, and snakemake run on it in a temporary folder; the one snakemake
+command line every test builds (`snakemake_command`) and runs (`run_snakemake`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import EllipsisType
 from typing import NamedTuple
 
 import yaml
@@ -180,26 +183,82 @@ def snakemake_environment(env: dict | None = None) -> dict[str, str]:
     return environment if ENV in environment else {**environment, **_warm_variable()}
 
 
+# What every test's snakemake gets besides its own environment (tests/conftest.py sets them in this process too).
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def snakemake_command(
+    workdir: Path | None,
+    *args: str,
+    snakefile: Path | None = REPO / "Snakefile",
+    targets: Sequence[str] = (),
+    configfiles: Sequence[Path | str] = (),
+    cores: int | None = None,
+    limit: int | None = None,
+) -> list[str]:
+    """The snakemake command line every test runs: `-s snakefile` (None: none, snakemake's own search from its working
+    directory), the targets, `--directory workdir` (None: none), `--configfile` with each of `configfiles` (in their
+    order: the last wins), `--cores`, then `args`. Targets go before `--configfile`, which takes every value that
+    follows it. With `limit`, under `timeout -k 10 <limit>`, so that a stuck run is killed with its jobs."""
+    return [
+        *(["timeout", "-k", "10", str(limit)] if limit is not None else []),
+        str(SNAKEMAKE),
+        *(["-s", str(snakefile)] if snakefile is not None else []),
+        *targets,
+        *(["--directory", str(workdir)] if workdir is not None else []),
+        *(["--configfile", *map(str, configfiles)] if configfiles else []),
+        *(["--cores", str(cores)] if cores is not None else []),
+        *args,
+    ]
+
+
+def offline(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`env` (else this process's environment) with the hub's offline switches on: no test touches the network."""
+    return {**(env if env is not None else os.environ), **OFFLINE}
+
+
+def run_snakemake(
+    workdir: Path | None,
+    *args: str,
+    snakefile: Path | None = REPO / "Snakefile",
+    targets: Sequence[str] = (),
+    configfiles: Sequence[Path | str] = (),
+    cores: int | None = None,
+    limit: int | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None | EllipsisType = ...,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess:
+    """Run `snakemake_command(...)` and capture its output as text: in `cwd` (workdir unless given; None: this
+    process's), with `env` (else this process's environment) and the offline switches (`offline`), within `timeout`
+    seconds (None: no limit)."""
+    cmd = snakemake_command(
+        workdir, *args, snakefile=snakefile, targets=targets, configfiles=configfiles, cores=cores, limit=limit
+    )
+    return subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=workdir if cwd is ... else cwd,
+        env=offline(env),
+        check=False,
+    )
+
+
 def snakemake(workdir: Path, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run the real workflow on `workdir/config.yaml`, with workdir as the working directory. Its jobs of one
-    thread run in the session's warm server (`studies.warm`: the same outputs, without importing torch and
+    """Run the real workflow on `workdir/config.yaml` on 2 cores, with workdir as the working directory. Its jobs of
+    one thread run in the session's warm server (`studies.warm`: the same outputs, without importing torch and
     transformers each time); a job whose environment differs from the server's (a test's own `env`) runs cold, unless
     `env` is one that `studies.served.warm_server` yielded. Without `env`, snakemake gets the session's starting
     environment."""
-    cmd = [
-        str(SNAKEMAKE),
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
+    return run_snakemake(
+        workdir,
         *args,
-    ]
-    return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir, env=snakemake_environment(env)
+        configfiles=[workdir / "config.yaml"],
+        cores=2,
+        env=snakemake_environment(env),
+        timeout=timeout,
     )
 
 
@@ -226,23 +285,8 @@ def paper_dry_run(workdir: Path, *args: str) -> tuple[subprocess.CompletedProces
     beside the test suite)."""
     import resource
 
-    cmd = [
-        "timeout",
-        "-k",
-        "10",
-        "120",
-        str(SNAKEMAKE),
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(PAPER),
-        "-n",
-        *args,
-    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, timeout=150)
+    result = run_snakemake(workdir, "-n", *args, configfiles=[PAPER], limit=120, timeout=150)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return result, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 

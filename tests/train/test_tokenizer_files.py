@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support.trainer_runs import trainer_command
 from workflow_lib.data.tokenization import train_bpe
 from workflow_lib.files import write_parquet
 from workflow_lib.perturb.synonym_table import SynonymTable
@@ -101,29 +102,7 @@ def test_a_trained_models_tokenizer_is_the_same_bytes_with_and_without_offline_m
     saved = []
     for offline in (False, True):
         out = tmp_path / f"offline-{offline}"
-        cmd = [
-            sys.executable,
-            "-m",
-            "workflow_lib.train.trainer",
-            "--train",
-            str(data / "train.parquet"),
-            "--validation",
-            str(data / "val.parquet"),
-            "--tokenizer",
-            str(data / "tok"),
-            "--model-key",
-            "tiny",
-            "--model",
-            json.dumps(MODEL),
-            "--objective",
-            json.dumps({"loss": "mle"}),
-            "--settings",
-            json.dumps(settings),
-            "--resume-dir",
-            str(out / "resume"),
-            "--output",
-            str(out / "model"),
-        ]
+        cmd = trainer_command(data, out, model=MODEL, settings=settings)
         done = subprocess.run(
             cmd, env=environment(offline) | {"OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300
         )

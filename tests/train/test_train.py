@@ -8,7 +8,6 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -17,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from support.trainer_runs import trainer_command
 from workflow_lib.cli import StageError
 from workflow_lib.config import PREDEFINED_OBJECTIVES
 from workflow_lib.data.tokenization import train_bpe
@@ -120,29 +120,9 @@ def test_prefix_mode_trains_from_explicit_targets(data, tmp_path):
 
 
 def cli_command(data, out, settings=None, train_file="augment.parquet") -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "workflow_lib.train.trainer",
-        "--train",
-        str(data / train_file),
-        "--validation",
-        str(data / "val.parquet"),
-        "--tokenizer",
-        str(data / "tok"),
-        "--model-key",
-        "tiny",
-        "--model",
-        json.dumps(MODEL),
-        "--objective",
-        json.dumps({"loss": "mle"}),
-        "--settings",
-        json.dumps(settings or {**SETTINGS, "epochs": 2}),
-        "--resume-dir",
-        str(out / "resume"),
-        "--output",
-        str(out / "model"),
-    ]
+    return trainer_command(
+        data, out, model=MODEL, settings=settings or {**SETTINGS, "epochs": 2}, train_file=train_file
+    )
 
 
 def run_cli(data, out, settings=None, train_file="augment.parquet"):

@@ -30,7 +30,7 @@ import time
 import pytest
 import yaml
 
-from support.workflow_runs import REPO, SNAKEMAKE, tiny_config, write_config
+from support.workflow_runs import REPO, offline, run_snakemake, snakemake_command, tiny_config, write_config
 from workflow_lib.config import validate_config
 from workflow_lib.cost.slurm import planned, runtime_minutes
 from workflow_lib.layout import parse
@@ -77,24 +77,15 @@ def slurm():
 def run_on_slurm(workdir, cancel: str | None = None) -> subprocess.CompletedProcess:
     """One snakemake run through the profile; with `cancel` (a job comment's pattern), the first job whose comment
     matches it is cancelled with scancel as soon as squeue shows it running, as a preemption would."""
-    cmd = [
-        "timeout",
-        "-k",
-        "10",
-        str(TIME_LIMIT),
-        str(SNAKEMAKE),
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        *SLURM_ARGS,
-    ]
-    env = {**os.environ, **PARTITION_ENV}
+    config, env = [workdir / "config.yaml"], {**os.environ, **PARTITION_ENV}
     if cancel is None:
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, env=env, timeout=TIME_LIMIT + 30)
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir, env=env) as run:
+        return run_snakemake(
+            workdir, *SLURM_ARGS, configfiles=config, limit=TIME_LIMIT, env=env, timeout=TIME_LIMIT + 30
+        )
+    cmd = snakemake_command(workdir, *SLURM_ARGS, configfiles=config, limit=TIME_LIMIT)
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir, env=offline(env)
+    ) as run:
         cancelled = None
         while cancelled is None and run.poll() is None:
             queue = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i|%k"], capture_output=True, text=True)

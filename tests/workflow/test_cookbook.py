@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.workflow_runs import REPO, SNAKEMAKE, planned_rules
+from support.workflow_runs import REPO, planned_rules, run_snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -31,8 +31,8 @@ def run_recipe(name: str, studies: Path, run: list[str] | None = None) -> subpro
     arguments in place of `-n`, as the page says to run the study."""
     argv = shlex.split(recipes()[name][1])
     assert argv[0] == "snakemake" and argv[1:3] == ["--directory", f"studies/{name}"] and argv[-1] == "-n", argv
-    argv = [str(SNAKEMAKE), "--directory", str(studies / name), *argv[3:-1], *(run if run is not None else ["-n"])]
-    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False, timeout=900)
+    args = [*argv[3:-1], *(run if run is not None else ["-n"])]
+    return run_snakemake(studies / name, *args, snakefile=None, cwd=REPO, timeout=900)
 
 
 def test_every_recipe_is_a_file_the_page_shows_whole():
@@ -119,20 +119,8 @@ def test_objective_overlay_adds_its_objective_to_the_default_study(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     trained = set(re.findall(r"results/models/tiny/synthetic/([\w.-]+)/", done.stdout))
     assert {"mle", "brier", "mixce", "tvd", "emo", "power-1.5"} <= trained, trained
-    alone = subprocess.run(
-        [
-            str(SNAKEMAKE),
-            "--directory",
-            str(tmp_path / "alone"),
-            "--configfile",
-            "configs/examples/objective.yaml",
-            "-n",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-        timeout=300,
+    alone = run_snakemake(
+        tmp_path / "alone", "-n", snakefile=None, configfiles=["configs/examples/objective.yaml"], cwd=REPO, timeout=300
     )
     assert alone.returncode != 0 and "'datasets' is a required property" in alone.stdout + alone.stderr
 
@@ -158,22 +146,7 @@ def test_studies_side_by_side_write_their_own_results(tmp_path):
     for study in ("small", "other"):
         folder = tmp_path / "studies" / study
         folder.mkdir(parents=True)
-        done = subprocess.run(
-            [
-                str(SNAKEMAKE),
-                "-s",
-                str(REPO / "Snakefile"),
-                "--directory",
-                str(folder),
-                "--configfile",
-                str(REPO / "config.yaml"),
-                "-n",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
+        done = run_snakemake(folder, "-n", configfiles=[REPO / "config.yaml"], cwd=None, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "train" in planned_rules(done.stdout)  # each folder plans the whole study: nothing is shared
 

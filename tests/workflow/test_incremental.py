@@ -22,7 +22,7 @@ import yaml
 
 from studies.served import job_environment, warm_server
 from support.plans import planned_jobs
-from support.workflow_runs import REPO, SESSION_ENV, SNAKEMAKE, copy_workflow, tiny_config, write_config
+from support.workflow_runs import REPO, SESSION_ENV, copy_workflow, run_snakemake, tiny_config, write_config
 from workflow_lib.module_deps import module_closure, module_path
 
 pytestmark = pytest.mark.workflow
@@ -49,23 +49,16 @@ def study_config() -> dict:
 
 
 def snakemake_in(workflow: Path, workdir: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = [
-        "timeout",
-        "-k",
-        "10",
-        "600",
-        str(SNAKEMAKE),
-        "-s",
-        str(workflow / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
+    return run_snakemake(
+        workdir,
         *args,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, timeout=630, env=env)
+        snakefile=workflow / "Snakefile",
+        configfiles=[workdir / "config.yaml"],
+        cores=2,
+        limit=600,
+        env=env,
+        timeout=630,
+    )
 
 
 @pytest.fixture(scope="module")

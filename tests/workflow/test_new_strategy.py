@@ -1,38 +1,51 @@
-"""A new perturbation strategy is one registry line: a copy of the workflow gets `duplication` (a copy of each
-selected token inserted at a random gap; the line is the cookbook's recipe) that way and runs a tiny study with it,
-through training data, training, exact and cached sampling, evaluation and the report's tables. The copy differs
-from the checkout in exactly that file: the schema's enum is the registry's (workflow_lib/registries.py).
+"""A new perturbation strategy, sampling mode or loss is one registry entry each: a copy of the workflow gets the
+cookbook's three recipes (`duplication`, a copy of each selected token inserted at a random gap; `recompute`,
+Algorithm 2 without the cache reuse; `spherical`, a proper scoring rule), each in its own registry, and runs one tiny
+study with all three, through training data, training, sampling in three modes, evaluation and the report's tables.
+The copy differs from the checkout in exactly those three files: the schema's enums and the wildcards are the
+registries' (workflow_lib/registries.py). One study for the three keeps CI's cost at one run.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
 import re
-import subprocess
 from pathlib import Path
 
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from studies.served import job_environment, warm_server
 from support.workflow_runs import (
     REPO,
     SESSION_ENV,
-    SNAKEMAKE,
     WORKFLOW_CODE,
     copy_workflow,
+    run_snakemake,
     tiny_config,
     write_config,
 )
+from workflow_lib.config_schema import ConfigError, check_schema, load_schema
 
 pytestmark = pytest.mark.workflow
 
 
-def registration() -> str:
-    """The cookbook's strategy recipe: the line a new strategy adds to the registry."""
+# Each cookbook recipe, and the registry it is appended to.
+RECIPES = {
+    "strategy": "workflow_lib/perturb/strategies.py",
+    "sampling mode": "workflow_lib/sample/modes.py",
+    "loss": "workflow_lib/train/objectives.py",
+}
+
+
+def registration(recipe: str = "strategy") -> str:
+    """The cookbook's recipe: the lines a new registry entry adds."""
     text = (REPO / "docs/cookbook.md").read_text()
-    return re.search(r"<!-- recipe: strategy -->\n```python\n(.*?)```", text, flags=re.DOTALL).group(1)
+    return re.search(rf"<!-- recipe: {recipe} -->\n```python\n(.*?)```", text, flags=re.DOTALL).group(1)
 
 
 def file_hashes(root: Path) -> dict[str, str]:
@@ -44,50 +57,47 @@ def file_hashes(root: Path) -> dict[str, str]:
     }
 
 
-def add_strategy(workflow: Path) -> None:
-    """What the cookbook's recipe says to do: the registry line."""
-    registry = workflow / "workflow_lib/perturb/strategies.py"
-    registry.write_text(registry.read_text() + "\n" + registration())
+def add_entries(workflow: Path) -> None:
+    """What the cookbook's recipes say to do: each entry appended to its registry."""
+    for recipe, path in RECIPES.items():
+        registry = workflow / path
+        registry.write_text(registry.read_text() + "\n\n" + registration(recipe))
 
 
-def test_a_strategy_added_to_the_registry_runs_a_whole_study(tmp_path):
+def test_a_strategy_mode_and_loss_added_to_their_registries_run_a_whole_study(tmp_path):
     workflow, workdir = tmp_path / "workflow", tmp_path / "work"
     copy_workflow(workflow)
     workdir.mkdir()
-    add_strategy(workflow)
+    add_entries(workflow)
     before, after = file_hashes(REPO), file_hashes(workflow)
-    assert sorted(k for k in after if before.get(k) != after[k]) == ["workflow_lib/perturb/strategies.py"]
+    assert sorted(k for k in after if before.get(k) != after[k]) == sorted(RECIPES.values())
     config = tiny_config()
     config["eval_sets"] = {"syn-test": config["eval_sets"]["syn-test"]}
+    config["objectives"] = {"spherical": {"loss": "spherical"}}
     grid = {"strategies": ["duplication"], "intensities": [0, 0.2]}
     config["experiments"] = {
         "main": {
             "models": ["tiny"],
             "train_dataset": "synthetic",
             "eval_sets": ["syn-test"],
+            "objectives": ["spherical"],
             "train_perturbation": grid,
-            "test_perturbation": {**grid, "modes": ["exact", "cached"]},
+            "test_perturbation": {**grid, "modes": ["exact", "cached", "recompute"]},
         }
     }
     write_config(workdir, config)
-    cmd = [
-        str(SNAKEMAKE),
-        "-s",
-        str(workflow / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-    ]
     # The copy's jobs of one thread run in a warm server of the copy's own environment (its workflow_lib first on
     # PYTHONPATH, before the checkout's): the same outputs, without importing torch in each of them.
     copy_first = os.pathsep.join(filter(None, [str(workflow), SESSION_ENV.get("PYTHONPATH")]))
     env = job_environment({**SESSION_ENV, "PYTHONPATH": copy_first})
     with warm_server(env, tmp_path / "warm.log") as study_env:
-        result = subprocess.run(
-            cmd, capture_output=True, text=True, cwd=workdir, env=study_env, timeout=900, check=False
+        result = run_snakemake(
+            workdir,
+            snakefile=workflow / "Snakefile",
+            configfiles=[workdir / "config.yaml"],
+            cores=2,
+            env=study_env,
+            timeout=900,
         )
     assert "ran workflow_lib.train.trainer" in (tmp_path / "warm.log").read_text()  # warm, not cold
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
@@ -97,26 +107,37 @@ def test_a_strategy_added_to_the_registry_runs_a_whole_study(tmp_path):
     assert meta["eligible_tokens"] == meta["tokens_in"] * meta["condition"]["copies"]
     assert abs(meta["selected_rate_among_eligible"] - 0.2) < 0.03
     assert meta["tokens_out"] - meta["tokens_in"] * 2 == meta["selected_tokens"]  # augment: the original and a copy
-    for mode in ("exact", "cached"):
-        samples = list((workdir / "results/samples").rglob(f"duplication-0.2-{mode}.parquet"))
-        assert len(samples) == 2, mode  # the models trained at 0 and at 0.2
+    samples = {}
+    for mode in ("exact", "cached", "recompute"):
+        samples[mode] = sorted((workdir / "results/samples").rglob(f"duplication-0.2-{mode}.parquet"))
+        assert len(samples[mode]) == 2, mode  # the models trained at 0 and at 0.2
+        assert all("/spherical/" in str(path) for path in samples[mode])
+
+    # `recompute` draws Algorithm 2's perturbations and tokens as `exact` does (its cache reuse is exact within
+    # float32 rounding), and `cached` its own law: the same draws give other tokens.
+    def drawn(mode):
+        return np.concatenate(
+            [np.concatenate(pq.read_table(p).column("continuation_ids").to_pylist()) for p in samples[mode]]
+        )
+
+    assert (drawn("recompute") == drawn("exact")).mean() > 0.95  # a token may flip where a uniform meets a rounding
+    assert (drawn("cached") != drawn("exact")).any()
+    # The spherical loss, -p_y / ||p||_2, lies in [-1, 0); the log score's is positive.
+    for path in (workdir / "results/models").rglob("train_summary.json"):
+        assert "/spherical/" in str(path) and -1 <= json.loads(path.read_text())["final_loss"] < 0, path
     strategies = (workdir / "results/report/tables/strategies.md").read_text()
     assert "duplication" in strategies and "insertion" not in strategies
-    # The checkout's workflow refuses the name: the registry line is what admits it.
-    refused = subprocess.run(
-        [
-            str(SNAKEMAKE),
-            "-s",
-            str(REPO / "Snakefile"),
-            "--directory",
-            str(workdir),
-            "-n",
-            "--configfile",
-            str(workdir / "config.yaml"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=workdir,
-        check=False,
-    )
-    assert refused.returncode != 0 and "duplication" in refused.stdout + refused.stderr
+    # The checkout's workflow refuses each name: the registry entry is what admits it.
+    refused = run_snakemake(workdir, "-n", configfiles=[workdir / "config.yaml"])
+    assert refused.returncode != 0 and "spherical" in refused.stdout + refused.stderr
+    schema = load_schema()
+    for key, name in (("strategies", "duplication"), ("modes", "recompute")):
+        one = copy.deepcopy(config)
+        one["objectives"] = {}
+        one["experiments"]["main"]["objectives"] = ["mle"]
+        one["experiments"]["main"]["test_perturbation"] = {**grid, key: [name] if key == "modes" else grid[key]}
+        if key == "modes":
+            one["experiments"]["main"]["train_perturbation"] = {"strategies": ["insertion"], "intensities": [0]}
+            one["experiments"]["main"]["test_perturbation"]["strategies"] = ["insertion"]
+        with pytest.raises(ConfigError, match=name):
+            check_schema(one, schema)

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import polars as pl
@@ -17,9 +16,9 @@ import torch
 
 from support.workflow_runs import (
     REPO,
-    SNAKEMAKE,
     dry_run_of_tiny_study_with,
     planned_rules,
+    run_snakemake,
     snakemake,
     tiny_config,
     tiny_study_config,
@@ -350,13 +349,7 @@ def check_in_browser(workdir, html):
         shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "report/table.rst").write_text("A table.\n\n.. no-such-directive::\n\n   body\n")
     broken = workdir / "broken.html"
-    built = subprocess.run(
-        [str(SNAKEMAKE), "-s", str(copy / "Snakefile"), "--directory", str(workdir), "--report", str(broken)],
-        capture_output=True,
-        text=True,
-        cwd=workdir,
-        check=False,
-    )
+    built = run_snakemake(workdir, "--report", str(broken), snakefile=copy / "Snakefile")
     assert built.returncode == 0, built.stderr  # snakemake builds it regardless: only a look at the page tells
     problems = check_report(broken)
     assert problems and all("results/report/tables/" in p and "system message" in p for p in problems), problems

@@ -32,7 +32,7 @@ class Device:
     bandwidth_use: float = 0.6  # of bandwidth, a cached decoding step's weight and cache reads
     layer_overhead_s: float = 6e-4  # per layer per forward call: eager dispatch and kernel launches
     load_bytes_per_s: float = 1e9  # loading a checkpoint from disk
-    launch_s: float = 3.3  # `accelerate launch` of a multi-process training job (measured here, BENCHMARKS.md)
+    launch_s: float = 3.3  # `accelerate launch` of a multi-process training job (measured here, docs/benchmarks.md)
     mauve_s: float = 4.0e-7  # MAUVE's k-means on the host CPU: s per point per bucket per clustering (--calibrate here)
     fixed_s: dict = field(default_factory=lambda: dict(GPU_FIXED_S))  # per rule: interpreter, imports, CUDA start
     # Measured FLOP/s of given model shapes ({Shape.key: {"train": .., "forward": ..}}, --calibrate with a config):

@@ -23,8 +23,18 @@ from pathlib import Path
 from workflow_lib.config import ConfigError
 from workflow_lib.cost.devices import Device, assumptions, device
 from workflow_lib.cost.jobs import RULES, Job, flow, plan_jobs
+from workflow_lib.layout import (
+    ESTIMATE,
+    FEATURES,
+    FEATURES_JOB,
+    Evaluation,
+    benchmark_path,
+    fields_of,
+    parse,
+    shard_file,
+)
 
-CALIBRATION = Path("results/estimate/calibration.json")
+CALIBRATION = Path(ESTIMATE.format(file="calibration.json"))
 PARTS = {
     "compute": "compute",
     "overhead": "per-call overhead",
@@ -200,10 +210,23 @@ def measured_seconds(results: Path) -> dict[str, float]:
     return out
 
 
+def benchmark_file(job: Job) -> str:
+    """The `benchmark:` file of the job that wrote `job.key`, as its rule names it (rules/*.smk): the output's
+    conditions (`layout.parse`) under results/benchmarks/<rule>/, .tsv for the output's file type."""
+    if job.rule == "features":
+        return benchmark_path(FEATURES_JOB.format(**fields_of(FEATURES, job.key)))
+    at, kind = parse(job.key), f"benchmarks/{job.rule}"
+    if at.shard is not None:  # as `layout.shard_template` names it
+        assert at.eval_set is not None and at.test is not None
+        evaluation = Evaluation(at.run, at.eval_set, at.test).path(kind, "")
+        return shard_file(evaluation, at.shard).removesuffix(".parquet") + ".tsv"
+    return at.moved(kind, at.suffix.rpartition(".")[0] + ".tsv")
+
+
 def benchmark_key(job: Job) -> str:
-    """results/models/a/b -> train/a/b (the benchmark file of the job that wrote it)."""
-    stem = Path(*Path(job.key).parts[2:])
-    return f"{job.rule}/{stem.with_suffix('') if stem.suffix in ('.parquet', '.json', '.npy') else stem}"
+    """<rule>/<name> of the job's benchmark file, results/benchmarks/<rule>/<name>.tsv (`measured_seconds`' key)."""
+    folder = Path(benchmark_path(job.rule)).with_suffix("")
+    return f"{job.rule}/{Path(benchmark_file(job)).relative_to(folder).with_suffix('')}"
 
 
 def compare(jobs: list[Job], measured: dict[str, float]) -> list[dict]:
@@ -332,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
         help="a study's results folder: its data sizes and measured benchmarks are read (the study's "
         "working directory is its parent)",
     )
-    parser.add_argument("--output", type=Path, default=Path("results/estimate"))
+    parser.add_argument("--output", type=Path, default=Path(ESTIMATE.format(file="")))
     args = parser.parse_args(argv)
     workdir = args.results.parent
     try:

@@ -1,24 +1,12 @@
 """Every GPU-capable job of a study, with its FLOPs, memory and predicted time on a device.
 
-The arithmetic, per job (N: the parameters every token multiplies, `Shape.matmul_params`; L layers of width d):
-- train: 6N + 12 L d T FLOPs per token of a row of T tokens (PaLM appendix B, as nanoGPT's `estimate_mfu`), over
-  every row of every epoch, at the device's training MFU; with LoRA 4N + 12 L d T plus the adapters' (the frozen
-  weights' weight-gradient GEMMs dropped: cost/training.py); validation: 2N + 4 L d T per token at each evaluation.
-  Memory: the weights and optimizer states (16 bytes a parameter; LoRA: the frozen weights in their load_dtype and
-  the adapters' 16 bytes a parameter) and a micro-batch's activations (cost/training.py `memory`).
-  The objectives' extra work is left out: in the default study EMO, the costliest, trained 7% longer than MLE
-  (23.7 s against 22.2 s per job), most of it the fixed cost.
-- sample: the prompts' forward pass, then one step per new token. `exact` mode at intensity > 0 feeds each row its
-  perturbed prefix from its first edit on (`exact_fed_tokens`) beside a one-token step of the unperturbed key/value
-  cache (sample/reuse.py); a model with local attention or a prefix beyond the context recomputes the whole prefix
-  at every step, work that grows with the square of the new tokens; `cached` mode and
-  intensity 0 feed one token per step (two for cached insertion) through a key/value cache, a step bounded below
-  by reading the weights and the cache once. The decoders' work (a softmax and a search per row) is left out:
-  V operations per row per step against the model's 2N.
-- features, sample_features, perplexity, extrapolation: forward passes over the tokens they read.
-- evaluate: MAUVE's k-means (`mauve_s` per point per bucket per clustering, measured by --calibrate), in a CPU job
-  that holds no GPU (its features are sample_features'); ROUGE and diversity are left out (0.03 s per 150 texts).
-Every forward call adds the device's per-layer overhead, and every job its fixed cost plus loading its checkpoint.
+Per job: training (6N + 12 L d T FLOPs per token, LoRA's in cost/training.py), sampling (the prompts' forward
+pass, then one step per new token: `exact` feeds each row its perturbed prefix from its first edit on,
+`exact_fed_tokens`, beside a one-token step of the unperturbed cache; cached steps are bounded below by reading
+the weights and the cache), the forward passes of features, sample_features, perplexity and extrapolation, and
+MAUVE's k-means in a CPU evaluate job. Every forward call adds the device's per-layer overhead, and every job its
+fixed cost plus loading its checkpoint. The arithmetic, what is left out and why: docs/cluster.md, "What a study
+costs", "How a job is predicted".
 """
 
 from __future__ import annotations
@@ -34,8 +22,11 @@ from workflow_lib.cost.devices import Device
 from workflow_lib.cost.shapes import Shape, featuriser_shape, model_shape
 from workflow_lib.cost.training import flops_per_token
 from workflow_lib.cost.training import memory as training_memory
+from workflow_lib.featuriser import Featuriser
 from workflow_lib.layout import FEATURES, parse
 from workflow_lib.perturb.strategies import get as get_strategy
+from workflow_lib.sample.modes import get as get_mode
+from workflow_lib.sample.settings import sampling_shards
 from workflow_lib.sample.shards import batches_that_fit, shard_rows
 from workflow_lib.train.settings import training_settings
 
@@ -177,7 +168,7 @@ def sample_job(
     prefix = prompts["prefix_words"] * tpw
     rows = sample_rows(config, eval_set, workdir) if rows is None else rows
     new, batch, precision = s["new_tokens"], s["batch_size"], s["precision"]
-    alpha = float(test.intensity)
+    alpha = test.level
     batches = {batch: rows // batch, rows % batch: 1} if rows % batch else {batch: rows // batch}
     batches.pop(0, None)
     compute = overhead = flops = 0.0
@@ -185,7 +176,7 @@ def sample_job(
         b_flops = forward_flops(shape, b * prefix, prefix)
         b_compute = b_flops / dev.rate("forward", precision, shape.key)
         b_overhead = shape.n_layer * dev.layer_overhead_s
-        if alpha > 0 and test.mode == "exact":  # each row from its first edit on, or (no reuse) the whole prefix
+        if alpha > 0 and get_mode(test.mode).algorithm2:  # each row from its first edit on, or (no reuse) all of it
             stretch = get_strategy(test.strategy).length_factor(alpha)
             # the embedding space's exact mode recomputes the whole noised prefix (sample/embedded.py)
             reuse = exact_reuses_cache(shape, prefix, new) and not get_strategy(test.strategy).in_embeddings
@@ -237,8 +228,8 @@ class ShardTooLong(Exception):
 
 def check_shards(config: dict, ev, dev: Device, shards: list[Job]) -> None:
     """Raise `ShardTooLong` where an evaluation's longest shard is predicted past `cost.max_minutes`. The check only:
-    the shards are the data's (`sizes.sampling_shards`), so a cost setting never moves one. A shard whose prediction
-    fits the limit but not x `cost.safety` runs, asking for the limit (`make estimate` lists it)."""
+    the shards are the plan's (`sample.settings.sampling_shards`), so a cost setting never moves one. A shard whose
+    prediction fits the limit but not x `cost.safety` runs, asking for the limit (`make estimate` lists it)."""
     limit = config["cost"]["max_minutes"]
     longest = max((j for j in shards if not j.unknown), key=lambda j: j.seconds, default=None)
     if limit is None or longest is None or longest.seconds <= limit * 60:
@@ -283,8 +274,8 @@ def shard_limit_error(config: dict, dev: Device, too_long: list[ShardTooLong]):
 
 
 def sample_jobs(config: dict, ev, dev: Device, workdir: Path | None) -> list[Job]:
-    """The sampling jobs of one evaluation: its shards (`sizes.sampling_shards`), each its whole batches of the rows."""
-    count = sizes.sampling_shards(config, ev.eval_set, ev.run.model)
+    """The sampling jobs of one evaluation: its shards (`sampling_shards`), each its whole batches of the rows."""
+    count = sampling_shards(config, ev.eval_set, ev.run.model)
     rows, batch = sample_rows(config, ev.eval_set, workdir), config["sampling"]["batch_size"]
     jobs = []
     by_rows: dict[int, Job] = {}  # shards hold at most three row counts: each is predicted once
@@ -334,11 +325,11 @@ def featuriser(config: dict, workdir: Path | None) -> Shape | None:
     """The featuriser's shape, without a head (MAUVE reads the last hidden state): a study model's own shape."""
     from dataclasses import replace
 
-    chosen = config["evaluation"]["featuriser"]
-    if isinstance(chosen, dict):
-        shape = model_shape(config, chosen["model"], workdir)
+    chosen = Featuriser.from_config(config)
+    if chosen.model is not None:
+        shape = model_shape(config, chosen.model, workdir)
         return replace(shape, head=False) if shape else None
-    return featuriser_shape(chosen, workdir)
+    return featuriser_shape(chosen.source(config)[0], workdir)
 
 
 def mauve_seconds(config: dict, prompts: int, runs: int, mauve_s: float) -> float:
@@ -441,7 +432,7 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
         jobs.append(
             scoring_job(
                 "features",
-                FEATURES.format(featuriser=grid.featuriser_id(e["featuriser"]), eval_set=eval_set),
+                FEATURES.format(featuriser=Featuriser.of(e["featuriser"]).id, eval_set=eval_set),
                 "featuriser",
                 featuriser(config, workdir),
                 p["prompts"] * copies,
@@ -456,7 +447,7 @@ def plan_jobs(config: dict, gpu: Device, cpu: Device, workdir: Path | None = Pat
     for path in grid.extrapolation_targets(config):
         located = parse(path)
         assert located.test is not None and located.eval_set is not None  # an evaluation's path
-        model, eval_set, intensity = located.run.model, located.eval_set, float(located.test.intensity)
+        model, eval_set, intensity = located.run.model, located.eval_set, located.test.level
         p = sizes.eval_set_prompts(config, eval_set, workdir)
         prefixes = (p["reference_words"] - p["prefix_words"]) // x["stride"] + 1
         draws = x["draws"] if intensity > 0 else 1

@@ -14,9 +14,9 @@ import math
 from functools import cache
 from pathlib import Path
 
+from workflow_lib.data.settings import planned_prompts
 from workflow_lib.layout import prompts_path, tokens_path
 from workflow_lib.perturb.strategies import get as get_strategy
-from workflow_lib.sample.shards import shard_count
 
 # Words per sentence of the builtin grammar at its default settings (measured: 200 documents of 20 sentences).
 BUILTIN_WORDS_PER_SENTENCE = 7.33
@@ -93,7 +93,7 @@ def training_rows(
     block = config["tokenize"]["block_size"]
     blocks = math.floor(words * tokens_per_word(config, tokenizer) / block)
     copies = cond.copies + 1 if cond.mode == "augment" else cond.copies
-    alpha = float(cond.intensity)
+    alpha = cond.level
     stretch = get_strategy(cond.strategy).length_factor(alpha) if alpha > 0 else 1.0
     from workflow_lib.train.settings import training_settings
 
@@ -138,35 +138,15 @@ def _read_prompt_words(path: str) -> tuple[int, float, float]:
 
 
 def eval_set_prompts(config: dict, eval_set: str, workdir: Path | None = Path(".")) -> dict:
-    """{prompts, prefix_words, reference_words, source}: the prompts file when it exists, else the config (the
-    prompt cap, and the builtin split's documents where fewer)."""
+    """{prompts, prefix_words, reference_words, source}: the prompts file when it exists, else the config
+    (`data.settings.planned_prompts`)."""
     found = _prompt_words(workdir, prompts_path(eval_set))
     if found:
         return {"prompts": found[0], "prefix_words": found[1], "reference_words": found[2], "source": "data"}
-    es = config["eval_sets"][eval_set]
-    cap = es.get("max_prompts") or config["prompts"]["max_prompts"] or 5000
-    ds = config["datasets"][es["dataset"]]
-    if ds["source"] == "builtin":
-        cap = min(cap, ds["builtin"]["docs"][es["split"]])
-    prefix = es["prefix_words"]
+    prefix = config["eval_sets"][eval_set]["prefix_words"]
     return {
-        "prompts": cap,
+        "prompts": planned_prompts(config, eval_set),
         "prefix_words": prefix,
         "reference_words": prefix + config["prompts"]["reference_words"],
         "source": "config",
     }
-
-
-def shard_batches(config: dict, model: str) -> int | None:
-    """`sampling.shard_batches` for `model`: the value, or a mapping's entry for the model, else its `default`."""
-    value = config["sampling"]["shard_batches"]
-    return value.get(model, value.get("default")) if isinstance(value, dict) else value
-
-
-def sampling_shards(config: dict, eval_set: str, model: str) -> int:
-    """How many shards an evaluation's sampling has: its planned rows (the config's prompt cap x runs, never the
-    downloaded data, so the number does not move once data exist) in shards of at most `shard_batches` batches.
-    Nothing of the cost model enters it."""
-    s = config["sampling"]
-    rows = int(eval_set_prompts(config, eval_set, None)["prompts"]) * s["runs"]
-    return shard_count(rows, s["batch_size"], shard_batches(config, model))

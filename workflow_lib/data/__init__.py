@@ -1,16 +1,10 @@
-"""The data stage (rules/data.smk): every corpus, wherever it lives, becomes normalised Parquet, a tokenizer, token
-blocks and evaluation prompts.
+"""The data stage (rules/data.smk): every corpus becomes normalised Parquet, a tokenizer, token blocks and prompts.
 
-- `fetch`: the `fetch` and `unpack` rules: resumable, sha256-checked downloads of `source: url` files.
-- `downloads`: where fetched files and archive members live under results/downloads (paths only; Snakefile-safe).
-- `resume`: the validator (ETag, Last-Modified) saved beside a .part, sent as If-Range so a resume never splices.
-- `pinning`: which URLs may be fetched without a sha256 (plain http off this machine may not; Snakefile-safe).
-- `readers`: parsing of text, jsonl, csv and parquet files into rows.
-- `cleaning`: the registered text cleanings (`datasets.<key>.cleaning`).
-- `splits`: what one split's job sees of its dataset's entry (its own `max_rows`; Snakefile-safe).
-- `recipes`: the registered split recipes (`raw`, MixCE's `mixce` with its top-up).
-- `builtin_corpus`: the synthetic grammar corpus whose true next-word law is known.
-- `prepare`: the `download` and `prompts` rules' command line (a split to Parquet, prompts from a split).
-- `prompts`: cutting documents into prompt prefixes and human references.
-- `tokenization`: the `tokenizer` and `tokenize` rules (BPE training, block grouping).
+Downloads: `fetch` (the `fetch` and `unpack` rules' command line: sha256-checked downloads of `source: url` files),
+`transfer` (a download's retried GETs into its `.part`, resumed with a Range request), `resume` (the validator sent
+as If-Range so a resume never splices), `unpacking` (a tar or zip archive's named members in one streaming pass),
+`downloads` (where fetched files live; paths only) and `pinning` (which URLs may be fetched without a sha256). Rows:
+`readers`, `cleaning`, `splits` (one split's view of its dataset's entry), `recipes` (`raw`, MixCE's `mixce`),
+`builtin_corpus`, `prepare` (the `download` and `prompts` rules), `prompts`, `tokenization` (the `tokenizer` and
+`tokenize` rules); `gguf` (the `dequantise` rule). Snakefile-safe: `downloads`, `pinning`, `splits`.
 """

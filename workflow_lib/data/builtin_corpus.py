@@ -1,30 +1,12 @@
-"""The builtin corpus: a seeded synthetic English-like language whose true law is known.
+"""The builtin corpus: a seeded synthetic English-like language whose true next-word law is known.
 
-Why it exists: the default study must run with no download, and the paper's claim is about
-*extrapolation*, which real corpora cannot measure exactly. Here every sentence follows one template,
-
-    DET [ADJ] SUBJ_NOUN VERB DET [ADJ] OBJ_NOUN [ADV] .
-
-where each slot holds a word of a lexical class and the words of a class are true synonyms (they play the
-same role; only their within-class frequencies differ). A sentence's *composition* is its
-(subject noun class, verb class, object noun class). A seeded subset of all compositions is held out:
-`train`, `validation` and `test` draw compositions uniformly from the rest (in-support), `ood` only from the
-held-out ones (out-of-support), so `ood` text is new combinations of familiar words: the paper's setting.
-
-With `context_fraction` > 0 a second out-of-support split exists, `reach`: a seeded share of each noun class's
-words is never a *subject* in train/validation/test/ood (those words still occur as objects, and their class-mates
-as subjects), and every `reach` sentence has one of them as its subject, in an in-support composition. So `reach`
-holds familiar words in a context never seen with them, while their class-mates are: a synonym perturbation that
-puts a class-mate in the word's place (or beside it) maps these prefixes into the training support, which no synonym
-perturbation does for `ood`'s new class combinations (docs/default-study.md, "Where the theory predicts a gain";
-`support_status` says which prefixes are off the support and which a class-mate brings back to it).
-
-Because the law is explicit, `next_word_probs` gives the exact next-word distribution after any prefix under
-either law, the ground truth for measuring how well a model extrapolates (total variation on test vs ood).
-Sentences are independent, so only the current (unfinished) sentence of a prefix matters.
-
-Word ids: determiners first, then each noun, verb and adjective class, the adverbs, and "." last; the words
-of a class have contiguous ids. Class ids follow `class_names`: det, noun*, verb*, adj*, adv, end.
+It lets the default study run with no download and measure extrapolation exactly, which real corpora cannot. Every
+sentence follows one template, DET [ADJ] SUBJ_NOUN VERB DET [ADJ] OBJ_NOUN [ADV] ., each slot a word of a lexical
+class whose words are true synonyms. `ood` holds held-out class compositions (new combinations of familiar words);
+`reach` (with `context_fraction` > 0) puts words never seen as subjects in that role, which a class-mate maps back
+to the support (`support_status`). `next_word_probs` gives the exact next-word law after any prefix; sentences are
+independent, so only the current one matters. The splits and what the theory predicts on each:
+docs/default-study.md, and its "Where the theory predicts a gain".
 """
 
 from __future__ import annotations
@@ -72,7 +54,10 @@ for _state, _kind, _slot in [
 
 @dataclass(frozen=True, eq=False)
 class BuiltinGrammar:
-    """The grammar: vocabulary, synonym classes with word weights, and the two composition supports."""
+    """The grammar: vocabulary, synonym classes with word weights, and the two composition supports.
+
+    Word ids: determiners first, then each noun, verb and adjective class, the adverbs, and "." last; the words of
+    a class have contiguous ids. Class ids follow `class_names`: det, noun*, verb*, adj*, adv, end."""
 
     vocabulary: tuple[str, ...]
     word_class: np.ndarray

@@ -1,13 +1,10 @@
 """Per-corpus cleaning, registered by name: raw rows -> the rows a corpus is trained or evaluated on.
 
-The recipes are MixCE's data preparation (bloomberg/MixCE-acl2023, data/*_data.py), which EMO and the paper
-evaluate on (docs/method.md §4), written as column operations. Each `clean_<name>(rows, counts=None)`
-returns the kept rows in input order and, when given a dict, adds to it how many rows each step dropped;
-`clean(name, rows)` is the entry point the data stage calls.
-
-"Words" are always Python `str.split()` words (what MixCE and EMO count), matched in Polars by
-`WORD_PATTERN`, and "strip" removes Python `str.strip()` whitespace, so both agree with the reference
-scripts character for character.
+The recipes are MixCE's data preparation (bloomberg/MixCE-acl2023, data/*_data.py), written as column operations
+(docs/method.md §4). Each `clean_<name>(rows, counts=None)` returns the kept rows in input order and, given a dict,
+adds how many rows each step dropped; `clean(name, rows)` is the data stage's entry point. "Words" are Python
+`str.split()` words (what MixCE and EMO count), matched in Polars by `WORD_PATTERN`, and "strip" removes Python
+`str.strip()` whitespace, so both agree with the reference scripts character for character.
 """
 
 from __future__ import annotations

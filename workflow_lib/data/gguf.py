@@ -1,14 +1,11 @@
 """A GGUF checkpoint dequantised once into a hub-style float32 folder (workflow_lib/pretrained.py says where the
 file comes from and where the folder goes).
 
-transformers reads GGUF files (through the `gguf` package) with `from_pretrained(folder, gguf_file=...)` and
-dequantises them to float32, but a model loaded so refuses `save_pretrained` ("quantized with gguf and is not
-serializable"), and reloading the GGUF in every job would cost each one the dequantisation. So this job copies the
-weights into a plain model of the same config, checks that it computes the same logits, and saves it with the
-file's own tokenizer: every later job loads the folder as any local checkpoint.
-
-A file that is not GGUF, is cut short, or holds an architecture transformers cannot dequantise fails here, before
-any of the work is done, with the model's config key named.
+transformers dequantises GGUF files to float32 (`from_pretrained(folder, gguf_file=...)`), but a model loaded so
+refuses `save_pretrained` ("quantized with gguf and is not serializable"), and reloading the GGUF in every job would
+cost each one the dequantisation. So this job copies the weights into a plain model of the same config, checks that
+it computes the same logits, and saves it with the file's own tokenizer: every later job loads the folder as any
+local checkpoint. What fails here and how a model names its file: docs/studies.md, "A GGUF checkpoint as a model".
 """
 
 from __future__ import annotations
@@ -57,7 +54,7 @@ def gguf_header(key: str, path: str | Path) -> dict:
 def one_reader() -> Iterator[None]:
     """Each file is parsed once inside the block. transformers builds a new `gguf.GGUFReader` for the config, for the
     weights and for the tokenizer, and the reader walks every metadata string in Python: SmolLM2's 49,152 tokens and
-    their merges take seconds a parse, and a dequantisation parsed the file four times (BENCHMARKS.md). A reader
+    their merges take seconds a parse, and a dequantisation parsed the file four times (docs/benchmarks.md). A reader
     opened read-only ("r") is a memory map nothing writes to, so one serves every call."""
     import gguf
 

@@ -1,13 +1,10 @@
-"""MAUVE's controls scored, and the rule that decides whether an eval set's MAUVE cells are reported (docs/method.md
-§4, "MAUVE's controls"; the texts are workflow_lib.evaluate.controls').
+"""MAUVE's controls scored, and the rule that decides whether an eval set's MAUVE cells are reported (the
+`mauve_controls` rule, on the CPU, from the `features` job's features; the texts are evaluate.controls').
 
-Each control is scored against the human references as a sampling run is (`metrics.mauve_over_seeds`: the same n per
-side, bucket rule, k-means settings and seeds). The rule (`verdict`): a control is *seen* when its mean score is below
-the ceiling's by more than the k-means spread, the larger range (max - min over seeds) of the two; an eval set's MAUVE
-is reported only when every control in `evaluation.mauve.controls.must_detect` (the three fluency controls by
-default) is seen. Otherwise every MAUVE cell of the eval set reads "MAUVE cannot see <controls> at n = .. with
-<featuriser>" and takes no part in contrasts, marks or findings (`report.resolution`), as a cell with too few texts
-does. The `mauve_controls` rule, on the CPU, from the `features` job's features.
+Each control is scored against the human references as a sampling run is (`metrics.mauve_over_seeds`). `verdict`:
+a control is seen when its mean score is below the ceiling's by more than the larger k-means range of the two, and
+an eval set's MAUVE is reported only when every control in `evaluation.mauve.controls.must_detect` is seen;
+otherwise its cells read "MAUVE cannot see ..." (`report.resolution`). docs/method.md §4, "MAUVE's controls".
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
-"""What MAUVE can see here: control texts in the study's own layout, their scores against the human references, and
-the rule that decides whether an eval set's MAUVE cells are reported (docs/method.md §4, "MAUVE's controls").
+"""What MAUVE can see here: the control texts, built from each eval set's human references and laid out exactly as
+the model texts are (the same prompts, the reference's number of words, one text per prompt).
 
-A MAUVE cell scores a model's texts against the human references of the same prompts. Whether the number means
-anything depends on the featuriser, the number of texts and the text itself: with a sentence encoder over prompt +
-continuation, 100 WikiText-2 prompts continued by word salad score like human text (issue 51). So every eval set's
-references are also scored against texts whose answer is known, built from the references themselves and laid out
-exactly as the model texts are (the same prompts, the reference's number of words, one text per prompt):
-
-- `human`, the ceiling: each prompt with the human words that follow its reference in the eval set's text (the next
-  `reference_words` words of the row, continuing into the following rows where the row ends);
-- `shuffled`: the reference's continuation with its words in a random order;
-- `loop`: the continuation's first `LOOP_WORDS` words repeated to its length;
-- `salad`: words drawn independently from the eval set's unigram distribution;
-- `swapped`: another prompt's continuation (fluent, but not about this prompt);
-- the planted control's rows: `human_2`, the human words after the ceiling's (a second disjoint window), and
-  `mixture_1` and `mixture_2`, the two windows with a share of the prompts (`planted.fraction`, the same prompts in
-  both) given another eval set's words instead (`planted.source`; none: no planted rows).
-
-This module builds the texts (the `control_texts` rule: no featuriser, no model); the `features` job featurises them
-beside the references (features.py), and `control_scores` scores them and applies the rule that decides whether the
-eval set's MAUVE cells are reported. Kept apart so that an edit of the scoring code rebuilds no text.
+The controls (`human`, the ceiling; `shuffled`, `loop`, `salad`, `swapped`; the planted control's rows) and the rule
+that decides whether an eval set's MAUVE cells are reported: docs/method.md §4, "MAUVE's controls" and "MAUVE's
+planted control". This module builds the texts (the `control_texts` rule: no featuriser, no model); the `features`
+job featurises them beside the references (evaluate.features) and evaluate.control_scores scores them and applies
+the rule. Kept apart so that an edit of the scoring code rebuilds no text.
 """
 
 from __future__ import annotations
@@ -82,7 +68,9 @@ def control_texts(
     continuation as a samples file holds one (the prompt's prefix goes before it), in CONTROLS order, then by
     prompt_id. `prompts` is the prompts table (prompt_id, doc_id, prefix, reference); `texts` and `doc_ids` the eval
     set's rows, from which the prompts were cut (data/prompts.py). `planted` ({fraction, source}) and `other` (the
-    source eval set's continuations) add the planted control's rows after them (module docstring)."""
+    source eval set's continuations) add the planted control's rows after them: `human_2`, the human words after the
+    ceiling's (a second disjoint window), and `mixture_1` and `mixture_2`, the two windows with a share of the prompts
+    (`planted.fraction`, the same prompts in both) given the other eval set's words instead (none without a source)."""
     import pyarrow as pa
 
     ids = np.asarray(prompts.column("prompt_id").to_numpy(), dtype=np.int64)

@@ -1,17 +1,12 @@
 """The exact extrapolation error on the builtin corpus: TV between the model's next-word law and the truth.
 
-The builtin grammar knows P(next word | prefix) exactly, under the in-support law (train/validation/test) and
-the out-of-support law (ood). For evaluation prefixes (the first t words of each human reference, t every
-`stride` words from the prompt length on), the model's next-word law is its next-token law at the end of the
-prefix, averaged over `draws` Monte Carlo perturbations T(. | X) of the prefix (the test perturbation; one
-draw at intensity 0), read at the tokens that spell " word". Words the tokenizer splits into several tokens
-and every other token form one remaining cell, so the TV is computed on that coarsened space (a lower bound of
-the TV over all continuations; `coverage` reports the truth's mass on single-token words). Prefixes that are
-impossible under the law (NaN truth) are skipped and counted.
-
-The TV of a Monte Carlo mean overestimates the perturbed law's TV (TV is convex); the two halves of the draws give a
-split-half estimate of that bias and a cross-fitted TV that is at most the perturbed law's in expectation
-(`monte_carlo_bias`; docs/method.md §4 has the measurement behind the default of 32 draws).
+The builtin grammar knows P(next word | prefix) exactly, under the in-support and the out-of-support law. For
+prefixes of every human reference, the model's next-word law (averaged over `draws` keyed perturbations of the
+prefix; one draw at intensity 0) is compared with it on a coarsened space of single-token words (`coarsened_laws`),
+and the two halves of the draws estimate the Monte Carlo bias (`monte_carlo_bias`). It also records where the
+prefixes lie against the training support (`support_shares`) and how often a synonym draw reaches it
+(`synonym_reach`). What it computes: docs/usage.md, "Sampling and evaluation"; the bias, its measurement and the
+default of 32 draws: docs/method.md §4, "The exact TV's Monte Carlo bias".
 """
 
 from __future__ import annotations

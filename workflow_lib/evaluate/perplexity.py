@@ -1,14 +1,9 @@
 """Perplexity of a causal LM on an eval set's human text (the prompts' `reference`: prefix + the next 80 words).
 
-Each reference is tokenised with the model's own tokenizer, without special tokens (no BOS), and cut to the
-model's context length; every token after the first is scored given the ones before it. Perplexity is
-exp(sum of NLL / number of scored tokens) over the whole eval set, so long references weigh more, as in a
-corpus perplexity. Batches are right-padded with an attention mask; the model runs in float32 unless the
-settings ask for bf16 (`precision`), and the log-probabilities are always taken in float32.
-
-One job scores every eval set a model is evaluated on: the model is loaded once (for a 1.3B model on a GPU, or
-a tiny one on a CPU, loading costs more than scoring), and each eval set gets its own two files in the output
-folder, `<eval set>.json` and `<eval set>.prompts.parquet`, as if it had been scored alone.
+One job scores every eval set a model is evaluated on: the model is loaded once (loading costs more than scoring,
+for a 1.3B model on a GPU or a tiny one on a CPU), and each eval set gets its own two files in the output folder,
+`<eval set>.json` and `<eval set>.prompts.parquet`, as if it had been scored alone. How a reference is scored and
+how perplexity pools them: docs/usage.md, "Sampling and evaluation".
 
     python -m workflow_lib.evaluate.perplexity --model PATH_OR_HUB_ID [--revision REV] \
         --prompts EVAL_SET=PROMPTS.parquet [EVAL_SET=PROMPTS.parquet ...] --settings JSON --output-dir DIR
@@ -58,7 +53,7 @@ def sequence_nll(model, rows: list[list[int]], batch_size: int, pad_id: int) -> 
             mask = (torch.arange(width, device=device) < lengths[:, None]).long()
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
             # Over the vocabulary as the last, contiguous axis: cross_entropy of [B, V, L] (the class axis second)
-            # took 7x as long on a CPU for SmolLM2's 49,152 words, and was further from float64 (BENCHMARKS.md,
+            # took 7x as long on a CPU for SmolLM2's 49,152 words, and was further from float64 (docs/benchmarks.md,
             # "Test suite time", session 14).
             token_nll = torch.nn.functional.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"

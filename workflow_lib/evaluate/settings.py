@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
+from workflow_lib.featuriser import Featuriser
+
 
 def featuriser_settings(config: dict) -> dict:
     """What loads the MAUVE featuriser of a normalised config: `featuriser`, the load path (a name the featuriser
     knows, a folder, or a hub id); `featuriser_revision`; and `featuriser_label`, how the report names it. A study
     model (`{model: name}`) loads its pretrained checkpoint: the hub id or folder its `name` holds (a GGUF model's
     dequantised folder, workflow_lib/pretrained.py)."""
-    chosen = config["evaluation"]["featuriser"]
-    if isinstance(chosen, dict):
-        model = config["models"][chosen["model"]]
-        return {
-            "featuriser": model["name"],
-            "featuriser_revision": model.get("revision"),
-            "featuriser_label": chosen["model"],
-        }
-    return {"featuriser": chosen, "featuriser_revision": None, "featuriser_label": chosen}
+    chosen = Featuriser.from_config(config)
+    path, revision = chosen.source(config)
+    return {"featuriser": path, "featuriser_revision": revision, "featuriser_label": chosen.label}
 
 
 def evaluation_settings(config: dict) -> dict:

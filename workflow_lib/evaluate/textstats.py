@@ -1,21 +1,10 @@
-"""Diversity and repetition of sampled continuations, per run.
+"""Diversity and repetition of sampled continuations, per run: distinct-1..4, repetition and rep-4.
 
-Computed on the continuations only (not the shared prefix), on their token ids (the samples' `continuation_ids`
-column), so the numbers do not depend on how text splits on whitespace; sample files without that column fall
-back to the whitespace words of `text` (each distinct word one id).
-
-- distinct-n (n = 1..4): the number of distinct n-grams over the number of n-grams, pooled over all
-  continuations of one run (the corpus-level definition of Li et al. 2016, "A Diversity-Promoting Objective
-  Function for Neural Conversation Models", as MixCE and TaiLr report it). An n-gram never crosses from one
-  continuation into the next. A run without any n-gram has distinct-n 0.
-- repetition: the share of a run's continuations in which some 4-gram occurs at least twice, an indicator of
-  degenerate loops.
-- rep_4: 1 - distinct 4-grams / 4-grams within each continuation, averaged over the run's continuations (the
-  within-text repetition of Welleck et al. 2020, "Neural Text Generation with Unlikelihood Training").
-  A continuation shorter than 4 tokens has rep_4 0.
-
-All counts are numpy over the flat token array and its row offsets: n-grams are given integer codes once, then
-counted per run and per continuation with np.unique on (group, code) keys.
+Computed on the continuations only, on their token ids (the samples' `continuation_ids`), so the numbers do not
+depend on how text splits on whitespace; a samples file without that column falls back to the whitespace words of
+`text`. All counts are numpy over the flat token array and its row offsets: n-grams get integer codes once
+(`ngram_codes`), then are counted per run and per continuation with np.unique on (group, code) keys. The
+definitions and their sources: docs/method.md §4, "Other metrics".
 """
 
 from __future__ import annotations
@@ -74,7 +63,7 @@ def share(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
 
 
 def text_stats(values: np.ndarray, offsets: np.ndarray, run_index: np.ndarray, n_runs: int) -> dict[str, np.ndarray]:
-    """distinct_1..distinct_4, repetition and rep_4 per run (see the module docstring); `run_index[i]` in
+    """distinct_1..distinct_4, repetition and rep_4 per run (docs/method.md §4, "Other metrics"); `run_index[i]` in
     [0, n_runs) is continuation i's run."""
     run_index = np.asarray(run_index, dtype=np.int64)
     n_rows = len(offsets) - 1

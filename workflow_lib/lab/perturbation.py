@@ -30,7 +30,8 @@ def splitmix64(values: np.ndarray | np.integer) -> np.ndarray:
 
 
 def keys_for(seed: int, base: np.ndarray) -> np.ndarray:
-    """uint64 key per base index: a delta-corrupted prefix and its base share the key, hence T's draws."""
+    """uint64 key per base index: a delta-corrupted prefix and its base share the key, hence T's replacement
+    decisions and draws (common random numbers: the coupling the proof of the Proposition uses)."""
     with np.errstate(over="ignore"):
         return splitmix64(splitmix64(np.uint64(seed)) + np.asarray(base).astype(np.uint64))
 

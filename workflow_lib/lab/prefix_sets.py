@@ -1,23 +1,12 @@
-"""The theory lab, grammar side: prefixes at a known distance from the training support, their true next-word
-law, and the perturbation T of the paper's Section 3, all on the builtin grammar (docs/method.md §7).
+"""The theory lab, grammar side: prefixes at an exact Hamming distance delta from the training support, with their
+true next-word laws, on the builtin grammar.
 
-Why it exists: the paper's bounds speak of the extrapolation uncertainty U(delta) at Hamming distance delta
-from the training support X. Real corpora give neither the distance nor the true law; the builtin grammar
-gives both exactly. Everything here is at the WORD level (a token of the theory is a grammar word) and pure
-numpy; the model side (scoring P_theta and P_perturb on these prefixes) lives elsewhere.
-
-Two families of prefixes X' at distance delta, each paired with the in-support base prefix X0 it came from:
-- "composition": delta distinct sentences each get one noun/verb moved to another class of its kind, so that
-  each becomes a held-out composition (what the study's `ood` split holds) or, in the unfinished last
-  sentence, a partial one that only held-out compositions complete. A class-preserving perturber never
-  restores them. Delta is capped by the sentences that one change inside the window can break.
-- "synonym": delta content words replaced by an unseen synonym (a new word of the same class, probability 0
-  under the training law). Replacing every content word by a seen class-mate maps X' and X0 to the same
-  law: Assumption SP_perturb holds, and the Extrapolability theorem predicts U_perturb(delta) = 0.
-
-Randomness of T is keyed (a splitmix64 hash of key, draw, position from the end, purpose), so X' and its
-base X0, which share a key, get the same replacement decisions and draws: common random numbers, the
-coupling used in the proofs of the Proposition.
+The paper's bounds speak of the extrapolation uncertainty U(delta); real corpora give neither the distance nor the
+true law, the builtin grammar gives both exactly. Everything here is at the word level (a token of the theory is a
+grammar word) and pure numpy; the lab's T is lab.perturbation, the model side lab.laws. Two families, each prefix
+paired with the support prefix X0 it came from (`delta_sets`): `composition` (held-out class combinations, which no
+class-preserving T restores) and `synonym` (unseen same-class words, where SP_perturb holds under class
+replacement). docs/theory.md, "The theory lab", "What the lab computes"; docs/method.md §7.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """Model classes that meet the theorems' premise by construction, and their U_base(delta) and U_perturb(delta),
-exactly, as the sups the paper defines.
+exactly, as the sups the paper defines (Definition 1, tex lines 351-379).
 
-The paper's U_P(delta) (lines 351-379) is a sup over EVERY prefix X' within Hamming distance delta of the support,
-and over the pairs of the class P that agree (TV 0) on every support prefix. A member paired with itself is such a
-pair, so U >= 0 and no class is without an admissible pair. Trained models never agree exactly, so their pairwise TV
-is no bound on U in either direction. Here each class is a finite family of next-word laws on the grammar's words:
-its members share one law on a set A of prefixes (A holds the support) and differ outside A by a constant law each.
-Then, for members j and k,
-
-    TV(P_j(.|X), P_k(.|X))     = 1[X outside A] * TV(Q_j, Q_k),
-    TV(P_j^T(.|X), P_k^T(.|X)) = P_T(X~ outside A | X) * TV(Q_j, Q_k),
-
-so U_base(delta) and U_perturb(delta) are the members' largest TV times the sup over X' within delta of
-1[X' outside A] and of the share P_T(X~ outside A | X'). Each sup is attained by one prefix (`worst_prefixes`: a
-support prefix whose first min(delta, L) words are unseen; the proof is in `class_sups`), so it is the per-prefix
-share evaluated there, by the same functions that give the values on the lab's rows. Two classes:
-- `unseen`: A = prefixes without an unseen word. Q0 never draws an unseen word, so T never leaves A from the
-  support: every pair stays admissible once perturbed.
-- `off-support`: A = the support. Class replacement keeps every class and draws seen words, so it keeps the
-  support in the support: every pair stays admissible. Uniform replacement (beta > 0) moves some support prefix off
-  the support with positive probability, so only a member paired with itself is admissible, and U_perturb = 0.
-Assumption UI holds for both classes: every pair of base members agrees on the support.
+Each class is a finite family of next-word laws whose members share one law on a set A of prefixes (A holds the
+support) and differ outside A by a constant law each, so a pair's TV at X' is 1[X' outside A] (base) or
+P_T(X~ outside A | X') (perturbed) times the members' TV. Each sup over every prefix within delta is attained by one
+prefix (`worst_prefixes`; the proof is in `class_sups`). The classes `unseen` and `off-support`, which pairs stay
+admissible under which T, and why Assumption UI holds: docs/theory.md, "The theory lab", "Model classes that meet
+the premise"; docs/method.md §7, "What the code measures".
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
-"""Perturbation in the embedding space: noise added to the input embeddings of the selected prefix positions, at
-training and at every sampling step (the strategies of `strategies.py` whose `space` is "embeddings").
+"""Perturbation in the embedding space: noise added to the input embeddings of the selected prefix positions (the
+strategies of `strategies.py` whose `space` is "embeddings").
 
-The paper's T edits tokens; here T acts on the prefix's input embeddings instead (docs/method.md §1,
-"Embedding-space perturbation"): each eligible position is selected independently with probability alpha (the
-intensity), as the token strategies select, and a selected position's embedding e becomes
-
-    e + scale * rms(E) * eps,    eps ~ N(0, I_d) (`gaussian`) or U[-sqrt(3), sqrt(3)]^d (`uniform`, unit variance)
-
-with E the model's input embedding matrix, so that `scale` is relative to the size of the model's own embeddings
-and one value means the same across models. The noise is added where the model looks the tokens up (its input
-embeddings module), before any position embedding, as NEFTune adds its own.
-
-Randomness: at sampling every draw is keyed (the position's selection and each coordinate of its noise depend on
-the row's key for the step and the position, `perturb.backends` counter-based hashing), so no sample depends on
-its batch; at training the noise comes from torch's generator, seeded from the config and restored on resume with
-the rest of the RNG state (accelerate's `save_state`), as dropout's masks are. NEFTune is transformers' own hook
-(`transformers.integrations.neftune`); `activate` switches it on for a training job.
+Each eligible position is selected with probability alpha, as the token strategies select, and a selected
+embedding e becomes e + scale * rms(E) * eps (eps `gaussian` or `uniform`, unit variance per coordinate), added
+where the model looks its tokens up. At sampling every draw is keyed (`keyed_noise`: the row's key for the step
+and the position), so no sample depends on its batch; at training the noise comes from torch's generator
+(`random_noise`), restored on resume with the rest of the RNG state. NEFTune is transformers' own hook (`activate`).
+The law and NEFTune's: docs/method.md §1, "Embedding-space perturbation"; usage: docs/usage.md, "The perturbation".
 """
 
 from __future__ import annotations
@@ -26,6 +17,7 @@ from typing import Any
 import torch
 
 from workflow_lib.perturb.backends import hash_uniform, splitmix64
+from workflow_lib.perturb.strategies import get as get_strategy
 
 NOISES = ("gaussian", "uniform")
 # The purpose of the noise's stream of a key (cached sampling's selection and synonym streams are 1 and 2).
@@ -87,7 +79,7 @@ def neftune_scale(model: Any, alpha: float, length: int) -> dict:
 def activate(lm: Any, settings: dict) -> Any | None:
     """Switch on a training job's embedding-space perturbation where it is NEFTune (transformers' hook on the input
     embeddings, active in training mode only); returns the hook's handle, or None for any other perturbation."""
-    if settings.get("strategy") != "neftune":
+    if not get_strategy(settings["strategy"]).hooked:
         return None
     from transformers.integrations.neftune import activate_neftune
 

@@ -1,21 +1,12 @@
 """The perturber T(. | X): random insertion, replacement or deletion of synonyms in token-id sequences.
 
-Training data, perturbed sampling and the simulation study all call this one implementation. It works on a
-batch of sequences stored *ragged*: one flat array of token ids plus `offsets` (sequence s is
-`values[offsets[s]:offsets[s+1]]`), so blocks, prompts of any length and growing generations share one code
-path. The same code runs on numpy arrays (data stage, numpy's Generator) and on torch tensors on any device
-(sampling, a torch Generator); `_Numpy` and `_Torch` supply the few array operations that differ.
-
-Semantics (docs/method.md section 1): every eligible token (not special, and, where the strategy writes a synonym,
-with at least one synonym) is selected independently with probability `intensity`. The strategy (`strategies`:
-insertion, replacement, deletion, or a registered one) says what becomes of a selected token:
-- what stays at its place: the token, a synonym (replacement), or nothing (deletion);
-- what is inserted besides (insertion: a synonym) at a uniformly random gap of its sequence. Special tokens at
-  the ends (BOS, EOS) stay at the ends: the gap before a leading and after a trailing special token are excluded.
-  Several insertions at one gap come in random order.
-Cost: with numpy the selected positions are drawn directly (geometric gaps) and everything after that
-touches only the K selected tokens, plus one C-level pass to write the output; no Python loop over tokens or
-sequences.
+Training data, perturbed sampling and the simulation study all call this one implementation. It works on ragged
+batches, one flat array of token ids plus `offsets` (sequence s is `values[offsets[s]:offsets[s+1]]`), so blocks,
+prompts of any length and growing generations share one code path, on numpy arrays (the data stage) or torch
+tensors on any device (sampling); `_Numpy` and `_Torch` supply the few operations that differ. With numpy the
+selected positions are drawn as geometric gaps and only the selected tokens are touched, with no Python loop over
+tokens or sequences (docs/benchmarks.md, "Perturbation"). Which tokens are eligible and what becomes of a selected one:
+docs/method.md §1, "The perturber"; docs/usage.md, "The perturbation"; the strategies: perturb.strategies.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """A perturbation that happened, measured: the realised share of perturbed positions beside the nominal intensity.
 
-Nominal: the intensity alpha, "an alpha proportion of tokens" (docs/method.md §1): each eligible token is selected
-with probability alpha. Realised: the positions the job's T did select over the positions it could have touched
-had every token a synonym (`perturbable`: every position that is not a special token). A selected position is one
-whose token got a synonym inserted (insertion), was replaced by a synonym (replacement), was dropped (deletion) or
-had its input embedding noised (embedding-noise). Its expectation is alpha times the share of perturbable positions
-that are eligible (with a synonym, for a strategy that writes one; all of them otherwise), so a synonym table that
-covers few of the tokens shows as a realised share far below alpha. NEFTune noises every position by construction
-(its intensity is 1, `Strategy.every_position`): its realised share is 1, nothing to count.
-
-The stop rule (`check_realised`), for a job with nominal alpha > 0 over n perturbable positions:
-- no position is eligible at all (an empty synonym table, or none of the job's tokens has a synonym): stop;
-- else, where the expected count alpha * n is at least `MIN_EXPECTED` (20), a realised share below
-  `STOP_FRACTION` (0.05) of alpha: stop. With every position eligible, Binomial(n, alpha) falls below a twentieth
-  of its mean at a mean of 20 with probability under 3e-9 (Poisson(20) = 0), so chance does not trip it, and a
-  smaller job (a few prompts) is never stopped by chance.
-The error names the synonym table's settings (`synonyms.k`, `synonyms.min_count`, the source) and the condition.
-Counts add up without a Python loop over tokens: `Tally` sums numpy or torch counts as they come.
+Realised: the positions the job's T selected over its perturbable ones (every position that is not a special
+token); its expectation is alpha times the share of those that are eligible, so a synonym table that covers few
+tokens shows as a share far below alpha. NEFTune noises every position (`Strategy.every_position`): its share is 1.
+`check_realised` stops a job whose perturbation did not happen (no eligible position, or, at an expected count of
+at least MIN_EXPECTED, a share below STOP_FRACTION of alpha), naming the synonym table's settings. `Tally` adds the
+counts up without a Python loop over tokens. The definitions, the stop rule and why chance does not trip it:
+docs/method.md §1, "Realised against nominal".
 """
 
 from __future__ import annotations

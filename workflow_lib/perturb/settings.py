@@ -35,7 +35,7 @@ def perturb_settings(config: dict, cond: TrainCondition, seed: int) -> dict:
     settings = {
         "mode": cond.mode,
         "strategy": applied_strategy(cond.strategy),
-        "intensity": float(cond.intensity),
+        "intensity": cond.level,
         "copies": cond.copies,
         "seed": int(seed),
     }
@@ -49,6 +49,8 @@ def embedding_settings(config: dict, strategy: str) -> dict:
     NEFTune's alpha, or the noise's law and scale. Only the keys the strategy reads, so that editing another's
     reruns nothing."""
     section = config["embedding_perturbation"]
-    if strategy == "neftune":
-        return {"strategy": strategy, "neftune_alpha": float(section["neftune_alpha"])}
-    return {"strategy": strategy, "noise": section["noise"], "scale": float(section["scale"])}
+    read = {
+        key: section[key] if isinstance(section[key], str) else float(section[key])
+        for key in get_strategy(strategy).settings
+    }
+    return {"strategy": strategy, **read}

@@ -1,28 +1,12 @@
 """The perturbation strategies: one registry, read by the perturber, both samplers, the data stage, the cost model,
-the workflow's wildcards and the config check.
+the workflow's wildcards and the config check; every stage asks a strategy's attributes, never its name.
 
-A strategy is an edit of each selected token, given by two words:
-- `keep`: what stays at the token's place: "token" (the token itself), "synonym" (a synonym drawn from the table)
-  or None (nothing: the token is deleted);
-- `insert`: what is inserted into the sequence as well: None, "synonym" or "token" (a copy of the token). It goes
-  to a uniformly random gap of the sequence, as in the paper's insertion, or right after the token where a prefix
-  must not see the future (prefix-mode training data, cached sampling).
-
-The paper's three are insertion = (token, synonym), replacement = (synonym, None) and deletion = (None, None).
-A strategy of the embedding space (`space="embeddings"`) leaves every token in place, (token, None): what it edits
-is a selected token's input embedding, to which the model adds noise (`perturb/embedding.py`; docs/method.md §1,
-"Embedding-space perturbation"). `embedding-noise` does so at training and at every sampling step; `neftune`
-(Jain et al. 2023, through transformers' own implementation) noises every position at training only, as its
-authors define it, so its intensity is 1 (every position) or 0.
-Everything else is derived from the two words: whether a token needs a synonym to be eligible, how much longer a
-perturbed row is, how many tokens cached sampling feeds per drawn token, and whether it leaves masked slots in the
-key/value cache. An edit that moves tokens (a swap, a deletion plus an insertion elsewhere) is not of this form; it
-would need the perturber's position maps (`Perturbed.origin`, `.slot`) extended.
-
-Adding a strategy: one `register(Strategy(...))` line below, a test (tests/perturb/test_strategies.py shows one,
-`duplication`, added from a test), and its name in the schema's `$defs.strategies` enum
-(workflow_lib/schemas/config.schema.yaml). This module imports only the standard library: the Snakefile reads it at parse
-time.
+A strategy edits each selected token in two words: `keep`, what stays in its place ("token", "synonym", or None: it
+is deleted), and `insert`, what is inserted as well (None, "synonym" or "token"), at a uniformly random gap or, where
+a prefix must not see the future, right after the token; everything else derives from them. An edit that moves
+tokens (a swap, a deletion plus an insertion elsewhere) is not of this form: it would need the perturber's position
+maps (`Perturbed.origin`, `.slot`) extended. The strategies: docs/method.md §1; adding one: docs/cookbook.md, "A new
+perturbation strategy". This module imports only the standard library: the Snakefile reads it at parse time.
 """
 
 from __future__ import annotations
@@ -49,6 +33,9 @@ class Strategy:
     space: str = "tokens"  # or "embeddings": the selected tokens' input embeddings are edited, not the tokens
     at_sampling: bool = True  # whether a test perturbation may use it (NEFTune is a training method only)
     every_position: bool = False  # whether it perturbs every position (intensity 1) or a share (any in [0, 1])
+    # The `embedding_perturbation` keys an embedding-space strategy's noise reads: only these reach its jobs, so that
+    # editing another strategy's key reruns nothing.
+    settings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not NAME.fullmatch(self.name) or self.name == "none":
@@ -79,6 +66,12 @@ class Strategy:
     def in_embeddings(self) -> bool:
         """Whether it edits input embeddings (no token changes; no synonym table)."""
         return self.space == "embeddings"
+
+    @property
+    def hooked(self) -> bool:
+        """Whether transformers' NEFTune hook applies it in the model's forward, at every position and at training
+        only (perturb/embedding.py `activate`), rather than the data listing the positions it noises."""
+        return self.in_embeddings and self.every_position
 
     @property
     def deletes(self) -> bool:
@@ -141,6 +134,7 @@ register(
         "embedding-noise",
         keep="token",
         space="embeddings",
+        settings=("noise", "scale"),
         description="noise added to the input embedding of each selected token (Gaussian or uniform, of scale "
         "embedding_perturbation.scale times the embedding matrix's RMS), at training and at every sampling step",
     )
@@ -152,6 +146,7 @@ register(
         space="embeddings",
         at_sampling=False,
         every_position=True,
+        settings=("neftune_alpha",),
         description="NEFTune (Jain et al. 2023): uniform noise of norm alpha/sqrt(L d) on every input embedding at "
         "training (transformers' implementation; embedding_perturbation.neftune_alpha), none at sampling",
     )

@@ -1,15 +1,9 @@
 """The `file` synonym source: the user's own pairs (the config's `synonyms.file`), read onto a tokenizer.
 
-The file holds one pair a line, `word<TAB>synonym[<TAB>weight]` (a `.csv` file: commas instead of tabs); the weight is
-a number > 0, 1 when left out. Blank lines and lines starting with `#` are skipped, and so is a first line that reads
-`word, synonym[, weight]` (a header). A pair goes one way (word -> synonym): list both directions for a symmetric
-pair. A word's synonyms are drawn in proportion to their weights; a pair listed twice adds its weights.
-
-The table holds tokens, so a pair is kept in each spelling where both sides are one token of the tokenizer: with the
-leading space a word takes after another (" happy" -> " glad") and without it ("happy" -> "glad", a word at the
-start of a text). A pair with neither side-by-side spelling (a word the tokenizer splits into pieces), or a word
-paired with itself, is skipped; the log counts them and names a few. No pair left is an error: the table would
-perturb nothing.
+One pair a line, `word<TAB>synonym[<TAB>weight]` (a `.csv` file: commas); a pair goes one way, and is kept in each
+spelling where both sides are one token of the tokenizer (with and without the leading space a word takes after
+another). Skipped pairs are counted in the log, with a few named; no pair left is an error, since the table would
+perturb nothing. The format, its header and comments, and the errors: docs/usage.md, "Your own synonyms".
 """
 
 from __future__ import annotations
@@ -78,7 +72,7 @@ def single_tokens(tokenizer, texts: list[str]) -> dict[str, int]:
 
 
 def load_synonym_pairs(path: str | Path, tokenizer) -> SynonymTable:
-    """The synonym table of the file's pairs on `tokenizer` (see the module docstring)."""
+    """The synonym table of the file's pairs on `tokenizer` (docs/usage.md, "Your own synonyms")."""
     pairs = read_pairs(path)
     if not pairs:
         raise _error(path, "holds no pair (one `word<TAB>synonym[<TAB>weight]` a line)")

@@ -1,23 +1,12 @@
-"""Synonym tables: for each token, candidate substitutes and their weights, computed once per source.
+"""Synonym tables: for each token, candidate substitutes and their weights, computed once per source (the `synonyms`
+rule).
 
-Sources:
-- `embedding`: the k nearest neighbours (cosine) in a pretrained model's input embedding matrix; the
-  natural notion for hub models, whose embeddings already encode similarity.
-- `distributional`: tokens that occur in the same contexts in the training corpus, for any tokenizer,
-  including one trained a minute ago. Each token is described by its left and right neighbour counts
-  (a V x 2V sparse matrix) reweighted by positive pointwise mutual information; candidates are the k
-  tokens with the highest cosine between these vectors. PPMI rather than raw counts because raw counts make
-  every token look like the most frequent ones (everything follows "the"); PPMI keeps the contexts that are
-  informative about a token, the standard choice for distributional similarity (Levy & Goldberg 2014).
-  A token needs `min_count` occurrences to get or be a candidate: rarer ones have too few contexts.
-- `uniform`: Q0 uniform over the non-special vocabulary (the paper's Proposition on token replacement).
-- `oracle`: the true synonym classes of the builtin corpus, mapped onto the tokens that spell a whole word.
-- `embedding-words`, `distributional-words`: the same neighbours among the tokens that spell a whole word (`word_tokens`),
-  and only for those: no subword piece is a source or a candidate. A byte-level BPE's vocabulary is mostly pieces
-  (" Bre", "ak", "ing"), and their neighbours are other pieces; a reader of the synonym audit can judge words.
-- `file`: the user's pairs (synonyms.file), perturb/synonym_file.py.
-Weights: proportional to the (positive) similarity for `embedding` and `distributional`, the grammar's
-within-class word probabilities for `oracle`.
+Sources: `embedding` (the k nearest neighbours by cosine in a pretrained model's input embeddings, the natural
+notion for hub models), `distributional` (PPMI-weighted left/right context counts from the training corpus, any
+tokenizer), `uniform` (the Proposition's Q0), `oracle` (the builtin corpus's true classes, on the tokens that spell a
+whole word), `embedding-words` and `distributional-words` (the same among whole-word tokens only: `word_tokens`)
+and `file` (perturb/synonym_file.py). What each gives, its weights and why: docs/usage.md, "The perturbation", the
+synonym tables; docs/method.md §1, "Synonyms".
 """
 
 from __future__ import annotations
@@ -111,8 +100,9 @@ def restricted(build, features, allowed: np.ndarray, vocab_size: int) -> Synonym
 def distributional_synonyms(
     blocks: np.ndarray, vocab_size: int, k: int = 10, special_ids=(), min_count: int = 5, words=None
 ) -> SynonymTable:
-    """Synonyms from shared left/right contexts in token blocks [N, L] (see the module docstring); `words` ([V]
-    bool, `word_tokens`): only those tokens are sources and candidates."""
+    """Synonyms from shared left/right contexts in token blocks [N, L]: PPMI-weighted neighbour counts, cosine, top
+    k (docs/usage.md, "The perturbation"); `words` ([V] bool, `word_tokens`): only those tokens are sources and
+    candidates."""
     from scipy import sparse
 
     left, right = blocks[:, :-1].reshape(-1), blocks[:, 1:].reshape(-1)

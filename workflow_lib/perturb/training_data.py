@@ -1,19 +1,11 @@
-"""Perturbed training data: token blocks -> the training set of one perturbation condition.
+"""Perturbed training data: token blocks -> the training set of one perturbation condition (the `perturb` rule).
 
-Two modes (docs/method.md §1):
-- `augment`, the paper's own implementation: the training set D plus m perturbed copies D~(1..m), each an
-  ordinary causal-LM sequence (inserted tokens are targets too). At intensity 0 the copies equal D, so the
-  baseline sees as many examples as the perturbed runs.
-- `prefix`, Algorithm 1 exactly: m perturbed copies in which every ORIGINAL token is a target once, scored
-  from the end of its own perturbed prefix (`target_positions`, `target_ids`); inserted tokens are never
-  targets, deleted ones still are. Insertions go right after their source here (see perturb.prefix_targets).
-Every row keeps what an audit needs: `source_positions` (positions of the original block that were
-selected) and `perturbed_positions` (positions of inserted or replaced tokens in `input_ids`).
-
-A strategy of the embedding space (`strategies.Strategy.space`) changes no token: its rows are the unperturbed
-ones, `perturbed_positions` the positions whose input embeddings the trainer noises (none for NEFTune, which
-noises every position), and the table's metadata (`EMBEDDING_KEY`) carries the noise's settings to the trainer
-(`perturb/embedding.py`), so that the data names its whole perturbation.
+Two modes: `augment`, the paper's own implementation (D plus m perturbed copies, ordinary causal-LM rows), and
+`prefix`, Algorithm 1 exactly (m copies in which every original token is a target once, from its own perturbed
+prefix; `target_positions`, `target_ids`). Every row keeps what an audit needs (`source_positions`,
+`perturbed_positions`). A strategy of the embedding space changes no token: its rows are the unperturbed ones,
+`perturbed_positions` the positions the trainer noises, and the table's metadata (`EMBEDDING_KEY`) carries the
+noise's settings. The modes: docs/method.md §1, "Training"; the files: docs/usage.md, "The perturbation".
 """
 
 from __future__ import annotations

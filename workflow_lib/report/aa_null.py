@@ -3,7 +3,7 @@
 comparisons.null_pairs pairs each trained condition's later training seeds with its earlier ones; report.contrasts
 tests them as it tests two methods (family "null"). Both arms are one method, so every difference is chance: a row
 with p < 0.05 is a false positive of the test, which its premises allow in 5% of rows. This module writes what the
-rows say; the test's level measured over many null studies is bench/aa_null.py's (BENCHMARKS.md, "The A/A null").
+rows say; the test's level measured over many null studies is bench/aa_null.py's (docs/benchmarks.md, "The A/A null").
 """
 
 from __future__ import annotations

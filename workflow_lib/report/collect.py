@@ -80,9 +80,7 @@ def _metric_fields(data: dict) -> dict:
         "prompts": data.get("prompts"),
         "git_commit": provenance.get("git_commit"),
         "git_dirty": provenance.get("git_dirty"),
-        "featuriser": featuriser
-        if featuriser is None or isinstance(featuriser, str)
-        else json.dumps(featuriser, sort_keys=True),
+        "featuriser": featuriser,  # its label (evaluate/settings.py `featuriser_settings`)
         "settings_sha256": provenance.get("settings_sha256"),
         # the share of positions the sampler's perturbation selected (perturb/realised.py), beside test_intensity
         "test_realised_share": (data.get("realised") or {}).get("realised_share"),

@@ -9,8 +9,9 @@ from __future__ import annotations
 import polars as pl
 
 from workflow_lib.comparisons import KEYS, MODEL_KEYS, mode_label, parse_path  # noqa: F401 (the report's columns: one home)
-from workflow_lib.constants import UNTRAINED
+from workflow_lib.constants import PAPER_STRATEGY, UNTRAINED
 from workflow_lib.layout import parse
+from workflow_lib.sample.modes import get as get_mode
 
 ABLATION = ["NoPerturb", "TrainPerturb", "TestPerturb", "Both"]
 UNTRAINED_LABEL = "untrained (zero-shot)"
@@ -52,8 +53,8 @@ def method_frame(frame: pl.DataFrame, intensity: float) -> pl.DataFrame:
     perturbed = frame.filter(
         (pl.col("train_intensity") == intensity)
         & (pl.col("test_intensity") == intensity)
-        & (pl.col("train_strategy") == "insertion")
-        & (pl.col("test_strategy") == "insertion")
+        & (pl.col("train_strategy") == PAPER_STRATEGY)
+        & (pl.col("test_strategy") == PAPER_STRATEGY)
     )
     return pl.concat(
         [
@@ -71,7 +72,7 @@ def sampling_mode(perturbed: pl.DataFrame) -> pl.Expr:
     other's place; ' (cached, persistent perturbation)' where it samples them in `cached` alone, an estimator of its
     own, not Algorithm 2's law (`comparisons.mode_label`); else ''."""
     modes = set(perturbed["test_mode"].to_list()) if perturbed.height else set()
-    if len(modes) > 1 or modes == {"cached"}:
+    if len(modes) > 1 or any(not get_mode(m).algorithm2 for m in modes):
         shown = pl.col("test_mode").replace_strict({m: mode_label(m) for m in modes}, return_dtype=pl.String)
         return pl.lit(" (") + shown + pl.lit(")")
     return pl.lit("")

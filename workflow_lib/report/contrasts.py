@@ -1,44 +1,11 @@
-"""The study's conditions and the comparisons its tables make between them, with paired statistics.
+"""The study's paired comparisons: the differences its tables imply, each with a paired test, Holm-corrected per table.
 
-A result path names its condition (workflow_lib.grid writes the paths; `parse_path` reads one back). Each
-table compares conditions: Table 1 the model with and without perturbation (insertion at the headline
-intensity at training and sampling against intensity 0 at both), each objective against MLE, and the
-ablation TrainPerturb / TestPerturb against NoPerturb (Both is the perturbation row, counted once). A
-comparison pairs two conditions that share everything else (model, eval set, decoder, seed), so the
-uncertainty of their difference is that of paired data (docs/method.md §4):
-
-- MAUVE, on one quantisation shared by both conditions and the human text (report.joint_mauve, one
-  `mauve_contrast` job per designed pair, listed by `designed_mauve` and read back by pair id): a permutation
-  test that swaps the two conditions' continuations of a (prompt, run). Without that job's result (a study read
-  by hand): d_r = MAUVE_A[r] - MAUVE_B[r] over runs, which share prompts and counter-based seeds, with the paired
-  t-test and at least 3 runs (statistics.MIN_RUNS; fewer: not testable). A side whose MAUVE had too few texts to
-  resolve (report.resolution) gives no MAUVE row at all.
-- ROUGE and perplexity, paired over prompts: a permutation test that swaps the two conditions' values of a
-  prompt (a sign flip of the prompt's ROUGE difference; for perplexity, its NLL and token count) with B random
-  swaps, or all 2^n when that is fewer, which is exact at every number of prompts; the interval is the t
-  interval over prompts (perplexity: of its linearisation). ROUGE pairs the (prompt, run) samples both
-  conditions have, so a condition with an extra run is compared on the shared ones. The swaps are seeded from
-  the comparison's identity, so a rerun writes the same bytes.
-
-- The exact TV to the true law (builtin eval sets), paired over references: each reference's mean TV over its
-  prefixes (evaluate.extrapolation's sidecar), the same permutation test as ROUGE; lower is better.
-
-Each row above is about one pair of checkpoints (unit "checkpoint": one training seed). Where both arms were trained
-from several seeds, report.seeds adds one row per comparison and metric across them (unit "seeds": the t-test over the
-seeds' differences), the test of the training method. Every tested row carries `detectable`, the smallest difference
-its test finds with 80% power at Holm's first step (statistics.detectable), with that figure's 95% interval where
-its test has degrees of freedom (`detectable_low`, `detectable_high`: the standard error it rests on is itself an
-estimate; statistics.detectable_interval).
-
-p-values are Holm-corrected within one (family, metric, unit) table. A Monte Carlo p cannot be below 1/(B + 1) and
-Holm multiplies a table's smallest p by its m comparisons, so each table gets B = max(--resamples, 200 m)
-swaps (`resamples_for`), drawn in bounded chunks; the `resamples` column records what a row could draw. A row
-that was not tested has no p and says why in `not_testable` ("2 runs", "no spread": every run moved by the same
-amount, "5 prompts": too few for any swap test to reach 0.05; "8 prompts for a table of 12": no row of the table can
-reach Holm's first step, 0.05 / m, since all 2^n swaps give no p below 2 / 2^n); it takes no part in Holm's m and no
-mark (its p, where it has one, is kept).
-`report.paired_tables` writes the summary's Markdown of them. Untrained models (evaluated as released) appear beside
-the trained ones, marked, and are never compared as an objective.
+A comparison pairs two conditions that share everything else (model, eval set, decoder, seed): perturbation or
+none, each objective against MLE, each ablation arm against NoPerturb (the pairs: workflow_lib.comparisons).
+MAUVE comes from the pair's report.joint_mauve job (without one, a paired t over runs); ROUGE, perplexity and the
+exact TV from a paired permutation test over prompts (report.statistics); report.seeds adds the rows across
+training seeds, and report.paired_tables writes their Markdown. The tests, B, `detectable` and "not testable":
+docs/method.md §4, "Paired comparisons" and after; the columns: docs/output.md, "Paired comparisons".
 """
 
 from __future__ import annotations

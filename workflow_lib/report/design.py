@@ -1,31 +1,13 @@
 """`make design`: the seeds x prompts x runs that a comparison of two training methods needs to see a given effect,
-read from a finished pilot study's variance components and priced by the cost model (docs/method.md §4,
-"Variance components and the design calculator").
+read from a finished pilot study's variance components (report.variance) and priced by the cost model.
 
     python -m workflow_lib.report.design --configfile configs/real.yaml --results results/real/results \
         --effect mauve=0.03 --effect rouge1=0.01 --device h100
 
-For each of the pilot's contrasts of `--family` (default: the paper's question, perturbation against none) and each
-metric with a target effect, with V(P, R) one seed's mean difference's variance (report.variance):
-- power of the test across S seeds (report.seeds: the paired t, df = S - 1) at a true difference delta is the
-  noncentral t's at shift delta / sqrt(V(P, R) / S), two-sided at ALPHA / m for a claim chosen among m tests;
-- the test across seeds holds the prompts fixed (report.seeds): its power is for an effect on the study's prompts.
-  Against the effect over the eval set's texts, the prompt set's shared effect (the prompts' main effect / P,
-  `shared_variance`) moves every seed alike, and the test does not see it: `false positives over the eval set` is the
-  rate at which a method with no effect over the eval set is significant, which more prompts lower and more seeds
-  raise (tests/report/test_design.py simulates both);
-- for every (P, R) of a grid around the pilot's (P at most the eval set's texts that pass the pilot's prompt filters),
-  the fewest seeds (at least MIN_SEEDS, the fewest the workflow tests)
-  with 80% power, priced as 2 arms x S x (one training + one evaluation of P prompts x R runs) on the named device
-  and on this machine's CPU (cost.jobs: a training of the pilot's model, its sampling and featurising linear in the
-  texts, MAUVE's k-means by cost.jobs.mauve_seconds); the cheapest first;
-- `power at the upper bounds`: the same design's power with every component at its 95% interval's upper end;
-- the paper's own design (one training per method, 20 runs per prompt, 4,000 or 5,000 prompts): a claim about the
-  training method is not testable with one seed; the per-checkpoint test it can run (over prompts for ROUGE, runs for
-  MAUVE) has its power at delta and, for a method with no effect, the false-positive rate that the between-seed
-  variance it cannot see gives it.
-MAUVE's run component is the sampling noise of a set of the pilot's P texts; at P' texts it is taken as P / P' of it
-(the variance of a set statistic at 1/n), an assumption, not a measurement.
+For each contrast of `--family` and metric with a target effect: the fewest seeds (at least MIN_SEEDS) whose test
+across seeds has 80% power, per (prompts, runs), cheapest first; the power at the components' upper bounds; and the
+paper's own design. The power model, its two limits and its assumptions: docs/method.md §4, "Variance components
+and the design calculator"; how to run it: docs/cluster.md, "What a study costs".
 """
 
 from __future__ import annotations
@@ -38,7 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from workflow_lib.layout import PROMPTS_RECORD, REPORT_TABLE
-from workflow_lib.metric_registry import PAPER_GAINS
+from workflow_lib.metric_registry import BY_NAME, PAPER_GAINS
 from workflow_lib.report.statistics import ALPHA
 from workflow_lib.report.variance import COLUMNS, IDENTITY, INTERACTION, KMEANS, PROMPTS, RUNS, SEEDS
 
@@ -50,6 +32,12 @@ PAPER_RUNS, PAPER_PROMPTS = 20, 4000
 PROMPT_FACTORS, RUN_GRID = (0.5, 1, 2, 4, 8, 16, 32), (1, 2, 3, 5, 10, 20)
 
 
+def over_runs(metric: str) -> bool:
+    """Whether a contrast pairs the metric over runs (metric_registry `paired`: MAUVE, a score of each run's set of
+    texts), not over prompts."""
+    return (m := BY_NAME.get(metric)) is not None and m.paired == "runs"
+
+
 def floored(c: dict) -> dict:
     """Components as the design uses them: an unestimated (None) or negative estimate counts as 0."""
     return {k: max(0.0, v or 0.0) for k, v in c.items()}
@@ -58,7 +46,7 @@ def floored(c: dict) -> dict:
 def seed_mean_variance(c: dict, metric: str, prompts: float, runs: int, pilot_prompts: int, kmeans: int) -> float:
     """V(P, R): the variance of one seed's mean difference over P prompts and R runs, components floored at 0."""
     g = floored(c)
-    if metric == "mauve":  # runs are sets of P texts: their noise at P texts is P0 / P of the pilot's
+    if over_runs(metric):  # runs are sets of P texts: their noise at P texts is P0 / P of the pilot's
         return g[SEEDS] + g[RUNS] * pilot_prompts / prompts / runs + g[KMEANS] / (runs * kmeans)
     return g[SEEDS] + g[INTERACTION] / prompts + g[RUNS] / (prompts * runs)
 
@@ -67,7 +55,7 @@ def shared_variance(c: dict, metric: str, prompts: float) -> float:
     """The variance of the prompt set's effect, shared by every seed of a study: the prompts' main effect over P
     prompts. The test across seeds holds the prompts fixed, so against the effect over all the eval set's texts this
     moves every seed alike. MAUVE's is not measured (its runs share their prompts): 0, an assumption."""
-    return 0.0 if metric == "mauve" else max(0.0, c.get(PROMPTS) or 0.0) / prompts
+    return 0.0 if over_runs(metric) else max(0.0, c.get(PROMPTS) or 0.0) / prompts
 
 
 def power(effect: float, variance: float, seeds: int, tests: int = 1, shared: float = 0.0) -> float:
@@ -102,7 +90,7 @@ def paper_design(c: dict, metric: str, effect: float, pilot_prompts: int, kmeans
     from scipy import stats
 
     g = floored(c)
-    if metric == "mauve":  # the paired t over runs, each run's variance its sampling at P texts and its k-means
+    if over_runs(metric):  # the paired t over runs, each run's variance its sampling at P texts and its k-means
         se2 = (g[RUNS] * pilot_prompts / PAPER_PROMPTS + g[KMEANS] / kmeans) / PAPER_RUNS
     else:  # the swap test over prompts: each prompt's mean over runs varies by all of its components
         se2 = (g[PROMPTS] + g[INTERACTION] + g[RUNS] / PAPER_RUNS) / PAPER_PROMPTS

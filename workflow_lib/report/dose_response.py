@@ -1,24 +1,10 @@
 """The dose-response: one test of the trend across perturbation intensities, with training seeds as its unit.
 
-The paper sweeps the intensity alpha (its Figure "perturb-strength", Table "diff-perturb", tex lines 883-924) and reads
-the curve by eye: MAUVE rises from alpha = 0 to 0.025 and falls once the perturbation is strong ("overly strong
-perturbations ... can degrade performance", line 914; "alpha = 0.025 is an effective choice", line 924). A pairwise
-contrast per dose tests each point against alpha = 0 (report.contrasts, report.seeds). This tests the trend over the
-perturbed doses with one number:
-
-- within training seed s, the least-squares slope b_s of the metric on log2(alpha) over the doses alpha > 0 of one
-  arm (the same strategy and intensity at training and sampling; the paper's sweep is geometric, 0.1 x 2^k), in the
-  metric's units per doubling of alpha. A seed's arms share its initialisation and data order, so b_s is a
-  within-seed contrast;
-- across the k seeds present at every dose, the mean slope, its t interval (df = k - 1) and the one-sample t-test of
-  slope 0 (statistics.across_seeds). When the dose changes nothing the k slopes are independent and symmetric about 0,
-  as the paired differences are; the test's level at the study's sizes is shown in tests/report/test_dose_response.py.
-- Fewer than 3 doses or 3 seeds: not testable. Holm across the study's trend rows (arm x eval set x metric); each row
-  says the slope it could have seen (80% power at its Holm step).
-
-The prediction stated before each MAUVE result is the paper's: over 0.025 to 0.4 its curve falls (its top is at
-0.025). A slope cannot see a peak inside the range; the pairwise rows against alpha = 0 say where the gain is. For the
-other metrics the paper states no dose-response, so their rows carry no prediction.
+The paper reads its intensity sweep by eye (tex lines 883-924). Here, within each training seed, the least-squares
+slope of the metric on log2(alpha) over one arm's doses alpha > 0 (`seed_slopes`; the same strategy and intensity at
+training and sampling), and across the seeds present at every dose the mean slope with its t interval and the
+one-sample t-test of slope 0 (statistics.across_seeds), Holm across the study's trend rows. Fewer than 3 doses or 3
+seeds: not testable. The test, its level and the paper's prediction: docs/method.md §4, "The dose-response".
 """
 
 from __future__ import annotations
@@ -51,7 +37,7 @@ ARM = [
     "test_mode",
 ]
 MIN_DOSES = 3
-PREDICTED = {"MAUVE": "falls"}  # the paper's curve over 0.025-0.4 (module docstring); no other metric has one
+PREDICTED = {"MAUVE": "falls"}  # the paper's curve over 0.025-0.4 (docs/method.md §4); no other metric has one
 
 
 def seed_slopes(doses: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -1,13 +1,11 @@
 """Figures of the language-model study, from the tidy metrics table of workflow_lib.report.collect.collect, and the
 training curves of the model folders.
 
-Each function writes STEM.png and STEM.pdf (plotting._save: deterministic files). Lines follow workflow_lib.plotting:
-colour-blind-safe colours, each paired with its own dash pattern and marker so that a greyscale print still tells
-them apart; one panel per objective (cut further where an objective has more than five lines), never more than
-five lines in a panel, and a condition drawn in the same style in every panel and figure (a training condition is
-named alike in the extrapolation figure and the training curves). Panels whose values compare share their axes.
-Points sit at their condition's own x value; legends sit below the panels, never over the data. A figure with
-nothing to show for a configuration says so in its panel rather than plotting zeros.
+Each function writes STEM.png and STEM.pdf (plotting._save: deterministic files), its lines styled by
+workflow_lib.plotting (at most five a panel, a condition in one style in every panel and figure; a training
+condition is named alike in the extrapolation figure and the training curves). Panels whose values compare share
+their axes, points sit at their condition's own x value, legends sit below the panels, and a figure with nothing to
+show says so in its panel rather than plotting zeros. What each figure shows: docs/output.md, "The report".
 """
 
 from __future__ import annotations
@@ -24,10 +22,13 @@ import matplotlib.ticker
 import numpy as np
 import polars as pl
 
-from workflow_lib.comparisons import CACHED_LABEL
+from workflow_lib.comparisons import mode_label
+from workflow_lib.constants import PAPER_STRATEGY
+from workflow_lib.layout import REPORT_FIGURES
 from workflow_lib.plotting import Panel, _save, assign_styles, bar_style, empty_panel, legend_below, split_panels
 from workflow_lib.report.conditions import ABLATION, ablation_frame, parse_model_dir, shown_objective
 from workflow_lib.report.resolution import refusal_label, refused, resolved
+from workflow_lib.sample.modes import get as get_mode
 
 log = logging.getLogger("workflow_lib.report.figures")
 
@@ -139,13 +140,14 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) ->
     panel per eval set, one bar group per (model, objective, and decoder / seed / training mode where the
     study has several) that has all four conditions. Bars: a colour and a hatch per condition."""
     arms = ablation_frame(frame, intensity)
-    arms = arms.filter(pl.col("strategy") == "insertion")  # the paper's; the ablation table shows every strategy
+    arms = arms.filter(pl.col("strategy") == PAPER_STRATEGY)  # the paper's; the ablation table shows every strategy
     # A study that samples its perturbed arms in two modes names them "Both (exact)", "Both (cached, persistent
     # perturbation)": its bar groups would not be the four conditions, so they are left out here (the ablation table
     # shows every mode). One that samples them in `cached` alone keeps the four bars, and its title says so.
-    only_cached = set(arms.filter(pl.col("test_intensity") > 0)["test_mode"].to_list()) == {"cached"}
-    if only_cached:
-        arms = arms.with_columns(pl.col("condition").str.replace(f" ({CACHED_LABEL})", "", literal=True))
+    modes = set(arms.filter(pl.col("test_intensity") > 0)["test_mode"].to_list())
+    single = modes.pop() if len(modes) == 1 and not get_mode(next(iter(modes))).algorithm2 else None
+    if single is not None:  # one mode that is not Algorithm 2's law, named in every label: the title says it once
+        arms = arms.with_columns(pl.col("condition").str.replace(f" ({mode_label(single)})", "", literal=True))
     arms = arms.filter(pl.col("condition").is_in(ABLATION))
     empty_text = (
         refusal_label(arms) if refused(arms).height and not resolved(arms).height else "no ablation in this study"
@@ -209,8 +211,8 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025) ->
         ax.set_ylabel("MAUVE")
         ax.set_title(es)
         ax.set_ylim(0, 1.05)
-    if only_cached:
-        fig.suptitle(f"sampled in mode {CACHED_LABEL}: not Algorithm 2's law", fontsize=9)
+    if single is not None:
+        fig.suptitle(f"sampled in mode {mode_label(single)}: not Algorithm 2's law", fontsize=9)
     legend_below(fig, axes)
     _save(fig, stem)
     plt.close(fig)
@@ -372,7 +374,7 @@ def extrapolation_figure(frame: pl.DataFrame, stem: str, intensity: float | None
     plt.close(fig)
 
 
-FIGURES = {"ablation": ablation_figure, "intensity": intensity_figure, "extrapolation": extrapolation_figure}
+FIGURES = dict(zip(REPORT_FIGURES, (ablation_figure, intensity_figure, extrapolation_figure), strict=True))
 
 
 def _markevery(n: int, i: int, lines: int) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from typing import cast
 import polars as pl
 
 from workflow_lib.constants import UNTRAINED
-from workflow_lib.metric_registry import IN_FINDINGS, PAPER_GAINS
+from workflow_lib.metric_registry import BY_NAME, IN_FINDINGS, PAPER_GAINS
 from workflow_lib.metric_registry import PAIRED as METRICS
 from workflow_lib.report.conditions import KEYS
 from workflow_lib.report.contrasts import CHECKPOINT, PAIRED_T, SEEDS
@@ -170,8 +170,9 @@ def _parts(rows: pl.DataFrame, better: str, flagged: pl.DataFrame, sep: str, pla
         if part.height:
             apart = f", {' and '.join(refusals)} (not compared)" if m == "mauve" and refusals else ""
             apart += _mauve_reach(planted) if m == "mauve" else ""
-            # Perplexity is the base model's: its perturbation rows compare training with and without it only.
-            what = " (base model: training perturbation only)" if m == "perplexity" and better == "perturbation" else ""
+            # A perplexity is the base model's: its perturbation rows compare training with and without it only.
+            base = BY_NAME[m].kind == "perplexity" and better == "perturbation"
+            what = " (base model: training perturbation only)" if base else ""
             parts.append(f"{METRICS[m]}{what}{sep}{_verdicts(part, better)}{apart}")
         elif m == "mauve" and refusals:
             blind = flagged.filter(pl.col(STATUS).str.starts_with(BLIND)).height

@@ -1,28 +1,12 @@
 """MAUVE contrasts on one shared quantisation: both conditions' samples and the human text clustered together.
 
-Why: MAUVE quantises each (model text, human text) pair with its own PCA and k-means fit, and that fit's seed moves a
-score about as much as sampling does (mauve-text issue 11; the default study's k-means accounts for a median ~80% of
-a single score's variance). A difference of two separately clustered scores is then mostly clustering noise. Its
-author's advice for comparing two models (mauve-text issue 13) is to cluster the human text and both models' samples
-jointly and score both on that one quantisation; this module does that for a paired contrast A - B:
-
-1. one PCA + k-means fit (mauve-text's `cluster_feats` steps and settings: l2-normalised features, PCA keeping 90%
-   of the variance, faiss k-means with the evaluation's redo/iteration settings) on the human references and every
-   sample of A and B, with the bucket count MAUVE's own rule gives one run, once per clustering seed (the
-   evaluation's `kmeans_seeds`, as each condition's own score averages them);
-2. per run r and seed, MAUVE(human, A_r) - MAUVE(human, B_r) from the bucket counts (`mauve_from_counts`,
-   mauve-text's divergence curve and area, vectorised); the contrast is the mean over runs and seeds;
-3. p from a paired permutation test at the prompt level: under "A and B sample a prompt's continuation from the same
-   law", the two continuations of a (prompt, run), which share the prompt and the counter-based seed, are
-   exchangeable; swapping them (each (prompt, run) independently, with probability 1/2) and recounting the
-   histograms draws from the statistic's null distribution given the quantisation. The p is the prompt-paired
-   tests' (report.statistics.permutation_p: every swap when 2^(R n) <= B, else B random ones with Besag and
-   Clifford's stopping). The quantisation is fitted on the pooled rows sorted by content (`quantise`), so a swap
-   leaves it unchanged and moves only the two labels: the test is exact at every n (docs/method.md §4 has the null
-   simulation);
-4. a 95% percentile interval from resampling prompts (human text and both conditions together), descriptive.
-
-The swaps and resamples are seeded by the comparison's identity: a rerun writes the same bytes.
+A difference of two separately clustered MAUVE scores is mostly k-means noise, so, as mauve-text's author advises
+for comparing two models (mauve-text issue 13), a paired contrast A - B clusters the human references and every
+sample of A and B with one fit per clustering seed (`quantise`, on the pooled rows sorted by content:
+`content_order`), scores both arms per run and seed from that histogram (`mauve_from_counts`), and tests the mean
+difference by swapping a (prompt, run)'s two continuations (report.statistics.permutation_p), with a percentile
+bootstrap interval over prompts. The swaps and resamples are seeded by the comparison's identity: a rerun writes the
+same bytes. Why, each step, and the null simulation: docs/method.md §4, "MAUVE contrasts on one quantisation".
 """
 
 from __future__ import annotations
@@ -150,7 +134,7 @@ def joint_contrast(
     (kmeans_num_redo, kmeans_max_iter, discretization, scaling). `seeds`: the clustering seeds; each gives one joint
     quantisation, and a swap moves a continuation's bucket in all of them. `resamples`:
     B, for both the permutation p and the bootstrap interval. `interval=False`: no interval (low, high None), for
-    simulations of the p alone (tests/report/null_studies.py), where the interval is most of the cost."""
+    simulations of the p alone (bench/null_studies.py), where the interval is most of the cost."""
     runs, n = a.shape[:2]
     if b.shape[:2] != (runs, n) or len(human) != n:
         raise ValueError(

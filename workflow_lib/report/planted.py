@@ -1,13 +1,10 @@
-"""MAUVE's planted control: what size of MAUVE gap an eval set's contrasts can see (docs/method.md §4, "MAUVE's
-planted control").
+"""MAUVE's planted control: what size of MAUVE gap an eval set's contrasts can see (the `planted_control` job).
 
-The controls (evaluate/control_scores.py) show that the featuriser is not blind to broken text. This job asks a
-finer question, at the size a study wants to see: MAUVE of two disjoint human windows (the ceiling's texts and the
-next `reference_words` words, evaluate/controls.py) against the same windows with a share of the prompts' texts
-replaced by another eval set's words, scored as the contrasts score two conditions (`joint_mauve.joint_contrast`:
-one joint quantisation per k-means seed, the paired permutation p, the prompt bootstrap interval), so text sampling
-counts as well as k-means. From the interval, the smallest gap the test detects with 80% power
-(`statistics.detectable`, one test at 5%); the findings read each MAUVE null against it.
+MAUVE of two disjoint human windows against the same windows with a share of the prompts' texts replaced by another
+eval set's words (evaluate/controls.py), scored as the contrasts score two conditions
+(`joint_mauve.joint_contrast`), so text sampling counts as well as k-means; from its interval, the smallest gap the
+test detects with 80% power (`statistics.detectable`), against which the findings read each MAUVE null.
+docs/method.md §4, "MAUVE's planted control".
 """
 
 from __future__ import annotations

@@ -60,15 +60,18 @@ def pool_seeds(frame):
     the same way (its `perplexity_2se`: two standard errors over seeds, null at one seed)."""
     import polars as pl
 
-    from workflow_lib.metric_registry import SAMPLE_METRICS
+    from workflow_lib.metric_registry import REGISTRY
     from workflow_lib.report.conditions import KEYS
 
     if "seed" not in frame.columns or frame.height == 0:
         return frame.with_columns(seeds=pl.lit(1, dtype=pl.Int64))
     keys = [k for k in KEYS if k != "seed" and k in frame.columns]
-    values = [m for m in (*SAMPLE_METRICS, "tv") if f"{m}_mean" in frame.columns]
+    values = [m.name for m in REGISTRY if m.mean_column != m.name and m.mean_column in frame.columns]
+    bare = [m.name for m in REGISTRY if m.mean_column == m.name]  # one value per model (perplexity): no 2 SE of its own
     counted = frame.with_columns(seeds=pl.col("seed").n_unique().over(keys).cast(pl.Int64))
-    single = counted.filter(pl.col("seeds") == 1).with_columns(pl.lit(None, dtype=pl.Float64).alias("perplexity_2se"))
+    single = counted.filter(pl.col("seeds") == 1).with_columns(
+        [pl.lit(None, dtype=pl.Float64).alias(f"{m}_2se") for m in bare]
+    )
     several = counted.filter(pl.col("seeds") > 1)
     if not several.height:
         return single
@@ -76,11 +79,11 @@ def pool_seeds(frame):
     pooled = several.group_by(keys, maintain_order=True).agg(
         [pl.col(f"{m}_mean").mean() for m in values]
         + [spread(f"{m}_mean").alias(f"{m}_2se") for m in values]
-        + [pl.col("perplexity").mean(), spread("perplexity").alias("perplexity_2se")]
+        + [c for m in bare for c in (pl.col(m).mean(), spread(m).alias(f"{m}_2se"))]
         + [
             pl.col(c).first()
             for c in several.columns
-            if c not in keys and c not in {f"{m}_{s}" for m in values for s in ("mean", "2se")} | {"perplexity"}
+            if c not in keys and c not in {f"{m}_{s}" for m in values for s in ("mean", "2se")} | set(bare)
         ]
     )
     pooled = pooled.with_columns(pl.lit(None, dtype=frame.schema["seed"]).alias("seed"))

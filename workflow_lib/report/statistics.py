@@ -1,15 +1,10 @@
-"""Paired statistics on arrays: the paired permutation test over prompts, t intervals, the paired t over runs and
-Holm's correction.
+"""Paired statistics on arrays: the paired permutation test over prompts, t intervals, the paired t over runs, the
+test across seeds, what a test could have seen, the rank agreement and Holm's correction.
 
 Why here and not in `contrasts`: these functions know nothing of the study's paths or conditions; they take
 arrays and return an `Estimate`, so they are tested on simulated data with known answers (and on simulated null
-studies: tests/report/test_calibration.py).
-
-Why a permutation test over prompts (docs/method.md §4): two conditions are compared on the same prompts, so under
-"no difference" a prompt's two values are exchangeable and swapping them draws from the statistic's exact null
-distribution, whatever the shape of the per-prompt values (ROUGE is bounded, skewed and full of ties). The
-percentile bootstrap's p that this replaced is only asymptotically right: at 30 prompts and a 16-row Holm table it
-marked a row in about 10% of null studies instead of at most 5%.
+studies: tests/report/test_calibration.py). Why a permutation test over prompts, and what it replaced:
+docs/method.md §4, "Paired comparisons".
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import polars as pl
 from workflow_lib.comparisons import mode_label
 from workflow_lib.constants import UNTRAINED
 from workflow_lib.files import atomic_path
-from workflow_lib.layout import parse
-from workflow_lib.metric_registry import LOWER_IS_BETTER, shown_in
+from workflow_lib.layout import SUMMARY, parse
+from workflow_lib.metric_registry import BY_NAME, Metric, shown, shown_in
 from workflow_lib.report import escape
 from workflow_lib.report.conditions import (
     ABLATION,
@@ -47,10 +47,8 @@ PAPER_EVAL_SETS = ["wikitext2", "wikitext103", "webtext", "writingprompts"]
 # Why not bold only what the contrasts support: the contrasts compare a cell with its designed partners (perturbed
 # against not, an objective against MLE), never a column's best against every other row, so no test says which
 # cell is best. Bold stays descriptive and says so.
-BOLD_NOTE = (
-    "Bold: the largest mean of its column, a description, not a significant difference (significance is the "
-    "✱ of the paired comparisons in results/summary.md)"
-)
+BOLD_WHY = f"a description, not a significant difference (significance is the ✱ of the paired comparisons in {SUMMARY})"
+BOLD_NOTE = f"Bold: the largest mean of its column, {BOLD_WHY}"
 
 
 # What the ± of every table's cell is (report.seeds.pool_seeds makes the rows; `half_width` the number).
@@ -74,7 +72,8 @@ def half_width(row: dict, metric: str) -> float | None:
 
     twice = row.get(f"{metric}_2se")
     seeds, runs = row.get("seeds") or 1, row.get("runs")
-    df = seeds - 1 if seeds > 1 else (None if metric == "tv" or runs is None else runs - 1)
+    over_prefixes = (m := BY_NAME.get(metric)) is not None and m.over_prefixes
+    df = seeds - 1 if seeds > 1 else (None if over_prefixes or runs is None else runs - 1)
     if twice is None or df == 0:
         return None
     return twice if df is None else float(stats.t.ppf(0.975, df)) * twice / 2
@@ -185,7 +184,29 @@ def write_table(
         tmp.write_text("\n".join(lines) + "\n")
 
 
-OTHER_METRICS = shown_in("other")  # (name, label) of the long table's metrics (workflow_lib/metric_registry.py)
+def listed(words: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join(words) if len(words) < 3 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def ranking(metrics: list[Metric]) -> tuple[set[str], set[str]]:
+    """(the columns whose lowest mean is the best, the columns no bold ranks) of a table of `metrics`, by label."""
+    return {m.label for m in metrics if m.ranked and m.lower_is_better}, {m.label for m in metrics if not m.ranked}
+
+
+def other_caption(metrics: list[Metric]) -> str:
+    """The long table's caption from its metrics' registry entries: each `caption_note`, what bold ranks (lowest for
+    a lower-is-better metric), and the metrics it does not rank, each with its `gloss`."""
+    notes = "".join(f"; {m.label} {m.caption_note}" for m in metrics if m.caption_note)
+    lowest = [m.label for m in metrics if m.ranked and m.lower_is_better]
+    unranked = [f"{m.label} ({m.gloss})" if m.gloss else m.label for m in metrics if not m.ranked]
+    return (
+        f"Other metrics peers report ({INTERVAL}{notes}). Bold: the best mean per eval set"
+        + (f" (lowest {listed(lowest)})" if lowest else "")
+        + f", {BOLD_WHY}"
+        + (f"; {listed(unranked)} {'is' if len(unranked) == 1 else 'are'} not ranked" if unranked else "")
+        + "."
+    )
 
 
 def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list[str]) -> dict[str, str]:
@@ -209,6 +230,7 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         else ""
     )
     metrics = shown_in("table1")
+    named = {t: [label for _, label in shown_in(t)] for t in ("table1", "strategies", "ablation")}  # for captions
     methods = method_frame(frame, intensity)
     specs = {
         "table1": (
@@ -217,7 +239,7 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
             "eval_set",
             metrics,
             (
-                f"Table 1: MAUVE and ROUGE-1 ({INTERVAL}), without and with insertion at {intensity:g}"
+                f"Table 1: {listed(named['table1'])} ({INTERVAL}), without and with insertion at {intensity:g}"
                 f"{untrained_note}{refused_note}. {BOLD_NOTE}."
             ),
         ),
@@ -226,7 +248,7 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
             ["model", "objective", *decoder, "perturbation"],
             "eval_set",
             metrics,
-            f"EMO and Brier without and with perturbation (MAUVE, ROUGE-1){refused_note}. {BOLD_NOTE}.",
+            f"EMO and Brier without and with perturbation ({', '.join(named['table1'])}){refused_note}. {BOLD_NOTE}.",
         ),
     }
     same = frame.filter(pl.col("train_intensity") == pl.col("test_intensity"))
@@ -246,8 +268,8 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         "intensity",
         shown_in("strategies"),
         (
-            f"Perturbation strategies: MAUVE ({INTERVAL}) by intensity, same strategy and intensity at training and "
-            f"sampling{refused_note}. {BOLD_NOTE}."
+            f"Perturbation strategies: {listed(named['strategies'])} ({INTERVAL}) by intensity, same strategy and "
+            f"intensity at training and sampling{refused_note}. {BOLD_NOTE}."
         ),
     )
     ablation = ablation_frame(frame, intensity)
@@ -257,9 +279,9 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
         "condition",
         shown_in("ablation"),
         (
-            f"Ablation: perturbation at training, at sampling, both, or neither (MAUVE, {INTERVAL}), per strategy, at "
-            f"intensity {intensity:g} (a strategy that perturbs every position, NEFTune, at 1; NEFTune perturbs at "
-            f"training only){refused_note}. {BOLD_NOTE}."
+            f"Ablation: perturbation at training, at sampling, both, or neither ({', '.join(named['ablation'])}, "
+            f"{INTERVAL}), per strategy, at intensity {intensity:g} (a strategy that perturbs every position, "
+            f"NEFTune, at 1; NEFTune perturbs at training only){refused_note}. {BOLD_NOTE}."
         ),
     )
     for name, (sub, rows_k, col_k, mets, caption) in specs.items():
@@ -275,9 +297,8 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
 
     # Other metrics peers report, long (one row per eval set): 20 columns of a wide table do not read in Markdown.
     rank = {e: i for i, e in enumerate(eval_order)}
-    other = methods.filter(
-        pl.any_horizontal(pl.col(f"{m}_mean" if m != "perplexity" else m).is_not_null() for m, _ in OTHER_METRICS)
-    )
+    shown_other = shown("other")  # the long table's metrics (workflow_lib/metric_registry.py)
+    other = methods.filter(pl.any_horizontal(pl.col(m.mean_column).is_not_null() for m in shown_other))
     other = other.with_columns(
         pl.col("eval_set").replace_strict(rank, default=len(rank), return_dtype=pl.Int64).alias("_order")
     )
@@ -287,20 +308,18 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
     rows, means, columns = long_cells(
         other,
         ["eval_set", "model", "objective", "perturbation", "decoder"],
-        OTHER_METRICS,
+        [(m.name, m.label) for m in shown_other],
     )
+    lowest, unranked = ranking(shown_other)
     write_table(
         rows,
         means,
         columns,
         str(out / "metrics"),
-        lower_is_better=set(LOWER_IS_BETTER),
-        unranked={"distinct-2", "repetition"},
+        lower_is_better=lowest,
+        unranked=unranked,
         groups=other["eval_set"].to_list(),
-        caption=f"Other metrics peers report ({INTERVAL}; perplexity of the model on the eval set's human "
-        "text, which no sampling setting changes). Bold: the best mean per eval set (lowest perplexity), a "
-        "description, not a significant difference (significance is the ✱ of the paired comparisons in "
-        "results/summary.md); distinct-2 (share of distinct bigrams) and repetition are not ranked.",
+        caption=other_caption(shown_other),
     )
     written["metrics"] = (out / "metrics.md").read_text()
     return written

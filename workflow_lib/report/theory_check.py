@@ -1,22 +1,12 @@
 """The summary's "Where the theory predicts a gain": per builtin eval set, what the theory predicts, what was measured,
-and whether they agree, in that order (docs/default-study.md).
+and whether they agree, in that order.
 
-The prediction is computed, not written: each extrapolation job records where its eval set's prefixes lie against the
-training support (`evaluate.extrapolation.support_shares`, from `data.builtin_corpus.support_status`): the share off
-it, and the share only its *words* put off it (its class sequence is in the support). On the latter a class-mate seen
-in that role maps the prefix into the support, so under class replacement T(.|X') = T(.|X0) for a support prefix X0:
-Assumption SP_perturb holds there and Extrapolability gives U_perturb = 0 against U_base > 0 (docs/theory.md; the lab's
-`synonym` rows). Where the class sequence itself is held out (`ood`), no synonym edit reaches the support: U_perturb =
-U_base (the lab's class `off-support` on the composition rows), so the theory predicts no gain, only the cost of noise.
-In support there is nothing to extrapolate. The study perturbs by insertion at a random gap, which keeps the word and
-adds a synonym: the premise holds only for the draws that bring a class-mate into play, so the prediction is a sign,
-not a size; `synonym_reach` (a held-out subject's synonym draws that are class-mates seen as subjects) says how often
-each source can.
-
-The measurement is the exact TV's paired contrasts (report.contrasts: perturbation and ablation families, insertion's
-arms, Holm within each table). A row agrees when its sign is the predicted one and significant, or, where no gain is
-predicted, when it shows none; it disagrees when significant against the prediction; a gain predicted and not detected
-says what size the test could have seen.
+The prediction is computed, not written: from where the eval set's prefixes lie against the training support
+(`evaluate.extrapolation.support_shares`: off it, and off it only through its words, which a class-mate maps back).
+The measurement is the exact TV's paired contrasts of insertion's arms (report.contrasts); each row gets a verdict:
+agrees, disagrees, or not detected with the size the test could have seen. Why reachable prefixes predict a gain
+and `ood` none, and why the prediction is a sign, not a size: docs/method.md §4, "Where an eval set lies against
+the training support"; docs/default-study.md, "Where the theory predicts a gain".
 """
 
 from __future__ import annotations

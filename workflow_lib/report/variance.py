@@ -1,31 +1,12 @@
 """Where a contrast's variance comes from: training seeds, prompts, sampling runs and MAUVE's k-means, each with its
-interval (docs/method.md §4, "Variance components and the design calculator").
+95% interval (the summary's "Where the variance comes from", `tables/variance.csv`).
 
-A comparison of two training methods (report.seeds) averages, for each training seed s, the difference d of the two
-arms over P prompts and R sampling runs, then tests the mean of those S seed differences. How many seeds, prompts and
-runs a study needs to see an effect depends on how the variance of d splits among them, which a finished study (a
-pilot) measures:
-
-- per-text metrics (ROUGE, and the exact TV per reference): d[s, p, r] = A - B of prompt p's run r under seed s,
-  seeds crossed with prompts (every seed sees the same prompts), runs within each (seed, prompt). The two-way random
-  ANOVA with replication gives four components:
-      seeds            the between-seed variance of the method's difference (training randomness),
-      prompts          the prompts' main effect, shared by every seed (the seed test speaks of these prompts: it
-                       does not enter that test's variance),
-      seeds x prompts  how a prompt's difference moves from seed to seed,
-      runs             a single text's sampling noise (the TV has no runs: it is exact given the model; R = 1).
-  One seed's mean difference then has variance V = seeds + (seeds x prompts) / P + runs / (P R).
-- MAUVE, a score of a set of texts: d[s, r, k] = A - B of run r's score under k-means seed k (each arm clustered
-  apart, as the per-condition MAUVE is), nested: seeds, runs within a seed (the text sampling of a set of P texts),
-  k-means seeds within a run. V = seeds + runs / R + k-means / (R K).
-
-Estimates are the ANOVA (method of moments) ones, unbiased and possibly negative (kept as measured; the design
-calculator floors them at 0). Each comes with a 95% interval under normal effects, its ends floored at 0: the exact chi-square interval for
-a component that is one mean square (runs, k-means) and for V, and the modified large-sample (MLS) interval of
-Ting, Burdick, Graybill, Jeyaratnam and Lu (1990) for a difference of two mean squares (seeds, prompts,
-seeds x prompts), whose coverage tests/report/test_variance.py measures. With 3 seeds the seed component rests on 2
-degrees of freedom, and its interval says how little that is. A component the design cannot separate (one seed, one
-run) is null, with `note` saying what it is lumped with.
+A comparison of two training methods (report.seeds) tests the mean of S seeds' differences d, each over P prompts
+and R runs; how many of each a study needs depends on how the variance of d splits among them, which a finished
+study measures. Per-text metrics (ROUGE, the exact TV) are split by the two-way random ANOVA with replication
+(`crossed`), MAUVE's scores by a nested one (`nested`); intervals are exact chi-square (`chi2_interval`) or modified
+large-sample (`mls_interval`). The components, one seed's mean variance V and what the intervals cover:
+docs/method.md §4, "Variance components and the design calculator"; report.design reads them.
 """
 
 from __future__ import annotations
@@ -40,7 +21,7 @@ import polars as pl
 from workflow_lib.cli import run
 from workflow_lib.comparisons import pairs
 from workflow_lib.files import atomic_path
-from workflow_lib.metric_registry import IN_FINDINGS, PAIRED, PROMPT_PAIRED
+from workflow_lib.metric_registry import IN_FINDINGS, PAIRED, REGISTRY
 from workflow_lib.report.contrasts import conditions
 from workflow_lib.report.study_files import StudyFiles
 
@@ -294,7 +275,10 @@ def components(paths: list[str], intensity: float, level: float = LEVEL) -> pl.D
     rows = []
     for key, seeds in sorted(_by_seed(pairs(conditions(paths), intensity)).items(), key=lambda kv: str(kv[0])):
         kind, identity = key[0], dict(zip([k for k in IDENTITY if k != "metric"], key[1:]))
-        metrics = ["tv"] if kind == "extrapolation" else [*PROMPT_PAIRED, "mauve"]
+        # The kind's metrics its per-prompt sidecar pairs (over prompts, or a builtin set's references), then MAUVE,
+        # paired over runs, whose per-run scores mauve_differences reads.
+        metrics = [m.name for m in REGISTRY if m.kind == kind and m.paired in ("prompts", "references")]
+        metrics += ["mauve"] if kind == "metrics" else []
         for metric in metrics:
             if metric == "mauve":
                 d = mauve_differences(seeds, files)

@@ -1,18 +1,12 @@
 """Algorithm 2 with T acting on the prefix's input embeddings (`perturb/embedding.py`): the sampling modes of the
 embedding-space strategies, as `steps.Steps`.
 
-- `NoisedRecompute` (mode `exact`): at every step the whole prefix (prompt + tokens drawn so far) is perturbed
-  afresh: each eligible position selected with probability alpha, with the step's keys, and its embedding noised
-  with keyed noise; the batch is recomputed without a cache, as `loops.Recompute` recomputes a token strategy's.
-- `NoisedCached` (mode `cached`): the prompt is perturbed once, and each drawn token once, when it is fed; one
-  key/value cache of the perturbed prefix. Every position is selected and noised by the same law as in `exact`, but
-  once: one persistent perturbation per sequence, so from the second drawn token on its law is not Algorithm 2's
-  (the tokens drawn so far condition the perturbation it keeps; docs/method.md §1, "Sampling").
-
-Every draw is keyed, as the token strategies' are: which positions (`KeyedRandom`, the step's keys and each
-position's place in its row; cached mode: the step's key, purpose `SELECT_PURPOSE`) and each coordinate of their
-noise (`embedding.keyed_noise` of the row's key for the step, or of the prompt, and the position), so no row's
-sample depends on its batch.
+`NoisedRecompute` (mode `exact`) perturbs the whole prefix afresh at every step and recomputes the batch without a
+cache; `NoisedCached` (mode `cached`) perturbs the prompt once and each drawn token once, with one key/value cache:
+one persistent perturbation per sequence, so not Algorithm 2's law from the second drawn token on. Every draw is
+keyed, as the token strategies' are: which positions (`KeyedRandom`; cached mode: the step's key, purpose
+`SELECT_PURPOSE`) and each coordinate of their noise (`embedding.keyed_noise`), so no row's sample depends on its
+batch. docs/method.md §1, "Embedding-space perturbation" and "Sampling".
 """
 
 from __future__ import annotations

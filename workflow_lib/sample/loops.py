@@ -191,7 +191,7 @@ class Cached(Steps):
     # is a plain per-position one; else (False) one pass of both slots for every row, the second masked where a
     # row does not insert. Split is faster on both devices measured: a second slot for every row cost 1.4x a step
     # on the CPU, and on an H200 the split pass gave 1.02-1.3x the one pass's tokens/s in fp32 and 2.3-2.6x in bf16
-    # (BENCHMARKS.md, "The GPU check"). The tests force either to compare them.
+    # (docs/benchmarks.md, "The GPU check"). The tests force either to compare them.
     split_insertions: ClassVar[bool] = True
 
     def __init__(self, model, batch: Batch) -> None:

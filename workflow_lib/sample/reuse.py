@@ -1,25 +1,12 @@
 """Exact sampling (Algorithm 2) that reuses the unperturbed key/value cache up to each row's first edit.
 
 A fresh perturbation leaves the prefix unchanged up to its first edit, and a causal model's keys and values there
-depend on those tokens only. So `Reuse` keeps the cache of the unperturbed prefix (prompt + tokens
-generated so far, grown by one token a step, as `loops.Ancestral` grows it), and at each step feeds each row
-only its perturbed tokens from its first edit on, attending to the cache slots before that edit; a row that no edit
-touched takes the unperturbed logits. The perturbations are `loops.Recompute`'s (the same `perturb` call with
-the same keys); only the forward computation changes. The next-token probabilities agree with the full
-recompute's within float32 rounding: at most 4.2e-7 apart on the tests' tiny GPT-2 and Llama (every strategy,
-intensity 0.2), 2.2e-9 on bench/sample.py's tiny GPT-2 (insertion, replacement and deletion at 0.025, 100 rows, 80
-steps), where none of the 24,000 tokens differed. As at intensity 0, a uniform that close to a CDF bound may draw
-the neighbouring token. Rows are fed in a few groups of similar suffix lengths (`plan_groups`), so that padding
-does not eat the saving: on the bench (20-word prompts, 80 new tokens, insertion at 0.025) half the rows of a step
-are untouched, an edited row's first edit falls at 0.44 of its length on average, and the loop feeds 0.37 of the
-token positions of the full recompute.
-
-Where reuse is not safe a batch runs `loops.Recompute` (`reuse_fits`; `exact_steps` chooses): at intensity 0
-(the ancestral sampler's case), for a model with local or sliding-window attention (the masked slots between a
-row's first edit and its fed suffix would count against the window; GPT-Neo's laws moved by 0.05), where the
-unperturbed prefix outgrows the model's context, or where the model's cache is not a plain per-position one. A step
-whose perturbed prefix is longer than the context (the full recompute keeps its last tokens) or empty recomputes
-the whole batch as `loops.Recompute` does.
+depend on those tokens only. So `Reuse` keeps the unperturbed prefix's cache (grown a token a step, as in
+`loops.Ancestral`) and feeds each row only its perturbed tokens from its first edit on, in a few groups of similar
+suffix lengths (`plan_groups`); a row no edit touched takes the unperturbed logits. The perturbations are
+`loops.Recompute`'s, and so are the laws, within float32 rounding. Where reuse is not safe (`reuse_fits`,
+`start_reuse`) a batch runs `loops.Recompute`. When, the tolerances and the saving: docs/usage.md, "Sampling and
+evaluation"; docs/benchmarks.md, "Exact sampling reusing the unperturbed cache".
 """
 
 from __future__ import annotations
@@ -196,7 +183,9 @@ def reused_logits(
 class Reuse(Ancestral):
     """Algorithm 2 as `loops.Recompute` runs it (the same perturbations and draws), with the unperturbed cache
     reused up to each row's first edit (see the module docstring). The unperturbed cache is grown as `Ancestral`
-    grows it, one drawn token a step (the last one never fed); `start_reuse` makes one."""
+    grows it, one drawn token a step (the last one never fed); `start_reuse` makes one. A step whose perturbed
+    prefix is empty or longer than the context recomputes the whole batch, as `loops.Recompute` does (keeping the
+    last tokens of a long one)."""
 
     what = "sampling (exact)"
 

@@ -1,47 +1,18 @@
-"""Perturbed sampling (Algorithm 2): continue every prompt with a fresh perturbation of its prefix.
+"""Perturbed sampling (Algorithm 2): continue every prompt `runs` times with exactly `new_tokens` tokens.
 
-Two modes:
-- `exact`: Algorithm 2 as written. At EVERY step the whole prefix (prompt + tokens generated so far) is
-  perturbed afresh with the shared perturber on the model's device, and X_t is drawn from P(. | X~). A fresh
-  perturbation leaves the prefix unchanged up to its first edit, where the model's keys and values are the
-  unperturbed prefix's: `reuse.Reuse` keeps the unperturbed prefix's key/value cache (one token
-  fed a step) and feeds each row only its perturbed tokens from its first edit on, in a few groups of similar
-  lengths. The perturbations and laws are those of recomputing the whole left-padded batch at every step
-  (`loops.Recompute`), within float32 rounding (4.2e-7 in probability at most in the tests); it feeds about
-  a third of the token positions (bench/sample.py). A model with local or sliding-window attention (GPT-Neo),
-  or a prompt plus new tokens beyond the model's context, recomputes the whole batch at every step without a
-  cache (`reuse.reuse_fits`).
-- `cached` (`loops.Cached`): each new token is perturbed once, when it is appended, and one perturbed prefix is
-  kept with its key/value cache: replacement feeds the synonym instead of the token, deletion feeds nothing,
-  insertion feeds the token and then its synonym. One persistent perturbation per sequence: an estimator of its
-  own, not Algorithm 2's law. Each token is perturbed by T's law, but once, so from the second new token on the
-  tokens drawn so far condition the perturbation it keeps, where `exact` draws a fresh one (and for insertion
-  the synonym sits right after its source instead of at a uniform gap). tests/sample/test_cached_vs_exact_law.py
-  enumerates both laws on a tiny model: one law at step 1, 0.0083 apart in TV at step 2 (replacement, intensity
-  0.025), 0.0634 at 0.3 (docs/method.md §1).
-  A deleted token or an unused insertion slot stays in the cache as a masked slot: harmless under global
-  attention, but a local or sliding-window layer (GPT-Neo, Mistral) counts slots, so such models are refused
-  for cached insertion and deletion once the cache outgrows their window.
-
-At intensity 0 nothing is perturbed and both modes are plain ancestral sampling, which `loops.Ancestral` runs
-with a key/value cache, every decoder included, as Hugging Face `generate` does: the same uniforms, suppressed tokens
-and decoder as `Recompute`, drawn from cached logits. A cache rounds differently from the full forward (~1e-6),
-so where a uniform lies that close to a CDF bound the token may differ from `Recompute`'s: the same law, not
-always the same tokens (docs/usage.md says why no draw is recomputed). Intensity 0 goes through `Recompute` (which
-keeps the last tokens of a long prefix) or `loops.Cached` (which refuses) where a batch's longest prompt plus the
-new tokens outgrows the model's context.
-
-Every mode is a `steps.Steps` (how a step's logits are computed, what a drawn token feeds), and one loop,
-`steps.sample`, draws every mode's tokens alike.
-
-Randomness is counter-based (perturb.backends.KeyedRandom): every draw depends on (seed, run, prompt_id, step) only,
-so neither batch size nor resumption changes a sample. The end-of-text token is suppressed so that every
-continuation has exactly `new_tokens` tokens (min = max new tokens).
+`generate` runs the registered mode (sample/modes.py) per batch: `exact` (a fresh perturbation of the whole prefix at every step, reusing the
+unperturbed prefix's key/value cache: sample/reuse.py), `cached` (one persistent perturbation per sequence, an
+estimator of its own: loops.Cached) or, at intensity 0 where the cache fits, plain ancestral sampling
+(loops.Ancestral). Every mode is a `steps.Steps`, and one loop, `steps.sample`, draws every mode's tokens alike,
+from uniforms keyed by (seed, run, prompt_id, step) (perturb.backends.KeyedRandom): neither batch size nor
+resumption changes a sample. The modes, their laws and their measured tolerances: docs/usage.md, "Sampling and
+evaluation"; docs/method.md §1, "Sampling".
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 
@@ -53,20 +24,25 @@ from workflow_lib.perturb.realised import REALISED_KEY, Tally, check_realised, t
 from workflow_lib.perturb.strategies import get as get_strategy
 from workflow_lib.perturb.synonym_table import SynonymTable
 from workflow_lib.sample.decoding import row_keys
-from workflow_lib.sample.embedded import NoisedCached, NoisedRecompute
 from workflow_lib.sample.gather import samples_schema
-from workflow_lib.sample.loops import Ancestral, Cached, cache_fits
-from workflow_lib.sample.reuse import exact_steps
+from workflow_lib.sample.loops import Ancestral, cache_fits
+from workflow_lib.sample.modes import DEFAULT, MODES
 from workflow_lib.sample.shards import shard_metadata, shard_rows
 from workflow_lib.sample.steps import Batch, Mode, sample
 
 log = logging.getLogger("workflow_lib.sample.sampler")
 
-# The modes, of which `generate` picks one per batch (`Ancestral` at intensity 0 where its cache fits): each makes
-# the `steps.Steps` of a batch, which `steps.sample` runs. `exact` reuses the unperturbed cache where it can.
-SAMPLERS: dict[str, Mode] = {"exact": exact_steps, "cached": Cached}
-# The modes of a strategy of the embedding space (sample/embedded.py).
-EMBEDDING_SAMPLERS: dict[str, Mode] = {"exact": NoisedRecompute, "cached": NoisedCached}
+
+def _resolve(target: str) -> Mode:
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+# The modes (sample/modes.py), of which `generate` picks one per batch (`Ancestral` at intensity 0 where its cache
+# fits): each makes the `steps.Steps` of a batch, which `steps.sample` runs; and their makers for a strategy of the
+# embedding space (sample/embedded.py).
+SAMPLERS: dict[str, Mode] = {m.name: _resolve(m.steps) for m in MODES.values()}
+EMBEDDING_SAMPLERS: dict[str, Mode] = {m.name: _resolve(m.embedded_steps) for m in MODES.values()}
 
 
 def generate(
@@ -79,7 +55,7 @@ def generate(
     perturbation: dict,
     table: SynonymTable | None,
     seed: int,
-    mode: str = "exact",
+    mode: str = DEFAULT,
     batch_size: int = 64,
     decoder: dict | None = None,
     progress: bool = False,

@@ -2,12 +2,10 @@
 
 Every mode of Algorithm 2 draws the same way: at step t each row's next-token logits, checked (raw, before any
 token is suppressed), the end-of-text token suppressed, one draw with the row's keyed uniform for t
-(`decoding.step_keys`, purpose `DRAW_PURPOSE`) through the decoder, the token recorded, then fed to the model.
-What differs is only how the logits are computed and what feeding means, so a mode is a `Steps` with those two
-methods, and `sample` is the one loop: a new kind of perturbation is one new `Steps`, not another loop. The modes
-(`sampler` describes them): `loops.Recompute` (exact, the whole perturbed prefix recomputed every step),
-`loops.Ancestral` (intensity 0, a key/value cache), `loops.Cached` (mode cached), `reuse.Reuse` (exact with the
-unperturbed cache reused up to each row's first edit).
+(`decoding.step_keys`, purpose `DRAW_PURPOSE`) through the decoder, the token recorded, then fed to the model. So a
+mode is a `Steps` (how its logits are computed, what feeding means) and `sample` is the one loop: a new kind of
+perturbation is one new `Steps`, not another loop. The modes: `loops.Recompute`, `loops.Ancestral`, `loops.Cached`,
+`reuse.Reuse` and sample/embedded.py's (docs/usage.md, "Sampling and evaluation").
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
-"""The simulation study's conclusions as plain sentences, generated from the paired tests (statistics.py).
+"""The simulation study's conclusions as plain sentences (`conclusions.md`), generated from the paired tests
+(statistics.py) and what each rule's perturbed copy reaches.
 
-Each sentence names its |V| and its numbers: the mean difference a - b of the MAE on unseen pairs, its 95% t
-interval, Holm's p over the study's family, and, where nothing was detected, the smallest difference the test
-could have seen at 80% power. A difference not detected has no direction, so such a clause never says better or
-worse. A perturbation arm is read at the grid's largest intensity (fixed in advance; the verdict of the sentence)
-and with its intensity tuned on held-out data (a clause of its own). The order is the referee's question: the
-uniform baseline, whether the gain survives without the oracle, against the regulariser, how much the oracle
-adds, the fixed-alpha panels, what the held-out tuning chose, the held-out log-loss (a proper score) of the
-panels, and what each rule's perturbed copy reaches of the unseen pairs.
-
-What a copy reaches is measured per fit (study.unseen_pairs_reached); where the `empirical` copy held no unseen
-pair in any replication (its construction guarantees it: tests/simulation/test_simulation_reach.py), the sentence
-on its gain says so: a null result there is what the construction predicts, not evidence against perturbation.
+Each sentence names its |V| and its numbers (the mean difference, its 95% t interval, Holm's p, and where nothing
+was detected the smallest difference the test could have seen, with no direction). The order is the referee's
+question: the uniform baseline, whether the gain survives without the oracle, against the regulariser, how much the
+oracle adds, the fixed-alpha panels, the held-out tuning, the held-out log-loss, and the unseen pairs each copy
+reaches; where the `empirical` copy reached none, its sentence says a null there is what the construction predicts.
+docs/method.md §5; docs/theory.md, "The simulation study".
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """The neural bigram of the simulation study (paper Section 4), trained for many replications at once.
 
-Model (the paper, after MixCE's synthetic.py): P(x_i | x_{i-1}) = softmax(W2 Dropout(ReLU(W1 E[x_{i-1}] + b1)) + b2),
-embedding E and hidden width d = 50, dropout 0.1, Adam (lr 1e-3, L2 weight decay 1e-4) on E, W1, b1, W2, b2.
-
-Batching: B independent models (replications x intensities of one vocabulary size) live in stacked
-parameters ([B, V, d], [B, d, h], ...) and train as one: every step is a few batched matrix products, and each
-model's gradient is exactly its own (written out by hand, see `gradients`). Adam and its L2 decay act
-elementwise, so one (fused) Adam over the stacked tensors is B independent Adams. Every random draw of model b
-(initial weights, epoch shuffles, dropout masks) comes from model b's own generators, in the same order
-whatever B is: training a model inside a batch gives what training it alone gives, up to the summation
-order of batched matrix products (tests compare at atol 1e-6).
-Batching saves the per-step overhead, not arithmetic: a step costs about 3 x pairs x |V| x h multiply-adds
-plus a [pairs, |V|] softmax per model, which dominates from |V| of a few hundred on (see BENCHMARKS.md).
-
-Data: each model gets `units` [B, U, P] of (conditioning, target) token pairs. A unit is a whole sequence
-(P = its pairs; the MixCE code the paper's setup comes from batches whole sequences and sums the log-loss
-along each one) or a single pair (P = 1). A minibatch is `batch_size` units, the loss the per-unit sum of
-negative log-likelihoods averaged over the units of the minibatch; units are reshuffled every epoch.
-
-Dropout masks: `pair` draws an independent mask for every pair (what nn.Dropout does on a batch of
-positions); `token` draws one mask per distinct conditioning token per minibatch, which lets a step compute
-[V, V] logits and weight them by the minibatch's pair counts instead of computing [pairs, V] logits: the same
-expected gradient, several times fewer operations when a minibatch holds more pairs than there are tokens.
+P(x_i | x_{i-1}) = softmax(W2 Dropout(ReLU(W1 E[x_{i-1}] + b1)) + b2), trained with Adam and L2 weight decay. B
+independent models (the replications x intensities of one vocabulary size) live in stacked parameters and train as
+one: batched matrix products, hand-written gradients (`gradients`), and one Adam over the stacked tensors, which is
+B independent Adams since Adam and its L2 decay act elementwise. Every random draw of model b comes from its own
+generators in the same order whatever B is, so a model trained in a batch is the one trained alone, up to float32
+summation order. The settings, `batch_unit` and `dropout_masks`: docs/method.md §5; the batching and its cost:
+docs/theory.md, "The simulation study" (and docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -139,7 +124,10 @@ def minibatch_gradients(
     settings: ModelSettings,
     generators: list[np.random.Generator],
 ) -> list[torch.Tensor]:
-    """The gradients of one minibatch, cond and target [B, n]: per pair, or per token with pair counts."""
+    """The gradients of one minibatch, cond and target [B, n]: per pair, or per token with pair counts (`token`
+    masks: one mask per distinct conditioning token, so a step computes [V, V] logits weighted by the minibatch's
+    pair counts instead of [pairs, V] logits; the same expected gradient, several times fewer operations when a
+    minibatch holds more pairs than there are tokens)."""
     if settings.dropout_masks == "pair":
         return gradients(params, cond, target, None, n_units, settings.dropout, generators)
     B, V = cond.shape[0], params[0].shape[1]
@@ -166,7 +154,10 @@ def train_bigrams(
 ) -> np.ndarray:
     """Train B = len(init_seeds) models on their own units and return their transition matrices [B, V, V].
 
-    cond, target: [B, U, P] int arrays, U units of P (conditioning, target) pairs per model.
+    cond, target: [B, U, P] int arrays, U units of P (conditioning, target) pairs per model. A unit is a whole
+    sequence (P = its pairs, as the MixCE code the paper's setup comes from batches) or a single pair (P = 1); a
+    minibatch is `batch_size` units, its loss the per-unit sum of NLLs averaged over its units, and the units are
+    reshuffled every epoch.
     init_seeds[b] draws model b's initial weights (torch generator), train_seeds[b] its epoch shuffles and
     dropout masks (numpy PCG64).
     The returned matrices are the model without dropout applied to every token (float64).

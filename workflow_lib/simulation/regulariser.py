@@ -1,24 +1,11 @@
 """The simulation study's control arm: the unperturbed model shrunk toward uniform, tuned on held-out sequences.
 
-Why a control: the `oracle` perturbation builds its synonym sets from the true M, and the score is the MAE on
-cells never seen in the data, so its perturbed copy may write the truth into the scored cells; and where the
-unperturbed model is worse than the uniform predictor on those cells, any pull toward uniform lowers the MAE.
-A regulariser of the same strength class, which reads no M and no synonym, separates "perturbation helps"
-from "smoothing helps".
-
-The control is linear interpolation of the unperturbed model's estimate with the uniform law (Jelinek and
-Mercer's interpolated smoothing, 1980; Chen and Goodman 1999 section 2.3):
-
-    M_lambda = (1 - lambda) M^_0 + lambda / |V|,      lambda in [0, 1],
-
-where M^_0 is the intensity-0 fit (the data duplicated, the same fit every perturbation arm is compared with).
-It costs no training, keeps every row a distribution, and with lambda = 1 it is the uniform predictor, so the
-study's reference line lies on its path. lambda is chosen per replication by held-out log-likelihood (what the
-deleted-interpolation method does): the mean log M_lambda[a, b] over the (a, b) pairs of extra sequences drawn
-from the replication's truth on a stream of their own (study.HELDOUT). The criterion is a proper scoring rule
-(its expectation is maximised by the true transition law), and the tuning sees held-out sequences only: never
-M, never the scored cells' values. The perturbation arms' intensity is tuned on the same sequences by the same
-criterion (`heldout_nll`), so both sides of the contrast get the same data and the same rule.
+M_lambda = (1 - lambda) M^_0 + lambda / |V| (Jelinek and Mercer's interpolated smoothing, 1980), M^_0 the
+intensity-0 fit, with lambda chosen per replication by the held-out log-likelihood of extra sequences drawn from
+the replication's truth on a stream of their own (study.HELDOUT); the perturbation arms' intensity is tuned on the
+same sequences by the same criterion (`heldout_nll`). It reads no M and no synonym, so it separates "perturbation
+helps" from "smoothing toward uniform helps". Why this control and its properties: docs/method.md §5, "The
+controls".
 """
 
 from __future__ import annotations

@@ -1,37 +1,11 @@
-"""The simulation study's paired tests on unseen pairs: which arm beats which, with Holm's correction.
+"""The simulation study's paired tests: which arm beats which, on unseen pairs and on held-out log-loss, with Holm.
 
-Every arm of a replication shares its truth, data and initial weights, and all are scored on the same cells (the
-pairs never seen in that replication's data), so each comparison is a paired difference of MAEs over the
-replications: a - b < 0 means a is closer to the truth on unseen pairs. Per |V| the tests are:
-
-- the figure's panels: each synonym rule at each intensity alpha > 0 against the unperturbed model (alpha = 0);
-- the tuned arms against the unperturbed model: each rule at the alpha chosen on held-out sequences, and the
-  shrinkage control (its lambda chosen on the same sequences, workflow_lib.simulation.regulariser);
-- the uniform predictor 1/|V| as the baseline: the unperturbed model, each rule at the largest intensity and
-  the control against it;
-- the direct contrasts, each for two choices of alpha: empirical against shrinkage, oracle against shrinkage,
-  and oracle against empirical.
-
-Which alpha a direct contrast uses: the grid's largest (alpha = 1 in every config the workflow ships), fixed
-before any data, where the paper finds the gain largest; and the tuned alpha: per replication, the intensity (0
-included) whose fit has the lowest held-out negative log-likelihood, ties to the smaller alpha. Choosing alpha
-on the scored cells would be optimistic; the held-out sequences are the ones the control's lambda is tuned on,
-by the same criterion, so the tuned contrast gives both sides the same data.
-
-Each test: the mean difference, its t-based 95% interval (df = n - 1), the paired t test's p (scipy's ttest_rel),
-and Holm's step-down adjustment over the family = every test of the study (every |V| and every kind above), so
-the chance that any of them marks a difference that is not there stays at or below LEVEL. A difference not
-marked is reported with the smallest one the test could see: MDE = (t_{1 - a/2, df} + t_{POWER, df}) sd / sqrt(n)
-at a = LEVEL / m, the level of Holm's first step (an effect that large is marked with probability POWER
-whatever the other tests do). The per-test intervals are not widened for the family; p_holm is.
-
-The same machinery scores the fits on held-out log-loss (`heldout_nll`: the negative log-likelihood per pair of
-held-out sequences drawn from the truth, every pair, seen in D or not): a proper scoring rule (its expectation is
-minimised by the true law) beside the MAE on unseen pairs, which scores a subset of cells alike whatever their
-probability. Its tests are the figure's panels only (each rule at each alpha > 0 against alpha = 0), a family of their own
-for Holm (`metric` says which family a row is in): the tuned arms and the control are chosen on these very pairs,
-so their log-loss is no held-out score. A log-loss restricted to the unseen pairs would not be proper (moving mass
-onto them would win), so the log-loss is over every held-out pair.
+Every arm of a replication shares its truth, data and initial weights and is scored on the same cells, so each
+comparison is a paired difference over the replications (a - b < 0: a is closer to the truth). The tests, the two
+readings of alpha (the grid's largest, and alpha tuned on the held-out sequences the control's lambda is tuned on),
+Holm's families and the smallest difference a test could see (`minimum_detectable`): docs/method.md §5, "The
+controls" and the paragraphs after it; docs/theory.md, "The simulation study", for why the log-loss is over every
+held-out pair.
 """
 
 from __future__ import annotations

@@ -1,39 +1,12 @@
-"""The simulation study of the paper (Section 4, Supplement "Details on simulation studies"): one vocabulary size
-(the `simulation_fit` rule's command; the summary has its own, workflow_lib.simulation.summary, so that a change to
-the summary reruns no fit).
+"""The simulation study of the paper (Section 4, Supplement "Details on simulation studies"): the fits of one
+vocabulary size, the `simulation_fit` rule's command.
 
-Truth: a bigram language with a uniform initial law and Dirichlet(0.5) transition rows M; n sequences of a
-fixed length are the training data D. Each replication r of vocabulary size V draws truth, data and the
-model's initial weights from streams seeded by (seed, V, r), shared by every intensity and synonym rule, so
-differences between intensities are paired. The perturbation has its own stream (seed, V, r, intensity).
-
-Perturbation, m = 2 (the Supplement): copy 1 is D; in copy 2 every token in the conditioning role X_t whose
-synonym set
-    S_t = { v : P(v | X_{t-1}) > c/|V|  and  P(X_{t+1} | v) > c/|V| }          (c = threshold_factor = 2)
-is non-empty is replaced, with probability alpha, by v in S_t drawn with probability proportional to
-P(v | X_{t-1}); the target X_{t+1} stays. P is the true bigram M (`oracle`, the paper's reading) or the
-empirical bigram of D (`empirical`: what a user can compute; its S_t only holds tokens v already seen
-followed by X_{t+1}, so its copy holds no training pair that D does not: `n_unseen_pairs_reached` counts, per
-fit, the cells never observed in D that the copy holds as training pairs). A sequence's first token has no X_{t-1}: under the uniform initial law P(v) = 1/|V|
-is never above 2/|V|, so S_1 is empty and the first token is kept. At alpha = 0 copy 2 equals D: the
-paper's baseline, which trains on D twice.
-S_t depends on both neighbours, so every occurrence has its own set. They are computed for all occurrences at
-once as an [occurrences, V] mask (never the |V|^3 table of all (previous, next) pairs) and handed to the shared
-perturber (workflow_lib.perturb.perturber) as a synonym table whose "tokens" are the occurrences, which selects each
-eligible occurrence with probability alpha and samples its synonym.
-
-The control arm (`shrinkage`, workflow_lib.simulation.regulariser): the intensity-0 fit shrunk toward uniform,
-(1 - lambda) M^ + lambda/|V|, lambda tuned per replication on held-out sequences: `heldout_sequences` more
-sequences from the replication's truth M, drawn on their own stream (seed, V, r, HELDOUT), so adding them changes
-no other draw. Every fit's held-out negative log-likelihood per pair (`heldout_nll`) is recorded too: the
-summary tunes the perturbation's intensity on it, the same data and criterion the control's lambda gets.
-
-Metrics, on the estimated matrix M^ (the trained model, dropout off) against M:
-- (a) `unseen_rows`: mean |M^ - M| over the rows of tokens that never occur as the first element of a training
-  pair (the paper's wording); with 500 x 10 sequences a small V can leave none: then the value is null and
-  `n_unseen_rows` is 0.
-- (b) `unseen_pairs`: mean over the (a, b) cells never observed as a training pair;
-- `all`: every cell. `uniform_*`: the same means for the uniform predictor 1/|V|, a reference line.
+Per replication, a bigram truth and its training data; per synonym rule (`oracle`, `empirical`) and intensity, a
+perturbed copy (m = 2) and a neural bigram fitted to both; the `shrinkage` control (simulation.regulariser); and
+per fit the MAE readings against the truth, the held-out log-loss and the unseen pairs the copy reaches. The
+summary is its own module (simulation.summary), so that a change to the summary reruns no fit. What each step
+computes and why: docs/method.md §5; the streams, readings and what they leave: docs/theory.md, "The simulation
+study".
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """The simulation study's summary: mean +- 2 SE over replications, paired differences to intensity 0, the paired
-tests and their conclusions, the figure.
+tests and their conclusions, the figure (the `simulation_summary` rule).
 
-Every replication of a vocabulary size shares truth, data and initial weights across intensities and arms, so
-the difference MAE(arm) - MAE(alpha = 0) is taken within a replication and its SE is the SE of those
-differences. The control arm (`shrinkage`, no intensity) is the alpha = 0 fit shrunk toward uniform, so its
-difference is paired the same way. Reading (a) (rows never seen as a first element) exists only in replications
-that leave such rows; its mean is over those replications (`n_unseen_rows_reps` says how many), and where none
-do, the summary and the figure say so instead of showing a number. The tests (statistics.py) are on reading (b),
-the paper's metric: unseen pairs; and, a family of their own, on the held-out log-loss (`heldout_nll`, a proper
-score), which has a table of its own here, as has what each rule's perturbed copy reaches of the unseen pairs.
+Every arm of a replication shares its truth, data and initial weights, so each difference to alpha = 0 (the
+`shrinkage` control's included) is taken within a replication. Reading (a) exists only in replications that leave
+unseen rows: its mean is over those (`n_unseen_rows_reps`), and where none do the summary and figure say so. The
+tests (statistics.py) are on unseen pairs and, a family of their own, the held-out log-loss; what each copy reaches
+has a table too. docs/theory.md, "The simulation study"; docs/method.md §5.
 """
 
 from __future__ import annotations

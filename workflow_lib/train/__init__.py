@@ -1,15 +1,9 @@
 """The training stage (rules/train.smk): one model trained with one objective on (perturbed) token blocks.
 
-- `trainer`: the `train` rule's command line and `train()`, which reads as its steps: set up, resume, the loop,
-  finish (accelerate: devices, precision, accumulation, exact resume, validation, divergence checks).
-- `loop`: the loop's parts: one optimizer step, its log row, validation, and the written model.
-- `checkpoints`: the checkpoint folder: the fingerprint (settings and the data's sha256), saving (flushed to disk,
-  marked complete last, the previous one kept), choosing the checkpoint to resume (a damaged one falls back to the
-  previous), clearing what a killed run left, and the lock that keeps a second trainer off the folder.
-- `forward`: the step's forward, `TargetLogits`: the logits at the target positions only, with the embedding
-  space's noise where the data lists it.
-- `batches`: the training rows as a torch Dataset, padding, and the epoch shuffle a resumed run repeats.
-- `lora`: training.lora through peft: adapters added after the model is built, the merged model and `adapter/`
-  written at the end.
-- `objectives`: the registry of training objectives (MLE, Brier, spherical, MixCE, TVD, EMO, ...).
+`trainer` is the `train` rule's command line and `train()`, which reads as its steps (set up, resume, the loop,
+finish; accelerate for devices, precision, accumulation and exact resume); `loop` the loop's parts (a step, its log
+row, validation, the written model); `checkpoints` the checkpoint folder (fingerprint, saving, choosing, the lock);
+`forward` the step's logits at the target positions only (`TargetLogits`, with the embedding space's noise);
+`batches` the rows as a Dataset, padding and the epoch shuffle a resumed run repeats; `lora` training.lora through
+peft; `objectives` the registry of losses. docs/usage.md, "Training"; docs/method.md §2 and §3.
 """

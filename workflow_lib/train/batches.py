@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from workflow_lib.cli import StageError
+from workflow_lib.perturb.strategies import get as get_strategy
 
 # ---- data ----------------------------------------------------------------------------------------------------
 
@@ -52,7 +53,7 @@ class TrainingRows(torch.utils.data.Dataset):
             REALISED_KEY
         )  # what the perturbation realised (perturb/realised.py)
         self.realised: dict | None = json.loads(realised) if realised else None
-        noising = self.embedding is not None and self.embedding["strategy"] != "neftune"
+        noising = self.embedding is not None and not get_strategy(self.embedding["strategy"]).hooked
         self.noised = Ragged.from_arrow(table.column("perturbed_positions")) if noising else None
         self.prefix_mode = "target_positions" in table.column_names
         if self.prefix_mode:

@@ -1,17 +1,12 @@
 """A training run's checkpoint folder (`--resume-dir`, results/checkpoints/...): what a checkpoint is made with, how it
 is written, which one a rerun resumes, and the lock that keeps a second trainer off it (issue 64).
 
-The folder holds `state` (the newest complete checkpoint), `state.old` (the one before it, kept as the fallback),
-`state.tmp` (a save in progress), `best` (select_best's model) and `lock`. A save writes `state.tmp`, then the list of
-its files with their sizes and sha256 and the step (`trainer_state.json`, the marker, last), flushes all of it to disk,
-and only then turns `state` into `state.old` and `state.tmp` into `state`: a kill or a crash of the machine at any
-moment leaves the newest complete checkpoint readable (a marked `state.tmp` is complete; `settle` finishes its swap).
-A rerun resumes the newest checkpoint whose files match their list; a truncated or corrupted one is removed with a
-warning naming the file, and the previous one is resumed; where none is left the run starts from step 0, with a
-warning naming the folder (a damaged checkpoint cannot be repaired by a retry, and failing would fail every retry).
-
-Which run a checkpoint belongs to (`fingerprint`) is decided by the settings and the data's bytes (sha256), never by
-file times or paths: a workdir copied without its times, or a data job that reran to the same bytes, resumes.
+The folder holds `state` (the newest complete checkpoint), `state.old` (the one before it, the fallback),
+`state.tmp` (a save in progress, `save_checkpoint`), `best` (select_best's model) and `lock` (`checkpoint_lock`). A
+kill or a crash at any moment leaves the newest complete checkpoint readable (`settle`); a rerun resumes the newest
+one whose files match their list (`choose`), else starts from step 0 with a warning. Which run a checkpoint belongs
+to (`fingerprint`) is decided by the settings and the data's bytes, never by file times or paths. What the user
+sees: docs/usage.md, "Training"; retries on a cluster: docs/cluster.md, "Time limits and shards".
 """
 
 from __future__ import annotations

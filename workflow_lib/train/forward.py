@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from workflow_lib.perturb.strategies import get as get_strategy
+
 
 def target_logits(model, batch: dict[str, torch.Tensor], embedding: dict | None = None) -> torch.Tensor:
     """Logits [N, V] at the target positions only: base-model hidden states, gathered, through the head. With an
@@ -12,7 +14,7 @@ def target_logits(model, batch: dict[str, torch.Tensor], embedding: dict | None 
     its input embeddings with noise added there (perturb/embedding.py), drawn from torch's generator."""
     inputs = {"input_ids": batch["input_ids"]}
     where = batch.get("noise_mask")
-    if embedding is not None and where is not None and embedding["strategy"] != "neftune":
+    if embedding is not None and where is not None and not get_strategy(embedding["strategy"]).hooked:
         from workflow_lib.perturb.embedding import noised_embeddings, random_noise
 
         dim = model.get_input_embeddings().weight.shape[1]

@@ -1,15 +1,11 @@
 """LoRA training (`training.lora`, issue 55) through peft: the model's weights frozen, low-rank adapters trained.
 
-The trainer calls three functions: `add_adapters` right after the model is built (before the optimizer, which then
-holds the adapters alone), `save_adapter` for the best checkpoint of `select_best`, and `write_merged` at the end,
-which saves the adapters (`adapter/`, peft's `save_pretrained`) and the model with them merged in
-(`merge_and_unload`), where a fully fine-tuned model would be. Sampling, perplexity and featurisation read that
-merged model as they read any other: nothing downstream knows about LoRA.
-
-The adapters live inside the causal LM itself (peft injects them in place), so the step's `forward.TargetLogits(lm)` and
-accelerate's checkpoints (`save_state`/`load_state`: the model's state dict, optimizer, scheduler, RNG) work
-unchanged: a killed LoRA run resumes exactly as a full one does. peft is imported inside the functions: only a
-train job with `training.lora` set pays for it, and no module read at the Snakefile's parse time imports it.
+The trainer calls `add_adapters` right after the model is built (before the optimizer, which then holds the adapters
+alone), `save_adapter` for select_best's checkpoint, and `write_merged` at the end (`adapter/` and the merged model).
+The adapters live inside the causal LM itself (peft injects them in place), so `forward.TargetLogits(lm)` and
+accelerate's checkpoints work unchanged and a killed LoRA run resumes as a full one does. peft is imported inside
+the functions: only a train job with `training.lora` set pays for it, and nothing read at the Snakefile's parse time
+imports it. What it writes and what it costs: docs/usage.md, "LoRA".
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
-"""Training one model on one perturbed training set with one objective.
+"""Training one model on one perturbed training set with one objective (the `train` rule).
 
-Run by rules/train.smk as `python -m workflow_lib.train.trainer` (one process) or `accelerate launch --multi_gpu ...
--m workflow_lib.train.trainer` (N), in run_clm_no_trainer's idiom:
-`Accelerator` owns devices, mixed precision and gradient accumulation; `save_state`/`load_state` make a
-killed or preempted job resume where it stopped. `train` reads as its steps: set up, resume, the loop over
-optimizer steps (step, log, validate, checkpoint), finish; what it does at each step is in workflow_lib/train/loop.py.
-
-Both kinds of perturbed rows reduce to one batch layout: padded `input_ids` plus flat (row, position,
-target id) triples. `augment` rows are ordinary sequences (every next token is a target); `prefix` rows
-carry their own targets (Algorithm 1). Logits are computed only at target positions, from the base model's
-hidden states and the output embedding.
+Run as `python -m workflow_lib.train.trainer` (one process) or under `accelerate launch --multi_gpu` (N), in
+run_clm_no_trainer's idiom: `Accelerator` owns devices, mixed precision and gradient accumulation, and
+`save_state`/`load_state` make a killed job resume where it stopped. `train` reads as its steps: set up, resume, the
+loop (train/loop.py), finish. Both modes' rows reduce to one batch layout, padded `input_ids` plus flat (row,
+position, target id) triples: `augment` rows are ordinary sequences, `prefix` rows carry their own targets; logits
+are computed only at the target positions (train/forward.py). docs/usage.md, "Training"; docs/method.md §3.
 """
 
 from __future__ import annotations
@@ -24,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from workflow_lib.cli import StageError, parse_json_arg, run
+from workflow_lib.perturb.strategies import get as get_strategy
 from workflow_lib.train import checkpoints
 from workflow_lib.train.batches import EpochShuffle, TrainingRows, check_context, collate
 from workflow_lib.train.forward import TargetLogits
@@ -231,7 +228,7 @@ def set_up(args: argparse.Namespace, settings: dict, model_spec: dict, objective
 
 def neftune_start(lm, embedding: dict, rows) -> dict | None:
     """NEFTune's noise against the embeddings before this job's first step, at the longest (padded) row."""
-    if embedding.get("strategy") != "neftune":
+    if not get_strategy(embedding["strategy"]).hooked:
         return None
     from workflow_lib.perturb.embedding import neftune_scale
 

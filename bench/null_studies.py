@@ -1,10 +1,10 @@
-"""Simulated null studies for the calibration test (test_calibration.py): per-prompt differences of the shapes the
-workflow compares, the p-values of a Holm table by the report's permutation test and by the percentile bootstrap it
-replaced, and the family-wise error and power of Holm's marks over many studies.
+"""Simulated null studies for the calibration test (tests/report/test_calibration.py): per-prompt differences of the
+shapes the workflow compares, the p-values of a Holm table by the report's permutation test and by the percentile
+bootstrap it replaced, and the family-wise error and power of Holm's marks over many studies.
 
 Kept apart from the test so that the same functions give the numbers quoted in docs/method.md §4 with more studies:
-    PYTHONPATH=. .venv/bin/python tests/report/null_studies.py --studies 20000
-    PYTHONPATH=. .venv/bin/python tests/report/null_studies.py --joint --studies 1000    (joint MAUVE tables)
+    PYTHONPATH=. .venv/bin/python bench/null_studies.py --studies 20000
+    PYTHONPATH=. .venv/bin/python bench/null_studies.py --joint --studies 1000    (joint MAUVE tables)
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def calibrate_joint(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="tests/report/null_studies.py")
+    parser = argparse.ArgumentParser(prog="bench/null_studies.py")
     parser.add_argument("--size", choices=["default", "paper"], default="default")
     parser.add_argument("--studies", type=int, default=2000, help="null studies per (shape, method)")
     parser.add_argument(
