@@ -177,3 +177,17 @@ def test_cached_sampling_runs_a_registered_strategy(registered):
     a, b = run(0.5), run(0.5)
     assert a.shape == (2, 10) and torch.equal(a, b)
     assert not torch.equal(run(1.0), run(0.0))  # every drawn token fed twice: the model sees another prefix
+
+
+def test_a_strategy_of_the_embedding_space_reads_only_its_own_settings():
+    from workflow_lib.perturb.settings import embedding_settings
+
+    config = {"embedding_perturbation": {"noise": "gaussian", "scale": 1, "neftune_alpha": 5}}
+    assert embedding_settings(config, "embedding-noise") == {
+        "strategy": "embedding-noise",
+        "noise": "gaussian",
+        "scale": 1.0,
+    }
+    assert embedding_settings(config, "neftune") == {"strategy": "neftune", "neftune_alpha": 5.0}
+    # NEFTune is applied by transformers' hook, at every position: the data lists no position for it.
+    assert get("neftune").hooked and not get("embedding-noise").hooked and not get("insertion").hooked
