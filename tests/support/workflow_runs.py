@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import EllipsisType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -220,23 +220,16 @@ def offline(env: Mapping[str, str] | None = None) -> dict[str, str]:
 def run_snakemake(
     workdir: Path | None,
     *args: str,
-    snakefile: Path | None = REPO / "Snakefile",
-    targets: Sequence[str] = (),
-    configfiles: Sequence[Path | str] = (),
-    cores: int | None = None,
-    limit: int | None = None,
     env: Mapping[str, str] | None = None,
     cwd: Path | str | None | EllipsisType = ...,
     timeout: float | None = None,
+    **command: Any,
 ) -> subprocess.CompletedProcess:
-    """Run `snakemake_command(...)` and capture its output as text: in `cwd` (workdir unless given; None: this
-    process's), with `env` (else this process's environment) and the offline switches (`offline`), within `timeout`
-    seconds (None: no limit)."""
-    cmd = snakemake_command(
-        workdir, *args, snakefile=snakefile, targets=targets, configfiles=configfiles, cores=cores, limit=limit
-    )
+    """Run `snakemake_command(workdir, *args, **command)` and capture its output as text: in `cwd` (workdir unless
+    given; None: this process's), with `env` (else this process's environment) and the offline switches (`offline`),
+    within `timeout` seconds (None: no limit)."""
     return subprocess.run(
-        cmd,
+        snakemake_command(workdir, *args, **command),
         capture_output=True,
         text=True,
         timeout=timeout,
