@@ -1,18 +1,20 @@
 """The study's metrics: one entry each, from which collection, contrasts, tables and findings read.
 
-Adding a metric: compute it in its job (evaluate/metrics.py writes `<name>_mean` and `<name>_2se` into the metrics
-JSON; evaluate/perplexity.py and evaluate/extrapolation.py write theirs), add its `Metric` here, and test it. Nothing
-else names it: `report/collect.py` collects the entries of kind "metrics", `report/contrasts.py` compares the paired
-ones (and reads the prompt-paired ones of kind "metrics" from the per-prompt sidecar), `report/tables.py` shows each
-in the tables its `tables` names (bold ranks it only if `ranked`; its caption reads `gloss` and `caption_note`), and
-the findings and the paired tables label it. Standard library only.
-
-The order of the entries is the order of the columns and rows the report writes.
+Adding a metric: a text statistic (a per-run statistic of the sampled continuations) is one function in
+evaluate/textstats.py decorated with its `Metric`, read here from that file's syntax tree (`text_statistics`). Any
+other is computed in its job (evaluate/metrics.py, perplexity.py, extrapolation.py write `<name>_mean`, `<name>_2se`)
+plus its `Metric` here. Nothing else names it: `report/collect.py` collects the entries of kind "metrics",
+`report/contrasts.py` compares the paired ones, `report/tables.py` shows each in the tables its `tables` names (bold
+only if `ranked`; captions read `gloss`, `caption_note`), the findings and dose-response read those with a `finding`.
+Standard library only (and module_deps, which is too). The entries' order is the report's columns' and rows' order.
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
+
+from workflow_lib.module_deps import _tree, module_path
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,59 @@ class Metric:
         return self.kind == "extrapolation"
 
 
+TEXT_STATISTICS = "workflow_lib.evaluate.textstats"
+
+
+def _called(node: ast.AST, name: str) -> bool:
+    """Whether `node` is a call of `name` or of `<something>.name`."""
+    return isinstance(node, ast.Call) and name in (getattr(node.func, "id", None), getattr(node.func, "attr", None))
+
+
+def _literal(argument: ast.expr | ast.keyword, where: str):
+    """The value of a literal argument (`ast.literal_eval`), or an error naming the file and function."""
+    try:
+        if isinstance(argument, ast.keyword):
+            if argument.arg is None:  # **mapping
+                raise ValueError
+            return ast.literal_eval(argument.value)
+        return ast.literal_eval(argument)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        raise ValueError(
+            f"{where}: its Metric(...) argument {ast.unparse(argument)!r} is not a literal (metric_registry.py reads "
+            "it from the source's syntax tree, without running it)"
+        ) from None
+
+
+def text_statistics() -> tuple[Metric, ...]:
+    """The `Metric`s of the text statistics evaluate/textstats.py registers, in its order: each top-level function
+    decorated `@statistic(Metric(...))`, its entry built from the call's literal arguments (`ast.literal_eval`). Read
+    from the source's syntax tree, as registries.py reads the strategies: nothing is imported or executed, so the
+    Snakefile's parse never loads numpy."""
+    where = TEXT_STATISTICS.replace(".", "/") + ".py"
+    metrics = []
+    for node in _tree(module_path(TEXT_STATISTICS)).body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for decorator in node.decorator_list:
+            if not _called(decorator, "statistic"):
+                continue
+            assert isinstance(decorator, ast.Call)
+            entry = decorator.args[0] if len(decorator.args) == 1 and not decorator.keywords else None
+            if entry is None or not _called(entry, "Metric"):
+                raise ValueError(f"{where}, {node.name}: its decorator is not statistic(Metric(...))")
+            assert isinstance(entry, ast.Call)
+            arguments = [_literal(a, f"{where}, {node.name}") for a in entry.args]
+            keywords = {str(k.arg): _literal(k, f"{where}, {node.name}") for k in entry.keywords}  # k.arg None: refused
+            try:
+                metric = Metric(*arguments, **keywords)
+            except TypeError as error:
+                raise ValueError(f"{where}, {node.name}: Metric(...) {error}") from None
+            if metric.kind != "metrics":
+                raise ValueError(f"{where}, {node.name}: a text statistic is of kind 'metrics', not {metric.kind!r}")
+            metrics.append(metric)
+    return tuple(metrics)
+
+
 REGISTRY: tuple[Metric, ...] = (
     Metric(
         "mauve",
@@ -74,12 +129,7 @@ REGISTRY: tuple[Metric, ...] = (
         finding=3,
         caption_note="of the model on the eval set's human text, which no sampling setting changes",
     ),
-    Metric("distinct_1", "distinct-1", "metrics", ranked=False, gloss="share of distinct unigrams"),
-    Metric("distinct_2", "distinct-2", "metrics", tables=("other",), ranked=False, gloss="share of distinct bigrams"),
-    Metric("distinct_3", "distinct-3", "metrics", ranked=False, gloss="share of distinct trigrams"),
-    Metric("distinct_4", "distinct-4", "metrics", ranked=False, gloss="share of distinct 4-grams"),
-    Metric("repetition", "repetition", "metrics", tables=("other",), ranked=False),
-    Metric("rep_4", "rep-4", "metrics", ranked=False),
+    *text_statistics(),  # evaluate/textstats.py
     # The sharpest instrument first in the findings: the exact TV to the true law needs no proxy (builtin sets only).
     Metric("tv", "TV to the true law", "extrapolation", lower_is_better=True, paired="references", finding=0),
 )

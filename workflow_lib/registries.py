@@ -5,7 +5,7 @@ new objective, perturbation strategy, sampling mode, synonym source or MAUVE con
 docs/config.md, the moment it is registered. The objectives' registry imports torch, and the strategies' and the
 controls' sit in stages that read the config (importing them from here would make the config import its readers), so
 they are read from their source's syntax tree (the `@register("name")` decorators, the `register(Strategy("name",
-...))` calls, the CONTROLS dict's keys), as module_deps reads imports: nothing is imported or executed.
+...))` calls, the `@control(...)` decorators), as module_deps reads imports: nothing is imported or executed.
 Standard library only.
 """
 
@@ -64,18 +64,35 @@ def sampling_mode_names() -> list[str]:
     return _registered("workflow_lib.sample.modes", "SamplingMode")
 
 
-def degraded_controls() -> list[str]:
-    """The MAUVE controls a study may require it to see: every key of evaluate/control_names.py's CONTROLS but the
-    ceiling (human text itself, keyed by the name CEILING, not a string)."""
-    tree = _tree(module_path("workflow_lib.evaluate.control_names"))
-    for node in tree.body:
-        if not isinstance(node, (ast.AnnAssign, ast.Assign)):
+CONTROL_FIELDS = ("name", "short", "description")  # evaluate/control_builders.py's `control` decorator's arguments
+
+
+def control_entries() -> list[tuple[str, str, str]]:
+    """(name, short, description) of every MAUVE control evaluate/control_builders.py registers with a `@control(...)`
+    decorator, in its order (the ceiling first)."""
+    path = module_path("workflow_lib.evaluate.control_builders")
+    entries: list[tuple[str, str, str]] = []
+    for node in _tree(path).body:
+        if not isinstance(node, ast.FunctionDef):
             continue
-        target: ast.expr = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
-        value = node.value
-        if isinstance(target, ast.Name) and target.id == "CONTROLS" and isinstance(value, ast.Dict):
-            return [k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
-    raise LookupError("evaluate/control_names.py defines no CONTROLS dict")
+        for decorator in node.decorator_list:
+            if not (isinstance(decorator, ast.Call) and _call_name(decorator) == "control"):
+                continue
+            given = dict(zip(CONTROL_FIELDS, decorator.args)) | {k.arg: k.value for k in decorator.keywords}
+            values = [getattr(given.get(field), "value", None) for field in CONTROL_FIELDS]
+            if not all(isinstance(v, str) for v in values):
+                raise ValueError(f"{path}: @control of {node.name} takes three strings: {', '.join(CONTROL_FIELDS)}")
+            name, short, description = (str(v) for v in values)
+            entries.append((name, short, description))
+    if not entries:
+        raise LookupError(f"{path} registers no @control")
+    return entries
+
+
+def degraded_controls() -> list[str]:
+    """The MAUVE controls a study may require it to see: every registered control but the ceiling (human text
+    itself, registered first)."""
+    return [name for name, _, _ in control_entries()[1:]]
 
 
 REGISTRIES: dict[str, Callable[[], list[str]]] = {

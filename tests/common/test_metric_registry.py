@@ -5,11 +5,14 @@ of every entry, not lists of names, so that adding a metric edits no test."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import re
 from pathlib import Path
 
+import numpy as np
 import polars as pl
+import pytest
 
 from workflow_lib import metric_registry
 from workflow_lib.metric_registry import (
@@ -97,13 +100,15 @@ def test_the_names_the_report_uses_exist_with_the_attributes_it_assumes():
     """Where the report treats a metric as itself (MAUVE's per-run reader, the TV's own table and theory check), the
     registry has that metric as the report reads it; the dose-response's columns are registry columns, its direction
     the registry's."""
-    from workflow_lib.report.dose_response import METRICS as TRENDED
+    from workflow_lib.report.dose_response import trended_metrics
 
     assert BY_NAME["mauve"].paired == "runs" and BY_NAME["mauve"].kind == "metrics"
     assert BY_NAME["tv"].kind == "extrapolation" and BY_NAME["tv"].over_prefixes
     assert BY_NAME["perplexity"].mean_column == "perplexity"
     columns = {m.mean_column: m for m in REGISTRY}
-    for column, _, higher_is_better in TRENDED:
+    trended = trended_metrics()
+    assert [label for _, label, _ in trended] == [m.label for m in REGISTRY if m.finding is not None]
+    for column, _, higher_is_better in trended:
         assert column in columns and higher_is_better == (not columns[column].lower_is_better), column
 
 
@@ -206,3 +211,80 @@ def test_a_new_metric_reaches_the_long_table_unbolded_and_glossed(tmp_path, monk
     column = [c.strip() for c in header.split("|")].index("self-BLEU")
     assert sorted(row.split("|")[column].strip() for row in rows) == ["0.100 ± 0.022", "0.900 ± 0.022"]
     assert "**0.400" in table  # the ranked columns are still ranked
+
+
+def test_the_text_statistics_read_from_the_source_are_the_registered_ones():
+    """metric_registry reads the text statistics from evaluate/textstats.py's syntax tree; importing textstats
+    registers the same entries, in the same order, and text_stats evaluates each of them."""
+    from workflow_lib.evaluate import textstats
+
+    registered = tuple(metric for metric, _ in textstats.STATISTICS.values())
+    assert metric_registry.text_statistics() == registered
+    assert set(registered) <= set(REGISTRY)
+    stats = textstats.text_stats(np.array([1, 2, 1, 2, 3]), np.array([0, 2, 5]), np.array([0, 1]), 2)
+    assert tuple(stats) == tuple(m.name for m in registered)
+
+
+@pytest.fixture
+def textstats_source(tmp_path, monkeypatch):
+    """Writes a copy of evaluate/textstats.py with `extra` appended into a workflow_lib under tmp_path, which the
+    source scan reads instead of the real one."""
+    from workflow_lib import module_deps
+
+    original = module_deps.module_path(metric_registry.TEXT_STATISTICS).read_text()
+
+    def write(extra: str) -> Path:
+        path = tmp_path / "workflow_lib/evaluate/textstats.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(original + extra)
+        return path
+
+    monkeypatch.setattr(module_deps, "PACKAGE_DIR", tmp_path / "workflow_lib")
+    module_deps.direct_imports.cache_clear()
+    module_deps.module_closure.cache_clear()
+    yield write
+    module_deps.direct_imports.cache_clear()
+    module_deps.module_closure.cache_clear()
+
+
+SELF_REPEAT = """
+
+@statistic(Metric("self_repeat", "self-repeat", "metrics", tables=("other",), ranked=False, gloss="a test"))
+def self_repeat(texts: Texts) -> np.ndarray:
+    return texts.distinct(5)
+"""
+
+
+def test_a_statistic_added_to_textstats_is_a_metric_with_its_fields(textstats_source):
+    """Adding a text statistic is one decorated function in evaluate/textstats.py: the registry's view of that file
+    has it, last, with the fields its decorator gives."""
+    textstats_source("")
+    before = metric_registry.text_statistics()
+    written = textstats_source(SELF_REPEAT)
+    after = metric_registry.text_statistics()
+    assert after[:-1] == before
+    assert after[-1] == Metric("self_repeat", "self-repeat", "metrics", tables=("other",), ranked=False, gloss="a test")
+    # Run, the copy registers it too: text_stats gives it, after the others, one value per run.
+    spec = importlib.util.spec_from_file_location("textstats_copy", written)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    stats = copy.text_stats(np.array([1, 2, 3, 4, 5, 1]), np.array([0, 6]), np.array([0]), 1)
+    assert list(stats) == [m.name for m in after] and stats["self_repeat"].tolist() == [1.0]
+
+
+@pytest.mark.parametrize(
+    "decorator, refused",
+    [
+        ('statistic(Metric("odd", "odd", "metrics", gloss=GLOSS))', "'gloss=GLOSS' is not a literal"),
+        ('statistic(Metric(NAME, "odd", "metrics"))', "'NAME' is not a literal"),
+        ('statistic(Metric("odd", "odd", "metrics", **EXTRA))', "'**EXTRA' is not a literal"),
+        ('statistic(Metric("odd", "odd", "metrics", colour="red"))', "colour"),
+        ('statistic(Metric("odd", "odd", "perplexity"))', "of kind 'metrics'"),
+        ("statistic(ENTRY)", "not statistic(Metric(...))"),
+    ],
+)
+def test_a_statistic_the_registry_cannot_read_is_refused_naming_it(textstats_source, decorator, refused):
+    textstats_source(f"\n\n@{decorator}\ndef odd_one(texts: Texts) -> np.ndarray:\n    return texts.distinct(1)\n")
+    with pytest.raises(ValueError, match=r"workflow_lib/evaluate/textstats\.py, odd_one: ") as refusal:
+        metric_registry.text_statistics()
+    assert refused in str(refusal.value)

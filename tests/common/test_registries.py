@@ -60,6 +60,50 @@ def test_a_newly_registered_strategy_is_allowed_without_touching_the_schema(monk
     assert "swap" in enum_at(load_schema(), "$defs", "strategies", "items")
 
 
+def read_with(monkeypatch, module: str, extra: str) -> None:
+    """registries reads `module`'s source as it stands plus `extra` (a registry entry appended)."""
+    from workflow_lib import module_deps, registries
+
+    path = module_deps.module_path(module)
+    text = path.read_text() + extra
+    read = registries._tree
+    monkeypatch.setattr(registries, "_tree", lambda p: module_deps._parse(text, str(p)) if p == path else read(p))
+
+
+def test_a_control_is_its_decorator_and_its_three_strings_are_read(monkeypatch):
+    """A MAUVE control is one `@control(name, short, description)` builder in evaluate/controls.py: the schema's
+    `must_detect` enum and control_names' tables read its name and strings (keywords too); anything but three string
+    literals, or a registry without its ceiling first, is refused naming the file."""
+    from workflow_lib.registries import control_entries
+
+    added = (
+        '\n\n@control("reversed", short="reversed words", description="its words reversed")\ndef r(source):\n    pass\n'
+    )
+    read_with(monkeypatch, "workflow_lib.evaluate.control_builders", added)
+    assert control_entries()[-1] == ("reversed", "reversed words", "its words reversed")
+    assert control_entries()[0][0] == "human" and "reversed" in REGISTRIES["controls"]()
+    assert "reversed" in enum_at(
+        load_schema(),
+        "properties",
+        "evaluation",
+        "properties",
+        "mauve",
+        "properties",
+        "controls",
+        "properties",
+        "must_detect",
+        "items",
+    )
+    monkeypatch.undo()
+    read_with(
+        monkeypatch,
+        "workflow_lib.evaluate.control_builders",
+        '\n\n@control("x", "short", SOME_NAME)\ndef x(s):\n    pass\n',
+    )
+    with pytest.raises(ValueError, match="control_builders.py: @control of x takes three strings"):
+        control_entries()
+
+
 def test_the_model_type_table_names_real_causal_lms_and_covers_the_tested_families():
     """workflow_lib/model_types.py, the one table of model-type facts (the cost model's gated MLPs, the featuriser's
     decoders): each type is one transformers knows as a causal LM, and every family the suite trains is in it."""

@@ -1,9 +1,11 @@
-"""A new perturbation strategy, sampling mode or loss is one registry entry each: a copy of the workflow gets the
-cookbook's three recipes (`duplication`, a copy of each selected token inserted at a random gap; `recompute`,
-Algorithm 2 without the cache reuse; `spherical`, a proper scoring rule), each in its own registry, and runs one tiny
-study with all three, through training data, training, sampling in three modes, evaluation and the report's tables.
-The copy differs from the checkout in exactly those three files: the schema's enums and the wildcards are the
-registries' (workflow_lib/registries.py). One study for the three keeps CI's cost at one run.
+"""A new perturbation strategy, sampling mode, loss, text statistic or MAUVE control is one registry entry each: a
+copy of the workflow gets the cookbook's five recipes (`duplication`, a copy of each selected token inserted at a
+random gap; `recompute`, Algorithm 2 without the cache reuse; `spherical`, a proper scoring rule; `length`, a
+continuation's length in tokens; `reversed`, the human continuation's words reversed), each in its own registry, and
+runs one tiny study with all five, through training data, training, sampling in three modes, MAUVE's controls,
+evaluation and the report. The copy differs from the checkout in exactly those five files: the schema's enums, the
+wildcards and the metric registry are read from them (workflow_lib/registries.py, metric_registry.py). One study for
+the five keeps CI's cost at one run.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from support.workflow_runs import (
     write_config,
 )
 from workflow_lib.config_schema import ConfigError, check_schema, load_schema
+from workflow_lib.layout import parse
 
 pytestmark = pytest.mark.workflow
 
@@ -39,6 +42,8 @@ RECIPES = {
     "strategy": "workflow_lib/perturb/strategies.py",
     "sampling mode": "workflow_lib/sample/modes.py",
     "loss": "workflow_lib/train/objectives.py",
+    "metric": "workflow_lib/evaluate/textstats.py",
+    "control": "workflow_lib/evaluate/control_builders.py",
 }
 
 
@@ -73,6 +78,7 @@ def test_a_strategy_mode_and_loss_added_to_their_registries_run_a_whole_study(tm
     assert sorted(k for k in after if before.get(k) != after[k]) == sorted(RECIPES.values())
     config = tiny_config()
     config["eval_sets"] = {"syn-test": config["eval_sets"]["syn-test"]}
+    config["evaluation"]["mauve"]["min_texts"] = 10  # the prompts: MAUVE is scored, so its controls are built
     config["objectives"] = {"spherical": {"loss": "spherical"}}
     grid = {"strategies": ["duplication"], "intensities": [0, 0.2]}
     config["experiments"] = {
@@ -125,19 +131,47 @@ def test_a_strategy_mode_and_loss_added_to_their_registries_run_a_whole_study(tm
     # The spherical loss, -p_y / ||p||_2, lies in [-1, 0); the log score's is positive.
     for path in (workdir / "results/models").rglob("train_summary.json"):
         assert "/spherical/" in str(path) and -1 <= json.loads(path.read_text())["final_loss"] < 0, path
+    # The metric: each evaluation's mean over runs of a run's mean continuation length, and a column of the report.
+    evaluations = sorted((workdir / "results/metrics").rglob("*-exact.json"))
+    assert len(evaluations) == 4  # 2 models x 2 sampling intensities
+    for path in evaluations:
+        result = json.loads(path.read_text())
+        table = pq.read_table(workdir / parse(str(path.relative_to(workdir))).moved("samples"))
+        lengths = np.asarray([len(ids) for ids in table.column("continuation_ids").to_pylist()])
+        runs = np.asarray(table.column("run").to_pylist())
+        expected = np.mean([lengths[runs == r].mean() for r in np.unique(runs)])
+        assert result["length_mean"] == pytest.approx(expected), path
+    assert "length (tokens per continuation)" in (workdir / "results/report/tables/metrics.md").read_text()
+    # The control: its texts beside the others' (the human continuation's words, reversed: the loop's first five
+    # words are the last five reversed), scored against the human references, and a column of the summary's table.
+    controls = pq.read_table(workdir / "results/controls/syn-test.texts.parquet").to_pylist()
+    texts = {(row["control"], row["prompt_id"]): row["text"].split() for row in controls}
+    prompts = sorted({p for c, p in texts if c == "reversed"})
+    assert len(prompts) == 10 and all(texts["reversed", p][::-1][:5] == texts["loop", p][:5] for p in prompts)
+    scored = json.loads(next((workdir / "results/controls").glob("*/syn-test.json")).read_text())
+    assert len(scored["controls"]["reversed"]["scores"]) == len(scored["kmeans_seeds"])
+    assert "| reversed words |" in (workdir / "results/report/tables/controls.md").read_text()
     strategies = (workdir / "results/report/tables/strategies.md").read_text()
     assert "duplication" in strategies and "insertion" not in strategies
     # The checkout's workflow refuses each name: the registry entry is what admits it.
     refused = run_snakemake(workdir, "-n", configfiles=[workdir / "config.yaml"])
     assert refused.returncode != 0 and "spherical" in refused.stdout + refused.stderr
+    # The checkout's schema refuses each name where the paper's recipe is allowed: one name in each study.
     schema = load_schema()
-    for key, name in (("strategies", "duplication"), ("modes", "recompute")):
-        one = copy.deepcopy(config)
-        one["objectives"] = {}
-        one["experiments"]["main"]["objectives"] = ["mle"]
-        one["experiments"]["main"]["test_perturbation"] = {**grid, key: [name] if key == "modes" else grid[key]}
-        if key == "modes":
-            one["experiments"]["main"]["train_perturbation"] = {"strategies": ["insertion"], "intensities": [0]}
-            one["experiments"]["main"]["test_perturbation"]["strategies"] = ["insertion"]
+    paper = {"strategies": ["insertion"], "intensities": [0, 0.2]}
+    plain = copy.deepcopy(config)
+    plain["objectives"] = {}
+    plain["experiments"]["main"] |= {"objectives": ["mle"], "train_perturbation": paper, "test_perturbation": paper}
+    check_schema(copy.deepcopy(plain), schema)
+    for path, name in (
+        (("experiments", "main", "test_perturbation", "strategies"), "duplication"),
+        (("experiments", "main", "test_perturbation", "modes"), "recompute"),
+        (("evaluation", "mauve", "controls", "must_detect"), "reversed"),
+    ):
+        one = copy.deepcopy(plain)
+        node = one
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = [name]
         with pytest.raises(ConfigError, match=name):
             check_schema(one, schema)

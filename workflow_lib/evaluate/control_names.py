@@ -1,25 +1,19 @@
-"""The MAUVE controls by name: one home for the registry that the control texts (controls.py), their scores
-(control_scores.py), the report's instrument table and the cost model (at Snakefile parse time) read. Standard
-library only."""
+"""The MAUVE controls by name, read from their registry (control_builders.py's `@control(name, short, description)`
+decorators, read from its syntax tree by registries.py: nothing imported or executed) for the control scores, the
+report's instrument table and the cost model, at Snakefile parse time. Standard library only.
+"""
 
 from __future__ import annotations
 
-CEILING = "human"
-# name -> its short name (a refused cell's text) and what it is (the summary's table)
-CONTROLS: dict[str, str] = {
-    CEILING: "human text",
-    "shuffled": "shuffled words",
-    "loop": "a 5-word loop",
-    "salad": "word salad",
-    "swapped": "another prompt's continuation",
-}
-DESCRIPTIONS: dict[str, str] = {
-    CEILING: "the human words that follow the reference (the ceiling)",
-    "shuffled": "the reference's continuation, its words in a random order",
-    "loop": "the continuation's first 5 words, repeated to its length",
-    "salad": "words drawn from the eval set's unigram distribution",
-    "swapped": "another prompt's human continuation (fluent, off-prompt)",
-}
+from workflow_lib.registries import control_entries
+
+CEILING = "human"  # the ceiling control, human text itself: registered first
+_ENTRIES = control_entries()
+if _ENTRIES[0][0] != CEILING:
+    raise ValueError(f"evaluate/control_builders.py: the first control registered must be the ceiling, {CEILING!r}")
+# name -> its short name (a refused cell's text) and what it is (the summary's table), in the registry's order
+CONTROLS: dict[str, str] = {name: short for name, short, _ in _ENTRIES}
+DESCRIPTIONS: dict[str, str] = {name: description for name, _, description in _ENTRIES}
 
 # The graded, planted control (docs/method.md §4, "MAUVE's planted control"): two disjoint human windows (the
 # ceiling, `CEILING` then `SECOND_WINDOW`) against the same windows with a share of the prompts' texts replaced by

@@ -1,35 +1,25 @@
-"""What MAUVE can see here: the control texts, built from each eval set's human references and laid out exactly as
-the model texts are (the same prompts, the reference's number of words, one text per prompt).
+"""What MAUVE can see here: the control texts (the `control_texts` job), laid out exactly as the model texts are (the
+same prompts, the reference's number of words, one text per prompt): every registered control's words
+(control_builders.py), then the planted control's rows.
 
-The controls (`human`, the ceiling; `shuffled`, `loop`, `salad`, `swapped`; the planted control's rows) and the rule
-that decides whether an eval set's MAUVE cells are reported: docs/method.md §4, "MAUVE's controls" and "MAUVE's
-planted control". This module builds the texts (the `control_texts` rule: no featuriser, no model); the `features`
-job featurises them beside the references (evaluate.features) and evaluate.control_scores scores them and applies
-the rule. Kept apart so that an edit of the scoring code rebuilds no text.
+The controls, the planted control, and the rule that decides whether an eval set's MAUVE cells are reported:
+docs/method.md §4, "MAUVE's controls" and "MAUVE's planted control". The `features` job featurises these texts and
+evaluate.control_scores scores them: an edit of the scoring code rebuilds no text.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 
 import numpy as np
 
 from workflow_lib.cli import StageError, parse_json_arg, run
-from workflow_lib.evaluate.control_names import CEILING, MIXTURE, SECOND_WINDOW
+from workflow_lib.evaluate.control_builders import BUILDERS, Source, control_seed
+from workflow_lib.evaluate.control_names import CEILING, CONTROLS, MIXTURE, SECOND_WINDOW
 from workflow_lib.files import write_parquet
 
 log = logging.getLogger("workflow_lib.evaluate.controls")
-
-LOOP_WORDS = 5
-
-
-def control_seed(seed: int, eval_set: str, control: str) -> np.random.Generator:
-    """A control's generator, from the study's seed and the eval set's and control's names (same config, same
-    bytes; no two controls or eval sets share a stream)."""
-    key = hashlib.sha256(f"{eval_set}\0{control}".encode()).digest()
-    return np.random.default_rng([seed, int.from_bytes(key[:8], "little")])
 
 
 def word_stream(texts: list[str], forbidden: str | None) -> tuple[list[list[str]], np.ndarray]:
@@ -37,19 +27,6 @@ def word_stream(texts: list[str], forbidden: str | None) -> tuple[list[list[str]
     drop them, and the kept rows' indices in `texts`."""
     keep = [i for i, t in enumerate(texts) if t and not (forbidden and forbidden in t)]
     return [texts[i].split() for i in keep], np.asarray(keep, dtype=np.int64)
-
-
-def following_words(rows: list[list[str]], row: int, start: int, count: int) -> list[str]:
-    """`count` words of the row stream from word `start` of row `row`, continuing into the next rows (and from the
-    first row after the last)."""
-    out: list[str] = []
-    r, at = row, start
-    for _ in range(len(rows) + 1):
-        out += rows[r][at : at + count - len(out)]
-        if len(out) == count:
-            return out
-        r, at = (r + 1) % len(rows), 0
-    raise StageError(f"the eval set holds fewer than {count} words after a prompt's reference")
 
 
 def control_texts(
@@ -78,35 +55,25 @@ def control_texts(
     references = prompts.column("reference").to_pylist()
     if len(ids) < 2:
         raise StageError(f"eval_sets.{eval_set}: MAUVE's controls need at least 2 prompts, not {len(ids)}")
-    continuations = [r[len(p) :].split() for r, p in zip(references, prefixes, strict=True)]
     rows, kept = word_stream(texts, forbidden)
     row_of_doc = {int(doc_ids[i]): k for k, i in enumerate(kept)}
     doc_of_prompt = prompts.column("doc_id").to_pylist()
     if missing := [d for d in doc_of_prompt if int(d) not in row_of_doc]:
         raise StageError(f"eval_sets.{eval_set}: a prompt's document {missing[0]} is not among the eval set's rows")
-
-    built: dict[str, list[list[str]]] = {
-        CEILING: [
-            following_words(rows, row_of_doc[int(d)], prefix_words + reference_words, reference_words)
-            for d in doc_of_prompt
-        ]
-    }
-    rng = control_seed(seed, eval_set, "shuffled")
-    built["shuffled"] = [[c[i] for i in rng.permutation(len(c))] for c in continuations]
-    built["loop"] = [(c[:LOOP_WORDS] * (len(c) // max(1, len(c[:LOOP_WORDS])) + 1))[: len(c)] for c in continuations]
-    vocabulary, counts = np.unique(np.asarray([w for row in rows for w in row], dtype=object), return_counts=True)
-    rng = control_seed(seed, eval_set, "salad")
-    lengths = np.asarray([len(c) for c in continuations])
-    drawn = rng.choice(len(vocabulary), size=int(lengths.sum()), p=counts / counts.sum())
-    built["salad"] = [list(vocabulary[part]) for part in np.split(drawn, np.cumsum(lengths)[:-1])]
-    shift = int(control_seed(seed, eval_set, "swapped").integers(1, len(ids)))
-    built["swapped"] = [continuations[(i + shift) % len(ids)] for i in range(len(ids))]
-
+    source = Source(
+        continuations=[r[len(p) :].split() for r, p in zip(references, prefixes, strict=True)],
+        rows=rows,
+        prompt_rows=[row_of_doc[int(d)] for d in doc_of_prompt],
+        prefix_words=prefix_words,
+        reference_words=reference_words,
+        seed=seed,
+        eval_set=eval_set,
+    )
+    built = {name: BUILDERS[name](source) for name in CONTROLS}
+    if wrong := [name for name, words in built.items() if len(words) != len(ids)]:
+        raise StageError(f"the control {wrong[0]!r} built {len(built[wrong[0]])} texts for {len(ids)} prompts")
     if planted and planted["fraction"] > 0 and other is not None:
-        built[SECOND_WINDOW] = [
-            following_words(rows, row_of_doc[int(d)], prefix_words + 2 * reference_words, reference_words)
-            for d in doc_of_prompt
-        ]
+        built[SECOND_WINDOW] = source.window(2)
         built |= mixture([built[CEILING], built[SECOND_WINDOW]], other, planted["fraction"], seed, eval_set)
     names = [name for name in built for _ in ids]
     return pa.table(

@@ -22,7 +22,6 @@ import numpy as np
 from workflow_lib.cli import StageError, parse_json_arg, run
 from workflow_lib.evaluate.features import joined
 from workflow_lib.evaluate.floor import MIN_TEXTS, fewest_texts, mauve_status
-from workflow_lib.evaluate.textstats import FIELDS as TEXT_FIELDS
 from workflow_lib.evaluate.textstats import continuation_tokens, text_stats
 from workflow_lib.files import write_json, write_parquet
 from workflow_lib.provenance import provenance
@@ -315,8 +314,8 @@ def evaluate(
     diversity = text_stats(*continuation_tokens(samples), run_index, len(runs))
     for name in ROUGE_TYPES:
         summary |= summarise(name, rouge_per_run[name])
-    for name in TEXT_FIELDS:
-        summary |= summarise(name, diversity[name])
+    for name, per_run in diversity.items():  # every registered text statistic, in its order
+        summary |= summarise(name, per_run)
     summary |= {
         "run_ids": [int(r) for r in runs],
         "runs": len(runs),

@@ -14,15 +14,16 @@ import math
 import numpy as np
 import polars as pl
 
+from workflow_lib import metric_registry
 from workflow_lib.report.statistics import across_seeds, detectable, holm
 
-# (column, name, True where higher is better): the metrics a trend is tested on, where the study has them.
-METRICS = [
-    ("mauve_mean", "MAUVE", True),
-    ("rouge1_mean", "ROUGE-1", True),
-    ("perplexity", "perplexity", False),
-    ("tv_mean", "exact TV", False),
-]
+
+def trended_metrics() -> list[tuple[str, str, bool]]:
+    """(column, label, True where higher is better) of the metrics a trend is tested on, where the study has them:
+    the registry's metrics with a `finding`, in its order (read from metric_registry.REGISTRY when called)."""
+    return [(m.mean_column, m.label, not m.lower_is_better) for m in metric_registry.REGISTRY if m.finding is not None]
+
+
 # What tells one dose-response arm from another: every identity column but the intensities and the seed.
 ARM = [
     "model",
@@ -37,7 +38,8 @@ ARM = [
     "test_mode",
 ]
 MIN_DOSES = 3
-PREDICTED = {"MAUVE": "falls"}  # the paper's curve over 0.025-0.4 (docs/method.md §4); no other metric has one
+# By label: the paper's curve over 0.025-0.4 (docs/method.md §4); no other metric has one.
+PREDICTED = {metric_registry.BY_NAME["mauve"].label: "falls"}
 
 
 def seed_slopes(doses: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -71,7 +73,7 @@ def trend_rows(frame: pl.DataFrame) -> pl.DataFrame:
         doses = sorted(set(arm["train_intensity"].to_list()))
         if len(doses) < MIN_DOSES:
             continue
-        for column, name, higher in METRICS:
+        for column, name, higher in trended_metrics():
             if column not in arm.columns:
                 continue
             cells = arm.filter(pl.col(column).is_not_null())
