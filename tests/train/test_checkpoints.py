@@ -203,3 +203,36 @@ def test_a_second_trainer_on_a_folder_in_use_fails_naming_it_and_the_holder(data
         holder.wait()
     train(base.args_for(data, tmp_path), {**base.SETTINGS, "epochs": 1}, base.MODEL, {"loss": "mle"})
     assert (tmp_path / "model/model.safetensors").exists()
+
+
+def test_a_resumed_training_continues_its_mlflow_and_wandb_runs(data, tmp_path, monkeypatch):
+    """Issue 67: a training killed after a checkpoint and rerun continues the tracker runs it started (the ids its
+    checkpoint saved): one MLflow run, whose history reaches the last step, and one W&B id in both offline folders."""
+    from mlflow.tracking import MlflowClient
+
+    from workflow_lib.train import tracking
+
+    trackers = tmp_path / "tracking"
+    monkeypatch.setenv(tracking.ENV, json.dumps({"report_to": ["mlflow", "wandb"], "dir": str(trackers)}))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = tmp_path / "killed"
+    out.mkdir()
+    state = out / "resume" / checkpoints.CURRENT / checkpoints.STATE_FILE
+    kill_when(base.cli_command(data, out, base.KILLED_SETTINGS), [state], out / "killed.log")
+    saved = json.loads(state.read_text())["tracker_runs"]
+    assert set(saved) == {"mlflow", "wandb"}, saved
+    resumed = base.run_cli(data, out, base.KILLED_SETTINGS)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from step" in resumed.stderr
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=(trackers / "mlflow").resolve().as_uri())
+    runs = client.search_runs([client.get_experiment_by_name(tracking.PROJECT).experiment_id])
+    assert [r.info.run_id for r in runs] == [saved["mlflow"]]  # the same run, not a second one
+    steps = {m.step for m in client.get_metric_history(saved["mlflow"], "loss")}
+    assert max(steps) == 48 and min(steps) == 1  # before the kill and after the resume, in one run
+    assert runs[0].info.status == "FINISHED"
+    folders = sorted((trackers / "wandb/wandb").glob("offline-run-*"))
+    assert len(folders) == 2 and all(f.name.endswith(f"-{saved['wandb']}") for f in folders), folders

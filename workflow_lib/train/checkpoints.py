@@ -73,6 +73,7 @@ def save_checkpoint(run: TrainingRun, state: RunState) -> None:
     accelerator.wait_for_everyone()  # every process has written its RNG state before the folder is marked
     if accelerator.is_main_process:
         saved = {"step": state.step, "best": state.best, "log": state.log, "fingerprint": run.mark}
+        saved["tracker_runs"] = state.tracker_runs
         saved["files"] = file_list(new)
         (new / f"{STATE_FILE}.tmp").write_text(json.dumps(saved))
         fsync_tree(new)  # the files, then the marker's name: a marked folder is whole on disk

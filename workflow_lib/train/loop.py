@@ -75,6 +75,7 @@ class RunState:
     best: dict = field(default_factory=lambda: {"loss": math.inf, "step": None})
     log: list[dict] = field(default_factory=list)  # the rows of train_log.csv so far
     checkpoint_step: int | None = None  # the last complete checkpoint, named when the run diverges
+    tracker_runs: dict = field(default_factory=dict)  # tracker name -> its run's id, continued on resuming
 
 
 @dataclass

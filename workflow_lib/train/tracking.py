@@ -2,9 +2,9 @@
 accelerate's trackers, logged from the main process only.
 
 One run per training job, named after its output path's wildcards (model/dataset/objective/condition/seed), with
-the job's settings as the run's configuration. Each optimizer step logs what `train_log.csv` records in the same
-row: the objective's own loss, the learning rate, the gradient norm, tokens/s (every log_every steps) and, at each
-evaluation, the validation NLL and objective loss.
+the job's settings as the run's configuration; a training resumed from a checkpoint continues its own tracker runs
+(their ids are saved in each checkpoint: `resume`, `run_ids`). Each optimizer step logs the row `train_log.csv`
+records: loss, learning rate, gradient norm, tokens/s and, at each evaluation, the validation NLL and objective loss.
 
 The trackers are not params of the train rule: turning one on must not retrain a finished model. rules/train.smk
 passes `training.report_to` and `training.tracking_dir` to the jobs in the environment (PERTURBED_LM_TRACKING),
@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
+import uuid
 from pathlib import Path
+
+log = logging.getLogger("workflow_lib.train.tracking")
 
 ENV = "PERTURBED_LM_TRACKING"
 PROJECT = "perturbed-lm"
@@ -67,6 +71,35 @@ def trackers(report_to: list[str], folder: str, run: str) -> list:
             (root / "wandb").mkdir(parents=True, exist_ok=True)
             out.append(WandBTracker(PROJECT, name=run, dir=str(root / "wandb"), group=run.split("/")[0]))
     return out
+
+
+def resume(trackers: list, runs: dict[str, str]) -> None:
+    """Point the trackers, before they start, at the runs a checkpoint saved (`runs`, tracker name -> run id): W&B
+    resumes its id (a new run gets a new id, so the checkpoint can name it), MLflow its run where the store still
+    holds it. TensorBoard writes into the run's own folder either way."""
+    for tracker in trackers:
+        if tracker.name == "wandb":
+            tracker.init_kwargs |= {"id": runs.get("wandb") or uuid.uuid4().hex[:16], "resume": "allow"}
+        elif tracker.name == "mlflow" and runs.get("mlflow"):
+            from mlflow.exceptions import MlflowException
+            from mlflow.tracking import MlflowClient
+
+            try:
+                MlflowClient().get_run(runs["mlflow"])
+                tracker.run_id = runs["mlflow"]
+            except MlflowException:
+                log.warning("MLflow run %s is not in this tracking store: a new run is started", runs["mlflow"])
+
+
+def run_ids(trackers: list) -> dict[str, str]:
+    """The started trackers' run ids, which each checkpoint keeps so that a resumed training continues them."""
+    ids = {}
+    for tracker in trackers:
+        if tracker.name == "wandb":
+            ids["wandb"] = tracker.run.id
+        elif tracker.name == "mlflow":
+            ids["mlflow"] = tracker.active_run.info.run_id
+    return ids
 
 
 def run_config(settings: dict, model_spec: dict, objective: dict, run: str) -> dict:

@@ -124,7 +124,7 @@ def take_steps(run: TrainingRun, state: RunState) -> None:
 
     from workflow_lib.train import tracking
 
-    start_tracking(run)
+    start_tracking(run, state)
     progress = tqdm(
         total=run.total_steps,
         initial=state.step,
@@ -319,17 +319,26 @@ def resume_or_start(run: TrainingRun) -> RunState:
     folder, saved = folder_and_saved
     accelerator.load_state(str(folder))
     log.info("resuming from step %d of %d (%s)", saved["step"], run.total_steps, folder)
-    return RunState(step=saved["step"], best=saved["best"], log=saved["log"], checkpoint_step=saved["step"])
+    return RunState(
+        step=saved["step"],
+        best=saved["best"],
+        log=saved["log"],
+        checkpoint_step=saved["step"],
+        tracker_runs=saved.get("tracker_runs", {}),
+    )
 
 
-def start_tracking(run: TrainingRun) -> None:
-    """Open the trackers' run (training.report_to) and log what the steps will be."""
+def start_tracking(run: TrainingRun, state: RunState) -> None:
+    """Open the trackers' runs (training.report_to), continuing those of the checkpoint resumed, and log what the
+    steps will be."""
     from workflow_lib.train import tracking
 
     settings, accelerator = run.settings, run.accelerator
-    if tracking.settings_from_env()["report_to"]:
+    if tracking.settings_from_env()["report_to"] and accelerator.is_main_process:
+        tracking.resume(accelerator.log_with, state.tracker_runs)
         run_config = tracking.run_config(settings, run.model_spec, run.objective, tracking.run_name(run.args.output))
         accelerator.init_trackers(tracking.PROJECT, config=run_config)
+        state.tracker_runs = tracking.run_ids(accelerator.trackers)
     log.info(
         "%d optimizer steps (%d per epoch): %d process(es) x batch %d x accumulation %d = global batch %d; "
         "mixed precision %s; master weights %s",
