@@ -141,3 +141,23 @@ def test_run_names_and_logged_rows():
         "model.source": "scratch",
         "objective.loss": "mle",
     }
+
+
+def test_resuming_points_each_tracker_at_its_saved_run_or_a_new_one(tmp_path, monkeypatch, caplog):
+    """W&B gets the saved id (a new run: a fresh one, so that its checkpoint can name it); MLflow the saved run where
+    its store holds it, else a new run, with a warning (the study moved to another tracking store)."""
+    from accelerate.tracking import MLflowTracker, WandBTracker
+
+    wandb = WandBTracker(tracking.PROJECT, name="r")
+    tracking.resume([wandb], {"wandb": "saved0id"})
+    assert wandb.init_kwargs == {"name": "r", "id": "saved0id", "resume": "allow"}
+    fresh = WandBTracker(tracking.PROJECT, name="r")
+    tracking.resume([fresh], {})
+    assert len(fresh.init_kwargs["id"]) == 16 and fresh.init_kwargs["id"] != wandb.init_kwargs["id"]
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlflow").as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow = MLflowTracker(tracking.PROJECT, run_name="r")
+    with caplog.at_level("WARNING", logger="workflow_lib.train.tracking"):
+        tracking.resume([mlflow], {"mlflow": "0" * 32})
+    assert mlflow.run_id is None and "is not in this tracking store: a new run is started" in caplog.text

@@ -13,8 +13,9 @@ submitted with its own predicted --time. Then the study's sampling is redone wit
 first run's byte for byte.
 
 The test node has 2 fake GPUs (a generic resource without devices, so GPU jobs run on its CPUs), and the study
-asks one for its featurisation and scoring jobs (`evaluation.gpus: 1`): each job of those rules must request one
-GPU (`sbatch --gpus=1`), and every other job none, as squeue shows.
+asks for both to train (`training.gpus: 2`) and for one to sample, featurise and score: each job of those rules must
+request its GPUs (`sbatch --gpus=N`) in one task with the profile's CPUs per GPU, and every other job no GPU, as
+squeue shows; the training's one task runs `accelerate launch` with two processes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import re
 import shutil
 import subprocess
 import time
+from typing import NamedTuple
 
 import pytest
 import yaml
@@ -54,8 +56,10 @@ SLURM_ARGS = [
 # Which partition the profile sends each rule to, given the two variables below.
 PARTITION_ENV = {"PERTURBED_LM_PARTITION": "cpu", "PERTURBED_LM_GPU_PARTITION": "gpu"}
 GPU_PARTITION_RULES = {"train", "sample", "features", "sample_features", "perplexity", "extrapolation"}
-# The rules whose jobs ask for a GPU in this study (evaluation.gpus: 1; training.gpus and sampling.gpus stay 0).
-GPU_REQUEST_RULES = {"features", "sample_features", "perplexity", "extrapolation"}
+# The GPUs each rule's jobs ask for in this study: training.gpus 2 (the test node's two fake GPUs: one task of two
+# processes, accelerate launch's), sampling.gpus and evaluation.gpus 1; every other rule none.
+GPU_REQUESTS = {"train": 2, "sample": 1, "features": 1, "sample_features": 1, "perplexity": 1, "extrapolation": 1}
+CPUS_PER_GPU = {"train": 8}  # the profile's cpus_per_gpu (4 for every other GPU rule)
 
 
 def slurm_available() -> bool:
@@ -104,14 +108,33 @@ def jobs_run(output: str) -> list[str]:
     return re.findall(r"^(?:local)?rule (\w+):$", output, flags=re.MULTILINE)
 
 
-def slurm_jobs(output: str) -> dict[str, tuple[str, int, int]]:
-    """Job comment (rule and wildcards) -> (partition, time limit in minutes, GPUs requested), for every job the run
-    submitted (squeue keeps finished jobs for MinJobAge seconds)."""
+class Submitted(NamedTuple):
+    """What SLURM received of a job's sbatch line, as squeue shows it."""
+
+    partition: str
+    minutes: int  # -t
+    gpus: int  # --gpus (tres-per-job) or --gres=gpu:N (tres-per-node)
+    tasks: int  # --ntasks (default 1)
+    cpus_per_gpu: int  # --cpus-per-gpu (cpus-per-tres); 0: none asked
+
+
+def slurm_jobs(output: str) -> dict[str, Submitted]:
+    """Job comment (rule and wildcards) -> what SLURM received of its sbatch line, for every job the run submitted
+    (squeue keeps finished jobs for MinJobAge seconds)."""
     ids = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
     if not ids:
         return {}
     # -O: `field:|` is the field unpadded, then |. --gpus=N shows in tres-per-job, --gres=gpu:N in tres-per-node.
-    fields = ["JobID", "Partition", "Comment", "TimeLimit", "tres-per-job", "tres-per-node"]
+    fields = [
+        "JobID",
+        "Partition",
+        "Comment",
+        "TimeLimit",
+        "tres-per-job",
+        "tres-per-node",
+        "NumTasks",
+        "cpus-per-tres",
+    ]
     queue = subprocess.run(
         ["squeue", "-t", "all", "-h", "-j", ",".join(ids), "-O", ",".join(f"{field}:|" for field in fields)],
         capture_output=True,
@@ -121,8 +144,10 @@ def slurm_jobs(output: str) -> dict[str, tuple[str, int, int]]:
     assert queue.returncode == 0, queue.stderr
     jobs = {}
     for line in queue.stdout.splitlines():
-        _, partition, comment, limit, per_job, per_node = line.split("|")[:6]
-        jobs[comment] = (partition, minutes(limit), gpus(per_job) + gpus(per_node))
+        _, partition, comment, limit, per_job, per_node, tasks, cpus_per_tres = line.split("|")[:8]
+        jobs[comment] = Submitted(
+            partition, minutes(limit), gpus(per_job) + gpus(per_node), int(tasks), gpus(cpus_per_tres)
+        )
     return jobs
 
 
@@ -158,6 +183,8 @@ def study_config() -> dict:
     config["cost"] = dict(COST)
     config["sampling"] = {**config["sampling"], **SAMPLING}
     config["evaluation"] = {**config["evaluation"], "gpus": 1}  # the featurisation and scoring jobs' GPUs
+    config["sampling"]["gpus"] = 1
+    config["training"] = {**config["training"], "gpus": 2}  # one task: accelerate launch's two processes
     return config
 
 
@@ -228,14 +255,20 @@ def test_tiny_study_runs_end_to_end_through_the_slurm_profile(failed_then_fixed)
     # Every job but the local rules went through sbatch, to the partition the profile names for its rule.
     submitted = {**slurm_jobs(first.stdout + first.stderr), **slurm_jobs(rerun.stdout + rerun.stderr)}
     rules = {re.match(r"rule_(\w+?)_wildcards", comment).group(1): job for comment, job in submitted.items()}
-    # Each job of a GPU_REQUEST_RULES rule asked for one GPU (evaluation.gpus), every other job for none (checked
-    # before the set of rules, so that a CPU rule asking for a GPU shows as such).
-    wrong = {
-        comment: gpus
-        for comment, (_, _, gpus) in submitted.items()
-        if gpus != (1 if re.match(r"rule_(\w+?)_wildcards", comment).group(1) in GPU_REQUEST_RULES else 0)
-    }
-    assert not wrong, f"GPUs requested (GPU_REQUEST_RULES' jobs must ask for 1, the others for none): {wrong}"
+    # Each job asked for its rule's GPUs (GPU_REQUESTS: the study's training.gpus, sampling.gpus, evaluation.gpus),
+    # in one task, with the profile's CPUs per GPU; every other job for no GPU (checked before the set of rules, so
+    # that a CPU rule asking for a GPU shows as such).
+    wrong = {}
+    for comment, job in submitted.items():
+        rule = re.match(r"rule_(\w+?)_wildcards", comment).group(1)
+        want = GPU_REQUESTS.get(rule, 0)
+        geometry = (job.gpus, job.tasks, job.cpus_per_gpu)
+        if geometry != (want, 1, CPUS_PER_GPU.get(rule, 4) if want else 0):
+            wrong[comment] = geometry
+    assert not wrong, f"(GPUs, tasks, CPUs per GPU) that are not GPU_REQUESTS' and the profile's: {wrong}"
+    # The training's one task ran accelerate launch with the job's GPUs as its processes.
+    train_log = (workdir / "results/logs/train/tiny/synthetic/mle/none/augment-m1/none-0/seed1.log").read_text()
+    assert "2 process(es) x batch" in train_log and "--multi_gpu --num_processes 2" in rerun.stdout + rerun.stderr
     assert set(rules) == {
         "tokenize",
         "perturb",
@@ -249,17 +282,17 @@ def test_tiny_study_runs_end_to_end_through_the_slurm_profile(failed_then_fixed)
         "perplexity",
         "extrapolation",
     }, sorted(rules)
-    for rule, (partition, *_) in rules.items():
-        assert partition == ("gpu" if rule in GPU_PARTITION_RULES else "cpu"), (rule, partition)
+    for rule, job in rules.items():
+        assert job.partition == ("gpu" if rule in GPU_PARTITION_RULES else "cpu"), (rule, job.partition)
     # --time is the cost model's prediction of the job x cost.safety: one job per modelled rule in this study (the GPU
     # rules and evaluate, predicted on cost.cpu), but for sampling's three shards, each asking for its own prediction
     config = validate_config(study_config())
     predicted = {job.rule: runtime_minutes(config, key) for key, job in planned(config).items()}
     for rule in (GPU_PARTITION_RULES | {"evaluate"}) - {"sample"}:
-        assert rules[rule][1] == predicted[rule], (rule, rules[rule][1], predicted[rule])
+        assert rules[rule].minutes == predicted[rule], (rule, rules[rule].minutes, predicted[rule])
     shards = {
-        tuple(map(int, re.search(r"_(\d+)_(\d+)$", comment).groups())): minutes
-        for comment, (_, minutes, _) in submitted.items()
+        tuple(map(int, re.search(r"_(\d+)_(\d+)$", comment).groups())): job.minutes
+        for comment, job in submitted.items()
         if comment.startswith("rule_sample_wildcards_")  # not sample_features
     }
     assert set(shards) == {(0, 3), (1, 3), (2, 3)}, shards
@@ -268,7 +301,7 @@ def test_tiny_study_runs_end_to_end_through_the_slurm_profile(failed_then_fixed)
             shard = parse(key).shard
             assert shards[(shard.index, shard.count)] == runtime_minutes(config, key), (key, shards)
     assert len({predicted[rule] for rule in GPU_PARTITION_RULES}) > 1, predicted  # not one constant for all
-    assert rules["tokenize"][1] == 60  # the profile's default-resources for a rule the cost model does not size
+    assert rules["tokenize"].minutes == 60  # the profile's default-resources for a rule the cost model does not size
     print(f"failing run + rerun on SLURM: {seconds:.0f} s")
 
 

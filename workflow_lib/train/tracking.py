@@ -81,13 +81,12 @@ def resume(trackers: list, runs: dict[str, str]) -> None:
         if tracker.name == "wandb":
             tracker.init_kwargs |= {"id": runs.get("wandb") or uuid.uuid4().hex[:16], "resume": "allow"}
         elif tracker.name == "mlflow" and runs.get("mlflow"):
-            from mlflow.exceptions import MlflowException
-            from mlflow.tracking import MlflowClient
-
+            # Imported as accelerate imports it, only where a study turns MLflow on (an extra: envs/ pin no tracker).
+            mlflow = importlib.import_module("mlflow")
             try:
-                MlflowClient().get_run(runs["mlflow"])
+                mlflow.tracking.MlflowClient().get_run(runs["mlflow"])
                 tracker.run_id = runs["mlflow"]
-            except MlflowException:
+            except mlflow.exceptions.MlflowException:
                 log.warning("MLflow run %s is not in this tracking store: a new run is started", runs["mlflow"])
 
 
