@@ -17,7 +17,7 @@ OUT ?= results/gpu-check
 # environment: a workflow importing this one shares it).
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv install lock run test lint dryrun bench clean rehearsal real real-full real-peers real-powered real-ci check estimate design docs simulation gpu-check
+.PHONY: help venv install lock run test lint dryrun bench clean release rehearsal real real-full real-peers real-powered real-ci check estimate design docs simulation gpu-check
 
 help: ## list the targets, one line each
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z-]+):.*## /\1\t/' | expand -t 13
@@ -155,6 +155,11 @@ bench: $(STAMP) ## every benchmark script (after the studies whose results they 
 # this venv (a cluster's module, a container), GPU_PYTHON=python3; it needs no Snakemake, polars or network.
 gpu-check: ## the CUDA path proven and measured on this GPU (OUT=folder; GPU_PYTHON=python3 without the venv)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 $(GPU_PYTHON) bench/gpu_check.py --out $(OUT)
+
+release: ## tag release VERSION=x.y.z (pyproject.toml, CITATION.cff and CHANGELOG.md must agree; nothing is pushed)
+	@# VERSION (and RELEASE_REPO, a clone to tag instead of this one) reach the tool through the environment, as make
+	@# exports command-line variables: their text is never part of the shell command.
+	$(PYTHON) tools/release.py "$$VERSION" --repo "$${RELEASE_REPO:-.}"
 
 clean: ## remove results/ and .snakemake/
 	rm -rf results .snakemake
