@@ -23,13 +23,14 @@ from workflow_lib.layout import (
     REPORT_FIGURE,
     REPORT_TABLE,
     SUMMARY,
+    TRACKED,
     TRAINING_FIGURE,
     benchmark_path,
     log_path,
     partial,
     prompts_path,
 )
-from workflow_lib.report.settings import report_settings, report_view
+from workflow_lib.report.settings import report_settings, report_view, tracker_settings
 
 
 # The paths a gather job reads, one a line, for argparse's @file: on the command line they would pass the kernel's
@@ -236,6 +237,28 @@ rule tables:
         folder=lambda w, output: os.path.dirname(output.tables[0]),
     shell:
         "python -m workflow_lib.report.build tables --metrics {input.metrics:q} --config {params.config:q} --settings {params.settings:q} --out-dir {params.folder:q} --summary {output.summary:q} --landing {output.landing:q} --simulation {input.simulation:q} --contrasts {input.contrasts:q} --synonyms {input.synonyms:q} --variance {input.variance:q} @{input.arguments:q} 2> {log:q}"
+
+
+# The finished study's results in the trackers it names (report.report_to; workflow_lib/report/trackers.py): only
+# where it names one, and a change to them reruns this job alone.
+rule track_results:
+    input:
+        metrics=partial(REPORT, file="metrics.csv"),
+        contrasts=partial(REPORT, file="contrasts.csv"),
+        summary=SUMMARY,
+        tables=[REPORT_TABLE.format(table=t, ext="md") for t in REPORT_TABLES],
+    output:
+        TRACKED,
+    log:
+        log_path("report/track_results"),
+    localrule: True
+    conda:
+        "../envs/evaluate.yaml"
+    params:
+        code=code_digest("workflow_lib.report.trackers"),
+        settings=lambda w: as_json(tracker_settings(config, os.getcwd())),
+    shell:
+        "python -m workflow_lib.report.trackers --metrics {input.metrics:q} --contrasts {input.contrasts:q} --summary {input.summary:q} --tables {input.tables:q} --settings {params.settings:q} --output {output:q} 2> {log:q}"
 
 
 rule figure:

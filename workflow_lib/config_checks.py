@@ -231,8 +231,9 @@ def check(config: dict, workdir: Path | None = None) -> None:
     check_report_intensity(config)
     from workflow_lib.train.tracking import missing
 
-    if absent := missing(config["training"]["report_to"]):
-        raise ConfigError(f"config key training.report_to: not installed: {', '.join(absent)}")
+    for key in ("training", "report"):
+        if absent := missing(config[key]["report_to"]):
+            raise ConfigError(f"config key {key}.report_to: not installed: {', '.join(absent)}")
 
 
 def check_embedding_strategies(name: str, exp: dict) -> None:

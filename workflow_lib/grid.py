@@ -29,6 +29,7 @@ from workflow_lib.layout import (
     SIMULATION,
     SIMULATION_FIT,
     SUMMARY,
+    TRACKED,
     TRAINING_FIGURE,
     Evaluation,
     ModelRun,
@@ -334,7 +335,8 @@ def report_targets(config: dict) -> list[str]:
     tables = [REPORT_TABLE.format(table=t, ext="md") for t in [*REPORT_TABLES, "examples", "synonyms", "variance"]]
     figures = [REPORT_FIGURE.format(figure=f, ext="png") for f in report_figures(config)]
     contrasts = REPORT.format(file="contrasts.csv")
-    return [SUMMARY, contrasts, *tables, *figures, *curve_targets(config)]
+    tracked = [TRACKED] if config["report"]["report_to"] else []  # the results in the trackers (report.trackers)
+    return [SUMMARY, contrasts, *tables, *figures, *curve_targets(config), *tracked]
 
 
 def all_targets(config: dict) -> list[str]:

@@ -60,6 +60,7 @@ REPORT_FIGURES = ("ablation", "intensity", "extrapolation")  # the `figure` name
 ABLATION_FIGURE, INTENSITY_FIGURE, EXTRAPOLATION_FIGURE = REPORT_FIGURES
 TRAINING_FIGURE = "results/report/figures/training/{model}/{dataset}.{ext}"
 SUMMARY = "results/summary.md"
+TRACKED = "results/report/tracked.json"  # the runs the report logged to the trackers (report.report_to)
 REPORT_LANDING = "results/report/workflow.rst"  # the HTML report's first page, with the findings
 ARGUMENT_FILE = "results/report/args/{name}.txt"  # a gather job's input paths, one a line (argparse's @file)
 MAUVE_CONTRAST = "results/report/mauve/{pair}.json"  # one designed MAUVE contrast's result (report.joint_mauve)

@@ -3,6 +3,8 @@ time: standard library only)."""
 
 from __future__ import annotations
 
+import os
+
 from workflow_lib.grid import report_figures
 from workflow_lib.layout import REPORT_FIGURE
 
@@ -12,6 +14,16 @@ def report_settings(config: dict) -> dict:
         "intensity": config["report"]["intensity"],
         "eval_order": list(config["eval_sets"]),
         "figures": [REPORT_FIGURE.format(figure=f, ext="png") for f in report_figures(config)],
+    }
+
+
+def tracker_settings(config: dict, workdir: str) -> dict:
+    """What the results' logging job reads: the trackers (report.report_to), their folder (training.tracking_dir)
+    and the study's name, its working directory's."""
+    return {
+        "report_to": config["report"]["report_to"],
+        "dir": config["training"]["tracking_dir"],
+        "study": os.path.basename(os.path.abspath(workdir)),
     }
 
 
