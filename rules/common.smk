@@ -13,6 +13,13 @@ from snakemake.utils import update_config
 if MAIN_WORKFLOW:
     os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 
+from workflow_lib.install_source import deploy_environment
+
+# Where the package came from, for the conda environments' post-deploy scripts (envs/*.post-deploy.sh), which
+# Snakemake runs from a copy: they install the same package (workflow_lib/install_source.py). A user's own wins.
+for key, value in deploy_environment().items():
+    os.environ.setdefault(key, value)
+
 from workflow_lib.config import ConfigError, typed_overrides, validate_config
 from workflow_lib.config_semantics import check_semantics
 from workflow_lib.constants import NO_TRAIN_DATASET, SYNONYM_SOURCES, UNTRAINED
