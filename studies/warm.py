@@ -30,6 +30,8 @@ import struct
 import sys
 from pathlib import Path
 
+from workflow_lib.install_source import EDITABLE, SOURCE
+
 ENV = "PERTURBED_LM_WARM"  # the server's socket path, in a job's environment
 # Snakemake gives every job these, set to its threads (snakemake/shell.py); numpy's OpenBLAS reads them at import, so a
 # server started with them at 1 (`environment`) serves the jobs of one thread, and the others run cold.
@@ -57,6 +59,8 @@ FREE = frozenset(
         "TEMPDIR",
         "_RJEM_MALLOC_CONF",
         "PERTURBED_LM_TRACKING",
+        SOURCE,  # where the conda environments' post-deploy scripts install the package from: no job reads them
+        EDITABLE,
         "PS1",  # a shell's prompt: an activated venv exports it, and the jobs' bash may set it again
     }
 )
