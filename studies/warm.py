@@ -30,8 +30,6 @@ import struct
 import sys
 from pathlib import Path
 
-from workflow_lib.install_source import EDITABLE, SOURCE
-
 ENV = "PERTURBED_LM_WARM"  # the server's socket path, in a job's environment
 # Snakemake gives every job these, set to its threads (snakemake/shell.py); numpy's OpenBLAS reads them at import, so a
 # server started with them at 1 (`environment`) serves the jobs of one thread, and the others run cold.
@@ -59,8 +57,11 @@ FREE = frozenset(
         "TEMPDIR",
         "_RJEM_MALLOC_CONF",
         "PERTURBED_LM_TRACKING",
-        SOURCE,  # where the conda environments' post-deploy scripts install the package from: no job reads them
-        EDITABLE,
+        # workflow_lib.install_source's SOURCE and EDITABLE, for the conda environments' post-deploy scripts (no job
+        # reads them). Spelled here: the server must not import workflow_lib, or its jobs would all get the package
+        # it found, not the one their PYTHONPATH names (a copy of the workflow's). tests/studies/test_warm.py checks.
+        "PERTURBED_LM_SOURCE",
+        "PERTURBED_LM_EDITABLE",
         "PS1",  # a shell's prompt: an activated venv exports it, and the jobs' bash may set it again
     }
 )

@@ -49,6 +49,18 @@ def served(server) -> list[str]:
     return [line for line in server[1].read_text().splitlines() if " ran " in line or "runs cold" in line]
 
 
+def test_the_post_deploy_variables_keep_a_job_warm_and_the_server_imports_no_workflow_lib():
+    """The workflow exports where its package came from (workflow_lib.install_source) for the conda environments'
+    scripts: a job whose environment has them is served. The server imports no workflow_lib module, else every job
+    would get the package it found first, not the one its PYTHONPATH names (a copy of the workflow)."""
+    from workflow_lib.install_source import deploy_environment
+
+    assert refusal({"A": "1"}, {"A": "1", **deploy_environment()}) == []
+    code = "import sys, studies.warm; print(sorted(m for m in sys.modules if m.startswith('workflow_lib')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
 def test_only_python_dash_m_of_a_workflow_module_is_handed_over():
     assert job_module(["python", "-m", "workflow_lib.sample.sampler", "--model", "m"]) == "workflow_lib.sample.sampler"
     assert job_module(["python", "-u", "-m", "workflow_lib.sample.sampler"]) is None  # any other form runs cold
