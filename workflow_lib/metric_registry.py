@@ -15,6 +15,7 @@ import ast
 from dataclasses import dataclass
 
 from workflow_lib.module_deps import _tree, module_path
+from workflow_lib.registries import _call_name
 
 
 @dataclass(frozen=True)
@@ -56,11 +57,6 @@ class Metric:
 TEXT_STATISTICS = "workflow_lib.evaluate.textstats"
 
 
-def _called(node: ast.AST, name: str) -> bool:
-    """Whether `node` is a call of `name` or of `<something>.name`."""
-    return isinstance(node, ast.Call) and name in (getattr(node.func, "id", None), getattr(node.func, "attr", None))
-
-
 def _literal(argument: ast.expr | ast.keyword, where: str):
     """The value of a literal argument (`ast.literal_eval`), or an error naming the file and function."""
     try:
@@ -87,11 +83,11 @@ def text_statistics() -> tuple[Metric, ...]:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for decorator in node.decorator_list:
-            if not _called(decorator, "statistic"):
+            if _call_name(decorator) != "statistic":
                 continue
             assert isinstance(decorator, ast.Call)
             entry = decorator.args[0] if len(decorator.args) == 1 and not decorator.keywords else None
-            if entry is None or not _called(entry, "Metric"):
+            if entry is None or _call_name(entry) != "Metric":
                 raise ValueError(f"{where}, {node.name}: its decorator is not statistic(Metric(...))")
             assert isinstance(entry, ast.Call)
             arguments = [_literal(a, f"{where}, {node.name}") for a in entry.args]

@@ -23,10 +23,10 @@ from workflow_lib.cli import parse_json_arg, run
 from workflow_lib.files import write_json
 from workflow_lib.metric_registry import REGISTRY
 from workflow_lib.report.conditions import KEYS
+from workflow_lib.train.tracking import PROJECT  # the trainings' project: one place to look
 
 log = logging.getLogger("workflow_lib.report.trackers")
 
-PROJECT = "perturbed-lm"  # the trainings' project (train/tracking.py): one place to look
 KEY_TAG = "perturbed_lm.key"  # an MLflow run's study and condition, so a rerun finds its own run
 TRACKERS = ("mlflow", "wandb")
 
