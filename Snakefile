@@ -47,6 +47,13 @@ include: "rules/lab.smk"
 include: "rules/report.smk"
 
 
+# A plain `snakemake` writes the results, not the HTML report: its last line says whether the report is current and
+# how to refresh it (workflow_lib/report/settings.py, report_status).
+onsuccess:
+    if MAIN_WORKFLOW and (status := report_status()):
+        print(status)
+
+
 # The study's targets. Imported with `use rule * from perturbed_lm as plm_*` it is plm_all, and not the default target:
 # with `default_target: True` in a module, snakemake would make it the importer's default over the importer's own.
 rule all:

@@ -147,4 +147,14 @@ SHARD_OUTPUT = shard_template("samples")
 METRICS_OUTPUT = evaluation_template("metrics")
 SAMPLE_FEATURES_OUTPUT = evaluation_template("metrics", ".features.parquet")
 PERPLEXITY_OUTPUT = run_template("perplexity")
+LM_EVAL_OUTPUT = run_template("lm_eval")
+
+
+def harness_include(config):
+    """The lm_eval job's --include-path (evaluation.lm_eval.include_path), as words; none without one. Its files
+    are the job's inputs (inputs.lm_eval): an edited task reruns the harness."""
+    folder = config["evaluation"]["lm_eval"]["include_path"]
+    return ["--include-path", folder] if folder else []
+
+
 EXTRAPOLATION_OUTPUT = evaluation_template("extrapolation")

@@ -3,6 +3,7 @@ from workflow_lib.evaluate.settings import (
     evaluation_settings,
     extrapolation_settings,
     feature_settings,
+    lm_eval_settings,
     perplexity_settings,
 )
 from workflow_lib.layout import (
@@ -160,6 +161,37 @@ rule perplexity:
         settings=lambda w: as_json(perplexity_settings(config)),
     shell:
         "OMP_NUM_THREADS={threads:q} python -m workflow_lib.evaluate.perplexity {params.model} --prompts {params.prompts} --settings {params.settings:q} --output-dir {output:q} 2> {log:q}"
+
+
+# lm-evaluation-harness (evaluation.lm_eval; workflow_lib/evaluate/harness.py) on every evaluated model, trained and
+# untrained: one job per model writes <task>.json and <task>.prompts.parquet per task. Not in the cost model: its
+# SLURM time is cost.unknown_minutes, its memory the perplexity job's of the same model.
+rule lm_eval:
+    input:
+        unpack(inputs.lm_eval),
+    output:
+        directory(LM_EVAL_OUTPUT),
+    log:
+        run_template("logs/lm_eval", ".log"),
+    benchmark:
+        run_template("benchmarks/lm_eval", ".tsv")
+    conda:
+        "../envs/harness.yaml"
+    resources:
+        gpu=config["evaluation"]["gpus"],
+        runtime=lambda w, attempt: config["cost"]["unknown_minutes"] * attempt,
+        mem_mb=predicted_mem(PERPLEXITY_OUTPUT),
+    params:
+        code=code_digest("workflow_lib.evaluate.harness"),
+        model=inputs.model_options,
+        tasks_folder=lambda w: shell_words(*harness_include(config)),
+        eval_sets=lambda w: shell_words(
+            *(["--eval-sets"] if inputs.lm_eval_eval_sets(w) else []),
+            *(f"{es}={prompts_path(es)}" for es in inputs.lm_eval_eval_sets(w)),
+        ),
+        settings=lambda w: as_json(lm_eval_settings(config)),
+    shell:
+        "OMP_NUM_THREADS={threads:q} python -m workflow_lib.evaluate.harness {params.model} {params.tasks_folder} {params.eval_sets} --settings {params.settings:q} --output-dir {output:q} 2> {log:q}"
 
 
 rule extrapolation:

@@ -1,5 +1,5 @@
 from workflow_lib.grid import lab_inputs
-from workflow_lib.layout import LAB, LAB_SET, benchmark_path, log_path, partial
+from workflow_lib.layout import LAB, LAB_SET, benchmark_path, log_path, filled
 from workflow_lib.lab.settings import lab_settings
 
 
@@ -48,21 +48,21 @@ rule lab:
     input:
         unpack(lambda w: lab_inputs(config, w.experiment)),
     output:
-        csv=partial(LAB, file="uncertainty.csv"),
-        premise=partial(LAB, file="premise.csv"),
+        csv=filled(LAB, file="uncertainty.csv"),
+        premise=filled(LAB, file="premise.csv"),
         markdown=report(
-            partial(LAB, file="uncertainty.md"),
+            filled(LAB, file="uncertainty.md"),
             caption="../report/lab.rst",
             category="Theory lab",
             labels={"experiment": "{experiment}", "output": "table"},
         ),
         png=report(
-            partial(LAB, file="figure.png"),
+            filled(LAB, file="figure.png"),
             caption="../report/lab.rst",
             category="Theory lab",
             labels={"experiment": "{experiment}", "output": "figure"},
         ),
-        pdf=partial(LAB, file="figure.pdf"),
+        pdf=filled(LAB, file="figure.pdf"),
     log:
         log_path("lab/{experiment}"),
     benchmark:

@@ -1,6 +1,7 @@
 from workflow_lib.evaluate.settings import evaluation_settings, planted_settings
 from workflow_lib.files import sha256_file, write_argument_file
 from workflow_lib.grid import (
+    LM_EVAL_TABLE,
     REPORT_TABLES,
     control_targets,
     data_records,
@@ -27,10 +28,10 @@ from workflow_lib.layout import (
     TRAINING_FIGURE,
     benchmark_path,
     log_path,
-    partial,
+    filled,
     prompts_path,
 )
-from workflow_lib.report.settings import report_settings, report_view, tracker_settings
+from workflow_lib.report.settings import report_settings, report_status, report_view, tracker_settings
 
 
 # The paths a gather job reads, one a line, for argparse's @file: on the command line they would pass the kernel's
@@ -56,7 +57,7 @@ rule collect_metrics:
         perplexity=list(inputs.perplexity_jobs),
         arguments=argument_file("collect"),
     output:
-        partial(REPORT, file="metrics.csv"),
+        filled(REPORT, file="metrics.csv"),
     log:
         log_path("report/collect"),
     localrule: True
@@ -118,7 +119,7 @@ rule contrasts:
         mauve=inputs.mauve_contrast_targets(),
         arguments=argument_file("contrasts"),
     output:
-        partial(REPORT, file="contrasts.csv"),
+        filled(REPORT, file="contrasts.csv"),
     log:
         log_path("report/contrasts"),
     localrule: True
@@ -199,8 +200,8 @@ rule synonym_audit:
 
 rule tables:
     input:
-        metrics=partial(REPORT, file="metrics.csv"),
-        contrasts=partial(REPORT, file="contrasts.csv"),
+        metrics=filled(REPORT, file="metrics.csv"),
+        contrasts=filled(REPORT, file="contrasts.csv"),
         simulation=simulation_summary_input(config),
         data=data_records(config),
         lab=[t for t in lab_targets(config) if t.endswith(".md")],
@@ -239,12 +240,38 @@ rule tables:
         "python -m workflow_lib.report.build tables --metrics {input.metrics:q} --config {params.config:q} --settings {params.settings:q} --out-dir {params.folder:q} --summary {output.summary:q} --landing {output.landing:q} --simulation {input.simulation:q} --contrasts {input.contrasts:q} --synonyms {input.synonyms:q} --variance {input.variance:q} @{input.arguments:q} 2> {log:q}"
 
 
+# The lm-evaluation-harness's scores of every evaluated model and its contrasts over documents, when the study runs it
+# (evaluation.lm_eval; workflow_lib/report/harness.py).
+rule lm_eval_report:
+    input:
+        results=lambda w: list(inputs.lm_eval_jobs),
+        arguments=argument_file("lm_eval"),
+    output:
+        md=report(
+            filled(REPORT_TABLE, table=LM_EVAL_TABLE, ext="md"),
+            caption="../report/lm_eval.rst",
+            category="Tables",
+        ),
+        csv=filled(REPORT_TABLE, table=LM_EVAL_TABLE, ext="csv"),
+        contrasts=filled(REPORT, file="lm_eval_contrasts.csv"),
+    log:
+        log_path("report/lm_eval"),
+    localrule: True
+    conda:
+        "../envs/harness.yaml"
+    params:
+        code=code_digest("workflow_lib.report.harness"),
+        intensity=config["report"]["intensity"],
+    shell:
+        "python -m workflow_lib.report.harness --intensity {params.intensity:q} --table {output.md:q} --csv {output.csv:q} --contrasts {output.contrasts:q} @{input.arguments:q} 2> {log:q}"
+
+
 # The finished study's results in the trackers it names (report.report_to; workflow_lib/report/trackers.py): only
 # where it names one, and a change to them reruns this job alone.
 rule track_results:
     input:
-        metrics=partial(REPORT, file="metrics.csv"),
-        contrasts=partial(REPORT, file="contrasts.csv"),
+        metrics=filled(REPORT, file="metrics.csv"),
+        contrasts=filled(REPORT, file="contrasts.csv"),
         summary=SUMMARY,
         tables=[REPORT_TABLE.format(table=t, ext="md") for t in REPORT_TABLES],
     output:
@@ -263,15 +290,16 @@ rule track_results:
 
 rule figure:
     input:
-        metrics=partial(REPORT, file="metrics.csv"),
+        metrics=filled(REPORT, file="metrics.csv"),
+        contrasts=filled(REPORT, file="contrasts.csv"),  # the extrapolation figure's paired intervals
     output:
         png=report(
-            partial(REPORT_FIGURE, ext="png"),
+            filled(REPORT_FIGURE, ext="png"),
             caption="../report/figure.rst",
             category="Figures",
             labels={"figure": "{figure}"},
         ),
-        pdf=partial(REPORT_FIGURE, ext="pdf"),
+        pdf=filled(REPORT_FIGURE, ext="pdf"),
     log:
         log_path("report/figure_{figure}"),
     localrule: True
@@ -282,7 +310,7 @@ rule figure:
         intensity=config["report"]["intensity"],
         stem=lambda w, output: output.png.removesuffix(".png"),
     shell:
-        "python -m workflow_lib.report.build figure --metrics {input.metrics:q} --name {wildcards.figure:q} --intensity {params.intensity:q} --stem {params.stem:q} 2> {log:q}"
+        "python -m workflow_lib.report.build figure --metrics {input.metrics:q} --name {wildcards.figure:q} --intensity {params.intensity:q} --stem {params.stem:q} --contrasts {input.contrasts:q} 2> {log:q}"
 
 
 rule examples:
@@ -318,12 +346,12 @@ rule training_curves:
         arguments=lambda w: argument_file(curves_argument(w.model, w.dataset)),
     output:
         png=report(
-            partial(TRAINING_FIGURE, ext="png"),
+            filled(TRAINING_FIGURE, ext="png"),
             caption="../report/training.rst",
             category="Training curves",
             labels={"model": "{model}", "dataset": "{dataset}"},
         ),
-        pdf=partial(TRAINING_FIGURE, ext="pdf"),
+        pdf=filled(TRAINING_FIGURE, ext="pdf"),
     log:
         log_path("report/training_{model}_{dataset}"),
     localrule: True

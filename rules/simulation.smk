@@ -1,5 +1,5 @@
 from workflow_lib.grid import simulation_fits
-from workflow_lib.layout import SIMULATION, SIMULATION_FIT, benchmark_path, log_path, partial
+from workflow_lib.layout import SIMULATION, SIMULATION_FIT, benchmark_path, log_path, filled
 from workflow_lib.simulation.settings import simulation_settings
 
 
@@ -28,23 +28,23 @@ rule simulation_summary:
     input:
         fits=simulation_fits(config),
     output:
-        csv=partial(SIMULATION, file="summary.csv"),
+        csv=filled(SIMULATION, file="summary.csv"),
         markdown=report(
-            partial(SIMULATION, file="summary.md"),
+            filled(SIMULATION, file="summary.md"),
             caption="../report/simulation.rst",
             category="Simulation",
             labels={"output": "summary table"},
         ),
         png=report(
-            partial(SIMULATION, file="figure.png"),
+            filled(SIMULATION, file="figure.png"),
             caption="../report/simulation.rst",
             category="Simulation",
             labels={"output": "figure"},
         ),
-        pdf=partial(SIMULATION, file="figure.pdf"),
-        tests=partial(SIMULATION, file="tests.csv"),
+        pdf=filled(SIMULATION, file="figure.pdf"),
+        tests=filled(SIMULATION, file="tests.csv"),
         conclusions=report(
-            partial(SIMULATION, file="conclusions.md"),
+            filled(SIMULATION, file="conclusions.md"),
             caption="../report/simulation.rst",
             category="Simulation",
             labels={"output": "conclusions"},

@@ -21,8 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from studies.served import SNAKEMAKE, job_environment, warm_server
-
-REPORT = "results/report.html"
+from workflow_lib.layout import REPORT_HTML as REPORT
 
 
 def main() -> int:

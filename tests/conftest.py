@@ -65,6 +65,7 @@ def paper_plan(tmp_path_factory):
 SHARED_FIXTURE_MODULES = {
     "tests/lab/test_lab_workflow.py": "tiny_study",
     "tests/workflow/test_workflow.py": "tiny_study",
+    "tests/evaluate/test_harness.py": "tiny_study",
     "tests/studies/test_rehearsal.py": "paper_plan",
     "tests/workflow/test_paper_config.py": "paper_plan",
 }

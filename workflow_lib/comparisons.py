@@ -22,7 +22,10 @@ from workflow_lib.sample.modes import get as get_mode
 
 MODEL_KEYS = RUN_NAMES
 KEYS = EVALUATION_NAMES
-KINDS = ("metrics", "extrapolation", "perplexity")  # the result files a contrast reads
+# The result files a contrast reads: of samples, and of a model alone (its perplexity; its lm-evaluation-harness task
+# scores, report/harness.py, the task in the eval set's place), whose pairs see no sampling condition.
+MODEL_KINDS = ("perplexity", "lm_eval")
+KINDS = ("metrics", "extrapolation", *MODEL_KINDS)
 RESAMPLES = 2000  # the least B of a permutation table; a table of m comparisons gets max(RESAMPLES, 200 m)
 # A table of m comparisons is Holm-corrected, which multiplies its smallest p by m. B random swaps resolve a p down
 # to 1/(B + 1), so B >= 200 m lets the table's smallest adjusted p reach m/(B + 1) < 0.01.
@@ -51,7 +54,7 @@ def parse_path(path: str) -> dict:
     except ValueError:
         located = None
     if located is None or located.kind not in KINDS or located.eval_set is None or located.suffix != ".json":
-        raise ValueError(f"{path}: not a metrics, extrapolation or perplexity path of this workflow")
+        raise ValueError(f"{path}: not a metrics, extrapolation, perplexity or lm_eval path of this workflow")
     return {"kind": located.kind, **located.columns()}
 
 
@@ -120,7 +123,7 @@ def pairs(conditions: Iterable[dict] | Any, intensity: float, null: bool = False
     # Sampled conditions: the metrics of samples and the exact TV of the model's perturbed law (builtin eval sets),
     # compared alike; `kind` is in every match, so a pair never mixes them.
     sampled = [r for r in rows if r["kind"] in ("metrics", "extrapolation")]
-    models = [r for r in rows if r["kind"] == "perplexity"]
+    models = [r for r in rows if r["kind"] in MODEL_KINDS]
 
     def headline(r, side):
         return r[f"{side}_strategy"] == PAPER_STRATEGY and r[f"{side}_intensity"] == intensity
@@ -210,7 +213,7 @@ def _arm_name(r: dict) -> str:
         level = r[f"{name}_intensity"]
         return "none" if not level else f"{r[f'{name}_strategy']} {level:g}"
 
-    sampled = f", sampling {side('test')}" if r["kind"] != "perplexity" else ""
+    sampled = f", sampling {side('test')}" if r["kind"] not in MODEL_KINDS else ""
     return f"training {side('train')}{sampled}"
 
 

@@ -93,6 +93,21 @@ def check_input(config: dict, workdir: Path | None = None) -> None:
         raise ConfigError(
             f"config key objectives.{UNTRAINED}: the name is reserved for models evaluated without training"
         )
+    harness = (config.get("evaluation") or {}).get("lm_eval") or {}
+    both = (
+        sorted(set(harness.get("tasks") or []) & set(config.get("eval_sets") or {})) if harness.get("eval_sets") else []
+    )
+    if both:
+        raise ConfigError(
+            f"config key evaluation.lm_eval.tasks: {both[0]!r} is also an eval set, which evaluation.lm_eval.eval_sets "
+            "scores as a task of that name; rename one"
+        )
+    include = harness.get("include_path")
+    if include and not (Path(workdir or ".") / include).is_dir():
+        raise ConfigError(
+            f"config key evaluation.lm_eval.include_path: {include!r} is not a folder (of task YAML files, relative to "
+            "the working directory)"
+        )
     neutral = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "typical_p": 1.0}
     if any(config.get("decoders", {}).get("unbiased", {}).get(k, v) != v for k, v in neutral.items()):
         raise ConfigError(

@@ -26,6 +26,7 @@ from workflow_lib.layout import (
     REPORT,
     REPORT_FIGURE,
     REPORT_TABLE,
+    SCORED,
     SIMULATION,
     SIMULATION_FIT,
     SUMMARY,
@@ -198,6 +199,35 @@ def perplexity_targets(config: dict) -> list[str]:
     return sorted(scored_path(run, eval_set) for run, eval_set in runs)
 
 
+def lm_eval_eval_sets(config: dict) -> dict[str, list[str]]:
+    """{lm_eval folder: the eval sets its job scores as tasks of their own} (evaluation.lm_eval.eval_sets: each
+    eval set its model is evaluated on; none without it)."""
+    if not config["evaluation"]["lm_eval"]["eval_sets"]:
+        return {}
+    jobs: dict[str, set[str]] = {}
+    for ev in evaluation_runs(config):
+        jobs.setdefault(ev.run.folder("lm_eval"), set()).add(ev.eval_set)
+    return {folder: sorted(sets) for folder, sets in sorted(jobs.items())}
+
+
+def lm_eval_jobs(config: dict) -> dict[str, list[str]]:
+    """{lm_eval folder: its tasks}: the lm-evaluation-harness (evaluation.lm_eval) on every evaluated model, trained
+    and untrained, one job per model: the config's tasks, then its eval sets' own; none when it names neither."""
+    tasks = sorted(config["evaluation"]["lm_eval"]["tasks"])
+    own = lm_eval_eval_sets(config)
+    if not tasks and not own:
+        return {}
+    folders = sorted({ev.run.folder("lm_eval") for ev in evaluation_runs(config)})
+    return {folder: tasks + own.get(folder, []) for folder in folders}
+
+
+def lm_eval_targets(config: dict) -> list[str]:
+    """Each lm_eval job's task JSON files (its folder's <task>.json)."""
+    return sorted(
+        SCORED.format(run=f, eval_set=t, suffix=".json") for f, ts in lm_eval_jobs(config).items() for t in ts
+    )
+
+
 def metric_targets(config: dict) -> list[str]:
     return sorted({ev.path("metrics") for ev in evaluation_runs(config)})
 
@@ -283,6 +313,7 @@ def lab_targets(config: dict) -> list[str]:
 # ---- the study's targets (rules/common.smk: rule all) -------------------------------------------------------
 
 REPORT_TABLES = ["table1", "metrics", "emo_brier", "strategies", "ablation", "controls"]
+LM_EVAL_TABLE = "lm_eval"  # the lm-evaluation-harness's scores and contrasts (report/harness.py), when a study runs it
 
 
 def token_targets(config: dict) -> list[str]:
@@ -336,7 +367,8 @@ def report_targets(config: dict) -> list[str]:
     figures = [REPORT_FIGURE.format(figure=f, ext="png") for f in report_figures(config)]
     contrasts = REPORT.format(file="contrasts.csv")
     tracked = [TRACKED] if config["report"]["report_to"] else []  # the results in the trackers (report.trackers)
-    return [SUMMARY, contrasts, *tables, *figures, *curve_targets(config), *tracked]
+    harness = [REPORT_TABLE.format(table=LM_EVAL_TABLE, ext="md")] if lm_eval_jobs(config) else []
+    return [SUMMARY, contrasts, *tables, *figures, *curve_targets(config), *tracked, *harness]
 
 
 def all_targets(config: dict) -> list[str]:
@@ -350,6 +382,7 @@ def all_targets(config: dict) -> list[str]:
         + metric_targets(config)
         + extrapolation_targets(config)
         + list(perplexity_jobs(config))
+        + list(lm_eval_jobs(config))
         + report_targets(config)
         + simulation_targets(config)
         + lab_targets(config)

@@ -31,6 +31,9 @@ from workflow_lib.grid import (
     example_inputs,
     extrapolation_targets,
     lab_targets,
+    lm_eval_eval_sets,
+    lm_eval_jobs,
+    lm_eval_targets,
     metric_targets,
     model_targets,
     perplexity_jobs,
@@ -234,12 +237,36 @@ class Inputs:
         return CONTROLS.format(featuriser=self.featuriser_id(), eval_set=wildcards.eval_set)
 
     @cached_property
+    def lm_eval_jobs(self) -> dict[str, list[str]]:
+        return lm_eval_jobs(self.config)
+
+    @cached_property
     def perplexity_jobs(self) -> dict[str, list[str]]:
         return perplexity_jobs(self.config)
 
     def perplexity_eval_sets(self, wildcards: Any) -> list[str]:
         """The eval sets one perplexity job scores: every one its model is evaluated on."""
         return self.perplexity_jobs[run_of(wildcards).folder("perplexity")]
+
+    def lm_eval(self, wildcards: Any) -> dict:
+        """The model, and every file of the study's own task folder (evaluation.lm_eval.include_path): an edited task
+        reruns the harness."""
+        include = self.config["evaluation"]["lm_eval"]["include_path"]
+        files = (
+            sorted(str(p) for p in Path(include).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+            if include
+            else []
+        )
+        prompts = [prompts_path(es) for es in self.lm_eval_eval_sets(wildcards)]
+        return {
+            **self.model(wildcards),
+            **({"tasks": files} if files else {}),
+            **({"prompts": prompts} if prompts else {}),
+        }
+
+    def lm_eval_eval_sets(self, wildcards: Any) -> list[str]:
+        """The eval sets one lm_eval job scores as tasks of their own (evaluation.lm_eval.eval_sets)."""
+        return lm_eval_eval_sets(self.config).get(run_of(wildcards).folder("lm_eval"), [])
 
     def perplexity(self, wildcards: Any) -> dict:
         eval_sets = self.perplexity_eval_sets(wildcards)
@@ -292,6 +319,7 @@ class Inputs:
                 *self.mauve_contrast_targets(),
             ],
             "variance": metric_targets(config) + extrapolation_targets(config),
+            "lm_eval": lm_eval_targets(config),
             "tables": [
                 *["--data", *data_records(config)],
                 *["--lab", *[t for t in lab_targets(config) if t.endswith(".md")]],

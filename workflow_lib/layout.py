@@ -44,7 +44,7 @@ CONTROL_FEATURES = "results/features/{featuriser}/{eval_set}.controls.parquet"
 CONTROLS = "results/controls/{featuriser}/{eval_set}.json"
 # MAUVE's planted control (report/planted.py): what size of gap an eval set's MAUVE contrasts can see.
 PLANTED = "results/report/planted/{featuriser}/{eval_set}.json"
-# The study's other products: the rules' outputs and the grid's targets are built from these strings (`partial` fills
+# The study's other products: the rules' outputs and the grid's targets are built from these strings (`filled` fills
 # some fields and leaves the others as the rules' wildcards). A job's log and benchmark: `log_path`, `benchmark_path`.
 # (A dataset's downloads live in data/downloads.py, beside the download job that reads them: a job that imported
 # this module would rerun whenever the plan's layout changed.)
@@ -60,6 +60,7 @@ REPORT_FIGURES = ("ablation", "intensity", "extrapolation")  # the `figure` name
 ABLATION_FIGURE, INTENSITY_FIGURE, EXTRAPOLATION_FIGURE = REPORT_FIGURES
 TRAINING_FIGURE = "results/report/figures/training/{model}/{dataset}.{ext}"
 SUMMARY = "results/summary.md"
+REPORT_HTML = "results/report.html"  # `snakemake --report` writes it (make run does, after the study)
 TRACKED = "results/report/tracked.json"  # the runs the report logged to the trackers (report.report_to)
 REPORT_LANDING = "results/report/workflow.rst"  # the HTML report's first page, with the findings
 ARGUMENT_FILE = "results/report/args/{name}.txt"  # a gather job's input paths, one a line (argparse's @file)
@@ -71,11 +72,12 @@ GGUF_DOWNLOAD = "results/downloads/gguf/{model}.gguf"  # a `url` GGUF file, as f
 ESTIMATE = "results/estimate/{file}"  # `make estimate`'s tables (<device>.md, .csv) and calibration.json
 
 # The results folders of each layout, and the suffix of the file each writes (a folder has none).
-RUN_KINDS = {"models": "", "checkpoints": "", "perplexity": "", "lab/laws": ".npz"}
+RUN_KINDS = {"models": "", "checkpoints": "", "perplexity": "", "lm_eval": "", "lab/laws": ".npz"}
 EVALUATION_KINDS = {"samples": ".parquet", "metrics": ".json", "extrapolation": ".json"}
-SCORED_KINDS = {"perplexity": ".json"}
+SCORED_KINDS = {"perplexity": ".json", "lm_eval": ".json"}
 # The files of each layout: the main one, and those beside it (per-prompt and per-step sidecars, a sample's MAUVE
-# features). A perplexity folder holds <eval set>.json and <eval set>.prompts.parquet.
+# features). A perplexity folder holds <eval set>.json and <eval set>.prompts.parquet; an lm_eval folder (the
+# lm-evaluation-harness, evaluate/harness.py) <task>.json and <task>.prompts.parquet, its task in the eval set's place.
 EVALUATION_SUFFIXES = (".parquet", ".json", ".prompts.parquet", ".curves.parquet", ".features.parquet")
 SCORED_SUFFIXES = (".json", ".prompts.parquet")
 RUN_SUFFIXES = ("", ".npz")
@@ -219,9 +221,10 @@ def shard_file(evaluation: str, shard: Shard) -> str:
     return SHARD.format(evaluation=evaluation, index=shard.index, count=shard.count)
 
 
-def scored_path(run: ModelRun, eval_set: str, suffix: str = ".json") -> str:
-    """One model run's perplexity on one eval set's human text (its job writes a folder of these)."""
-    return SCORED.format(run=run.folder("perplexity"), eval_set=eval_set, suffix=suffix)
+def scored_path(run: ModelRun, eval_set: str, suffix: str = ".json", kind: str = "perplexity") -> str:
+    """One model run's perplexity on one eval set's human text, or (kind lm_eval) its scores on one
+    lm-evaluation-harness task (each job writes a folder of these)."""
+    return SCORED.format(run=run.folder(kind), eval_set=eval_set, suffix=suffix)
 
 
 def synonym_path(tokenizer: str, dataset: str, source: str) -> str:
@@ -246,8 +249,9 @@ class _Kept(dict):
         return "{" + key + "}"
 
 
-def partial(layout: str, **fields: object) -> str:
-    """`layout` with the given fields filled and the others left as `{field}`, the rules' wildcards."""
+def filled(layout: str, **fields: object) -> str:
+    """`layout` with the given fields filled and the others left as `{field}`, the rules' wildcards. Not named
+    `partial`: the rules' imports land in snakemake's own workflow globals, whose `onsuccess` calls functools'."""
     return layout.format_map(_Kept({k: str(v) for k, v in fields.items()}))
 
 

@@ -39,6 +39,7 @@ LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1.5, 1, 1.5, 1, 1.5)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 HATCHES = ("", "//", "\\\\", "xx", "..", "--")
 MAX_LINES = 5
+PANEL_SIZE = (3.1, 2.7)  # inches per panel of a grid of line panels
 # A style repeats its colour and dash pattern together every lcm(7, 5) = 35 indices.
 _PERIOD = len(PALETTE) * len(LINESTYLES)
 

@@ -14,6 +14,7 @@ LOCKS = {
     "pip": REPO / "requirements/pip.txt",
     "dev": REPO / "requirements/dev.txt",
     "trackers": REPO / "requirements/trackers.txt",
+    "harness": REPO / "requirements/harness.txt",
     "smollm2": REPO / "requirements/smollm2.txt",
 }
 TOOLS = {"pytest", "hypothesis", "mutmut", "mkdocs", "playwright", "ruff", "snakefmt", "mypy", "pre-commit"}
@@ -49,7 +50,7 @@ def test_every_requirement_of_a_lock_is_pinned_by_hash(name):
 def test_the_runtime_holds_no_test_or_docs_tool_and_the_tools_hold_the_runtimes_versions():
     runtime, dev = entries(LOCKS["runtime"]), entries(LOCKS["dev"])
     assert TOOLS & set(runtime) == set() and TOOLS <= set(dev)
-    for extra in ("dev", "trackers"):
+    for extra in ("dev", "trackers", "harness"):
         shared = set(runtime) & set(entries(LOCKS[extra]))
         assert {d: runtime[d][0] for d in shared} == {d: entries(LOCKS[extra])[d][0] for d in shared}, extra
     # What the jobs import directly is in the runtime's lock (requirements.in names it).

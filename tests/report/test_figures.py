@@ -13,8 +13,10 @@ from matplotlib.colors import to_hex
 
 from workflow_lib import plotting as shared_figures
 from workflow_lib.plotting import MAX_LINES, OKABE_ITO, PALETTE, assign_styles, line_style, split_panels
+from workflow_lib.report import difference_figure, training_curves
 from workflow_lib.report import figures as lm_figures
 from workflow_lib.report.collect import SCHEMA
+from workflow_lib.report.figure_styles import RESERVED, Perturbation, paper_recipe, perturbation_style
 
 
 def frame(rows: list[dict]) -> pl.DataFrame:
@@ -50,7 +52,8 @@ def frame(rows: list[dict]) -> pl.DataFrame:
 def figures(monkeypatch):
     """The figures the functions save, still open to inspect (plotting._save is where they would be written)."""
     saved = []
-    monkeypatch.setattr(lm_figures, "_save", lambda fig, stem: saved.append(fig))
+    for module in (lm_figures, difference_figure, training_curves):
+        monkeypatch.setattr(module, "_save", lambda fig, stem: saved.append(fig))
     return saved
 
 
@@ -72,65 +75,19 @@ def drawn_lines(ax) -> list:
 
 
 def assert_legend_clear_of_axes(fig, expect_legend: bool = True) -> None:
+    """No legend overlaps any panel of the rendered figure: its plotting area, tick labels, axis labels or title
+    (each panel's tight box, measured with the legends hidden, since a panel's box counts its own legend)."""
     # A closed figure's canvas no longer draws (FigureCanvasBase): this lays it out as saving does.
     fig.draw_without_rendering()
     legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
     assert legends or not expect_legend
     for legend in legends:
-        for ax in fig.axes:
-            if ax.get_visible() and ax.axison:
-                assert not legend.get_window_extent().overlaps(ax.get_window_extent())
-
-
-def test_extrapolation_points_sit_at_their_own_test_intensity(figures):
-    """MLE trained at 0 and sampled at {0, 0.025, 0.1}; trained at 0.4 and sampled at {0, 0.4}: the 0.4 point
-    is drawn at 0.4, not at the second position of another line's ticks. One panel per objective, lines named by
-    their training condition, every panel on the same axes."""
-    tests = {0.0: [0.0, 0.025, 0.1], 0.4: [0.0, 0.4]}
-    rows = [
-        {"train_intensity": ti, "test_intensity": tti, "tv_mean": 0.3 + ti - tti / 2, "tv_2se": 0.01, "tv_law": "ood"}
-        for ti, ttis in tests.items()
-        for tti in ttis
-    ]
-    rows.append(
-        {
-            "objective": "emo",
-            "train_intensity": 0.025,
-            "test_intensity": 0.05,
-            "tv_mean": 0.25,
-            "tv_2se": 0.01,
-            "tv_law": "ood",
-        }
-    )
-    lm_figures.extrapolation_figure(frame(rows), "unused")
-    (fig,) = figures
-    mle, emo = panel(fig, "mle"), panel(fig, "emo")
-    assert mle.get_title() == "mle\nsyn-ood (ood)"
-    lines = plotted(mle)
-    assert set(lines) == {"no perturbation", "insertion 0.4"}
-    assert lines["no perturbation"][0] == [0.0, 0.025, 0.1]
-    assert lines["insertion 0.4"][0] == [0.0, 0.4]
-    assert lines["insertion 0.4"][1] == pytest.approx([0.7, 0.5])
-    assert plotted(emo)["insertion 0.025"][0] == [0.05]
-    for ax in (mle, emo):
-        assert sorted(ax.get_xticks()) == pytest.approx([0.0, 0.025, 0.05, 0.1, 0.4])
-    assert mle.get_shared_y_axes().joined(mle, emo) and mle.get_shared_x_axes().joined(mle, emo)
-    assert_legend_clear_of_axes(fig)
-
-
-def test_extrapolation_splits_lines_by_sampling_strategy_and_shares_the_zero_point(figures):
-    rows = [{"test_intensity": 0.0, "tv_mean": 0.3, "tv_2se": 0.01, "tv_law": "ood"}]
-    rows += [
-        {"test_intensity": x, "test_strategy": s, "tv_mean": 0.2, "tv_2se": 0.01, "tv_law": "ood"}
-        for s, xs in (("insertion", [0.025, 0.1]), ("deletion", [0.05]))
-        for x in xs
-    ]
-    lm_figures.extrapolation_figure(frame(rows), "unused")
-    lines = plotted(panel(figures[0], "mle"))
-    assert {k: v[0] for k, v in lines.items()} == {
-        "no perturbation, sampling deletion": [0.0, 0.05],
-        "no perturbation, sampling insertion": [0.0, 0.025, 0.1],
-    }
+        legend.set_visible(False)
+    boxes = [ax.get_tightbbox() for ax in fig.axes if ax.get_visible() and ax.axison]
+    for legend in legends:
+        legend.set_visible(True)
+        extent = legend.get_window_extent()
+        assert all(not extent.overlaps(box) for box in boxes), legend.get_texts()[0].get_text()
 
 
 def test_intensity_lines_keep_decoders_apart_and_skip_mixed_strategies(figures):
@@ -161,9 +118,9 @@ def test_intensity_lines_keep_decoders_apart_and_skip_mixed_strategies(figures):
     lm_figures.intensity_figure(frame(rows), "unused")
     (fig,) = figures
     lines = plotted(panel(fig, "mle"))
-    assert set(lines) == {"decoder top-p-0.9, insertion", "decoder unbiased, insertion"}
-    assert lines["decoder unbiased, insertion"] == ([0.0, 0.025, 0.05], pytest.approx([0.5, 0.525, 0.55]))
-    assert lines["decoder top-p-0.9, insertion"] == ([0.0, 0.025, 0.05], pytest.approx([0.6, 0.625, 0.65]))
+    assert set(lines) == {"decoder top-p-0.9, insertion (oracle)", "decoder unbiased, insertion (oracle)"}
+    assert lines["decoder unbiased, insertion (oracle)"] == ([0.0, 0.025, 0.05], pytest.approx([0.5, 0.525, 0.55]))
+    assert lines["decoder top-p-0.9, insertion (oracle)"] == ([0.0, 0.025, 0.05], pytest.approx([0.6, 0.625, 0.65]))
     assert_legend_clear_of_axes(fig)
 
 
@@ -248,16 +205,16 @@ def test_training_curves_one_column_per_objective_and_logs_without_validation(tm
     (brier_train, mle_train), (brier_valid, mle_valid) = fig.axes[:2], fig.axes[2:]
     assert [brier_train.get_title(), mle_train.get_title()] == ["brier", "mle"]
     assert [line.get_label() for line in mle_train.get_lines()] == [
-        "no perturbation (seed 1)",
-        "no perturbation (seed 2)",
-        "insertion 0.025 (seed 1)",
+        "no perturbation, seed 1",
+        "no perturbation, seed 2",
+        "insertion 0.025 (distributional), seed 1",
     ]
-    assert [line.get_label() for line in brier_train.get_lines()] == ["no perturbation (seed 1)"]
+    assert [line.get_label() for line in brier_train.get_lines()] == ["no perturbation, seed 1"]
     same = [brier_train.get_lines()[0], mle_train.get_lines()[0]]
     assert len({(line.get_color(), line.get_linestyle(), line.get_marker()) for line in same}) == 1
     assert len(mle_valid.get_lines()) == 2
     assert mle_valid.get_lines()[0].get_xdata().tolist() == [10, 20, 30, 40]
-    assert any("no validation rows:\nno perturbation (seed 2)" in t.get_text() for t in mle_valid.texts)
+    assert any("no validation rows:\nno perturbation, seed 2" in t.get_text() for t in mle_valid.texts)
     assert not brier_valid.get_lines() and any("no validation loss" in t.get_text() for t in brier_valid.texts)
     assert brier_valid.get_shared_y_axes().joined(brier_valid, mle_valid)
     assert not brier_train.get_shared_y_axes().joined(brier_train, mle_train)  # each objective has its own loss
@@ -368,37 +325,78 @@ def every_figure(request, tmp_path, figures) -> list:
     return figures
 
 
+def errorbars(ax) -> list:
+    """A panel's errorbar series (not the error bars of bar charts, which have no data line)."""
+    return [c for c in ax.containers if hasattr(c, "lines") and c.lines[0] is not None]
+
+
+def styles_of(fig) -> dict[str, set]:
+    """label -> the (colour, marker) every labelled line or point series of a figure is drawn in."""
+    seen: dict[str, set] = {}
+    for ax in fig.axes:
+        series = [(c.get_label(), c.lines[0]) for c in errorbars(ax)]
+        series += [(line.get_label(), line) for line in ax.get_lines() if line.get_marker() not in ("None", "")]
+        for label, line in series:
+            if not label.startswith("_"):
+                seen.setdefault(label, set()).add((to_hex(line.get_color()), line.get_marker()))
+    return seen
+
+
+def points(ax) -> int:
+    return sum(len(c.lines[0].get_xdata()) for c in errorbars(ax))
+
+
 def test_no_panel_holds_more_than_five_lines_and_none_is_lost(every_figure):
     for fig in every_figure:
         for ax in fig.axes:
             assert len(drawn_lines(ax)) <= MAX_LINES, ax.get_title()
+            assert len(errorbars(ax)) <= MAX_LINES, ax.get_title()
         assert_legend_clear_of_axes(fig, expect_legend=False)  # the sweep has no ablation to draw
     _ablation, _intensity, extrapolation, curves = every_figure
-    # every training condition of each eval set is on some panel: 11 lines in each of the default study's two
-    # rows; in the sweep's one row 12 perturbed ones and the unperturbed model once per sampling strategy
-    labels = [c.get_label() for ax in extrapolation.axes for c in ax.containers]
-    assert len(labels) in (2 * 11, 12 + 2)
+    # every perturbed condition of each eval set is a point: the default study's MLE sampled only, trained only,
+    # both (0.025 and 0.4) and the four other objectives' both, on each of two eval sets; the sweep's 12 trained
+    # and sampled and 12 sampled only
+    assert sum(points(ax) for ax in extrapolation.axes) in (2 * 8, 24)
     assert sum(len(ax.get_lines()) for ax in curves.axes[: len(curves.axes) // 2]) in (11, 13)
 
 
-def test_no_two_lines_of_a_panel_share_colour_and_dashes(every_figure):
+def test_no_two_series_of_a_panel_look_alike(every_figure):
     for fig in every_figure:
         for ax in fig.axes:
             # a custom dash pattern reads as "--" from get_linestyle(); matplotlib keeps it here
             cues = [(to_hex(line.get_color()), line._unscaled_dash_pattern) for line in drawn_lines(ax)]
             assert len(cues) == len(set(cues)), ax.get_title()
+            marks = [(to_hex(c.lines[0].get_color()), c.lines[0].get_marker()) for c in errorbars(ax)]
+            assert len(marks) == len(set(marks)), ax.get_title()
 
 
 def test_a_condition_keeps_its_style_across_panels_and_figures(every_figure):
     _, _, extrapolation, curves = every_figure
-    styles = {}
+    styles: dict[str, set] = {}
     for fig in (extrapolation, curves):
-        for ax in fig.axes:
-            for line in ax.get_lines():
-                if not line.get_label().startswith("_") and "sampling" not in line.get_label():
-                    styles.setdefault(line.get_label(), set()).add((to_hex(line.get_color()), line.get_marker()))
-    assert styles and all(len(seen) == 1 for seen in styles.values())
-    assert styles["no perturbation"] == {(to_hex(line_style(0)["color"]), line_style(0)["marker"])}
+        for label, seen in styles_of(fig).items():
+            styles.setdefault(label, set()).update(seen)
+    assert styles and all(len(seen) == 1 for seen in styles.values()), styles
+    assert styles["no perturbation"] == {(to_hex(RESERVED["no perturbation"]["color"]), "o")}
+    shared = set(styles_of(extrapolation)) & set(styles_of(curves))
+    assert "insertion 0.025 (oracle)" in shared  # a training condition named alike in both figures
+
+
+def test_reserved_styles_and_no_other_condition_looks_like_no_perturbation():
+    """No perturbation: black, solid, circle; the paper's recipe (insertion of oracle synonyms at 0.025) its own;
+    NEFTune, a sweep or any other condition never gets the circle or black (issue 68: NEFTune had the circle)."""
+    assert perturbation_style(Perturbation("none", 0.0)) == RESERVED["no perturbation"]
+    assert perturbation_style(paper_recipe()) == RESERVED["paper's recipe"]
+    others = [
+        Perturbation(s, a, syn)
+        for s in ("insertion", "deletion", "replacement", "neftune", "embedding-noise", "new-strategy")
+        for a in (0.00625, 0.0125, 0.025, 0.05, 0.1, 0.2, 0.4, 1.0)
+        for syn in ("oracle", "distributional", "none")
+    ]
+    for p in others:
+        style = perturbation_style(p)
+        assert style["marker"] != "o" and style["color"] != OKABE_ITO["black"], p
+        assert style["color"] in PALETTE and style == perturbation_style(p)  # a function of the condition alone
 
 
 def test_the_palette_is_okabe_ito_and_each_cue_alone_tells_a_panel_apart():
@@ -511,3 +509,158 @@ def test_ablation_bars_of_a_cached_study_keep_four_arms_and_say_cached(figures):
         assert bars == ["NoPerturb", "TrainPerturb", "TestPerturb", "Both"]
         title = fig.get_suptitle()
         assert (title == "sampled in mode cached, persistent perturbation: not Algorithm 2's law") == (mode == "cached")
+
+
+# ---- issue 68: fixed styles, legends clear of panels, what the study measured, differences, sweeps -----------
+
+
+def test_adding_a_condition_moves_no_existing_style(tmp_path, figures):
+    """Every figure of the default study, then of the same study with insertion 0.1 (oracle) and deletion 0.025
+    (a new strategy) added: each existing condition keeps its colour and marker in every figure (issue 68: adding an
+    intensity moved insertion 0.4's colour, and NEFTune took no perturbation's marker)."""
+    before = default_study()
+    added = [
+        {"train_intensity": a, "test_intensity": a, "train_strategy": s, "test_strategy": s, "eval_set": es}
+        | {"train_synonyms": "oracle", "test_synonyms": "oracle", "tv_law": law, "tv_mean": 0.5, "tv_2se": 0.02}
+        | {"mauve_mean": 0.5, "mauve_2se": 0.02}
+        for s, a in (("insertion", 0.1), ("deletion", 0.025))
+        for es, law in (("synthetic-test", "in_support"), ("synthetic-ood", "ood"))
+    ]
+    after = pl.concat([before, frame(added)])
+    conditions = DEFAULT_CONDITIONS + [("mle", 0.1, "insertion"), ("mle", 0.025, "deletion")]
+    drawn = []
+    for study, logs in ((before, DEFAULT_CONDITIONS), (after, conditions)):
+        start = len(figures)
+        for figure in lm_figures.FIGURES.values():
+            figure(study, "unused", 0.025)
+        training_curves.training_curves(study_logs(tmp_path / str(len(drawn)), logs), "unused")
+        drawn.append([styles_of(fig) for fig in figures[start:]])
+    assert all(drawn[0][1:])  # the ablation draws bars, one style per arm (plotting.bar_style); the others lines
+    for old, new in zip(*drawn):
+        assert all(new[label] == seen for label, seen in old.items()), (old, new)
+    assert {"insertion 0.1 (oracle)", "deletion 0.025 (oracle)"} <= set(drawn[1][2])  # the extrapolation figure
+    for fig in figures:
+        assert_legend_clear_of_axes(fig, expect_legend=False)
+
+
+def refused_arms(with_tv: bool) -> pl.DataFrame:
+    """The four ablation arms of one eval set whose MAUVE the controls refused, with ROUGE-1 and (on a builtin
+    eval set) the exact TV."""
+    status = "MAUVE cannot see shuffled words at n = 50 with minilm"
+    rows = [
+        {"train_intensity": tr, "test_intensity": te, "mauve_status": status, "rouge1_mean": 0.6 - i / 100}
+        | {"rouge1_2se": 0.01, "eval_set": "synthetic-ood"}
+        | ({"tv_mean": 0.40 + i / 100, "tv_2se": 0.02, "tv_law": "ood"} if with_tv else {})
+        for i, (tr, te) in enumerate([(0.0, 0.0), (0.025, 0.0), (0.0, 0.025), (0.025, 0.025)])
+    ]
+    return frame(rows)
+
+
+@pytest.mark.parametrize("with_tv", [True, False])
+def test_ablation_shows_what_the_study_measured_where_mauve_is_refused(figures, with_tv):
+    """Was a blank "MAUVE not shown here" panel: now the bars are the TV to the true law (or ROUGE-1 on an eval set
+    without a true law), the axis naming the metric and its direction, the title why MAUVE is not shown."""
+    lm_figures.ablation_figure(refused_arms(with_tv), "unused", 0.025)
+    (fig,) = figures
+    (ax,) = fig.axes
+    heights = {c.get_label(): [b.get_height() for b in c.patches] for c in ax.containers if hasattr(c, "patches")}
+    expected = [0.40, 0.41, 0.42, 0.43] if with_tv else [0.60, 0.59, 0.58, 0.57]
+    assert [heights[arm][0] for arm in ("NoPerturb", "TrainPerturb", "TestPerturb", "Both")] == pytest.approx(expected)
+    label = "TV to the true law (lower is better)" if with_tv else "ROUGE-1 (higher is better)"
+    assert ax.get_ylabel() == label
+    assert "its controls fail" in ax.get_title()
+    assert_legend_clear_of_axes(fig)
+
+
+def difference_study() -> pl.DataFrame:
+    """MLE: unperturbed 0.40, sampled with insertion 0.425, perturbed at both 0.43; EMO: 0.50 and 0.48 at both."""
+    rows = [
+        {"objective": o, "train_intensity": tr, "test_intensity": te, "tv_mean": v, "tv_2se": se, "tv_law": "ood"}
+        for o, tr, te, v, se in (
+            ("mle", 0.0, 0.0, 0.40, 0.03),
+            ("mle", 0.0, 0.025, 0.425, 0.04),
+            ("mle", 0.025, 0.025, 0.43, 0.02),
+            ("emo", 0.0, 0.0, 0.50, 0.01),
+            ("emo", 0.025, 0.025, 0.48, 0.01),
+        )
+    ]
+    return frame(rows)
+
+
+def drawn_differences(fig) -> dict[tuple[str, str], tuple[float, float, float, str]]:
+    """(place, objective) -> (difference, low, high, interval line style) of every point of the figure."""
+    out = {}
+    names = [t.get_text() for t in fig.axes[0].get_yticklabels()]  # the panels share the objectives' axis
+    for ax in fig.axes:
+        for c in errorbars(ax):
+            xs, ys = c.lines[0].get_data()
+            (bars,) = c.lines[2]
+            for x, y, segment, style in zip(xs, ys, bars.get_segments(), bars.get_linestyles()):
+                dashed = "dashed" if style[1] is not None else "solid"
+                out[(ax.get_title().split("\n")[0], names[round(y)])] = (x, segment[0][0], segment[1][0], dashed)
+    return out
+
+
+def test_extrapolation_draws_each_condition_minus_its_baseline(figures):
+    """Was TV on a 0.3-0.55 axis where a +0.02 effect vanished: now each condition's TV minus its objective's
+    unperturbed model's, at 0 a line. Without contrasts: ± sqrt(2se_a^2 + 2se_b^2) (an unpaired interval, dashed);
+    with contrasts.csv's rows of the pair: their paired interval (solid)."""
+    lm_figures.extrapolation_figure(difference_study(), "unused", 0.025)
+    drawn = drawn_differences(figures[-1])
+    assert set(drawn) == {("sampling only", "mle"), ("training and sampling", "mle"), ("training and sampling", "emo")}
+    for key, (d, se) in {
+        ("sampling only", "mle"): (0.025, np.hypot(0.04, 0.03)),
+        ("training and sampling", "mle"): (0.03, np.hypot(0.02, 0.03)),
+        ("training and sampling", "emo"): (-0.02, np.hypot(0.01, 0.01)),
+    }.items():
+        assert drawn[key] == (pytest.approx(d), pytest.approx(d - se), pytest.approx(d + se), "dashed"), key
+    assert all(any(line.get_xdata()[0] == 0 for line in ax.get_lines()) for ax in figures[-1].axes)
+    assert "unpaired" in figures[-1].get_suptitle()
+
+    contrast = {
+        "metric": "tv",
+        "model": "tiny",
+        "dataset": "syn",
+        "decoder": "unbiased",
+        "seed": 1,
+        "eval_set": "syn-ood",
+    }
+    contrasts = pl.DataFrame(
+        [
+            contrast
+            | {"family": "ablation", "objective": "mle", "a": "TestPerturb", "b": "NoPerturb"}
+            | {"difference": 0.025, "low": 0.02, "high": 0.03},
+            contrast
+            | {"family": "perturbation", "objective": "emo", "a": "insertion 0.025", "b": "no perturbation"}
+            | {"difference": -0.02, "low": -0.025, "high": -0.015},
+        ]
+    )
+    lm_figures.extrapolation_figure(difference_study(), "unused", 0.025, contrasts=contrasts)
+    drawn = drawn_differences(figures[-1])
+    assert drawn[("sampling only", "mle")] == (pytest.approx(0.025), 0.02, 0.03, "solid")
+    assert drawn[("training and sampling", "emo")] == (pytest.approx(-0.02), -0.025, -0.015, "solid")
+    assert drawn[("training and sampling", "mle")][3] == "dashed"  # no contrast row: unpaired
+    assert "paired 95% over prompts (contrasts.csv) for 2 of 3" in figures[-1].get_suptitle()
+    assert_legend_clear_of_axes(figures[-1])
+
+
+def test_an_intensity_sweep_is_one_connected_line_also_where_mauve_is_refused(figures):
+    """Insertion at training and sampling at 0.025, 0.1 and 0.4, MAUVE refused: one line from the unperturbed model
+    at 0 through every intensity (drawn with a line, not isolated points), of the TV to the true law."""
+    status = "MAUVE cannot see shuffled words at n = 50 with minilm"
+    rows = [
+        {"train_intensity": a, "test_intensity": a, "mauve_status": status, "tv_mean": 0.4 + a / 4, "tv_2se": 0.01}
+        | {"tv_law": "ood", "rouge1_mean": 0.6, "rouge1_2se": 0.01}
+        for a in (0.0, 0.025, 0.1, 0.4)
+    ]
+    lm_figures.intensity_figure(frame(rows), "unused")
+    (fig,) = figures
+    ax = panel(fig, "mle")
+    (sweep,) = errorbars(ax)
+    line = sweep.lines[0]
+    assert sweep.get_label() == "insertion (oracle)"
+    assert list(line.get_xdata()) == [0.0, 0.025, 0.1, 0.4]
+    assert list(line.get_ydata()) == pytest.approx([0.4, 0.40625, 0.425, 0.5])
+    assert line.get_linestyle() not in ("None", "", " ") and line.get_linewidth() > 0
+    assert ax.get_ylabel() == "TV to the true law (lower is better)"
+    assert_legend_clear_of_axes(fig)

@@ -18,8 +18,9 @@ def featuriser_settings(config: dict) -> dict:
 def evaluation_settings(config: dict) -> dict:
     """What the evaluation's CPU jobs read (evaluate, mauve_controls, mauve_contrast): the evaluation section less the
     planted control's share, which only the control texts and the planted_control job use (`planted_settings`), so
-    that a change of it reruns no other job."""
-    e = config["evaluation"]
+    that a change of it reruns no other job, and less the lm-evaluation-harness's, which only the lm_eval job reads
+    (`lm_eval_settings`)."""
+    e = {k: v for k, v in config["evaluation"].items() if k != "lm_eval"}
     controls = {k: v for k, v in e["mauve"]["controls"].items() if k != "planted_fraction"}
     return {**e, "mauve": {**e["mauve"], "controls": controls}, **featuriser_settings(config), "seed": config["seed"]}
 
@@ -64,6 +65,22 @@ def control_text_settings(config: dict, eval_set: str) -> dict:
 
 def perplexity_settings(config: dict) -> dict:
     return {
+        "batch_size": config["sampling"]["batch_size"],
+        "precision": config["sampling"]["precision"],
+        "seed": config["seed"],
+    }
+
+
+def lm_eval_settings(config: dict) -> dict:
+    """The lm_eval job's settings (evaluate/harness.py): the tasks and how to run them, the sampling's batch and
+    precision, the study's seed. Not the tasks' folder's path, which is an input: its files, not its name, change a
+    result."""
+    harness = config["evaluation"]["lm_eval"]
+    return {
+        "tasks": sorted(harness["tasks"]),
+        "limit": harness["limit"],
+        "num_fewshot": harness["num_fewshot"],
+        "local_only": harness["local_only"],
         "batch_size": config["sampling"]["batch_size"],
         "precision": config["sampling"]["precision"],
         "seed": config["seed"],

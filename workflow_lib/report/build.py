@@ -82,6 +82,10 @@ def main() -> None:
     fg.add_argument("--name", required=True)
     fg.add_argument("--stem", required=True)
     fg.add_argument("--intensity", type=float, required=True, help="the headline intensity (ablation)")
+    fg.add_argument(
+        "--contrasts",
+        help="results/report/contrasts.csv: the extrapolation figure's paired intervals (without it: unpaired ± 2 SE)",
+    )
     ex = sub.add_parser("examples")
     ex.add_argument("--prompts", required=True)
     ex.add_argument("--stem", required=True)
@@ -95,7 +99,8 @@ def main() -> None:
         from workflow_lib.report.seeds import pool_seeds
 
         # one point per condition: a condition's training seeds pooled (report.seeds)
-        FIGURES[args.name](pool_seeds(read_metrics(args.metrics)), args.stem, args.intensity)
+        contrasts = read_contrasts(args.contrasts) if args.contrasts else None
+        FIGURES[args.name](pool_seeds(read_metrics(args.metrics)), args.stem, args.intensity, contrasts=contrasts)
         return
     if args.command == "curves":
         from workflow_lib.report.figures import training_curves

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from workflow_lib.grid import report_figures
-from workflow_lib.layout import REPORT_FIGURE
+from workflow_lib.layout import REPORT_FIGURE, REPORT_HTML, SUMMARY
 
 
 def report_settings(config: dict) -> dict:
@@ -15,6 +15,22 @@ def report_settings(config: dict) -> dict:
         "eval_order": list(config["eval_sets"]),
         "figures": [REPORT_FIGURE.format(figure=f, ext="png") for f in report_figures(config)],
     }
+
+
+def report_status(workdir: str = ".") -> str | None:
+    """The last line of a finished `snakemake` run (the Snakefile's onsuccess): whether the HTML report holds the
+    summary it wrote, and how to refresh it (snakemake writes results, not the report: `make run` runs --report
+    after the study). None where the study has no summary yet (a target short of the report)."""
+    summary, html = os.path.join(workdir, SUMMARY), os.path.join(workdir, REPORT_HTML)
+    if not os.path.exists(summary):
+        return None
+    if os.path.exists(html) and os.path.getmtime(html) >= os.path.getmtime(summary):
+        return f"Report: {REPORT_HTML} is current (summary: {SUMMARY})."
+    state = "is older than the summary" if os.path.exists(html) else "is not written yet"
+    return (
+        f"Report: {REPORT_HTML} {state}; refresh it with `snakemake --report {REPORT_HTML}` (the same --configfile),"
+        " or run `make run`."
+    )
 
 
 def tracker_settings(config: dict, workdir: str) -> dict:

@@ -236,13 +236,15 @@ def tv_bias_line(tv: pl.DataFrame) -> str:
 
 
 def summary(results: StudyResults, config: dict, intensity: float) -> str:
-    """results/summary.md: provenance first, then the tables, the paired comparisons and the rest."""
+    """results/summary.md: what the study found (at a glance, report.glance, then in detail), what MAUVE can see,
+    provenance, then the tables, the paired comparisons and the rest."""
     frame, written, figures, simulation = results.frame, results.written, results.figures, results.simulation
     data, contrasts, lab, logs = results.data, results.contrasts, results.lab, results.logs
     from workflow_lib.report.aa_null import null_sentences
     from workflow_lib.report.design_range import neftune_lines
     from workflow_lib.report.dose_response import trend_findings, trend_rows, trend_table
     from workflow_lib.report.findings import findings_section
+    from workflow_lib.report.glance import glance_section
     from workflow_lib.report.multiplicity import multiplicity_sentence
     from workflow_lib.report.realised import CAPTION as REALISED_CAPTION
     from workflow_lib.report.realised import realised_table
@@ -274,6 +276,8 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
             else []
         ),
         "## What this study found\n",
+        glance_section(contrasts, frame, results.controls),
+        "### In detail\n",
         *(
             [
                 "**Where the theory predicts a gain** (per builtin eval set: the prediction, then the measurement, "
