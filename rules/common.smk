@@ -43,7 +43,7 @@ from workflow_lib.layout import (
 # runs (found by a static import scan), compared by value: an edit reruns the rule's jobs, a clone, move or touch does not.
 from workflow_lib.module_deps import code_digest
 from workflow_lib.perturb.strategies import wildcard_pattern as strategy_wildcards
-from workflow_lib.pretrained import gguf_models
+from workflow_lib.pretrained import gguf_models, pinned_models
 from workflow_lib.sample.modes import get as get_mode, wildcard_pattern as mode_wildcards
 
 # Nested `--config` values arrive as strings (`--config 'sampling={runs: 5}'`): typed before validation.
@@ -87,6 +87,7 @@ wildcard_constraints:
     eval_set=_names(EVAL_SETS),
     model=_names(MODELS),
     gguf_model=_names(gguf_models(config)),
+    hub_model=_names(pinned_models(config)),
     objective=_names([*config["objectives"], UNTRAINED]),
     synonyms=_names(SYNONYM_SOURCES),
     # The condition's fields (workflow_lib/layout.py): their types, narrowed to the names this workflow knows.
@@ -131,9 +132,9 @@ def shell_words(*words):
 
 # Cheap rules carry `localrule: True`: they run where snakemake runs, also under a cluster executor (--profile
 # profiles/slurm), since a job submission would cost more than they do. fetch, download and tokenizer reach the
-# network (URLs, the hub), which compute nodes often cannot; so do fetch_gguf and dequantise (a GGUF file of a hub
-# repo). Per rule, not a `localrules:` list: a list keeps the names as written, which an importing workflow's
-# `use rule * from perturbed_lm as plm_*` renames (snakemake --lint on tests/module/workflow says so).
+# network (URLs, the hub), which compute nodes often cannot; so do fetch_gguf, dequantise (a GGUF file of a hub
+# repo) and fetch_model. Per rule, not a `localrules:` list: a list keeps the names as written, which an importing
+# workflow's `use rule * from perturbed_lm as plm_*` renames (snakemake --lint on tests/module/workflow says so).
 
 
 # ---- input functions: workflow_lib/inputs.py (plain functions of the config, tested without Snakemake) -----

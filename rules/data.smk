@@ -174,3 +174,21 @@ rule dequantise:
         file=lambda w, input: shell_words("--gguf", input.gguf) if "gguf" in input.keys() else "",
     shell:
         "python -m workflow_lib.data.gguf --key {wildcards.gguf_model:q} --source {params.source:q} {params.file} --output {output:q} 2> {log:q}"
+
+
+# A hub model pinned file by file (models.<model>.files, with name and revision): those files of that revision,
+# each checked against its sha256, as the folder every later job loads as the model's `name` (workflow_lib/pretrained.py,
+# workflow_lib/data/hub_files.py). No `code` input, for the same reason as `fetch`: the folder is the pinned bytes.
+rule fetch_model:
+    output:
+        directory(PRETRAINED_DIR.format(model="{hub_model}")),
+    log:
+        log_path("pretrained/{hub_model}"),
+    localrule: True
+    conda:
+        "../envs/data.yaml"
+    params:
+        hub=lambda w: as_json(MODELS[w.hub_model]["hub"]),
+        options=inputs.hub_fetch_options,
+    shell:
+        "python -m workflow_lib.data.hub_files --key {wildcards.hub_model:q} --hub {params.hub:q} {params.options} --output {output:q} 2> {log:q}"

@@ -85,11 +85,22 @@ def row_problems(metrics: pl.DataFrame, real: dict) -> list[str]:
 
 
 def provenance_problems(results: Path, real: dict) -> list[str]:
-    """The dequantised folder is the pinned GGUF file's, and every fetched text is one the config pins."""
+    """The model's folder holds the pinned bytes (the GGUF file it was dequantised from, offline; the released files,
+    with the network), and every fetched text is one the config pins."""
     problems = []
-    record = json.loads((results / "pretrained/smollm2/gguf.json").read_text())
-    if record["sha256"] != real["models"]["smollm2"]["gguf"]["sha256"]:
-        problems.append(f"results/pretrained/smollm2 was made from sha256 {record['sha256']}, not the pinned file")
+    model = real["models"]["smollm2"]
+    if model.get("gguf"):
+        record = json.loads((results / "pretrained/smollm2/gguf.json").read_text())
+        if record["sha256"] != model["gguf"]["sha256"]:
+            problems.append(f"results/pretrained/smollm2 was made from sha256 {record['sha256']}, not the pinned file")
+    else:
+        record = json.loads((results / "pretrained/smollm2/hub.json").read_text())
+        fetched_files = {file: entry["sha256"] for file, entry in record["files"].items()}
+        if fetched_files != model["files"] or record["revision"] != model["revision"]:
+            problems.append(
+                f"results/pretrained/smollm2 holds {record['name']} at {record['revision']} with files "
+                f"{sorted(fetched_files)}, not the pinned files of {model['revision']}"
+            )
     pinned = {e["sha256"] for e in real["datasets"]["licences"]["files"]["test"]}
     fetched = json.loads((results / "data/licences/test.json").read_text())
     found = {f["sha256"] for f in fetched["provenance"]["files"]}

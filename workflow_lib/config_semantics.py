@@ -35,6 +35,8 @@ def model_context(config: dict, model: str, workdir: Path) -> int | None:
     if not spec.get("name"):  # a GGUF file: its context is read when it is dequantised
         return None
     found = hub_config(spec["name"], spec.get("revision"), workdir)
+    if not found and spec.get("hub"):  # a pinned download not yet fetched: its hub name's config
+        found = hub_config(spec["hub"]["name"], spec["hub"]["revision"], workdir)
     if not found:
         return None
     return found.get("n_positions") or found.get("max_position_embeddings")

@@ -58,7 +58,7 @@ from workflow_lib.layout import (
     tokens_path,
     train_condition_of,
 )
-from workflow_lib.pretrained import gguf_file
+from workflow_lib.pretrained import gguf_file, written_folder
 from workflow_lib.sample.settings import sampling_shards
 from workflow_lib.train.settings import training_settings
 
@@ -119,9 +119,14 @@ class Inputs:
         return ["--max-bytes", str(max_bytes)] if max_bytes else []
 
     def pretrained(self, model: str) -> dict:
-        """A GGUF model's dequantised folder, as the input of a job that loads the pretrained checkpoint (the
-        dequantise rule writes it); nothing for a hub id or a folder that is already there."""
-        return {"pretrained": self.models[model]["name"]} if self.models[model].get("gguf") else {}
+        """A GGUF model's dequantised folder or a pinned hub model's downloaded one, as the input of a job that loads
+        the pretrained checkpoint (the dequantise or fetch_model rule writes it); nothing for a hub id or a folder
+        that is already there."""
+        return {"pretrained": self.models[model]["name"]} if written_folder(self.models[model]) else {}
+
+    def hub_fetch_options(self, wildcards: Any) -> str:
+        """The fetch_model job's options: the size cap, as for a dataset's file (its pins are a param of their own)."""
+        return shlex.join(self.max_bytes_option())
 
     def gguf(self, wildcards: Any) -> dict:
         """The GGUF file the dequantise job reads: fetched, local or packaged (a hub repo's the job downloads)."""
@@ -187,7 +192,7 @@ class Inputs:
     def model(self, wildcards: Any) -> dict:
         """The model as a job input, when it is a file: a trained folder, or an untrained model's local folder."""
         source = self.model_source(wildcards)
-        built = wildcards.objective != UNTRAINED or self.models[wildcards.model].get("gguf")  # a rule writes it
+        built = wildcards.objective != UNTRAINED or written_folder(self.models[wildcards.model])  # a rule writes it
         return {"model": source} if built or os.path.isdir(source) else {}
 
     def model_options(self, wildcards: Any) -> str:

@@ -1,4 +1,5 @@
-"""GGUF checkpoints as a model source: where a model's GGUF file comes from, and the folder it becomes.
+"""GGUF checkpoints and pinned hub downloads as a model source: where a model's files come from, and the folder they
+become.
 
 A `models` entry with `source: hf` and a `gguf` block names a GGUF file in one of four ways:
 
@@ -11,6 +12,10 @@ A `models` entry with `source: hf` and a `gguf` block names a GGUF file in one o
 The `dequantise` rule (rules/data.smk, workflow_lib/data/gguf.py) turns it once into a hub-style float32 folder,
 `results/pretrained/<model>`, and that folder is the model's `name` for every later job: they load it as any
 local checkpoint. A tokenizer with `source: model` is the one saved with a model's checkpoint.
+
+A hub model pinned file by file (`name`, `revision` and `files: {file: sha256}`) is downloaded once by the
+`fetch_model` rule (workflow_lib/data/hub_files.py), each file checked against its sha256, into the same folder,
+which becomes its `name` in the same way; its hub name, revision and pins move to `hub`.
 Standard library only: the Snakefile imports this at parse time. The two paths are layout.py's.
 """
 
@@ -20,6 +25,7 @@ import importlib.util
 from pathlib import Path
 from urllib.parse import urlparse
 
+from workflow_lib.hub_names import looks_like_path
 from workflow_lib.layout import GGUF_DOWNLOAD, PRETRAINED_DIR
 
 GGUF_KINDS = {"url": ("url",), "repo": ("repo", "file"), "path": ("path",), "package": ("package", "file")}
@@ -32,6 +38,17 @@ class GGUFConfigError(ValueError):
 def gguf_models(config: dict) -> list[str]:
     """The keys of the models that come from a GGUF file."""
     return sorted(key for key, spec in config["models"].items() if spec.get("gguf"))
+
+
+def pinned_models(config: dict) -> list[str]:
+    """The keys of the hub models downloaded file by file against their pinned sha256s (`files`)."""
+    return sorted(key for key, spec in config["models"].items() if spec.get("hub"))
+
+
+def written_folder(spec: dict) -> bool:
+    """Whether a rule writes the model's checkpoint folder (dequantise or fetch_model): a job that loads it needs it
+    as an input."""
+    return bool(spec.get("gguf") or spec.get("hub"))
 
 
 def gguf_kind(key: str, gguf: dict) -> str:
@@ -102,10 +119,42 @@ def gguf_settings(key: str, gguf: dict) -> dict:
     return {"kind": kind, "file": Path(gguf.get("file") or gguf["path"]).name}
 
 
+def normalise_pinned(key: str, spec: dict, workdir: Path) -> None:
+    """A model with `files`: check it names a hub revision to download, then move name, revision and files to `hub`
+    and make the downloaded folder its `name` (idempotent: a normalised model has no `files`)."""
+    files = spec.pop("files", None)
+    if not files:
+        return
+    where = f"config key models.{key}"
+    if spec["source"] != "hf" or spec.get("gguf"):
+        raise GGUFConfigError(
+            f"{where}.files: pinned files are a hub checkpoint's (source: hf with name and revision), "
+            f"not {'a GGUF file' if spec.get('gguf') else 'source: ' + str(spec['source'])}"
+        )
+    name = spec.get("name")
+    if not isinstance(name, str) or looks_like_path(name) or (workdir / name).is_dir():
+        raise GGUFConfigError(
+            f"{where}.files: pinned files are downloaded from the hub, so `name` must be a hub id, not "
+            f"{name!r} (a local folder is read as it is: remove `files`)"
+        )
+    if not spec.get("revision"):
+        raise GGUFConfigError(
+            f"{where}.revision: pinned files are downloaded at one revision; name it (a commit, so that the "
+            "pins stay true)"
+        )
+    spec["hub"] = {"name": name, "revision": spec.pop("revision"), "files": dict(files)}
+    spec["name"] = PRETRAINED_DIR.format(model=key)
+
+
 def normalise_gguf(config: dict, workdir: Path) -> None:
-    """Check every GGUF source and make the dequantised folder each such model's `name`; a `source: model`
-    tokenizer takes its model's name and revision. Runs before the references are checked."""
+    """Check every GGUF source and pinned hub download, and make the folder each such model becomes its `name`; a
+    `source: model` tokenizer takes its model's name and revision. Runs before the references are checked."""
     for key, spec in config["models"].items():
+        if spec.get("name") is None:
+            spec.pop("name", None)  # null: an overlay cleared it (configs/real-local.yaml)
+            if spec["source"] == "hf" and not spec.get("gguf"):
+                raise GGUFConfigError(f"config key models.{key}: needs 'name' or 'gguf'; its name is null")
+        normalise_pinned(key, spec, workdir)
         gguf = spec.get("gguf")
         if not gguf:
             continue

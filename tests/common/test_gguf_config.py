@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from studies.real_checks import study_config
 from support.gguf_files import SMOLLM2_FILE, smollm2_gguf
 from support.workflow_runs import REPO, tiny_config
 from workflow_lib.config import ConfigError, validate_config
@@ -102,5 +103,9 @@ def test_the_users_real_config_is_valid_and_names_no_machine_path():
     real = yaml.safe_load((REPO / "configs/real.yaml").read_text())
     text = (REPO / "configs/real.yaml").read_text()
     assert "/work" not in text and "../" not in text and "shared" not in text
-    assert set(real["models"]["smollm2"]["gguf"]) == {"url", "sha256"}
+    assert {"name", "revision", "files"} <= set(real["models"]["smollm2"]) and "gguf" not in real["models"]["smollm2"]
     validate_config(real, workdir=REPO)
+    # Offline, configs/real-local.yaml swaps the released weights for the GGUF file, by URL with its sha256.
+    offline = study_config([REPO / "configs/real.yaml", REPO / "configs/real-local.yaml"])
+    assert set(offline["models"]["smollm2"]["gguf"]) == {"url", "sha256"}
+    validate_config(offline, workdir=REPO)

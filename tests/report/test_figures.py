@@ -664,3 +664,21 @@ def test_an_intensity_sweep_is_one_connected_line_also_where_mauve_is_refused(fi
     assert line.get_linestyle() not in ("None", "", " ") and line.get_linewidth() > 0
     assert ax.get_ylabel() == "TV to the true law (lower is better)"
     assert_legend_clear_of_axes(fig)
+
+
+def test_a_sweep_pooled_over_seeds_beside_an_untrained_model_is_one_line_from_zero(figures):
+    """The real study's case: the trained arms pooled over their training seeds (seed None, report.seeds), the
+    untrained model at its one seed. The sweep is one line from its unperturbed model at 0, labelled without a seed:
+    comparing a pooled row's seed (None) with == matched nothing, and the untrained model's seed split the lines."""
+    rows = [{"train_intensity": 0.0, "test_intensity": 0.0, "seed": None, "rouge1_mean": 0.66, "rouge1_2se": 0.004}]
+    rows += [
+        {"train_intensity": x, "test_intensity": x, "seed": None, "rouge1_mean": 0.66 - x / 10, "rouge1_2se": 0.004}
+        for x in (0.025, 0.1, 0.4)
+    ]
+    rows.append({"objective": "untrained", "seed": 42, "rouge1_mean": 0.6, "rouge1_2se": 0.004})
+    rows = [r | {"mauve_mean": None, "mauve_status": "MAUVE cannot see shuffled words at n = 8"} for r in rows]
+    lm_figures.intensity_figure(frame(rows), "unused")
+    (fig,) = figures
+    lines = plotted(panel(fig, "mle"))
+    assert list(lines) == ["insertion (oracle)"]
+    assert lines["insertion (oracle)"][0] == [0.0, 0.025, 0.1, 0.4]

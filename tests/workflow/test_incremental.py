@@ -266,8 +266,9 @@ def test_editing_a_stage_module_reruns_only_the_jobs_that_import_it(study, modul
 
 
 # A fetched file is its URL's bytes, checked against its sha256: no code change can change them, so an edit of
-# workflow_lib must not download hundreds of MB again, nor miss the output cache (whose key includes the code).
-CODE_EXEMPT = {"fetch", "fetch_gguf"}
+# workflow_lib must not download hundreds of MB again, nor miss the output cache (whose key includes the code). A
+# pinned hub model's folder is its files' pinned bytes (fetch_model).
+CODE_EXEMPT = {"fetch", "fetch_gguf", "fetch_model"}
 
 
 def test_every_rule_declares_the_workflow_lib_code_it_runs():

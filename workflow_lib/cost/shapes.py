@@ -187,6 +187,8 @@ def model_shape(config: dict, key: str, workdir: Path | None = None) -> Shape | 
         arch = {**GPT2_SMALL, **{k: v for k, v in spec.get("architecture", {}).items() if v is not None}}
         return from_config({**arch, "vocab_size": vocab})
     found = hub_config(spec["name"], spec.get("revision"), workdir)  # a stand-in's own folder: it is what runs
+    if not found and spec.get("hub"):  # a pinned download not yet fetched: its hub name's config
+        found = hub_config(spec["hub"]["name"], spec["hub"]["revision"], workdir)
     return from_config(found) if found else None
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 
 from workflow_lib.comparisons import mode_label
-from workflow_lib.constants import PAPER_STRATEGY
+from workflow_lib.constants import PAPER_STRATEGY, UNTRAINED
 from workflow_lib.layout import REPORT_FIGURES
 from workflow_lib.metric_registry import BY_NAME
 from workflow_lib.plotting import PANEL_SIZE, Panel, _save, bar_style, empty_panel, legend_below, split_panels
@@ -244,15 +244,21 @@ def _sweeps(same: pl.DataFrame, metric: str, groups: list[str]) -> list[Line]:
     mean, se = f"{metric}_mean", f"{metric}_2se"
     same = same.filter(pl.col(mean).is_not_null())
     perturbed = same.filter((pl.col("train_intensity") > 0) & (pl.col("train_strategy") == pl.col("test_strategy")))
-    shared = ["objective", *_varying(same, SHARED_FIELDS)]
+    # what splits lines among the trained models (an untrained model, one per study, has its own seed and mode)
+    trained = same.filter(~pl.col("objective").str.starts_with(UNTRAINED))  # "untrained (zero-shot)" as shown
+    shared = ["objective", *_varying(trained, SHARED_FIELDS)]
     keys = [*shared, "train_strategy", *_varying(perturbed, TRAIN_FIELDS[1:] + TEST_FIELDS[1:])]
     lines = []
     for line in perturbed.select(keys).unique().sort(keys).rows(named=True):
-        pts = perturbed.filter(pl.all_horizontal([pl.col(k) == v for k, v in line.items()])).sort("train_intensity")
+        pts = perturbed.filter(pl.all_horizontal([pl.col(k).eq_missing(v) for k, v in line.items()])).sort(
+            "train_intensity"
+        )
         if pts.height < 2:
             continue
         x, y, err = (pts[c].to_list() for c in ("train_intensity", mean, se))
-        base = same.filter((pl.col("train_intensity") == 0) & pl.all_horizontal([pl.col(k) == line[k] for k in shared]))
+        base = same.filter(
+            (pl.col("train_intensity") == 0) & pl.all_horizontal([pl.col(k).eq_missing(line[k]) for k in shared])
+        )
         if base.height:
             x, y, err = [0.0, *x], [base[mean].mean(), *y], [base[se].mean(), *err]
         first = pts.row(0, named=True)

@@ -28,8 +28,8 @@ def report_status(workdir: str = ".") -> str | None:
         return f"Report: {REPORT_HTML} is current (summary: {SUMMARY})."
     state = "is older than the summary" if os.path.exists(html) else "is not written yet"
     return (
-        f"Report: {REPORT_HTML} {state}; refresh it with `snakemake --report {REPORT_HTML}` (the same --configfile),"
-        " or run `make run`."
+        f"Report: {REPORT_HTML} {state}: `snakemake --report {REPORT_HTML}` (with the same --configfile) refreshes"
+        " it; `make run` and the studies' runners do so after the study."
     )
 
 
@@ -50,7 +50,9 @@ def report_view(config: dict) -> dict:
     used = {spec["dataset"] for spec in config.get("eval_sets", {}).values()}
     return {
         "models": {
-            key: {f: m[f] for f in ("source", "name", "stand_in_for") if f in m} for key, m in config["models"].items()
+            key: {f: m[f] for f in ("source", "name", "stand_in_for") if f in m}
+            | ({"hub": {"name": m["hub"]["name"]}} if m.get("hub") else {})  # a pinned download's hub name
+            for key, m in config["models"].items()
         },
         "eval_sets": {es: {"dataset": spec["dataset"]} for es, spec in config.get("eval_sets", {}).items()},
         "datasets": {

@@ -327,7 +327,11 @@ def tables(frame: pl.DataFrame, out_dir: str, intensity: float, eval_order: list
 
 def paper_comparison(frame: pl.DataFrame, config: dict, intensity: float) -> str:
     """Our MAUVE beside the paper's Table 1 where models and eval sets are the paper's; else a sentence."""
-    hub_name = {k: m.get("stand_in_for") or m.get("name") for k, m in config["models"].items() if m["source"] == "hf"}
+    hub_name = {
+        k: m.get("stand_in_for") or (m.get("hub") or m)["name"]  # a pinned download's folder: its hub name
+        for k, m in config["models"].items()
+        if m["source"] == "hf"
+    }
     sets = {}
     for es, spec in config.get("eval_sets", {}).items():
         ds = config["datasets"][spec["dataset"]]
