@@ -682,3 +682,18 @@ def test_a_sweep_pooled_over_seeds_beside_an_untrained_model_is_one_line_from_ze
     lines = plotted(panel(fig, "mle"))
     assert list(lines) == ["insertion (oracle)"]
     assert lines["insertion (oracle)"][0] == [0.0, 0.025, 0.1, 0.4]
+
+
+def test_a_sweep_whose_doses_have_fewer_seeds_than_its_baseline_is_still_one_line(figures):
+    """real-ci's case: the baseline and 0.025 pooled over two seeds (seed None), the doses 0.1 and 0.4 from seed 42
+    alone. Each point is its condition's mean over its seeds; the sweep is one line from 0, not two broken ones."""
+    rows = [
+        {"train_intensity": x, "test_intensity": x, "seed": seed, "rouge1_mean": 0.7 - x / 10, "rouge1_2se": 0.004}
+        for x, seed in ((0.0, None), (0.025, None), (0.1, 42), (0.4, 42))
+    ]
+    rows = [r | {"mauve_mean": None, "mauve_status": "MAUVE cannot see shuffled words at n = 8"} for r in rows]
+    lm_figures.intensity_figure(frame(rows), "unused")
+    (fig,) = figures
+    ((label, (x, y)),) = plotted(panel(fig, "mle")).items()
+    assert label == "insertion (oracle)" and x == [0.0, 0.025, 0.1, 0.4]
+    assert y == pytest.approx([0.7, 0.6975, 0.69, 0.66])

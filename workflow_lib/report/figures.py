@@ -244,9 +244,11 @@ def _sweeps(same: pl.DataFrame, metric: str, groups: list[str]) -> list[Line]:
     mean, se = f"{metric}_mean", f"{metric}_2se"
     same = same.filter(pl.col(mean).is_not_null())
     perturbed = same.filter((pl.col("train_intensity") > 0) & (pl.col("train_strategy") == pl.col("test_strategy")))
-    # what splits lines among the trained models (an untrained model, one per study, has its own seed and mode)
+    # What splits lines among the trained models (an untrained model, one per study, has its own seed and mode). Not
+    # the seed: the figure's rows are pooled over training seeds (report.seeds.pool_seeds), so a seed left is a
+    # condition's only one, and a sweep whose doses have fewer seeds than its baseline is still one line.
     trained = same.filter(~pl.col("objective").str.starts_with(UNTRAINED))  # "untrained (zero-shot)" as shown
-    shared = ["objective", *_varying(trained, SHARED_FIELDS)]
+    shared = ["objective", *_varying(trained, [f for f in SHARED_FIELDS if f != "seed"])]
     keys = [*shared, "train_strategy", *_varying(perturbed, TRAIN_FIELDS[1:] + TEST_FIELDS[1:])]
     lines = []
     for line in perturbed.select(keys).unique().sort(keys).rows(named=True):
