@@ -135,7 +135,20 @@ def test_a_url_whose_name_is_a_command_is_fetched_and_read_without_running_it(tm
 
 # The params that hold several words, each quoted where it is built (shell_words in rules/common.smk,
 # Inputs.model_options and fetch_options, train/settings.py's launcher of fixed words); every other value is `:q`.
-WORD_PARAMS = {"file", "launch", "model", "options", "pairs", "prompts", "sha256", "synonyms", "tables", "tokens"}
+WORD_PARAMS = {
+    "eval_sets",
+    "file",
+    "launch",
+    "model",
+    "options",
+    "pairs",
+    "prompts",
+    "sha256",
+    "synonyms",
+    "tables",
+    "tasks_folder",
+    "tokens",
+}
 WORD_PARAMS |= {"other", "train_data", "validation"}
 
 
