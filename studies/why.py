@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import functools
 import json
 import re
 import subprocess
@@ -65,6 +66,14 @@ def recorded_params(workdir: Path, output: str) -> list[str] | None:
         return None
 
 
+@functools.cache
+def _digest(module: str) -> str:
+    """The code digest of `module` now (once per module: a dry run's jobs share a few dozen)."""
+    from workflow_lib.module_deps import code_digest
+
+    return code_digest(module)
+
+
 def explain(job: Job, workdir: Path) -> str:
     """The job's reason in words: each of snakemake's reasons by its kind, a params change split into code and
     settings."""
@@ -75,9 +84,7 @@ def explain(job: Job, workdir: Path) -> str:
             module = MODULE.search(job["shell"])
             old = recorded_params(workdir, job["output"].split(", ")[0])
             if module and old is not None:
-                from workflow_lib.module_deps import code_digest
-
-                digest = repr(code_digest(module[1]))
+                digest = repr(_digest(module[1]))
                 kind = "its settings changed" if digest in old else f"the code of {module[1]} changed"
             else:
                 kind = "its params changed"

@@ -99,19 +99,24 @@ def test_the_fetch_job_takes_the_pinned_revision_checks_each_file_and_the_model_
     assert type(model).__name__ == "LlamaForCausalLM" and len(AutoTokenizer.from_pretrained(folder)) > 0
 
 
+def fetch_job(workdir, hub: dict, env: dict) -> subprocess.CompletedProcess:
+    """The fetch_model job's command (rules/data.smk) on `hub`, in `workdir`."""
+    return subprocess.run(
+        [sys.executable, "-m", "workflow_lib.data.hub_files", "--key", "released", "--hub", json.dumps(hub)]
+        + ["--output", RELEASED],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=workdir,
+        env=env,
+    )
+
+
 def test_a_wrong_sha256_fails_the_job_naming_the_key_and_the_file_and_keeps_nothing(tmp_path, checkpoint):
     entry = released_entry(checkpoint)
     hub = {"name": NAME, "revision": REVISION, "files": {**entry["files"], "model.safetensors": "0" * 64}}
     with serve(hub_paths(checkpoint)) as server:
-        result = subprocess.run(
-            [sys.executable, "-m", "workflow_lib.data.hub_files", "--key", "released", "--hub", json.dumps(hub)]
-            + ["--output", RELEASED],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=tmp_path,
-            env=online(server.url("").rstrip("/"), tmp_path / "hf-cache"),
-        )
+        result = fetch_job(tmp_path, hub, online(server.url("").rstrip("/"), tmp_path / "hf-cache"))
     assert result.returncode == 1
     assert "models.released.files.model.safetensors: sha256 mismatch" in result.stderr, result.stderr[-2000:]
     assert f"/{NAME}/resolve/{REVISION}/model.safetensors" in result.stderr
@@ -122,15 +127,7 @@ def test_a_wrong_sha256_fails_the_job_naming_the_key_and_the_file_and_keeps_noth
 def test_offline_the_job_says_so_naming_the_key(tmp_path, checkpoint):
     hub = {"name": NAME, "revision": REVISION, "files": {"config.json": sha(checkpoint["config.json"])}}
     env = {**online("http://127.0.0.1:9", tmp_path / "hf-cache"), "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "workflow_lib.data.hub_files", "--key", "released", "--hub", json.dumps(hub)]
-        + ["--output", RELEASED],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-        env=env,
-    )
+    result = fetch_job(tmp_path, hub, env)
     assert result.returncode == 1 and "models.released.files.config.json: HF_HUB_OFFLINE is set" in result.stderr
     assert not (tmp_path / RELEASED).exists()
 
