@@ -152,10 +152,16 @@ def test_the_report_pairs_the_models_over_documents(harnessed, tmp_path):
     assert row["difference"] == pytest.approx((a - b).mean()) and row["documents"] == 16
     assert row["low"] <= row["difference"] <= row["high"] and 0 < row["p"] <= 1
     ppl = compared.filter(pl.col("metric") == "word_perplexity").row(0, named=True)
+    # what a row's test could have seen: more than its interval's half-width (80% power at Holm's first step)
+    assert ppl["detectable"] > (ppl["high"] - ppl["low"]) / 2 > 0
     values = table.filter(pl.col("metric") == "word_perplexity").sort("train_intensity")["value"].to_list()
     assert ppl["difference"] == pytest.approx(values[1] - values[0])  # a: the perturbed model
     bits = compared.filter(pl.col("metric") == "bits_per_byte").row(0, named=True)
-    assert bits["p"] is None and bits["not_testable"] == "log2 of byte_perplexity: its row is the test"
+    assert (
+        bits["p"] is None
+        and bits["detectable"] is None
+        and bits["not_testable"] == "log2 of byte_perplexity: its row is the test"
+    )
     text = markdown(table, compared)
     assert "**toy_choice**" in text and "| model | acc ↑ |" in text and "not testable: log2 of byte_perplexity" in text
 

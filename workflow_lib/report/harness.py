@@ -30,6 +30,7 @@ from workflow_lib.layout import sidecar
 from workflow_lib.report.statistics import (
     ALPHA,
     Permutations,
+    detectable,
     holm,
     permutation_mean_differences,
     permutation_perplexity_difference,
@@ -39,7 +40,8 @@ log = logging.getLogger("workflow_lib.report.harness")
 
 CONDITION = ["model", "dataset", "objective", "train_strategy", "train_intensity", "train_synonyms", "seed"]
 CONTRAST_COLUMNS = ["family", "task", "metric", "model", "dataset", "objective", "seed", "a", "b"]
-CONTRAST_COLUMNS += ["difference", "low", "high", "p", "p_holm", "documents", "not_testable", "favours"]
+CONTRAST_COLUMNS += ["difference", "low", "high", "p", "p_holm", "detectable", "documents", "not_testable", "favours"]
+FLOATS = ("difference", "low", "high", "p", "p_holm", "detectable")
 
 
 def _read(path: str) -> dict:
@@ -154,12 +156,13 @@ def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES) ->
     for r in rows:
         tables.setdefault((r["family"], r["task"], r["metric"]), []).append(r)
     for table in tables.values():
+        tested = sum(r.get("p") is not None for r in table)
         for r, adjusted in zip(table, holm([r.get("p") for r in table])):
             r["p_holm"] = adjusted
             r["favours"] = _favours(r)
-    schema: dict[str, Any] = {
-        c: (pl.Float64 if c in ("difference", "low", "high", "p", "p_holm") else pl.Utf8) for c in CONTRAST_COLUMNS
-    }
+            # the smallest |a - b| its test detects at 80% power, Holm's first step in its table (t over documents)
+            r["detectable"] = detectable(r.get("low"), r.get("high"), r["documents"] - 1, tested) if tested else None
+    schema: dict[str, Any] = {c: (pl.Float64 if c in FLOATS else pl.Utf8) for c in CONTRAST_COLUMNS}
     schema |= {"seed": pl.Int64, "documents": pl.Int64}
     frame = pl.DataFrame([{c: r.get(c) for c in CONTRAST_COLUMNS} for r in rows], schema=schema, orient="row")
     return frame.sort(
@@ -203,11 +206,13 @@ def markdown(table: pl.DataFrame, compared: pl.DataFrame) -> str:
         (
             "Each designed pair of models (as perplexity's: the perturbation against none, each objective against MLE), "
             "its difference a - b on the documents both scored, the 95% interval, the permutation p and Holm's p within "
-            "its family, task and metric; `favours` names the better side where p_holm < 0.05."
+            "its family, task and metric; `favours` names the better side where p_holm < 0.05, and `could see` the "
+            "smallest difference its test detects with 80% power: where no side is favoured, a difference that large "
+            "would have been detected four times in five."
         ),
         "",
-        "| family | task | metric | objective | seed | a | b | a - b [95%] | p | p_holm | favours |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| family | task | metric | objective | seed | a | b | a - b [95%] | p | p_holm | could see | favours |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in compared.iter_rows(named=True):
         if r["not_testable"]:
@@ -216,10 +221,10 @@ def markdown(table: pl.DataFrame, compared: pl.DataFrame) -> str:
             effect = f"{r['difference']:+.4g} [{r['low']:+.4g}, {r['high']:+.4g}]"
         p = "" if r["p"] is None else f"{r['p']:.3g}"
         p_holm = "" if r["p_holm"] is None else f"{r['p_holm']:.3g}"
+        seen = "" if r["detectable"] is None else f"{r['detectable']:.3g}"
         lines.append(
             f"| {r['family']} | {r['task']} | {r['metric']} | {r['objective']} | {r['seed']} | {r['a']} | {r['b']} | "
-            f"{effect} | {p} | {p_holm} | "
-            f"{r['favours'] or ''} |"
+            f"{effect} | {p} | {p_holm} | {seen} | {r['favours'] or ''} |"
         )
     return "\n".join(lines) + "\n"
 
