@@ -1,13 +1,10 @@
 """The `lm_eval_report` step: the lm-evaluation-harness's scores of every evaluated model, and its contrasts.
 
-Each lm_eval job (evaluate/harness.py) wrote, per task, the scores lm-eval aggregates (`<task>.json`) and each
-document's value (`<task>.prompts.parquet`). Here the scores become one table (a row per model and task metric), and
-the study's designed model pairs (`comparisons.pairs`, as perplexity's: the perturbation against none, each
-objective against MLE, in Table 1's conditions) are compared over the task's documents, paired by doc_id:
-a mean-aggregated metric (accuracy) by the sign-flip permutation test of its mean difference, a perplexity
-(word_perplexity, byte_perplexity) as report/contrasts.py compares perplexities, from each document's
-log-likelihood and weight. Any other aggregation (bits_per_byte, a corpus BLEU) is "not testable". Holm within
-each (family, task, metric) table. docs/usage.md, "lm-evaluation-harness".
+The lm_eval jobs (evaluate/harness.py) wrote each task's aggregates (`<task>.json`) and each document's value
+(`<task>.prompts.parquet`). Here they become one table, and the study's designed model pairs (`comparisons.pairs`)
+are compared per seed over the documents (unit "checkpoint": accuracy by the sign-flip test, a perplexity from each
+document's log-likelihood and weight; bits_per_byte and other aggregations "not testable") and across seeds (unit
+"seeds": report.seeds' paired t). Holm within each (family, task, metric, unit). docs/usage.md, "lm-evaluation-harness".
 
     python -m workflow_lib.report.harness --intensity X --table T.md --csv T.csv --contrasts C.csv @ARGUMENTS
 """
@@ -27,10 +24,13 @@ from workflow_lib.comparisons import RESAMPLES, condition_rows, pair_identity, p
 from workflow_lib.evaluate.harness import MEAN, PERPLEXITY
 from workflow_lib.files import atomic_path, read_parquet
 from workflow_lib.layout import sidecar
+from workflow_lib.report.contrasts import CHECKPOINT, SEEDS
+from workflow_lib.report.seeds import seed_rows
 from workflow_lib.report.statistics import (
     ALPHA,
     Permutations,
     detectable,
+    detectable_interval,
     holm,
     permutation_mean_differences,
     permutation_perplexity_difference,
@@ -39,9 +39,10 @@ from workflow_lib.report.statistics import (
 log = logging.getLogger("workflow_lib.report.harness")
 
 CONDITION = ["model", "dataset", "objective", "train_strategy", "train_intensity", "train_synonyms", "seed"]
-CONTRAST_COLUMNS = ["family", "task", "metric", "model", "dataset", "objective", "seed", "a", "b"]
-CONTRAST_COLUMNS += ["difference", "low", "high", "p", "p_holm", "detectable", "documents", "not_testable", "favours"]
-FLOATS = ("difference", "low", "high", "p", "p_holm", "detectable")
+IDENTITY = ["family", "task", "metric", "unit", "model", "dataset", "objective", "seed", "a", "b"]
+CONTRAST_COLUMNS = IDENTITY + ["difference", "low", "high", "p", "p_holm", "detectable", "detectable_low"]
+CONTRAST_COLUMNS += ["detectable_high", "documents", "seeds", "not_testable", "favours"]
+FLOATS = ("difference", "low", "high", "p", "p_holm", "detectable", "detectable_low", "detectable_high")
 
 
 def _read(path: str) -> dict:
@@ -98,7 +99,8 @@ def compare(pair: dict, resamples: int) -> list[dict]:
         if metric not in b["metrics"]:
             continue
         base = {k: pair[k] for k in ("family", "model", "dataset", "objective", "seed", "a", "b")}
-        base |= {"task": pair["eval_set"], "metric": metric, "documents": both.height}
+        base |= {"task": pair["eval_set"], "metric": metric, "unit": CHECKPOINT, "documents": both.height}
+        base |= {"higher_is_better": info["higher_is_better"]}
         estimate, reason = None, None
         if info["pairing"] == MEAN and metric in both.columns:
             estimate = permutation_mean_differences(
@@ -116,9 +118,9 @@ def compare(pair: dict, resamples: int) -> list[dict]:
             reason = "log2 of byte_perplexity: its row is the test"
         else:
             reason = f"no paired test of a {info.get('aggregation')} aggregation"
-        if estimate is None:
+        if estimate is None:  # the metric itself has no paired test: not at one seed, nor across seeds
             out.append(base | {"difference": a["metrics"][metric]["value"] - b["metrics"][metric]["value"]})
-            out[-1]["not_testable"] = reason
+            out[-1] |= {"not_testable": reason, "untestable_metric": reason}
             continue
         out.append(
             base
@@ -128,7 +130,6 @@ def compare(pair: dict, resamples: int) -> list[dict]:
                 "high": estimate.high,
                 "p": estimate.p,
                 "not_testable": estimate.untested,
-                "higher_is_better": info["higher_is_better"],
             }
         )
     return out
@@ -141,8 +142,26 @@ def _favours(row: dict) -> str | None:
     return row["a"] if better > 0 else row["b"]
 
 
+def across_seeds(rows: list[dict]) -> list[dict]:
+    """The methods' rows (unit "seeds"): per (family, task, metric, pair of conditions) trained from two or more
+    seeds, the paired t over the seeds' checkpoint differences (report.seeds). A metric with no paired test at one
+    seed (bits_per_byte) has none across seeds either: it keeps the checkpoint rows' reason."""
+    group = [k for k in IDENTITY if k not in ("seed", "unit")]
+    out = []
+    for r in seed_rows(rows, group, SEEDS):
+        members = [m for m in rows if all(m[k] == r[k] for k in group)]
+        found = {"higher_is_better": members[0]["higher_is_better"], "seeds": r["n"]}
+        found |= {"documents": min(m["documents"] for m in members)}
+        reasons = sorted({m["untestable_metric"] for m in members if m.get("untestable_metric")})
+        if reasons:
+            found |= {"low": None, "high": None, "p": None, "not_testable": "; ".join(reasons)}
+        out.append(r | found)
+    return out
+
+
 def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES) -> pl.DataFrame:
-    """The designed model pairs, compared on every task metric; Holm within each (family, task, metric)."""
+    """The designed model pairs, compared on every task metric per checkpoint and across seeds; Holm within each
+    (family, task, metric, unit)."""
     designed = pairs(condition_rows(paths), intensity)
     sizes: dict[tuple, int] = {}
     for pair in designed:
@@ -152,22 +171,29 @@ def contrasts(paths: list[str], intensity: float, resamples: int = RESAMPLES) ->
         for pair in designed
         for r in compare(pair, resamples_for(sizes[(pair["family"], pair["eval_set"])], resamples))
     ]
+    rows += across_seeds(rows)
     tables: dict[tuple, list[dict]] = {}
     for r in rows:
-        tables.setdefault((r["family"], r["task"], r["metric"]), []).append(r)
+        tables.setdefault((r["family"], r["task"], r["metric"], r["unit"]), []).append(r)
     for table in tables.values():
         tested = sum(r.get("p") is not None for r in table)
         for r, adjusted in zip(table, holm([r.get("p") for r in table])):
             r["p_holm"] = adjusted
             r["favours"] = _favours(r)
-            # the smallest |a - b| its test detects at 80% power, Holm's first step in its table (t over documents)
-            r["detectable"] = detectable(r.get("low"), r.get("high"), r["documents"] - 1, tested) if tested else None
+            if not tested or r.get("low") is None:
+                continue
+            # the smallest |a - b| its test detects at 80% power, Holm's first step in its table (t over documents,
+            # or over seeds), and that figure's 95% interval (statistics.detectable_interval)
+            df = r["documents"] - 1 if r["unit"] == CHECKPOINT else r["seeds"] - 1
+            r["detectable"] = detectable(r["low"], r["high"], df, tested)
+            r["detectable_low"], r["detectable_high"] = detectable_interval(r["detectable"], df)
     schema: dict[str, Any] = {c: (pl.Float64 if c in FLOATS else pl.Utf8) for c in CONTRAST_COLUMNS}
-    schema |= {"seed": pl.Int64, "documents": pl.Int64}
+    schema |= {"seed": pl.Int64, "documents": pl.Int64, "seeds": pl.Int64}
     frame = pl.DataFrame([{c: r.get(c) for c in CONTRAST_COLUMNS} for r in rows], schema=schema, orient="row")
     return frame.sort(
-        ["family", "task", "metric", "objective", "a", "b", "seed"],
-        descending=[True, False, False, False, False, False, False],
+        ["family", "task", "metric", "objective", "a", "b", "unit", "seed"],
+        descending=[True, False, False, False, False, False, True, False],
+        nulls_last=True,
     )
 
 
@@ -196,7 +222,7 @@ def markdown(table: pl.DataFrame, compared: pl.DataFrame) -> str:
                 cells.append("" if value is None else f"{value:.4g}" + ("" if stderr is None else f" ± {stderr:.2g}"))
             lines.append(f"| {condition} | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += ["### Paired over documents", ""]
+    lines += ["### Paired over documents, and across training seeds", ""]
     if compared.height == 0:
         lines.append(
             "No designed pair of models in this study (a perturbation against none, an objective against MLE)."
@@ -205,10 +231,13 @@ def markdown(table: pl.DataFrame, compared: pl.DataFrame) -> str:
     lines += [
         (
             "Each designed pair of models (as perplexity's: the perturbation against none, each objective against MLE), "
-            "its difference a - b on the documents both scored, the 95% interval, the permutation p and Holm's p within "
-            "its family, task and metric; `favours` names the better side where p_holm < 0.05, and `could see` the "
-            "smallest difference its test detects with 80% power: where no side is favoured, a difference that large "
-            "would have been detected four times in five."
+            "its difference a - b, the 95% interval, the p and Holm's p within its family, task, metric and unit. A row "
+            "of one seed compares that seed's two checkpoints over the documents both scored (a permutation test): it "
+            "speaks of those checkpoints. A row of `all k seeds` tests the training methods: the paired t over the k "
+            "seeds' differences (report.seeds; fewer than 3 seeds: not testable). `favours` names the better side "
+            "where p_holm < 0.05, and `could see` the smallest difference its test detects with 80% power (in "
+            "brackets, that figure's 95% interval where it rests on few seeds): where no side is favoured, a "
+            "difference that large would have been detected four times in five."
         ),
         "",
         "| family | task | metric | objective | seed | a | b | a - b [95%] | p | p_holm | could see | favours |",
@@ -222,8 +251,11 @@ def markdown(table: pl.DataFrame, compared: pl.DataFrame) -> str:
         p = "" if r["p"] is None else f"{r['p']:.3g}"
         p_holm = "" if r["p_holm"] is None else f"{r['p_holm']:.3g}"
         seen = "" if r["detectable"] is None else f"{r['detectable']:.3g}"
+        if seen and r["unit"] == SEEDS and r["detectable_high"] is not None:
+            seen += f" [{r['detectable_low']:.3g}, {r['detectable_high']:.3g}]"
+        seed = f"all {r['seeds']} seeds" if r["unit"] == SEEDS else str(r["seed"])
         lines.append(
-            f"| {r['family']} | {r['task']} | {r['metric']} | {r['objective']} | {r['seed']} | {r['a']} | {r['b']} | "
+            f"| {r['family']} | {r['task']} | {r['metric']} | {r['objective']} | {seed} | {r['a']} | {r['b']} | "
             f"{effect} | {p} | {p_holm} | {seen} | {r['favours'] or ''} |"
         )
     return "\n".join(lines) + "\n"
