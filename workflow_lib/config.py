@@ -163,8 +163,18 @@ def normalise_lora(config: dict, schema: dict) -> None:
             section["lora"] = {**lora, "alpha": float(lora["alpha"]), "dropout": float(lora["dropout"])}
 
 
+def drop_removed_experiments(config: dict) -> None:
+    """In place: an experiment an overlay sets to null is removed (a later --configfile can replace a key, never
+    delete one; `experiments: {dose-0.4: null}` is how it leaves one out, docs/usage.md "Overlays")."""
+    experiments = config.get("experiments")
+    if isinstance(experiments, dict):
+        config["experiments"] = {name: exp for name, exp in experiments.items() if exp is not None}
+
+
 def validate_config(config: dict, workdir: Path | None = None) -> dict:
-    """Check the config as written, normalise it in place, check the result. Returns config."""
+    """Check the config as written (an experiment set to null removed), normalise it in place, check the result.
+    Returns config."""
+    drop_removed_experiments(config)
     check_input(config, workdir)
     normalise(config, workdir)
     check(config, workdir)

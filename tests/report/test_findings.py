@@ -5,35 +5,62 @@ from __future__ import annotations
 import polars as pl
 from test_report import COLUMNS, contrast_rows
 
-from workflow_lib.report.findings import contrast_findings, findings_section, mauve_tv_findings, size_findings
+from workflow_lib.report.findings import (
+    contrast_findings,
+    findings_section,
+    mauve_tv_findings,
+    size_findings,
+    verdict_tables,
+)
+
+CHECKPOINTS = "about these checkpoints (one training seed: the test covers prompts and runs, not training)"
+PERTURBATION = f"Perturbation against none, {CHECKPOINTS}, Holm-corrected (a row per eval set and metric)"
+OBJECTIVES = f"Each objective against MLE, {CHECKPOINTS}, Holm-corrected (every eval set and condition)"
+FRAGILE = ", near the 0.05 line: fragile"
 
 
 def contrasts_of(*groups) -> pl.DataFrame:
     return pl.DataFrame([r for g in groups for r in g], schema=COLUMNS, orient="row")
 
 
+def verdict(rows: pl.DataFrame, frame=None, reach=None, metric: str = "", title: str | None = None) -> dict:
+    """The one findings-table row of `metric` (its name's start), in the table `title` (the only one by default)."""
+    tables = verdict_tables(rows, frame, reach)
+    found = tables[title] if title else next(iter(tables.values()))
+    [row] = [r for r in found if r["metric"].startswith(metric)] if metric else found
+    return row
+
+
 def test_perturbation_verdicts_follow_the_holm_corrected_contrasts():
     helped = contrasts_of(
         [{**r, "eval_set": "webtext"} for r in contrast_rows("perturbation", "mauve", [(0.05, 0.01), (0.04, 0.02)])]
     )
-    assert contrast_findings(helped) == [
-        (
-            "**webtext**, perturbation against none, about these checkpoints (one training seed: the test covers prompts and runs, not training), Holm-corrected: MAUVE: helped in 2 (mle +0.050 [+0.040, +0.060], p_holm "
-            "0.010, near the 0.05 line: fragile; mle +0.040 [+0.030, +0.050], p_holm 0.020, near the 0.05 line: "
-            "fragile), hurt in 0, no detectable difference in 0 (of 2)."
-        )
-    ]
+    assert verdict_tables(helped) == {
+        PERTURBATION: [
+            {
+                "row": "webtext",
+                "metric": "MAUVE (higher is better)",
+                "helped": f"2: mle +0.050 [+0.040, +0.060], p_holm 0.010{FRAGILE}; mle +0.040 [+0.030, +0.050], p_holm "
+                f"0.020{FRAGILE}",
+                "hurt": "0",
+                "same": "0 of 2",
+                "notes": "",
+            }
+        ]
+    }
+    [table] = contrast_findings(helped)
+    assert table.startswith(f"**{PERTURBATION}**\n\n| eval set | metric | helped | hurt | no detectable difference |")
+    assert "| webtext | MAUVE (higher is better) | 2: mle +0.050 \\[+0.040, +0.060\\], p\\_holm 0.010" in table
     hurt = contrasts_of(
         [{**r, "eval_set": "webtext"} for r in contrast_rows("perturbation", "mauve", [(-0.05, 0.01), (0.04, 0.4)])]
     )
-    assert (
-        "helped in 0, hurt in 1 (mle -0.050 [-0.060, -0.040], p_holm 0.010, near the 0.05 line: fragile), no "
-        "detectable difference in 1 (of 2)" in contrast_findings(hurt)[0]
-    )
+    row = verdict(hurt)
+    assert (row["helped"], row["hurt"]) == ("0", f"1: mle -0.050 [-0.060, -0.040], p_holm 0.010{FRAGILE}")
+    assert row["same"] == "1 of 2"
     unclear = contrasts_of(
         [{**r, "eval_set": "webtext"} for r in contrast_rows("perturbation", "mauve", [(0.05, 0.2)])]
     )
-    assert "MAUVE: no detectable difference in any of 1" in contrast_findings(unclear)[0]
+    assert verdict(unclear)["same"] == "1 of 1" and verdict(unclear)["helped"] == "0"
     objective = [
         {
             **r,
@@ -45,14 +72,18 @@ def test_perturbation_verdicts_follow_the_holm_corrected_contrasts():
         }
         for r in contrast_rows("objective", "mauve", [(0.05, 0.01), (-0.03, 0.01), (0.01, 0.5)])
     ]
-    assert contrast_findings(contrasts_of(objective)) == [
-        (
-            "**brier against MLE** (every eval set and condition), about these checkpoints (one training seed: the test "
-            "covers prompts and runs, not training): MAUVE helped in 1 (set0 no perturbation +0.050 [+0.040, +0.060], "
-            "p_holm 0.010, near the 0.05 line: fragile), hurt in 1 (set1 no perturbation -0.030 [-0.040, -0.020], "
-            "p_holm 0.010, near the 0.05 line: fragile), no detectable difference in 1 (of 3)."
-        )
-    ]
+    assert verdict_tables(contrasts_of(objective)) == {
+        OBJECTIVES: [
+            {
+                "row": "brier against MLE",
+                "metric": "MAUVE (higher is better)",
+                "helped": f"1: set0 no perturbation +0.050 [+0.040, +0.060], p_holm 0.010{FRAGILE}",
+                "hurt": f"1: set1 no perturbation -0.030 [-0.040, -0.020], p_holm 0.010{FRAGILE}",
+                "same": "1 of 3",
+                "notes": "",
+            }
+        ]
+    }
     assert contrast_findings(None)[0].startswith("No paired comparison was possible")
 
 
@@ -62,18 +93,20 @@ def test_rows_of_the_paired_t_fallback_are_named_as_uncalibrated():
     fallback = contrast_rows("perturbation", "mauve", [(0.05, 0.01), (0.02, 0.3)], method="paired t over runs")
     joint = contrast_rows("perturbation", "mauve", [(0.04, 0.02)])
     rouge = contrast_rows("perturbation", "rouge1", [(0.01, 0.02)])
-    [line] = contrast_findings(contrasts_of([{**r, "eval_set": "w"} for r in fallback + joint + rouge]))
-    assert line == (
-        "**w**, perturbation against none, about these checkpoints (one training seed: the test covers prompts and runs, not training), Holm-corrected: MAUVE: helped in 2 (mle +0.050 [+0.040, +0.060], p_holm 0.010, near "
-        "the 0.05 line: fragile; mle +0.040 [+0.030, +0.050], p_holm 0.020, near the 0.05 line: fragile), hurt in 0, "
-        "no detectable difference in 1 (of 3) (2 by the paired t over runs, whose level is not calibrated: a "
-        "description); ROUGE-1: helped in 1 (mle +0.010 [+0.000, +0.020], p_holm 0.020, near the 0.05 line: "
-        "fragile), hurt in 0, no detectable difference in 0 (of 1)."
+    [mauve, rouge1] = verdict_tables(contrasts_of([{**r, "eval_set": "w"} for r in fallback + joint + rouge]))[
+        PERTURBATION
+    ]
+    assert mauve["helped"] == (
+        f"2: mle +0.050 [+0.040, +0.060], p_holm 0.010{FRAGILE}; mle +0.040 [+0.030, +0.050], p_holm 0.020{FRAGILE}"
     )
+    assert mauve["same"] == "1 of 3"
+    assert mauve["notes"] == "2 by the paired t over runs, whose level is not calibrated: a description"
+    assert rouge1["helped"] == f"1: mle +0.010 [+0.000, +0.020], p_holm 0.020{FRAGILE}" and rouge1["notes"] == ""
     quiet = untested(fallback[:1], "2 runs") + [{**fallback[1], "p_holm": 0.5, "significant": False}]
-    assert contrast_findings(contrasts_of([{**r, "eval_set": "w"} for r in quiet]))[0].endswith(
-        "MAUVE: no detectable difference in any of the 1 tested (1 by the paired t over runs, whose level is not "
-        "calibrated: a description), not testable in 1 (2 runs)."
+    row = verdict(contrasts_of([{**r, "eval_set": "w"} for r in quiet]))
+    assert row["same"] == "1 of 1"
+    assert row["notes"] == (
+        "1 by the paired t over runs, whose level is not calibrated: a description; not testable in 1 (2 runs)"
     )
 
 
@@ -92,20 +125,18 @@ def test_untested_rows_are_counted_apart_never_as_no_difference():
     """The issue's case: 3 MAUVE rows with no p said "no detectable difference in any of 3"; they are not testable,
     with the reason, and a mixed metric counts its tested rows apart from the rest."""
     rows = one_set(contrast_rows("perturbation", "mauve", [(0.05, 0.5), (0.04, 0.5), (-0.02, 0.5)]))
-    none = contrast_findings(contrasts_of(untested(rows, "2 runs")))[0]
-    assert "MAUVE: not testable in any of 3 (2 runs)" in none and "no detectable difference" not in none
-    mixed = contrasts_of(rows[:1], untested(rows[1:2], "2 runs"), untested(rows[2:], "no spread"))
-    text = contrast_findings(mixed)[0]
-    assert "MAUVE: no detectable difference in any of the 1 tested, not testable in 2 (2 runs: 1; no spread: 1)" in text
+    none = verdict(contrasts_of(untested(rows, "2 runs")))
+    assert none["notes"] == "not testable in any of 3 (2 runs)" and none["same"] == none["helped"] == ""
+    mixed = verdict(contrasts_of(rows[:1], untested(rows[1:2], "2 runs"), untested(rows[2:], "no spread")))
+    assert mixed["same"] == "1 of 1" and mixed["notes"] == "not testable in 2 (2 runs: 1; no spread: 1)"
     marked = contrasts_of(
         one_set(contrast_rows("perturbation", "rouge1", [(0.05, 0.01), (0.01, 0.5)])),
         untested(one_set(contrast_rows("perturbation", "rouge1", [(0.02, 0.5)])), "5 prompts"),
     )
-    assert (
-        "hurt in 0, no detectable difference in 1 (of the 2 tested), not testable in 1 (5 prompts)"
-    ) in contrast_findings(marked)[0]
+    row = verdict(marked)
+    assert (row["hurt"], row["same"], row["notes"]) == ("0", "1 of 2", "not testable in 1 (5 prompts)")
     old = contrasts_of(untested(rows[:1], None))  # a contrasts file from before the reason was recorded
-    assert "not testable in any of 1 (no p)" in contrast_findings(old)[0]
+    assert verdict(old)["notes"] == "not testable in any of 1 (no p)"
 
 
 def test_mauve_cells_with_too_few_texts_are_counted_apart_and_compared_with_nothing():
@@ -120,13 +151,13 @@ def test_mauve_cells_with_too_few_texts_are_counted_apart_and_compared_with_noth
             "mauve_status": ["too few texts (20)", "too few texts (20)", None],
         }
     )
-    lines = contrast_findings(rows, frame)
-    assert "hurt in 0, no detectable difference in 0 (of 1), too few texts in 2 cells (not compared)" in lines[0]
+    mauve = verdict(rows, frame, metric="MAUVE")
+    assert (mauve["hurt"], mauve["same"]) == ("0", "0 of 1")
+    assert mauve["notes"] == "too few texts in 2 cells (not compared)"
     only_rouge = contrasts_of(contrast_rows("perturbation", "rouge1", [(0.01, 0.5)]))
-    assert (
-        "MAUVE: too few texts per run to compare; ROUGE-1: no detectable difference in any of 1"
-        in contrast_findings(only_rouge, frame)[0]
-    )
+    [mauve, rouge] = verdict_tables(only_rouge, frame)[PERTURBATION]
+    assert mauve["metric"].startswith("MAUVE") and mauve["notes"] == "too few texts per run to compare"
+    assert mauve["helped"] == mauve["same"] == "" and rouge["same"] == "1 of 1"
 
 
 def metrics(mauve, tv, runs=3, prompts=30, share=0.5, mauve_2se=None, tv_2se=None) -> pl.DataFrame:
@@ -198,7 +229,8 @@ def test_size_and_limits_say_whether_validation_was_still_falling():
     assert "accounts for an estimated median 83%" in text[2]
     assert "did not fall at the last evaluation in any of the 1 models" in size_findings(frame, flat)[1]
     section = findings_section(frame, None, falling)
-    assert section.startswith("Generated from the numbers below") and section.count("\n- ") == 5
+    assert section.startswith("Generated from the numbers below") and section.count("\n- ") == 4
+    assert "No paired comparison was possible" in section
 
 
 def test_one_mauve_cell_with_too_few_texts_is_singular():
@@ -211,18 +243,13 @@ def test_one_mauve_cell_with_too_few_texts_is_singular():
             "mauve_status": ["too few texts (20)", None],
         }
     )
-    assert contrast_findings(rows, frame) == [
-        (
-            "**set0**, perturbation against none, about these checkpoints (one training seed: the test covers prompts and runs, not training), Holm-corrected: MAUVE: helped in 1 (mle +0.050 [+0.040, +0.060], p_holm 0.010, "
-            "near the 0.05 line: fragile), hurt in 0, no detectable difference in 0 (of 1), too few texts in 1 cell "
-            "(not compared)."
-        )
-    ]
+    row = verdict(rows, frame)
+    assert row["row"] == "set0" and row["helped"] == f"1: mle +0.050 [+0.040, +0.060], p_holm 0.010{FRAGILE}"
+    assert row["notes"] == "too few texts in 1 cell (not compared)"
 
 
 def test_an_objectives_too_few_cells_are_its_own_and_its_metrics_are_joined():
-    """brier's line counts brier's refused MAUVE cells only (mle has one more), and its two metrics' verdicts are
-    joined by '; '."""
+    """brier's rows count brier's refused MAUVE cells only (mle has one more), a row per metric."""
     objective = [
         {**r, "family": "objective", "objective": "brier", "favours": "brier"}
         for r in contrast_rows("objective", "mauve", [(0.05, 0.01)])
@@ -236,14 +263,11 @@ def test_an_objectives_too_few_cells_are_its_own_and_its_metrics_are_joined():
             "mauve_status": ["too few texts (20)", "too few texts (20)", "too few texts (20)", None],
         }
     )
-    assert contrast_findings(contrasts_of(objective), frame) == [
-        (
-            "**brier against MLE** (every eval set and condition), about these checkpoints (one training seed: the test "
-            "covers prompts and runs, not training): MAUVE helped in 1 (set0 no perturbation +0.050 [+0.040, +0.060], "
-            "p_holm 0.010, near the 0.05 line: fragile), hurt in 0, no detectable difference in 0 (of 1), too few texts "
-            "in 2 cells (not compared); ROUGE-1 no detectable difference in any of 1."
-        )
-    ]
+    [mauve, rouge] = verdict_tables(contrasts_of(objective), frame)[OBJECTIVES]
+    assert mauve["row"] == rouge["row"] == "brier against MLE"
+    assert mauve["helped"] == f"1: set0 no perturbation +0.050 [+0.040, +0.060], p_holm 0.010{FRAGILE}"
+    assert mauve["notes"] == "too few texts in 2 cells (not compared)"
+    assert rouge["metric"] == "ROUGE-1 (higher is better)" and rouge["same"] == "1 of 1" and rouge["notes"] == ""
 
 
 def test_size_gives_ranges_and_says_when_the_counts_are_missing():
@@ -332,15 +356,19 @@ def test_the_findings_section_in_full():
     text = findings_section(frame, rows, {})
     assert text.endswith("(0.100).\n") and not text.endswith("\n\n")
     lines = text.splitlines()
-    assert lines[4].startswith("- MAUVE is not resolvable in 1 of 3 evaluated cells")  # resolution's sentence
-    assert lines[:4] + lines[5:] == [
+    assert lines[9].startswith("- MAUVE is not resolvable in 1 of 3 evaluated cells")  # resolution's sentence
+    assert lines[:9] + lines[10:] == [
         "Generated from the numbers below (not written by hand).",
         "",
+        f"**{PERTURBATION}**",
+        "",
+        "| eval set | metric | helped | hurt | no detectable difference | not testable, notes |",
+        "|---|---|---|---|---|---|",
         (
-            "- **set0**, perturbation against none, about these checkpoints (one training seed: the test covers prompts and runs, not training), Holm-corrected: MAUVE: helped in 1 (mle +0.050 [+0.040, +0.060], p_holm 0.010, "
-            "near the 0.05 line: fragile), hurt in 0, no detectable difference in 0 (of 1), too few texts in 1 cell "
-            "(not compared)."
+            "| set0 | MAUVE (higher is better) | 1: mle +0.050 \\[+0.040, +0.060\\], p\\_holm 0.010, near the 0.05 line: "
+            "fragile | 0 | 0 of 1 | too few texts in 1 cell (not compared) |"
         ),
+        "",
         (
             "- Size: 3 sampling runs of 30 prompts per eval set; each contrast compares two trained models of one "
             "training seed, so its test covers prompts and sampling runs, not training randomness: what it finds is "
@@ -359,23 +387,22 @@ def test_the_findings_section_in_full():
         ),
     ]
     assert findings_section(frame, None, {}).splitlines()[2] == (
-        "- No paired comparison was possible in this study, so nothing is said about what helped."
+        "No paired comparison was possible in this study, so nothing is said about what helped."
     )
 
 
 def test_perplexity_under_perturbation_is_named_the_base_models_and_under_an_objective_not():
     """A perturbation family's perplexity rows compare base models trained with and without perturbation (no
-    sampling perturbation enters perplexity): the sentence says so. An objective's perplexity needs no such note."""
+    sampling perturbation enters perplexity): the row says so. An objective's perplexity needs no such note."""
     perturbation = one_set(contrast_rows("perturbation", "perplexity", [(-1.0, 0.01)]))
-    text = contrast_findings(contrasts_of(perturbation))[0]
-    assert text.split("Holm-corrected: ", 1)[1].startswith("perplexity (base model: training perturbation only): ")
+    row = verdict(contrasts_of(perturbation))
+    assert row["metric"] == "perplexity (lower is better) of the base model: training perturbation only"
     objective = [
         {**r, "objective": "brier", "favours": "mle"} for r in contrast_rows("objective", "perplexity", [(1.0, 0.01)])
     ]
-    line = contrast_findings(contrasts_of(objective))[0]
-    assert line.startswith("**brier against MLE** (every eval set and condition), about these checkpoints")
-    assert ": perplexity helped in 0, hurt in 1 (set0 no perturbation +1.000" in line
-    assert "base model" not in line
+    row = verdict(contrasts_of(objective), title=OBJECTIVES)
+    assert row["metric"] == "perplexity (lower is better)" and row["helped"] == "0"
+    assert row["hurt"].startswith("1: set0 no perturbation +1.000")
 
 
 def test_a_perturbation_null_says_where_the_papers_gain_lies_against_what_it_could_see():
@@ -384,12 +411,13 @@ def test_a_perturbation_null_says_where_the_papers_gain_lies_against_what_it_cou
         {**r, "eval_set": "webtext", "detectable": seen, "detectable_low": seen * 0.52, "detectable_high": seen * 6.3}
         for r, seen in zip(contrast_rows("perturbation", "rouge1", [(0.002, 0.8), (0.001, 0.9)]), (0.016, 0.037))
     ]
-    text = contrast_findings(contrasts_of(rows))[0]
-    assert (
-        "it could have seen a difference of 0.016 to 0.037 at 80% power (95% interval of that figure: 0.008 to 0.233); "
-        "the paper's gain (0.01) is below that range" in text
+    assert verdict(contrasts_of(rows))["same"] == (
+        "2 of 2; it could have seen 0.016 to 0.037 at 80% power (95% interval of that figure: 0.008 to 0.233); the "
+        "paper's gain (0.01) is below that range"
     )
     within = [{**r, "detectable": seen} for r, seen in zip(rows, (0.005, 0.02))]
-    assert "the paper's gain (0.01) is within that range" in contrast_findings(contrasts_of(within))[0]
+    assert "the paper's gain (0.01) is within that range" in verdict(contrasts_of(within))["same"]
     objective = [{**r, "family": "objective", "objective": "brier", "favours": "brier"} for r in rows]
-    assert "the paper's gain" not in contrast_findings(contrasts_of(objective))[0]  # its gains are perturbation's
+    assert "the paper's gain" not in verdict(contrasts_of(objective))["same"]  # its gains are perturbation's
+
+

@@ -133,7 +133,7 @@ def test_the_summary_opens_with_at_most_ten_sentences_on_one_screen(contrasts, f
         assert screen[first + len(label) :].startswith(f" ({'lower' if lower else 'higher'} is better)"), label
         assert screen.count(f"{label} (") == 1, label
     # the old detail is still there, below
-    assert "### In detail\n" in text and "perturbation against none, about these checkpoints" in text
+    assert "### In detail\n" in text and "Perturbation against none, about these checkpoints" in text
 
 
 def test_each_sentence_quotes_the_rows_it_summarises(contrasts, frame):

@@ -13,7 +13,7 @@ from test_resolution import ENOUGH, study
 
 from workflow_lib.evaluate.control_scores import verdict
 from workflow_lib.evaluate.controls import CEILING
-from workflow_lib.report.findings import contrast_findings, mauve_tv_findings
+from workflow_lib.report.findings import mauve_tv_findings, verdict_tables
 from workflow_lib.report.instrument import controls_section, controls_table, read_controls
 from workflow_lib.report.resolution import refusal_label, refusal_sentence, refused, resolved
 from workflow_lib.report.summary import StudyResults, summary
@@ -52,8 +52,9 @@ def test_a_blind_eval_set_s_cells_are_refused_everywhere(tmp_path, monkeypatch):
     assert "too few texts" not in sentence
     assert refusal_label(frame).startswith("MAUVE not shown here: its controls fail")
     rows = contrasts_of(contrast_rows("perturbation", "rouge1", [(0.01, 0.5)]))
-    found = contrast_findings(rows.with_columns(pl.lit("test").alias("eval_set")), frame)[0]
-    assert found.startswith("**test**, perturbation against none") and "MAUVE: not compared (its controls fail" in found
+    [mauve, _] = next(iter(verdict_tables(rows.with_columns(pl.lit("test").alias("eval_set")), frame).values()))
+    assert mauve["row"] == "test" and mauve["metric"].startswith("MAUVE")
+    assert mauve["notes"].startswith("not compared (its controls fail")
     truth = frame.with_columns(pl.lit(0.3).alias("tv_mean"), pl.lit(0.01).alias("tv_2se"))
     assert mauve_tv_findings(truth) == [
         (
@@ -110,18 +111,22 @@ def test_a_mauve_null_is_read_against_what_the_planted_control_says_mauve_can_se
     smallest gap its test can see, and whether the paper's gain lies within it."""
     from test_resolution import verdict_rows
 
+    def mauve(reach=None) -> dict:
+        [row] = next(iter(verdict_tables(rows, None, reach).values()))
+        return row
+
     rows = verdict_rows([(0.05, 0.4), (-0.04, 0.6)])
-    plain = contrast_findings(rows)[0]
+    plain = mauve()
     planted = {"can_see": 0.12, "target": 0.03, "sees_target": False}
-    blind = contrast_findings(rows, None, {"webtext": planted})[0]
-    assert blind.startswith(plain[:-1]) and blind != plain
-    assert (
+    blind = mauve({"webtext": planted})
+    assert blind | {"notes": ""} == plain and plain["notes"] == ""
+    assert blind["notes"] == (
         "MAUVE's planted control: its test can see MAUVE gaps of 0.120 or more at this n (80% power), so the paper's "
-        "gain of 0.03 is below what MAUVE can see here and a MAUVE null is not evidence against it" in blind
+        "gain of 0.03 is below what MAUVE can see here and a MAUVE null is not evidence against it"
     )
-    seeing = contrast_findings(rows, None, {"webtext": planted | {"can_see": 0.02, "sees_target": True}})[0]
+    seeing = mauve({"webtext": planted | {"can_see": 0.02, "sees_target": True}})["notes"]
     assert "can see MAUVE gaps of 0.020 or more at this n (80% power), the paper's gain of 0.03 included" in seeing
-    assert contrast_findings(rows, None, {"other": planted})[0] == plain  # another eval set's control says nothing
+    assert mauve({"other": planted}) == plain  # another eval set's control says nothing
 
 
 def test_each_eval_set_s_record_carries_its_planted_control(tmp_path):
@@ -144,8 +149,8 @@ def test_a_refused_eval_set_s_finding_says_what_its_planted_control_could_see(tm
     rows = contrasts_of(contrast_rows("perturbation", "rouge1", [(0.01, 0.5)]))
     rows = rows.with_columns(pl.lit("test").alias("eval_set"))
     planted = {"can_see": 0.081, "target": 0.03, "sees_target": False}
-    line = contrast_findings(rows, frame, {"test": planted})[0]
-    assert (
-        "MAUVE: not compared (its controls fail: MAUVE cannot see degraded human text here); MAUVE's planted "
-        "control: its test can see MAUVE gaps of 0.081 or more at this n (80% power)" in line
+    [mauve, _] = next(iter(verdict_tables(rows, frame, {"test": planted}).values()))
+    assert mauve["notes"].startswith(
+        "not compared (its controls fail: MAUVE cannot see degraded human text here); MAUVE's planted "
+        "control: its test can see MAUVE gaps of 0.081 or more at this n (80% power)"
     )

@@ -17,7 +17,7 @@ from support.metric_files import write_metrics, write_perplexity
 from workflow_lib.config import validate_config
 from workflow_lib.report.collect import collect
 from workflow_lib.report.contrasts import contrasts
-from workflow_lib.report.findings import contrast_findings, findings_section, mauve_tv_findings
+from workflow_lib.report.findings import contrast_findings, findings_section, mauve_tv_findings, verdict_tables
 from workflow_lib.report.resolution import refusal_sentence, refused, resolved
 from workflow_lib.report.statistics import MIN_RUNS, paired_t
 from workflow_lib.report.summary import StudyResults, summary
@@ -126,20 +126,21 @@ def test_a_paired_t_needs_three_runs_for_a_p():
 
 
 def test_a_row_with_no_p_is_not_testable_never_no_difference():
-    line = contrast_findings(verdict_rows([(0.05, None), (-0.04, None)]))[0]
-    assert "MAUVE: not testable in any of 2 (no p)" in line  # rows that record no reason (written before it was)
-    assert "no detectable difference" not in line
+    def mauve(rows):
+        [row] = next(iter(verdict_tables(verdict_rows(rows)).values()))
+        return row
+
+    row = mauve([(0.05, None), (-0.04, None)])
+    assert row["notes"] == "not testable in any of 2 (no p)"  # rows that record no reason (written before it was)
+    assert row["same"] == ""  # never "no detectable difference"
     # one tested and not significant, one untested: the tested one alone is "no detectable difference"
-    line = contrast_findings(verdict_rows([(0.05, 0.4), (-0.04, None)]))[0]
-    assert "MAUVE: no detectable difference in any of the 1 tested, not testable in 1 (no p)" in line
-    # all tested: the old wording
-    line = contrast_findings(verdict_rows([(0.05, 0.4), (-0.04, 0.6)]))[0]
-    assert "MAUVE: no detectable difference in any of 2" in line and "not testable" not in line
-    line = contrast_findings(verdict_rows([(0.05, 0.01), (-0.04, None)]))[0]
-    assert (
-        "MAUVE: helped in 1 (mle +0.050 [+0.040, +0.060], p_holm 0.010, near the 0.05 line: fragile), hurt in 0, no "
-        "detectable difference in 0 (of the 1 tested), not testable in 1 (no p)" in line
-    )
+    row = mauve([(0.05, 0.4), (-0.04, None)])
+    assert (row["same"], row["notes"]) == ("1 of 1", "not testable in 1 (no p)")
+    row = mauve([(0.05, 0.4), (-0.04, 0.6)])  # all tested
+    assert (row["same"], row["notes"]) == ("2 of 2", "")
+    row = mauve([(0.05, 0.01), (-0.04, None)])
+    assert row["helped"] == "1: mle +0.050 [+0.040, +0.060], p_holm 0.010, near the 0.05 line: fragile"
+    assert (row["hurt"], row["same"], row["notes"]) == ("0", "0 of 1", "not testable in 1 (no p)")
 
 
 def test_findings_name_mauve_with_too_few_texts_instead_of_comparing_it(tmp_path, monkeypatch):
@@ -149,8 +150,9 @@ def test_findings_name_mauve_with_too_few_texts_instead_of_comparing_it(tmp_path
         r |= {"eval_set": "test"}
     frame = pl.DataFrame(rouge_only, schema=COLUMNS, orient="row")
     few = study(tmp_path / "few", TOO_FEW)
-    line = contrast_findings(frame, few)[0]
-    assert line.startswith("**test**, perturbation against none") and "MAUVE: too few texts per run to compare" in line
+    [mauve, rouge] = next(iter(verdict_tables(frame, few).values()))
+    assert mauve["row"] == "test" and mauve["metric"].startswith("MAUVE")
+    assert mauve["notes"] == "too few texts per run to compare" and rouge["metric"].startswith("ROUGE-1")
     enough = study(tmp_path / "enough", ENOUGH)
     assert "MAUVE" not in contrast_findings(frame, enough)[0]  # no MAUVE row and nothing refused: nothing to say
     section = findings_section(few, frame, {})

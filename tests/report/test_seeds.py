@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from workflow_lib.report.contrasts import CHECKPOINT, SEEDS, contrasts
-from workflow_lib.report.findings import contrast_findings, size_findings
+from workflow_lib.report.findings import contrast_findings, size_findings, verdict_tables
 from workflow_lib.report.seeds import SEED_T, seed_rows
 
 ARM = "results/{kind}/tiny/syn/mle/{syn}/augment-m1/{st}-{ti}/seed{seed}/{es}/unbiased/{syn}/{st}-{ti}-exact"
@@ -87,11 +87,13 @@ def test_a_null_across_seeds_marks_nothing_and_a_planted_training_effect_is_foun
     planted = every.filter(pl.col("unit") == SEEDS)
     assert planted["significant"].all()
     assert set(planted.filter(pl.col("metric") == "tv")["favours"]) == {"perturbation"}  # lower TV is better
-    lines = contrast_findings(every)
-    assert lines[0].startswith("**test**, perturbation against none, across 4 training seeds (the training method")
-    assert "TV to the true law: helped in 1 (mle -0.0" in lines[0]  # the sharpest instrument first
-    assert lines[0].index("TV to the true law") < lines[0].index("ROUGE-1")
-    assert lines[1].startswith("**test**, perturbation against none, about each seed's pair of checkpoints")
+    tables = list(verdict_tables(every).items())
+    (title, rows), (second, _) = tables[0], tables[1]
+    assert title.startswith("Perturbation against none, across 4 training seeds (the training method")
+    assert rows[0]["metric"].startswith("TV to the true law") and rows[0]["helped"].startswith("1: mle -0.0")
+    assert [r["metric"] for r in rows].index(rows[0]["metric"]) < [r["metric"][:7] for r in rows].index("ROUGE-1")
+    assert second.startswith("Perturbation against none, about each seed's pair of checkpoints")
+    assert contrast_findings(every)[0].startswith(f"**{title}**")
 
 
 def test_two_seeds_are_not_testable_and_one_seed_has_no_row_across_seeds():

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from workflow_lib.report.contrasts import COLUMNS
-from workflow_lib.report.theory_check import GAIN, IN_SUPPORT, NO_GAIN, prediction, theory_findings
+from workflow_lib.report.theory_check import GAIN, IN_SUPPORT, NO_GAIN, prediction, theory_findings, theory_table
 
 SHARES = {"synthetic-test": (0.0, 0.0), "synthetic-ood": (0.18, 0.0), "synthetic-reach": (0.65, 0.65)}
 
@@ -79,8 +79,15 @@ def test_each_eval_set_states_the_prediction_before_the_measurement_and_a_verdic
     assert reach.index("Predicted: a gain") < reach.index("Measured")
     assert "65% of its evaluated prefixes are off the training support, 100% of them only through their words" in reach
     assert "distributional 0.10; oracle 0.74" in reach
-    assert "mle TrainPerturb (train oracle) -0.010 [-0.012, -0.008], p_holm 0.005 (agrees)" in reach
     assert "agrees with 1 of 3 tested rows, disagrees with 1, and the gain was not detected in 1" in reach
+    table = theory_table(frame({"oracle": 0.74, "distributional": 0.1}), contrasts(rows)).splitlines()
+    assert table[0] == "| eval set | predicted | arm (objective, condition) | TV difference [95%], p_holm | verdict |"
+    assert (
+        "| synthetic-reach | a gain | mle TrainPerturb (train oracle) | -0.010 \\[-0.012, -0.008\\], p\\_holm 0.005 "
+        "| agrees |"
+    ) in table
+    assert "| synthetic-ood | no gain | mle TestPerturb (sample oracle) |" in "\n".join(table)
+    assert len(table) == 2 + 5 and "embedding-noise" not in "\n".join(table)  # the tested insertion rows
     assert "could have seen 0.004" in reach
     ood = by_set["synthetic-ood"]
     assert "Predicted: no gain" in ood and "100% of them through their class sequence" in ood

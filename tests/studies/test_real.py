@@ -239,6 +239,46 @@ def test_the_powered_study_is_make_reals_with_the_prompts_the_design_asked_for(t
     assert jobs["planted_control"] == jobs["mauve_controls"] == 2
 
 
+def test_mauves_pilot_samples_make_reals_recipe_at_mauves_length(tmp_path):
+    """configs/real-mauve.yaml (issue 65): `make real`'s trainings, unchanged, sampled at real.yaml's own continuation
+    length with 2 runs, the recipe against its baseline (the other doses left out by null); it passes the config check
+    and plans no training of its own once `make real`'s checkpoints are there (studies.real.reuse_trainings)."""
+    from studies import real as runner
+    from workflow_lib.check_config import main as check
+
+    files = runner.study_configs("mauve")
+    assert files == [REAL, LOCAL, CPU, REPO / "configs/real-mauve.yaml"]
+    full, cpu, pilot = study_config([REAL, LOCAL]), study_config([REAL, LOCAL, CPU]), study_config(files)
+    assert set(cpu["experiments"]) - set(pilot["experiments"]) == {"dose-0.1", "dose-0.4"}
+    for name, experiment in pilot["experiments"].items():
+        assert experiment == cpu["experiments"][name]  # the same trainings and sampling conditions
+    assert pilot["datasets"] == cpu["datasets"] and pilot["training"] == cpu["training"]
+    assert pilot["sampling"]["new_tokens"] == full["sampling"]["new_tokens"] == 50 and pilot["sampling"]["runs"] == 2
+    assert pilot["prompts"]["reference_words"] == full["prompts"]["reference_words"]
+    assert pilot["prompts"]["max_prompts"] == pilot["evaluation"].get("mauve", {}).get("min_texts", 50)
+    assert check([str(f) for f in files]) == 0
+    jobs = plan(tmp_path, *files)
+    assert jobs["train"] == 6 and jobs["sample"] == 2 * 7 and jobs["mauve_contrast"] == 2 * 3
+
+
+def test_an_overlay_leaves_an_experiment_out_with_null(tmp_path):
+    """Snakemake merges config files key by key and cannot delete one; an experiment set to null is left out by the
+    config check (config.drop_removed_experiments) and by the studies' checks alike."""
+    from workflow_lib.config import validate_config
+
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("experiments:\n  dose-0.4: null\n")
+    merged = study_config([REAL, LOCAL, overlay])
+    assert "dose-0.1" in merged["experiments"] and "dose-0.4" not in merged["experiments"]
+    from snakemake.utils import update_config
+
+    raw: dict = {}
+    for path in (REAL, LOCAL, overlay):
+        update_config(raw, yaml.safe_load(path.read_text()))
+    assert raw["experiments"]["dose-0.4"] is None
+    assert "dose-0.4" not in validate_config(raw, workdir=REPO)["experiments"]
+
+
 def test_checks_fail_on_doctored_input(tmp_path):
     real = study_config([REAL, PEERS])
     seeds = real["experiments"]["dose-0.4"]["seeds"]

@@ -259,20 +259,17 @@ def test_report_builds_on_a_tiny_config(tiny_study):
     # The findings' three parts, from this study's numbers: the verdicts, the size and limits, MAUVE against the TV.
     # With 10 prompts per run MAUVE cannot resolve (under the floor of 50): the findings say so instead of comparing it.
     found = summary.split("## What this study found\n", 1)[1].split("\n## ", 1)[0]
-    assert (
-        "- **syn-test**, perturbation against none" in found
-        and "perplexity (base model: training perturbation only): helped in" in found
-    )
+    assert "| syn-test | perplexity (lower is better) of the base model: training perturbation only | " in found
     # Training seeds as the unit: MLE and Brier from 3 seeds each; the training effect (Brier's perplexity) is found.
     across = contrasts.filter((pl.col("unit") == "seeds") & (pl.col("family") == "objective"))
     assert set(across["objective"]) == {"brier"} and set(across["n"]) == {3}
     brier = across.filter((pl.col("objective") == "brier") & (pl.col("metric") == "perplexity"))
     assert brier.height == 1 and brier["significant"][0] and brier["method"][0] == "paired t over training seeds"
     assert (
-        "- **brier against MLE** (every eval set and condition), across 3 training seeds (the training method: "
-        "paired t over training seeds, df = seeds - 1): " in found
+        "**Each objective against MLE, across 3 training seeds (the training method: paired t over training seeds, "
+        "df = seeds - 1), Holm-corrected (every eval set and condition)**" in found
     )
-    assert "perplexity helped in 1 (syn-test no perturbation" in found
+    assert "| brier against MLE | perplexity (lower is better) | 1: syn-test no perturbation " in found
     # The A/A null (report.aa_null): MLE's seeds 4-6 against its seeds 1-3, one method, independent training
     # randomness (every checkpoint pair differs), tested across the 3 seed pairs as two methods are.
     null = contrasts.filter(pl.col("family") == "null")
@@ -286,7 +283,7 @@ def test_report_builds_on_a_tiny_config(tiny_study):
     assert "### A/A null: one method's later seeds vs its earlier seeds: perplexity, across training seeds" in summary
     assert "A/A" not in found  # a check of the test, not a finding
     assert "about each seed's pair of checkpoints" in found
-    assert "ROUGE-1 no detectable difference in any of" in found
+    assert re.search(r"\| ROUGE-1 \(higher is better\) \| 0 \| 0 \| (\d+) of \1; it could have seen ", found)
     assert "- Size: 2 sampling runs of 10 prompts per eval set; 1-6 training seeds per trained arm" in found
     assert re.search(r"- Training: \d+(-\d+)? optimizer steps per model \(12 models\)\.", found)
     assert (

@@ -78,8 +78,8 @@ def _against_the_paper(rows: pl.DataFrame, low: float, high: float) -> str:
 
 
 def _could_have_seen(rows: pl.DataFrame, paper: bool = False) -> str:
-    """'; it could have seen a difference of 0.012 to 0.020 at 80% power (95% interval of that figure: 0.010 to 0.031)'
-    over rows with a detectable effect."""
+    """'it could have seen 0.012 to 0.020 at 80% power (95% interval of that figure: 0.010 to 0.031)' over rows with a
+    detectable effect, then where the paper's gain sits and which rows are near the 0.05 line."""
     seen = rows["detectable"].drop_nulls() if "detectable" in rows.columns else pl.Series([], dtype=pl.Float64)
     if not seen.len():
         return ""
@@ -99,40 +99,46 @@ def _could_have_seen(rows: pl.DataFrame, paper: bool = False) -> str:
         lowest, highest = rows["detectable_low"].drop_nulls().min(), rows["detectable_high"].drop_nulls().max()
         uncertain = f" (95% interval of that figure: {_size(cast(float, lowest))} to {_size(cast(float, highest))})"
     versus = _against_the_paper(rows, cast(float, seen.min()), cast(float, seen.max())) if paper else ""
-    return f": it could have seen a difference of {span} at 80% power{uncertain}{versus}{fragile_note}"
+    return f"it could have seen {span} at 80% power{uncertain}{versus}{fragile_note}"
 
 
-def _verdicts(part: pl.DataFrame, better: str) -> str:
-    """'helped in 1 (mle -0.012 [...], p_holm 0.003), hurt in 1 (...), no detectable difference in 3 (of 5): it could
-    have seen a difference of 0.010 to 0.020 at 80% power' for the rows of one metric. A resolved row says its effect
-    and interval; the rows with no detectable difference say the smallest effect their test could have detected
-    (statistics.detectable); a zero difference has no direction. The three words count tested rows only; a row with
-    no Holm p was not tested and is counted apart with its reason: 'not testable in 1 (2 seeds)'."""
+def _verdicts(part: pl.DataFrame, better: str) -> dict[str, str]:
+    """One metric's rows as table cells: `helped` and `hurt` ('1: mle -0.012 [...], p_holm 0.003'), `same` ('3 of 5;
+    it could have seen 0.010 to 0.020 at 80% power') and `notes`. A resolved row says its effect and interval; the
+    rows with no detectable difference say the smallest effect their test could have detected (statistics.detectable);
+    a zero difference has no direction. The three verdicts count tested rows only; a row with no Holm p was not
+    tested and is counted apart with its reason in `notes`: 'not testable in 1 (2 seeds)'."""
     tested = part.filter(pl.col("p_holm").is_not_null())
     untested = part.height - tested.height
     paper = better == "perturbation"  # the paper's gains are of perturbation over none
-    apart = f", not testable in {untested} ({untested_reasons(part)})" if untested else ""
+    notes = [f"not testable in {untested} ({untested_reasons(part)})"] if untested else []
     if not tested.height:
-        return f"not testable in any of {part.height} ({untested_reasons(part)})"
+        return {
+            "helped": "",
+            "hurt": "",
+            "same": "",
+            "notes": f"not testable in any of {part.height} ({untested_reasons(part)})",
+        }
     worse = "mle" if better not in ("perturbation",) else "no perturbation"
     helped = tested.filter(pl.col("significant") & (pl.col("favours") == better))
     hurt = tested.filter(pl.col("significant") & (pl.col("favours") == worse))
     same = tested.filter(~(pl.col("significant") & pl.col("favours").is_in([better, worse])))
-    of = f"the {tested.height} tested" if untested else f"{part.height}"
     # The paired t over runs (MAUVE read without the joint results) has a level no calibration checks.
     fallback = tested.filter(pl.col("method") == PAIRED_T).height
-    caveat = f" ({fallback} by the {PAIRED_T}, whose level is not calibrated: a description)" if fallback else ""
+    if fallback:
+        notes.insert(0, f"{fallback} by the {PAIRED_T}, whose level is not calibrated: a description")
     seeds = "seed" in part.columns and part["seed"].drop_nulls().n_unique() > 1
     models = "model" in part.columns and part["model"].n_unique() > 1
     effects = lambda rows: (
-        " (" + "; ".join(_effect(r, seeds, models) for r in rows.to_dicts()) + ")" if rows.height else ""
+        f"{rows.height}: " + "; ".join(_effect(r, seeds, models) for r in rows.to_dicts()) if rows.height else "0"
     )
-    if helped.height == hurt.height == 0:
-        return f"no detectable difference in any of {of}{_could_have_seen(same, paper)}{caveat}{apart}"
-    return (
-        f"helped in {helped.height}{effects(helped)}, hurt in {hurt.height}{effects(hurt)}, no detectable difference "
-        f"in {same.height} (of {of}){_could_have_seen(same, paper)}{caveat}{apart}"
-    )
+    seen = _could_have_seen(same, paper)
+    return {
+        "helped": effects(helped),
+        "hurt": effects(hurt),
+        "same": f"{same.height} of {tested.height}" + (f"; {seen}" if seen and same.height else ""),
+        "notes": "; ".join(notes),
+    }
 
 
 def _refusals(flagged: pl.DataFrame) -> list[str]:
@@ -146,38 +152,43 @@ def _refusals(flagged: pl.DataFrame) -> list[str]:
 
 
 def _mauve_reach(planted: dict | None) -> str:
-    """'; MAUVE's planted control: ...': what size of MAUVE gap this eval set's test can see (report/planted.py),
-    and whether the paper's gain is within it, so that a MAUVE null is read against the instrument."""
+    """'MAUVE's planted control: ...': what size of MAUVE gap this eval set's test can see (report/planted.py), and
+    whether the paper's gain is within it, so that a MAUVE null is read against the instrument."""
     if not planted or planted.get("can_see") is None:
         return ""
     size = f"its test can see MAUVE gaps of {planted['can_see']:.3f} or more at this n (80% power)"
     if planted["sees_target"]:
-        return f"; MAUVE's planted control: {size}, the paper's gain of {planted['target']:g} included"
+        return f"MAUVE's planted control: {size}, the paper's gain of {planted['target']:g} included"
     return (
-        f"; MAUVE's planted control: {size}, so the paper's gain of {planted['target']:g} is below what MAUVE can "
+        f"MAUVE's planted control: {size}, so the paper's gain of {planted['target']:g} is below what MAUVE can "
         "see here and a MAUVE null is not evidence against it"
     )
 
 
-def _parts(rows: pl.DataFrame, better: str, flagged: pl.DataFrame, sep: str, planted: dict | None = None) -> list[str]:
-    """One verdict per metric with rows. MAUVE cells that are not resolvable (`flagged`: too few texts, or controls
-    the featuriser cannot see) are in no contrast: said so instead of a verdict when MAUVE has no row, and counted
-    apart beside one when it has. `planted`: the eval set's planted control, which MAUVE's verdict quotes."""
-    parts = []
+def _metric_rows(rows: pl.DataFrame, better: str, flagged: pl.DataFrame, planted: dict | None = None) -> list[dict]:
+    """One table row per metric with rows (metric and its direction, then `_verdicts`' cells). MAUVE cells that are
+    not resolvable (`flagged`: too few texts, or controls the featuriser cannot see) are in no contrast: said so in
+    place of a verdict when MAUVE has no row, and counted apart beside one when it has. `planted`: the eval set's
+    planted control, which MAUVE's row quotes."""
+    out = []
     refusals = _refusals(flagged)
     for m in METRIC_ORDER:
         part = rows.filter(pl.col("metric") == m)
+        reach = _mauve_reach(planted) if m == "mauve" else ""
+        # A perplexity is the base model's: its perturbation rows compare training with and without it only.
+        base = BY_NAME[m].kind == "perplexity" and better == "perturbation"
+        metric = f"{METRICS[m]} ({'lower' if BY_NAME[m].lower_is_better else 'higher'} is better)"
+        metric += " of the base model: training perturbation only" if base else ""
         if part.height:
-            apart = f", {' and '.join(refusals)} (not compared)" if m == "mauve" and refusals else ""
-            apart += _mauve_reach(planted) if m == "mauve" else ""
-            # A perplexity is the base model's: its perturbation rows compare training with and without it only.
-            base = BY_NAME[m].kind == "perplexity" and better == "perturbation"
-            what = " (base model: training perturbation only)" if base else ""
-            parts.append(f"{METRICS[m]}{what}{sep}{_verdicts(part, better)}{apart}")
+            cells = _verdicts(part, better)
+            apart = [f"{' and '.join(refusals)} (not compared)"] if m == "mauve" and refusals else []
+            cells["notes"] = "; ".join([n for n in (cells["notes"], *apart, reach) if n])
+            out.append({"metric": metric} | cells)
         elif m == "mauve" and refusals:
             blind = flagged.filter(pl.col(STATUS).str.starts_with(BLIND)).height
-            parts.append(f"{METRICS[m]}{sep}{BLIND_CELLS if blind else TOO_FEW}{_mauve_reach(planted)}")
-    return parts
+            note = "; ".join(n for n in (BLIND_CELLS if blind else TOO_FEW, reach) if n)
+            out.append({"metric": metric, "helped": "", "hurt": "", "same": "", "notes": note})
+    return out
 
 
 def _units(rows: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
@@ -194,20 +205,25 @@ def _units(rows: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
     ]
 
 
-def contrast_findings(
+VERDICT_COLUMNS = ["metric", "helped", "hurt", "no detectable difference", "not testable, notes"]
+
+
+def verdict_tables(
     contrasts: pl.DataFrame | None, frame: pl.DataFrame | None = None, reach: dict[str, dict] | None = None
-) -> list[str]:
-    """Per eval set: perturbation vs none and the ablation's one-sided arms, then each objective vs MLE, per metric,
-    after Holm; the contrasts across training seeds first where there are any. `frame`: the tidy metrics, whose
-    refused MAUVE cells (report.resolution) are named where MAUVE has no contrast. `reach`: each eval set's planted
-    control (report/planted.py), which its perturbation rows' MAUVE verdict quotes (`_mauve_reach`)."""
+) -> dict[str, list[dict]]:
+    """The findings' tables, one per family and unit, by title: perturbation vs none and the ablation's one-sided arms
+    (a row per eval set and metric), then the objectives vs MLE (a row per objective and metric), after Holm; the
+    contrasts across training seeds first where there are any. Each row: `row` (its eval set or objective), `metric`
+    and `_verdicts`' cells. `frame`: the tidy metrics, whose refused MAUVE cells (report.resolution) are named where
+    MAUVE has no contrast. `reach`: each eval set's planted control (report/planted.py), which its perturbation rows'
+    MAUVE verdict quotes (`_mauve_reach`)."""
     if contrasts is None or contrasts.height == 0:
-        return ["No paired comparison was possible in this study, so nothing is said about what helped."]
+        return {}
     flagged = refused(frame) if frame is not None else pl.DataFrame({"eval_set": [], "objective": [], STATUS: []})
-    lines = []
+    tables: dict[str, list[dict]] = {}
     for family, what in (
-        ("perturbation", "perturbation against none"),
-        ("ablation", "ablation arms against NoPerturb"),
+        ("perturbation", "Perturbation against none"),
+        ("ablation", "Ablation arms against NoPerturb"),
     ):
         rows_of = contrasts.filter(pl.col("family") == family)
         for eval_set in sorted(set(rows_of["eval_set"].to_list())):
@@ -215,21 +231,38 @@ def contrast_findings(
                 if rows.height:
                     cells = flagged.filter(pl.col("eval_set") == eval_set) if family == "perturbation" else flagged[:0]
                     planted = (reach or {}).get(eval_set) if family == "perturbation" else None
-                    lines.append(
-                        f"**{eval_set}**, {what}, {phrase}, Holm-corrected: "
-                        + "; ".join(_parts(rows, "perturbation", cells, ": ", planted))
-                        + "."
-                    )
+                    title = f"{what}, {phrase}, Holm-corrected (a row per eval set and metric)"
+                    found = _metric_rows(rows, "perturbation", cells, planted)
+                    tables.setdefault(title, []).extend({"row": eval_set} | r for r in found)
     objective = contrasts.filter(pl.col("family") == "objective")
     for name in sorted(set(objective["objective"].to_list())):
         for phrase, rows in _units(objective.filter(pl.col("objective") == name)):
             if rows.height:
-                lines.append(
-                    f"**{name} against MLE** (every eval set and condition), {phrase}: "
-                    + "; ".join(_parts(rows, name, flagged.filter(pl.col("objective") == name), " "))
-                    + "."
-                )
-    return lines
+                title = f"Each objective against MLE, {phrase}, Holm-corrected (every eval set and condition)"
+                found = _metric_rows(rows, name, flagged.filter(pl.col("objective") == name))
+                tables.setdefault(title, []).extend({"row": f"{name} against MLE"} | r for r in found)
+    return tables
+
+
+def contrast_findings(
+    contrasts: pl.DataFrame | None, frame: pl.DataFrame | None = None, reach: dict[str, dict] | None = None
+) -> list[str]:
+    """`verdict_tables` as markdown, each cell escaped (labels come from the config)."""
+    from workflow_lib.report.escape import markdown as cell
+
+    tables = verdict_tables(contrasts, frame, reach)
+    if not tables:
+        return ["No paired comparison was possible in this study, so nothing is said about what helped.\n"]
+    out = []
+    for title, rows in tables.items():
+        first = "objective" if title.startswith("Each objective") else "eval set"
+        lines = [f"**{title}**", "", f"| {first} | " + " | ".join(VERDICT_COLUMNS) + " |"]
+        lines.append("|---" * (len(VERDICT_COLUMNS) + 1) + "|")
+        for r in rows:
+            values = [r["row"], r["metric"], r["helped"], r["hurt"], r["same"], r["notes"]]
+            lines.append("| " + " | ".join(cell(v) for v in values) + " |")
+        out.append("\n".join(lines) + "\n")
+    return out
 
 
 def _seeds_sentence(frame: pl.DataFrame) -> str:
@@ -375,7 +408,7 @@ def findings_section(
     whose planted control says what size of MAUVE gap each eval set's test can see."""
     lines = ["Generated from the numbers below (not written by hand).", ""]
     reach = {r["eval_set"]: r["planted"] for r in controls or [] if r.get("planted")}
-    lines += [f"- {s}" for s in contrast_findings(contrasts, frame, reach)]
+    lines += [table for table in contrast_findings(contrasts, frame, reach)]
     lines += [f"- {s}" for s in size_findings(frame, logs)]
     lines += [f"- {s}" for s in mauve_tv_findings(frame)]
     return "\n".join(lines) + "\n"

@@ -248,9 +248,10 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
     from workflow_lib.report.multiplicity import multiplicity_sentence
     from workflow_lib.report.realised import CAPTION as REALISED_CAPTION
     from workflow_lib.report.realised import realised_table
-    from workflow_lib.report.theory_check import theory_findings
+    from workflow_lib.report.theory_check import theory_findings, theory_table
 
     theory = theory_findings(frame, contrasts)
+    theory_rows = theory_table(frame, contrasts)
     trends = trend_rows(frame)
     dose = trend_findings(trends)
     design = neftune_lines(list((logs or {}).keys()))
@@ -281,7 +282,10 @@ def summary(results: StudyResults, config: dict, intensity: float) -> str:
         *(
             [
                 "**Where the theory predicts a gain** (per builtin eval set: the prediction, then the measurement, "
-                "then whether they agree; docs/default-study.md):\n\n" + "".join(f"- {s}\n" for s in theory) + "\n"
+                "then whether they agree; docs/default-study.md):\n\n"
+                + "".join(f"- {s}\n" for s in theory)
+                + "\n"
+                + (f"{theory_rows}\n" if theory_rows else "")
             ]
             if theory
             else []

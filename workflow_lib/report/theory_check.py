@@ -17,6 +17,7 @@ from workflow_lib.report.findings import _size
 from workflow_lib.report.statistics import fragile
 
 GAIN, NO_GAIN, IN_SUPPORT = "gain", "no gain", "in support"
+PREDICTED = {GAIN: "a gain", NO_GAIN: "no gain", IN_SUPPORT: "no gain (in support)"}
 
 
 def _share(frame: pl.DataFrame, eval_set: str, column: str) -> float | None:
@@ -58,13 +59,18 @@ def predicted_sentence(eval_set: str, off: float, reachable: float, reach_by_sou
     )
 
 
-def _effect(row: dict, seeds: bool) -> str:
-    """'mle TrainPerturb (train oracle) +0.005 [+0.004, +0.007], p_holm 0.005': the arm's whole label, synonyms
-    included (the findings' shorter label drops them, and here they are the point)."""
+def _arm(row: dict, seeds: bool) -> str:
+    """'mle TrainPerturb (train oracle)': the arm's whole label, synonyms included (the findings' shorter label drops
+    them, and here they are the point), and its seed where the rows come from several."""
+    seed = f" seed {row['seed']}" if seeds and row.get("seed") is not None else ""
+    return f"{row['objective']} {row['a']}{seed}"
+
+
+def _measured(row: dict) -> str:
+    """'+0.005 [+0.004, +0.007], p_holm 0.005' (fragile when near the 0.05 line)."""
     interval = f" [{row['low']:+.3f}, {row['high']:+.3f}]" if row["low"] is not None else ""
     near = ", near the 0.05 line: fragile" if fragile(row["p_holm"]) else ""
-    seed = f" seed {row['seed']}" if seeds and row.get("seed") is not None else ""
-    return f"{row['objective']} {row['a']}{seed} {row['difference']:+.3f}{interval}, p_holm {row['p_holm']:.3f}{near}"
+    return f"{row['difference']:+.3f}{interval}, p_holm {row['p_holm']:.3f}{near}"
 
 
 def _verdict(row: dict, kind: str) -> str:
@@ -76,50 +82,83 @@ def _verdict(row: dict, kind: str) -> str:
     return "disagrees" if helped else "agrees"
 
 
+def _tested(rows: pl.DataFrame, kind: str) -> list[tuple[str, dict]]:
+    return [(_verdict(r, kind), r) for r in rows.filter(pl.col("p_holm").is_not_null()).to_dicts()]
+
+
 def measured_sentence(rows: pl.DataFrame, kind: str) -> str:
-    """The TV rows of one eval set with each row's verdict, and the count of each verdict."""
-    tested = rows.filter(pl.col("p_holm").is_not_null())
-    if not tested.height:
+    """The count of each verdict over the TV rows of one eval set (each row is in `theory_table`)."""
+    verdicts = _tested(rows, kind)
+    if not verdicts:
         return "Measured: no TV contrast was testable here, so the prediction is not tested (not testable)."
-    verdicts = [(_verdict(r, kind), r) for r in tested.to_dicts()]
-    seeds = tested["seed"].drop_nulls().n_unique() > 1 if "seed" in tested.columns else False
-    listed = "; ".join(f"{_effect(r, seeds)} ({v})" for v, r in verdicts)
     counts = {v: sum(1 for w, _ in verdicts if w == v) for v in ("agrees", "disagrees", "not detected")}
     missed = [r["detectable"] for v, r in verdicts if v == "not detected" and r.get("detectable") is not None]
     could = f" (the tests could have seen {_size(min(missed))} to {_size(max(missed))} at 80% power)" if missed else ""
-    untested = rows.height - tested.height
+    untested = rows.height - len(verdicts)
     apart = f"; {untested} not testable" if untested else ""
     return (
-        f"Measured (the exact TV to the true law, arm against none, paired over references, Holm within its table): "
-        f"{listed}. Verdict: the theory's prediction agrees with {counts['agrees']} of {tested.height} tested rows, "
-        f"disagrees with {counts['disagrees']}, and the gain was not detected in {counts['not detected']}{could}{apart}."
+        "Measured (the exact TV to the true law, arm against none, paired over references, Holm within its table; "
+        f"each row in the table below): the theory's prediction agrees with {counts['agrees']} of {len(verdicts)} "
+        f"tested rows, disagrees with {counts['disagrees']}, and the gain was not detected in "
+        f"{counts['not detected']}{could}{apart}."
     )
 
 
-def theory_findings(frame: pl.DataFrame, contrasts: pl.DataFrame | None) -> list[str]:
-    """Per builtin eval set whose extrapolation recorded its support shares: prediction, measurement, verdict."""
-    if "off_support_share" not in frame.columns or contrasts is None or not contrasts.height:
-        return []
-    lines = []
-    tv = contrasts.filter(
+def _tv_rows(contrasts: pl.DataFrame) -> pl.DataFrame:
+    return contrasts.filter(
         (pl.col("metric") == "tv")
         & pl.col("family").is_in(["perturbation", "ablation"])
         & ~pl.col("a").str.contains(": ")  # insertion's arms; other strategies are labelled "<strategy>: <arm>"
     )
+
+
+def _predictions(frame: pl.DataFrame) -> dict[str, tuple[float, float]]:
+    """Each builtin eval set with recorded support shares: (off the support, reachable by a class-mate)."""
+    if "off_support_share" not in frame.columns:
+        return {}
     sets = sorted(set(frame.filter(pl.col("off_support_share").is_not_null())["eval_set"].to_list()))
-    for eval_set in sets:
-        off, reachable = _share(frame, eval_set, "off_support_share"), _share(frame, eval_set, "reachable_share")
-        if off is None or reachable is None:
-            continue
-        reach_by_source = {}
-        if "synonym_reach" in frame.columns:
-            for source, value in (
-                frame.filter(pl.col("synonym_reach").is_not_null())
-                .group_by("test_synonyms")
-                .agg(pl.col("synonym_reach").first())
-                .iter_rows()
-            ):
-                reach_by_source[source] = value
+    shares = {e: (_share(frame, e, "off_support_share"), _share(frame, e, "reachable_share")) for e in sets}
+    return {e: (off, reach) for e, (off, reach) in shares.items() if off is not None and reach is not None}
+
+
+def theory_table(frame: pl.DataFrame, contrasts: pl.DataFrame | None) -> str:
+    """Markdown: every tested TV row of insertion's arms, per eval set, with the prediction and its verdict."""
+    if contrasts is None or not contrasts.height:
+        return ""
+    from workflow_lib.report.escape import markdown as cell
+
+    tv = _tv_rows(contrasts)
+    lines = []
+    for eval_set, (off, reachable) in _predictions(frame).items():
+        kind = prediction(off, reachable)
+        verdicts = _tested(tv.filter(pl.col("eval_set") == eval_set), kind)
+        seeds = len({r.get("seed") for _, r in verdicts} - {None}) > 1
+        for verdict, r in verdicts:
+            said = PREDICTED[kind]
+            lines.append(f"| {cell(eval_set)} | {said} | {cell(_arm(r, seeds))} | {cell(_measured(r))} | {verdict} |")
+    if not lines:
+        return ""
+    head = "| eval set | predicted | arm (objective, condition) | TV difference [95%], p_holm | verdict |"
+    return "\n".join([head, "|---|---|---|---|---|", *lines]) + "\n"
+
+
+def theory_findings(frame: pl.DataFrame, contrasts: pl.DataFrame | None) -> list[str]:
+    """Per builtin eval set whose extrapolation recorded its support shares: prediction, then the verdicts' counts
+    (each row in `theory_table`)."""
+    if "off_support_share" not in frame.columns or contrasts is None or not contrasts.height:
+        return []
+    lines = []
+    tv = _tv_rows(contrasts)
+    reach_by_source = {}
+    if "synonym_reach" in frame.columns:
+        for source, value in (
+            frame.filter(pl.col("synonym_reach").is_not_null())
+            .group_by("test_synonyms")
+            .agg(pl.col("synonym_reach").first())
+            .iter_rows()
+        ):
+            reach_by_source[source] = value
+    for eval_set, (off, reachable) in _predictions(frame).items():
         rows = tv.filter(pl.col("eval_set") == eval_set)
         kind = prediction(off, reachable)
         lines.append(
