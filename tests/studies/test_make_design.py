@@ -14,7 +14,14 @@ def test_the_size_names_the_study_and_its_config_files(monkeypatch):
     monkeypatch.setattr("workflow_lib.report.design.main", lambda argv: seen.append(argv))
     design.main(["--ci", "--effect", "mauve=0.05", "--device", "h100"])
     design.main([])
-    ci, cpu = seen
+    design.main(["--mauve"])
+    ci, cpu, mauve = seen
+    assert mauve == [
+        "--configfile",
+        *map(str, study_configs("mauve")),
+        "--results",
+        str(REPO / WORKDIRS["mauve"] / "results"),
+    ]
     assert ci == [
         "--configfile",
         *map(str, study_configs("ci")),
