@@ -112,7 +112,17 @@ def reuse_trainings(source: Path, workdir: Path) -> None:
 
     if (workdir / "results").exists() or not (source / "results/models").is_dir():
         return
-    trained = ["downloads", "data", "pretrained", "tokenizers", "tokens", "synonyms", "perturbed", "models", "logs/train"]
+    trained = [
+        "downloads",
+        "data",
+        "pretrained",
+        "tokenizers",
+        "tokens",
+        "synonyms",
+        "perturbed",
+        "models",
+        "logs/train",
+    ]
     for part in [f"results/{name}" for name in trained] + [".snakemake/metadata"]:
         if (source / part).is_dir():
             shutil.copytree(source / part, workdir / part, copy_function=os.link, dirs_exist_ok=True)
@@ -127,7 +137,9 @@ def main() -> int:
     size.add_argument("--ci", action="store_true", help="CI's size (configs/real-ci.yaml)")
     size.add_argument("--full", action="store_true", help="the whole design at configs/real.yaml's own size")
     size.add_argument("--powered", action="store_true", help="`make real` powered for ROUGE-1 (real-powered.yaml)")
-    size.add_argument("--mauve", action="store_true", help="MAUVE's pilot: `make real` at MAUVE's length (real-mauve.yaml)")
+    size.add_argument(
+        "--mauve", action="store_true", help="MAUVE's pilot: `make real` at MAUVE's length (real-mauve.yaml)"
+    )
     parser.add_argument("--peers", action="store_true", help="add configs/real-peers.yaml (beyond the paper's recipe)")
     parser.add_argument("--cold", action="store_true", help="every job in its own process (no studies.warm server)")
     args, snakemake_args = parser.parse_known_args()  # the rest goes to snakemake (e.g. --forceall, -n)

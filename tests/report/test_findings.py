@@ -419,5 +419,3 @@ def test_a_perturbation_null_says_where_the_papers_gain_lies_against_what_it_cou
     assert "the paper's gain (0.01) is within that range" in verdict(contrasts_of(within))["same"]
     objective = [{**r, "family": "objective", "objective": "brier", "favours": "brier"} for r in rows]
     assert "the paper's gain" not in verdict(contrasts_of(objective))["same"]  # its gains are perturbation's
-
-
