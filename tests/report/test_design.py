@@ -213,3 +213,31 @@ def test_the_false_positives_of_a_design_for_a_method_with_no_effect_over_the_ev
     )
     rate = seed_test_rejects(d.mean((2, 3))).mean()
     assert predicted > 0.1 and within(rate, predicted), (rate, predicted)
+
+
+def test_a_mauve_design_never_asks_for_fewer_texts_than_the_mauve_floor():
+    """MAUVE's runs below evaluation.mauve.min_texts are refused, not scored: a design of 25 texts from a pilot of 50
+    would report no MAUVE. ROUGE, scored per text, may shrink its prompts."""
+    config = load_config([str(REPO / "config.yaml")], REPO)
+    floor = config["evaluation"]["mauve"]["min_texts"]
+    components = []
+    for metric, parts in (
+        ("mauve", {SEEDS: 1e-5, RUNS: 2e-3, KMEANS: 4e-3}),
+        ("rouge1", {SEEDS: 1e-6, PROMPTS: 1e-4, INTERACTION: 1e-5, RUNS: 2e-4}),
+    ):
+        for c, e in parts.items():
+            components.append(
+                {"family": "perturbation", "metric": metric, "model": "tiny", "dataset": "synthetic", "objective": "mle"}
+                | {"eval_set": "synthetic-test", "decoder": "unbiased", "a": "insertion 0.025", "b": "no perturbation"}
+                | {"seeds": 3, "prompts": floor, "runs": 2, "kmeans": 5 if metric == "mauve" else None}
+                | {"component": c, "estimate": e, "low": 0.0, "high": 2 * e, "df": 2, "note": None}
+            )
+    rows = design.designs(
+        pl.DataFrame(components, schema=COLUMNS), {"mauve": 0.03, "rouge1": 0.01}, config, {}, "perturbation", 1
+    )
+    powered = [r for r in rows if r["design"] == "powered"]
+    mauve = [r["prompts"] for r in powered if r["metric"] == "mauve"]
+    rouge = [r["prompts"] for r in powered if r["metric"] == "rouge1"]
+    assert mauve and min(mauve) >= floor
+    assert rouge and min(rouge) < floor  # the floor is MAUVE's alone
+    assert design.mauve_floor({"evaluation": {"mauve": {"min_texts": 16}}}) == 16

@@ -38,6 +38,13 @@ def over_runs(metric: str) -> bool:
     return (m := BY_NAME.get(metric)) is not None and m.paired == "runs"
 
 
+def mauve_floor(config: dict) -> int:
+    """The fewest texts per run a MAUVE cell is scored with (evaluation.mauve.min_texts): a design asks for no fewer."""
+    from workflow_lib.evaluate.floor import MIN_TEXTS
+
+    return int(((config.get("evaluation") or {}).get("mauve") or {}).get("min_texts", MIN_TEXTS))
+
+
 def floored(c: dict) -> dict:
     """Components as the design uses them: an unestimated (None) or negative estimate counts as 0."""
     return {k: max(0.0, v or 0.0) for k, v in c.items()}
@@ -201,9 +208,11 @@ def designs(
         price = prices.get((row["model"], row["eval_set"]))
         found = []
         limit = available.get(row["eval_set"])
+        # A MAUVE run of fewer texts than the study's floor is refused, not scored (evaluate/floor.py).
+        least = mauve_floor(config) if over_runs(metric) else 2
         for factor in PROMPT_FACTORS:
             prompts = max(2, round(p0 * factor))
-            if limit is not None and prompts > limit:
+            if (limit is not None and prompts > limit) or prompts < least:
                 continue
             for runs in RUN_GRID:
                 v = seed_mean_variance(c, metric, prompts, runs, p0, kmeans)
