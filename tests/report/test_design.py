@@ -227,7 +227,13 @@ def test_a_mauve_design_never_asks_for_fewer_texts_than_the_mauve_floor():
     ):
         for c, e in parts.items():
             components.append(
-                {"family": "perturbation", "metric": metric, "model": "tiny", "dataset": "synthetic", "objective": "mle"}
+                {
+                    "family": "perturbation",
+                    "metric": metric,
+                    "model": "tiny",
+                    "dataset": "synthetic",
+                    "objective": "mle",
+                }
                 | {"eval_set": "synthetic-test", "decoder": "unbiased", "a": "insertion 0.025", "b": "no perturbation"}
                 | {"seeds": 3, "prompts": floor, "runs": 2, "kmeans": 5 if metric == "mauve" else None}
                 | {"component": c, "estimate": e, "low": 0.0, "high": 2 * e, "df": 2, "note": None}
