@@ -1,19 +1,10 @@
-"""The summary's opening section, "What this study found": plain sentences generated from the numbers.
-
-Three parts:
-- for each eval set and metric, whether perturbation helped, hurt or made no detectable difference (the paired
-  contrasts after Holm's correction), and the same for each objective against MLE. Those three words are for
-  tested rows only: a contrast with no p (fewer than 3 runs, no spread, too few prompts) is "not testable (why)",
-  counted apart and never as no difference; rows tested by the paired t over runs (MAUVE without the joint results),
-  whose level no calibration checks, are named as such; and a MAUVE cell with too few texts per run to resolve
-  (report.resolution) is counted as such, compared with nothing;
-- the study's size and what limits it: sampling runs, prompts, training steps, whether the validation loss was
-  still falling at the last evaluation, MAUVE's clustering share, and which MAUVE cells had too few texts;
-- where the builtin corpus gives the true law, whether MAUVE and the exact TV agree on the conditions' order:
-  Spearman's rank correlation with a permutation p and its range under the means' standard errors
-  (statistics.rank_agreement), three verdicts (agree / disagree / cannot tell), and the condition MAUVE likes best
-  with its TV rank.
-Nothing here is written by hand: a sentence whose numbers are missing is left out.
+"""The summary's "In detail", generated from the numbers (nothing here is written by hand):
+- the verdicts: one table per family and unit, a row per eval set (or objective) and metric, after Holm: helped,
+  hurt, no detectable difference (with what it could have seen), not testable (why) counted apart, never as no
+  difference; rows of the uncalibrated paired t over runs and refused MAUVE cells named as such;
+- the study's size and what limits it (runs, prompts, seeds, training steps, MAUVE's clustering share);
+- where the builtin corpus gives the true law, whether MAUVE and the exact TV order the conditions alike
+  (statistics.rank_agreement: agree / disagree / cannot tell). docs/output.md, "The report".
 """
 
 from __future__ import annotations
