@@ -27,16 +27,14 @@ def training_settings(config: dict, model: str) -> tuple[dict, dict[str, str]]:
 
 def model_context(config: dict, model: str, workdir: Path) -> int | None:
     """The longest sequence `models.<model>` takes, where it is known before its job runs, else None."""
-    from workflow_lib.cost.shapes import GPT2_SMALL, hub_config
+    from workflow_lib.cost.shapes import GPT2_SMALL, model_config
 
     spec = config["models"][model]
     if spec["source"] == "scratch":
         return (spec.get("architecture") or {}).get("n_positions") or GPT2_SMALL["n_positions"]
     if not spec.get("name"):  # a GGUF file: its context is read when it is dequantised
         return None
-    found = hub_config(spec["name"], spec.get("revision"), workdir)
-    if not found and spec.get("hub"):  # a pinned download not yet fetched: its hub name's config
-        found = hub_config(spec["hub"]["name"], spec["hub"]["revision"], workdir)
+    found = model_config(spec, workdir)
     if not found:
         return None
     return found.get("n_positions") or found.get("max_position_embeddings")

@@ -186,10 +186,17 @@ def model_shape(config: dict, key: str, workdir: Path | None = None) -> Shape | 
             return None
         arch = {**GPT2_SMALL, **{k: v for k, v in spec.get("architecture", {}).items() if v is not None}}
         return from_config({**arch, "vocab_size": vocab})
-    found = hub_config(spec["name"], spec.get("revision"), workdir)  # a stand-in's own folder: it is what runs
-    if not found and spec.get("hub"):  # a pinned download not yet fetched: its hub name's config
-        found = hub_config(spec["hub"]["name"], spec["hub"]["revision"], workdir)
+    found = model_config(spec, workdir)
     return from_config(found) if found else None
+
+
+def model_config(spec: dict, workdir: Path | None = None) -> dict | None:
+    """config.json of a pretrained `models.<key>` spec: its folder or hub id (a stand-in's own folder: it is what
+    runs), else, for a pinned download not yet fetched, its hub name's."""
+    found = hub_config(spec["name"], spec.get("revision"), workdir)
+    if not found and spec.get("hub"):
+        found = hub_config(spec["hub"]["name"], spec["hub"]["revision"], workdir)
+    return found
 
 
 def featuriser_shape(name: str, workdir: Path | None = None) -> Shape | None:

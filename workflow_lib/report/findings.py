@@ -15,7 +15,6 @@ import polars as pl
 
 from workflow_lib.constants import UNTRAINED
 from workflow_lib.metric_registry import BY_NAME, IN_FINDINGS, PAPER_GAINS
-from workflow_lib.metric_registry import PAIRED as METRICS
 from workflow_lib.report.conditions import KEYS
 from workflow_lib.report.contrasts import CHECKPOINT, PAIRED_T, SEEDS
 from workflow_lib.report.paired_tables import untested_reasons
@@ -26,6 +25,11 @@ from workflow_lib.report.statistics import fragile, rank_agreement
 METRIC_ORDER = IN_FINDINGS  # the findings' metrics, in order (workflow_lib/metric_registry.py)
 TOO_FEW = "too few texts per run to compare"
 BLIND_CELLS = "not compared (its controls fail: MAUVE cannot see degraded human text here)"
+
+
+def direction_label(metric: str) -> str:
+    """'ROUGE-1 (higher is better)': a metric as the summary first names it."""
+    return f"{BY_NAME[metric].label} ({'lower' if BY_NAME[metric].lower_is_better else 'higher'} is better)"
 
 
 def _label(row: dict, models: bool = False) -> str:
@@ -168,7 +172,7 @@ def _metric_rows(rows: pl.DataFrame, better: str, flagged: pl.DataFrame, planted
         reach = _mauve_reach(planted) if m == "mauve" else ""
         # A perplexity is the base model's: its perturbation rows compare training with and without it only.
         base = BY_NAME[m].kind == "perplexity" and better == "perturbation"
-        metric = f"{METRICS[m]} ({'lower' if BY_NAME[m].lower_is_better else 'higher'} is better)"
+        metric = direction_label(m)
         metric += " of the base model: training perturbation only" if base else ""
         if part.height:
             cells = _verdicts(part, better)

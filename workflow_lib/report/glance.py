@@ -17,6 +17,7 @@ import polars as pl
 
 from workflow_lib.metric_registry import BY_NAME, IN_FINDINGS, PAPER_GAINS
 from workflow_lib.report.contrasts import CHECKPOINT, SEEDS
+from workflow_lib.report.findings import direction_label
 from workflow_lib.report.theory_check import GAIN, prediction
 
 PERTURBATION, OBJECTIVE, INSTRUMENTS = "Does perturbation help?", "Which objective?", "Can the instruments see?"
@@ -123,11 +124,10 @@ class _Names:
         self.named: set[str] = set()
 
     def __call__(self, metric: str) -> str:
-        label = BY_NAME[metric].label
         if metric in self.named:
-            return label
+            return BY_NAME[metric].label
         self.named.add(metric)
-        return f"{label} ({'lower' if BY_NAME[metric].lower_is_better else 'higher'} is better)"
+        return direction_label(metric)
 
 
 def _unit_rows(contrasts: pl.DataFrame) -> tuple[pl.DataFrame, str]:
