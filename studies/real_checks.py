@@ -15,6 +15,7 @@ import polars as pl
 import yaml
 
 from studies.browser import browser_problems
+from workflow_lib.sample.modes import DEFAULT as DEFAULT_MODE
 
 # The report's categories: no study figure (no ablation or sweep) and no simulation (simulation.enabled: false).
 REPORT_CATEGORIES = ("Summary", "Tables", "Training curves")
@@ -36,7 +37,7 @@ def _arm(grid: dict, default_mode: str) -> tuple[str, str, float]:
     the unperturbed law (strategy `none`; sampled `exact`)."""
     intensity = float((grid.get("intensities") or [0])[0])
     if intensity == 0:
-        return ("exact" if default_mode == "exact" else grid.get("modes", [default_mode])[0]), "none", 0.0
+        return (DEFAULT_MODE if default_mode == DEFAULT_MODE else grid.get("modes", [default_mode])[0]), "none", 0.0
     return grid.get("modes", [default_mode])[0], grid["strategies"][0], intensity
 
 

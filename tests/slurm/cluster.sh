@@ -16,7 +16,7 @@
 # The node has the machine's real CPUs and memory (`slurmd -C`), but at least MIN_CPUS CPUs; accounting is off
 # (no slurmdbd), so `sacct` cannot report jobs and the executor plugin must poll with `--slurm-status-command
 # squeue`. Two partitions share the node, `cpu` (default) and `gpu`, so the profile's partition routing is
-# exercised. The node also has 2 fake GPUs, a generic resource (GresTypes=gpu; gres.conf names empty files as
+# exercised. The node also has 4 fake GPUs, a generic resource (GresTypes=gpu; gres.conf names empty files as
 # their devices), so that jobs submitted with `sbatch --gpus=N` (a rule with resource gpu=N) are scheduled, and
 # the tests can read each job's GPU request from squeue. Such a job gets no device (no CUDA_VISIBLE_DEVICES):
 # the code falls back to the CPU when CUDA is unavailable. A GPU job also asks for the profile's cpus_per_gpu
@@ -29,8 +29,8 @@ DIR=${PERTURBED_LM_SLURM_DIR:-/tmp/perturbed-lm-slurm}
 CONF=$DIR/slurm.conf
 GRES_CONF=$DIR/gres.conf
 SYSTEM_CONF=/etc/slurm/slurm.conf
-GPUS=2  # fake ones (no devices): enough for two GPU jobs at once
-MIN_CPUS=16  # the largest GPU job the SLURM tests submit: training on 2 GPUs x the profile's cpus_per_gpu (8)
+GPUS=4  # fake ones (no devices): a 4-GPU training job, as the paper's study asks for
+MIN_CPUS=32  # the largest GPU job the SLURM tests submit: training on 4 GPUs x the profile's cpus_per_gpu (8)
 CTLD_PORT=${PERTURBED_LM_SLURMCTLD_PORT:-6817}
 SLURMD_PORT=${PERTURBED_LM_SLURMD_PORT:-6818}
 PACKAGES=(munge slurmctld slurmd slurm-client)

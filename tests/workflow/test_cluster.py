@@ -12,10 +12,10 @@ submitted with its own predicted --time. Then the study's sampling is redone wit
 `scancel` while it runs (a preemption): the next run submits that shard alone, and the gathered samples are the
 first run's byte for byte.
 
-The test node has 2 fake GPUs (a generic resource without devices, so GPU jobs run on its CPUs), and the study
-asks for both to train (`training.gpus: 2`) and for one to sample, featurise and score: each job of those rules must
+The test node has 4 fake GPUs (a generic resource without devices, so GPU jobs run on its CPUs), and the study
+asks for all 4 to train (`training.gpus: 4`, as the paper's study does) and for one to sample, featurise and score: each job of those rules must
 request its GPUs (`sbatch --gpus=N`) in one task with the profile's CPUs per GPU, and every other job no GPU, as
-squeue shows; the training's one task runs `accelerate launch` with two processes.
+squeue shows; the training's one task runs `accelerate launch` with four processes.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ SLURM_ARGS = [
 # Which partition the profile sends each rule to, given the two variables below.
 PARTITION_ENV = {"PERTURBED_LM_PARTITION": "cpu", "PERTURBED_LM_GPU_PARTITION": "gpu"}
 GPU_PARTITION_RULES = {"train", "sample", "features", "sample_features", "perplexity", "extrapolation"}
-# The GPUs each rule's jobs ask for in this study: training.gpus 2 (the test node's two fake GPUs: one task of two
+# The GPUs each rule's jobs ask for in this study: training.gpus 4 (the test node's four fake GPUs: one task of four
 # processes, accelerate launch's), sampling.gpus and evaluation.gpus 1; every other rule none.
-GPU_REQUESTS = {"train": 2, "sample": 1, "features": 1, "sample_features": 1, "perplexity": 1, "extrapolation": 1}
+GPU_REQUESTS = {"train": 4, "sample": 1, "features": 1, "sample_features": 1, "perplexity": 1, "extrapolation": 1}
 CPUS_PER_GPU = {"train": 8}  # the profile's cpus_per_gpu (4 for every other GPU rule)
 
 
@@ -184,7 +184,7 @@ def study_config() -> dict:
     config["sampling"] = {**config["sampling"], **SAMPLING}
     config["evaluation"] = {**config["evaluation"], "gpus": 1}  # the featurisation and scoring jobs' GPUs
     config["sampling"]["gpus"] = 1
-    config["training"] = {**config["training"], "gpus": 2}  # one task: accelerate launch's two processes
+    config["training"] = {**config["training"], "gpus": 4}  # one task: accelerate launch's four processes
     return config
 
 
@@ -268,7 +268,7 @@ def test_tiny_study_runs_end_to_end_through_the_slurm_profile(failed_then_fixed)
     assert not wrong, f"(GPUs, tasks, CPUs per GPU) that are not GPU_REQUESTS' and the profile's: {wrong}"
     # The training's one task ran accelerate launch with the job's GPUs as its processes.
     train_log = (workdir / "results/logs/train/tiny/synthetic/mle/none/augment-m1/none-0/seed1.log").read_text()
-    assert "2 process(es) x batch" in train_log and "--multi_gpu --num_processes 2" in rerun.stdout + rerun.stderr
+    assert "4 process(es) x batch" in train_log and "--multi_gpu --num_processes 4" in rerun.stdout + rerun.stderr
     assert set(rules) == {
         "tokenize",
         "perturb",

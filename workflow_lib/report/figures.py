@@ -31,7 +31,7 @@ from workflow_lib.plotting import PANEL_SIZE, Panel, _save, bar_style, empty_pan
 from workflow_lib.report.conditions import ABLATION, ablation_frame, shown_objective
 from workflow_lib.report.difference_figure import extrapolation_figure
 from workflow_lib.report.figure_styles import Perturbation, describe, sweep_style, with_repeat
-from workflow_lib.report.resolution import refusal_label, refused, resolved
+from workflow_lib.report.resolution import MAUVE, refusal_label, refused, resolved
 from workflow_lib.report.training_curves import read_train_log, training_curves  # noqa: F401 (build.py reads them here)
 from workflow_lib.sample.modes import get as get_mode
 
@@ -144,7 +144,7 @@ def _ablation_arms(frame: pl.DataFrame, intensity: float) -> tuple[pl.DataFrame,
 
 def _refused_note(metric: str, rows: pl.DataFrame) -> str:
     """A title's second line when a panel shows another metric than MAUVE: why MAUVE is not shown."""
-    return "" if metric == "mauve" else "\n" + refusal_label(rows).replace(":\n", ": ").split("\n")[0]
+    return "" if metric == MAUVE else "\n" + refusal_label(rows).replace(":\n", ": ").split("\n")[0]
 
 
 def _complete(frame: pl.DataFrame, metric: str, group_keys: list[str]) -> pl.DataFrame:
@@ -170,12 +170,12 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025, co
     panels = []  # (eval set, metric, rows, why empty)
     for es in eval_sets:
         sub = shown.filter(pl.col("eval_set") == es)
-        bars = _complete(resolved(sub), "mauve", group_keys)  # a refused cell is no bar (report.resolution)
-        metric = "mauve"
+        bars = _complete(resolved(sub), MAUVE, group_keys)  # a refused cell is no bar (report.resolution)
+        metric = MAUVE
         if not bars.height and refused(sub).height:
             metric = measured_metric(sub)
             bars = _complete(sub, metric, group_keys)
-        why = refusal_label(sub) if refused(sub).height and metric == "mauve" else "no ablation in this study"
+        why = refusal_label(sub) if refused(sub).height and metric == MAUVE else "no ablation in this study"
         panels.append((es, metric, bars, why))
     if any(bars.height for _, _, bars, _ in panels):  # an eval set without the four arms gets no panel
         panels = [panel for panel in panels if panel[2].height]
@@ -230,7 +230,7 @@ def ablation_figure(frame: pl.DataFrame, stem: str, intensity: float = 0.025, co
         )
         ax.set_ylabel(axis_label(metric), fontsize=9)
         ax.set_title(es + _refused_note(metric, frame.filter(pl.col("eval_set") == es)), fontsize=9)
-        ax.set_ylim(0, 1.05 if metric == "mauve" else min(1.05, 1.25 * tops[metric]))
+        ax.set_ylim(0, 1.05 if metric == MAUVE else min(1.05, 1.25 * tops[metric]))
     if single is not None:
         fig.suptitle(f"sampled in mode {mode_label(single)}: not Algorithm 2's law", fontsize=9)
     legend_below(fig, axes)
@@ -283,7 +283,7 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
     shown: list[tuple[str, str]] = []  # (eval set, metric) of each row
     for es in sorted(set(same["eval_set"].to_list())):
         part = same.filter(pl.col("eval_set") == es)
-        metric, lines = "mauve", _sweeps(shown_objective(resolved(part)), "mauve", groups)
+        metric, lines = MAUVE, _sweeps(shown_objective(resolved(part)), MAUVE, groups)
         if not lines and refused(part).height:  # a refused cell is no point (report.resolution)
             metric = measured_metric(part)
             lines = _sweeps(shown_objective(part), metric, groups)
@@ -291,7 +291,7 @@ def intensity_figure(frame: pl.DataFrame, stem: str, intensity: float | None = N
             rows.append(split_panels(lines, lambda line: line.group))
             shown.append((es, metric))
     if not rows:
-        rows, shown = [[Panel(None, [])]], [("all eval sets", "mauve")]
+        rows, shown = [[Panel(None, [])]], [("all eval sets", MAUVE)]
     fig, placed = _grid(rows)
     _share([ax for *_, ax in placed], x=True)
     for metric in {m for _, m in shown}:  # one scale per metric: rows of one metric read alike

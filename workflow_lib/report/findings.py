@@ -18,7 +18,7 @@ from workflow_lib.metric_registry import BY_NAME, IN_FINDINGS, PAPER_GAINS
 from workflow_lib.report.conditions import KEYS
 from workflow_lib.report.contrasts import CHECKPOINT, PAIRED_T, SEEDS
 from workflow_lib.report.paired_tables import untested_reasons
-from workflow_lib.report.resolution import BLIND, STATUS, refusal_sentence, refused, resolved
+from workflow_lib.report.resolution import BLIND, MAUVE, STATUS, refusal_sentence, refused, resolved
 from workflow_lib.report.seeds import SEED_T
 from workflow_lib.report.statistics import fragile, rank_agreement
 
@@ -169,17 +169,17 @@ def _metric_rows(rows: pl.DataFrame, better: str, flagged: pl.DataFrame, planted
     refusals = _refusals(flagged)
     for m in METRIC_ORDER:
         part = rows.filter(pl.col("metric") == m)
-        reach = _mauve_reach(planted) if m == "mauve" else ""
+        reach = _mauve_reach(planted) if m == MAUVE else ""
         # A perplexity is the base model's: its perturbation rows compare training with and without it only.
         base = BY_NAME[m].kind == "perplexity" and better == "perturbation"
         metric = direction_label(m)
         metric += " of the base model: training perturbation only" if base else ""
         if part.height:
             cells = _verdicts(part, better)
-            apart = [f"{' and '.join(refusals)} (not compared)"] if m == "mauve" and refusals else []
+            apart = [f"{' and '.join(refusals)} (not compared)"] if m == MAUVE and refusals else []
             cells["notes"] = "; ".join([n for n in (cells["notes"], *apart, reach) if n])
             out.append({"metric": metric} | cells)
-        elif m == "mauve" and refusals:
+        elif m == MAUVE and refusals:
             blind = flagged.filter(pl.col(STATUS).str.starts_with(BLIND)).height
             note = "; ".join(n for n in (BLIND_CELLS if blind else TOO_FEW, reach) if n)
             out.append({"metric": metric, "helped": "", "hurt": "", "same": "", "notes": note})

@@ -18,6 +18,7 @@ import polars as pl
 from workflow_lib.metric_registry import BY_NAME, IN_FINDINGS, PAPER_GAINS
 from workflow_lib.report.contrasts import CHECKPOINT, SEEDS
 from workflow_lib.report.findings import direction_label
+from workflow_lib.report.resolution import MAUVE
 from workflow_lib.report.theory_check import GAIN, prediction
 
 PERTURBATION, OBJECTIVE, INSTRUMENTS = "Does perturbation help?", "Which objective?", "Can the instruments see?"
@@ -230,7 +231,7 @@ def _mauve(rows: pl.DataFrame, controls: list[dict], name: _Names, primary: str)
         return []
     scored = [r for r in controls if not r.get("floor")]
     blind = [r for r in scored if r.get("status")]
-    text = f"{name('mauve')} sees its controls on {len(scored) - len(blind)} of {len(controls)} eval sets"
+    text = f"{name(MAUVE)} sees its controls on {len(scored) - len(blind)} of {len(controls)} eval sets"
     if blind:
         statuses = sorted({r["status"] for r in blind})
         why = statuses[0] if len(statuses) == 1 else "see What MAUVE can see here"
@@ -246,8 +247,8 @@ def _mauve(rows: pl.DataFrame, controls: list[dict], name: _Names, primary: str)
             f"; its planted control says its tests could see gaps of {_span(see, signed=False)} or more, the "
             f"paper's gain ({target:g}) is {where} that"
         )
-    part = rows.filter((pl.col("family") == "perturbation") & (pl.col("metric") == "mauve"))
-    if part.height and primary != "mauve":
+    part = rows.filter((pl.col("family") == "perturbation") & (pl.col("metric") == MAUVE))
+    if part.height and primary != MAUVE:
         text += f"; every objective's perturbation against none: {tally(part, 'perturbation')}"
         return [Line(INSTRUMENTS, text + ".", part)]
     return [Line(INSTRUMENTS, text + ".")]
@@ -296,10 +297,10 @@ def glance_lines(contrasts: pl.DataFrame | None, frame: pl.DataFrame, controls: 
     metric = _primary(rows)
     head = [Line("", unit), *(_perturbation(rows, frame, metric, name) if metric else [])]
     perturbed = rows.filter(pl.col("family") == "perturbation")
-    instruments = bool(controls) + sum(1 for m in PAPER_GAINS if m != "mauve" and m in perturbed["metric"])
+    instruments = bool(controls) + sum(1 for m in PAPER_GAINS if m != MAUVE and m in perturbed["metric"])
     middle = _objectives(rows, metric, name, MOST - len(head) - instruments) if metric else []
     tail = _mauve(rows, controls or [], name, metric or "")
-    tail += [line for m in PAPER_GAINS if m != "mauve" for line in _reach(rows, m, name, metric)]
+    tail += [line for m in PAPER_GAINS if m != MAUVE for line in _reach(rows, m, name, metric)]
     extra = _others(rows, metric, name, MOST - len(head) - len(middle) - len(tail)) if metric else []
     return [*head, *extra, *middle, *tail][:MOST]
 

@@ -15,7 +15,10 @@ from typing import cast
 
 import polars as pl
 
-STATUS = "mauve_status"
+# The metric whose cells this module gates, by its registry name (metric_registry): MAUVE, the one metric with a
+# floor of texts and controls (evaluation.mauve). The report spells it here only.
+MAUVE = "mauve"
+STATUS = f"{MAUVE}_status"
 BLIND = "MAUVE cannot see"  # how a status set by the controls begins (evaluate/control_scores.py `verdict`)
 
 
@@ -31,7 +34,8 @@ def refused(frame: pl.DataFrame) -> pl.DataFrame:
 
 def resolved(frame: pl.DataFrame) -> pl.DataFrame:
     """The rows whose MAUVE may be shown and compared (MAUVE present and not flagged)."""
-    rows = frame.filter(pl.col("mauve_mean").is_not_null()) if "mauve_mean" in frame.columns else frame
+    mean = f"{MAUVE}_mean"
+    rows = frame.filter(pl.col(mean).is_not_null()) if mean in frame.columns else frame
     if STATUS not in frame.columns:
         return rows
     return rows.filter(pl.col(STATUS).is_null() | (pl.col(STATUS) == ""))

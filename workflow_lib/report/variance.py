@@ -23,6 +23,7 @@ from workflow_lib.comparisons import pairs
 from workflow_lib.files import atomic_path
 from workflow_lib.metric_registry import IN_FINDINGS, PAIRED, REGISTRY
 from workflow_lib.report.contrasts import conditions
+from workflow_lib.report.resolution import MAUVE
 from workflow_lib.report.study_files import StudyFiles
 
 log = logging.getLogger("workflow_lib.report.variance")
@@ -278,9 +279,9 @@ def components(paths: list[str], intensity: float, level: float = LEVEL) -> pl.D
         # The kind's metrics its per-prompt sidecar pairs (over prompts, or a builtin set's references), then MAUVE,
         # paired over runs, whose per-run scores mauve_differences reads.
         metrics = [m.name for m in REGISTRY if m.kind == kind and m.paired in ("prompts", "references")]
-        metrics += ["mauve"] if kind == "metrics" else []
+        metrics += [MAUVE] if kind == "metrics" else []
         for metric in metrics:
-            if metric == "mauve":
+            if metric == MAUVE:
                 d = mauve_differences(seeds, files)
                 found = nested(d, level) if d is not None else []
                 shape = {"seeds": None, "prompts": None, "runs": None, "kmeans": None}
