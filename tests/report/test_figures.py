@@ -222,6 +222,31 @@ def test_training_curves_one_column_per_objective_and_logs_without_validation(tm
     assert_legend_clear_of_axes(fig)
 
 
+def test_training_curves_of_many_folders_get_a_column_per_seed(tmp_path, figures):
+    """An objective with more folders than a panel holds (3 seeds x 3 conditions) gets a column per training seed,
+    each with that seed's conditions side by side, not cuts through the sorted list that put one seed's baseline
+    beside another seed's doses; the columns share one training-loss scale (one objective)."""
+    models = tmp_path / "results/models/tiny/syn/mle"
+    conditions = [
+        "none/augment-m1/none-0",
+        "distributional/augment-m1/insertion-0.025",
+        "distributional/augment-m1/insertion-0.1",
+    ]
+    dirs = [write_log(models / f"{c}/seed{s}", True, 0.1 * i) for s in (1, 2, 3) for i, c in enumerate(conditions)]
+    lm_figures.training_curves(dirs, "unused")
+    (fig,) = figures
+    train = fig.axes[:3]
+    assert [ax.get_title() for ax in train] == ["mle, seed 1", "mle, seed 2", "mle, seed 3"]
+    for seed, ax in zip((1, 2, 3), train):
+        assert [line.get_label() for line in ax.get_lines()] == [
+            f"no perturbation, seed {seed}",
+            f"insertion 0.025 (distributional), seed {seed}",
+            f"insertion 0.1 (distributional), seed {seed}",
+        ]
+    assert train[0].get_shared_y_axes().joined(train[0], train[2])
+    assert_legend_clear_of_axes(fig)
+
+
 def test_training_curves_cli_writes_the_png(tmp_path, monkeypatch):
     from workflow_lib.report import build
 

@@ -419,3 +419,23 @@ def test_a_perturbation_null_says_where_the_papers_gain_lies_against_what_it_cou
     assert "the paper's gain (0.01) is within that range" in verdict(contrasts_of(within))["same"]
     objective = [{**r, "family": "objective", "objective": "brier", "favours": "brier"} for r in rows]
     assert "the paper's gain" not in verdict(contrasts_of(objective))["same"]  # its gains are perturbation's
+
+
+def test_two_ablation_arms_that_differ_in_what_else_varies_are_told_apart():
+    """An arm's label keeps what else varies ('TestPerturb (sample oracle)'): two TestPerturb arms of one objective,
+    one drawing distributional synonyms and one oracle ones, must not read as the same arm twice."""
+    arms = ["TestPerturb (sample distributional)", "TestPerturb (sample oracle)"]
+    rows = contrasts_of(
+        *[
+            [
+                {**r, "eval_set": "reach", "favours": "no perturbation"}
+                for r in contrast_rows("ablation", "tv", [(d, 0.005)], a=arm, b="NoPerturb")
+            ]
+            for arm, d in zip(arms, (0.011, 0.009))
+        ]
+    )
+    row = verdict(rows)
+    assert row["hurt"] == (
+        "2: mle TestPerturb (sample distributional) +0.011 [+0.001, +0.021], p_holm 0.005; "
+        "mle TestPerturb (sample oracle) +0.009 [-0.001, +0.019], p_holm 0.005"
+    )

@@ -37,8 +37,8 @@ def _label(row: dict, models: bool = False) -> str:
     (or eval set, for an objective against MLE), ablation arm and decoder when it is not the unbiased one."""
     parts = [row["model"]] if models else []
     parts.append(row["eval_set"] if row["family"] == "objective" else row["objective"])
-    if row["family"] == "ablation":
-        parts.append(row["a"].split(" (")[0])
+    if row["family"] == "ablation":  # the arm with what else varies ('TestPerturb (sample oracle)'): two arms differ
+        parts.append(row["a"])
     if row["family"] == "perturbation" and " (" in row["a"]:  # what else varies: its sampling mode, its synonyms
         parts.append("(" + row["a"].split(" (", 1)[1])
     if row["family"] == "objective":

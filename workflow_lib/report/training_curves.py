@@ -5,6 +5,7 @@ folders against step, from each folder's train_log.csv; each training condition 
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
@@ -14,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import polars as pl
 
-from workflow_lib.plotting import PANEL_SIZE, _save, empty_panel, legend_below, split_panels
+from workflow_lib.plotting import MAX_LINES, PANEL_SIZE, _save, empty_panel, legend_below, split_panels
 from workflow_lib.report.conditions import parse_model_dir
 from workflow_lib.report.figure_styles import (
     TRAINING_LEGEND,
@@ -27,7 +28,8 @@ from workflow_lib.report.figure_styles import (
 
 
 class Series(NamedTuple):
-    """One model folder's lines: its panel group (objective), legend label and style."""
+    """One model folder's lines: its panel group (objective; and its training seed where the objective has more
+    folders than a panel holds), legend label and style."""
 
     group: tuple
     label: str
@@ -62,7 +64,7 @@ def read_train_log(model_dir: str) -> pl.DataFrame:
 def training_curves(model_dirs: list[str], stem: str) -> None:
     """Training loss (the objective's own) and validation NLL per token against step, one line per model
     folder (training condition, seed) of one (model, dataset): one column of panels per objective (training
-    loss on top, validation below), cut further where an objective has more than five folders. Every
+    loss on top, validation below); an objective with more than MAX_LINES folders gets a column per training seed. Every
     validation panel shares its y axis (NLL compares across objectives); a training panel shares its only with
     its own objective's (each objective has its own loss). A folder whose log has no validation rows is named
     in its validation panel."""
@@ -73,13 +75,19 @@ def training_curves(model_dirs: list[str], stem: str) -> None:
         f for f, among in (("train_mode", known), ("copies", known), ("seed", known)) if len({c[f] for c in among}) > 1
     ]
 
+    # An objective with more folders than a panel holds gets a panel per training seed (its conditions side by side
+    # on the same data order) rather than arbitrary cuts; split_panels still cuts a seed's panel that is too full.
+    folders = Counter(c["objective"] for c in conditions)
+    by_seed = "seed" in varying
+
     def line(c: dict) -> Series:
         if "train_intensity" not in c:
             return Series((c["objective"],), c["objective"], perturbation_style(Perturbation("none", 0.0)))
         style = perturbation_style(Perturbation.of(c, "train"))
         if varying:  # several lines of one condition (seeds, training modes): dashes from the seed or the mode
             style = with_repeat(style, int(c["seed"]) if varying == ["seed"] else describe(c, varying))
-        return Series((c["objective"],), training_condition(c, varying), style)
+        seed = (f"seed {c['seed']}",) if by_seed and folders[c["objective"]] > MAX_LINES else ()
+        return Series((c["objective"], *seed), training_condition(c, varying), style)
 
     logs = {d: read_train_log(d) for d in dirs}
     rank = {d: float(c.get("train_intensity", 0)) for d, c in zip(dirs, conditions)}
@@ -102,7 +110,7 @@ def training_curves(model_dirs: list[str], stem: str) -> None:
     for ax in axes[1][1:]:  # validation NLL compares across objectives: one scale
         ax.sharey(axes[1][0])
     for panel, train_ax, valid_ax in zip(panels, axes[0], axes[1]):
-        same_objective = [ax for p, ax in zip(panels, axes[0]) if p.group == panel.group]
+        same_objective = [ax for p, ax in zip(panels, axes[0]) if p.group[0] == panel.group[0]]
         if train_ax is not same_objective[0]:
             train_ax.sharey(same_objective[0])
         without_validation = []
@@ -128,7 +136,7 @@ def training_curves(model_dirs: list[str], stem: str) -> None:
                 )
             else:
                 without_validation.append(ln.label)
-        train_ax.set_title(panel.title(panel.group[0]), fontsize=10)
+        train_ax.set_title(panel.title(", ".join(panel.group)), fontsize=10)
         valid_ax.set_xlabel("step", fontsize=9)
         valid_ax.ticklabel_format(axis="y", useOffset=False)  # "+5.65" above the axis reads as a value
         if len(without_validation) == len(panel.items):
