@@ -240,9 +240,10 @@ def test_the_powered_study_is_make_reals_with_the_prompts_the_design_asked_for(t
 
 
 def test_mauves_pilot_samples_make_reals_recipe_at_mauves_length(tmp_path):
-    """configs/real-mauve.yaml (issue 65): `make real`'s trainings, unchanged, sampled at real.yaml's own continuation
-    length with 2 runs, the recipe against its baseline (the other doses left out by null); it passes the config check
-    and plans no training of its own once `make real`'s checkpoints are there (studies.real.reuse_trainings)."""
+    """configs/real-mauve.yaml (issue 65): `make real`'s trainings, unchanged, and three more seeds of each arm (six,
+    so that the seeds' share of a MAUVE difference has 5 degrees of freedom), sampled at real.yaml's own continuation
+    length with 2 runs, the recipe against its baseline (the other doses left out by null); it passes the config
+    check, and once `make real`'s checkpoints are there it trains only the new seeds (studies.real.reuse_trainings)."""
     from studies import real as runner
     from workflow_lib.check_config import main as check
 
@@ -251,14 +252,17 @@ def test_mauves_pilot_samples_make_reals_recipe_at_mauves_length(tmp_path):
     full, cpu, pilot = study_config([REAL, LOCAL]), study_config([REAL, LOCAL, CPU]), study_config(files)
     assert set(cpu["experiments"]) - set(pilot["experiments"]) == {"dose-0.1", "dose-0.4"}
     for name, experiment in pilot["experiments"].items():
-        assert experiment == cpu["experiments"][name]  # the same trainings and sampling conditions
+        made = cpu["experiments"][name]  # the same trainings and sampling conditions, on `make real`'s seeds and more
+        assert {k: v for k, v in experiment.items() if k != "seeds"} == {k: v for k, v in made.items() if k != "seeds"}
+        if "seeds" in made:
+            assert experiment["seeds"][: len(made["seeds"])] == made["seeds"] and len(experiment["seeds"]) == 6
     assert pilot["datasets"] == cpu["datasets"] and pilot["training"] == cpu["training"]
     assert pilot["sampling"]["new_tokens"] == full["sampling"]["new_tokens"] == 50 and pilot["sampling"]["runs"] == 2
     assert pilot["prompts"]["reference_words"] == full["prompts"]["reference_words"]
     assert pilot["prompts"]["max_prompts"] == pilot["evaluation"].get("mauve", {}).get("min_texts", 50)
     assert check([str(f) for f in files]) == 0
     jobs = plan(tmp_path, *files)
-    assert jobs["train"] == 6 and jobs["sample"] == 2 * 7 and jobs["mauve_contrast"] == 2 * 3
+    assert jobs["train"] == 2 * 6 and jobs["sample"] == 2 * (2 * 6 + 1) and jobs["mauve_contrast"] == 2 * 6  # a pair of checkpoints per seed and eval set
 
 
 def test_an_overlay_leaves_an_experiment_out_with_null(tmp_path):
