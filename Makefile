@@ -105,9 +105,10 @@ real-peers: $(SMOLLM2) $(DEV) $(HARNESS) ## the real study plus its rows beyond 
 real-powered: $(SMOLLM2) $(DEV) $(HARNESS) ## the real study at the size `make design` picked for ROUGE-1 +0.01 (results/real-powered/)
 	$(BIN)/python -m studies.real --powered --cores $(CORES) $(SNAKEMAKE_ARGS)
 
-# MAUVE's pilot: `make real`'s trainings sampled at the length at which MAUVE sees its controls (configs/real-mauve.yaml),
-# in results/real-mauve/, started from `make real`'s results where they exist; `make design DESIGN_ARGS=--mauve` reads it.
-real-mauve: $(SMOLLM2) $(DEV) $(HARNESS) ## MAUVE's pilot for make design: make real's trainings at MAUVE's length (results/real-mauve/)
+# MAUVE's pilot: `make real`'s trainings and three more seeds of each, sampled at the length at which MAUVE sees its
+# controls (configs/real-mauve.yaml), in results/real-mauve/, started from `make real`'s results where they exist;
+# `make design DESIGN_ARGS=--mauve` reads it.
+real-mauve: $(SMOLLM2) $(DEV) $(HARNESS) ## MAUVE's pilot for make design: make real's trainings + 3 seeds, at MAUVE's length (results/real-mauve/)
 	$(BIN)/python -m studies.real --mauve --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 # The same at CI's size (configs/real-ci.yaml), in results/real-ci/.

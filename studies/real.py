@@ -98,16 +98,17 @@ def study_configs(size: str = "cpu", peers: bool = False) -> list[Path]:
     """The config files of `make real` and its variants, in the order snakemake merges them: the size last, so that
     it sizes the peers' experiments too. `size`: "cpu" (configs/real-cpu.yaml), "ci" (configs/real-ci.yaml), "full"
     (real.yaml's own), "powered" (`make real`'s with configs/real-powered.yaml: the design `make design` picked) or
-    "mauve" (`make real`'s trainings sampled at MAUVE's length, configs/real-mauve.yaml: MAUVE's pilot)."""
+    "mauve" (`make real`'s trainings and three more seeds of each, sampled at MAUVE's length, configs/real-mauve.yaml:
+    MAUVE's pilot)."""
     sizes = {"cpu": [CPU_CONFIG], "ci": [CI_CONFIG], "full": []}
     sizes |= {"powered": [CPU_CONFIG, POWERED_CONFIG], "mauve": [CPU_CONFIG, MAUVE_CONFIG]}
     return CONFIGS + ([PEERS_CONFIG] if peers else []) + sizes[size]
 
 
 def reuse_trainings(source: Path, workdir: Path) -> None:
-    """MAUVE's pilot trains what `make real` trained: a new pilot folder starts from `make real`'s finished results and
+    """MAUVE's pilot reuses what `make real` trained: a new pilot folder starts from `make real`'s finished results and
     Snakemake's records of them, hard-linked (no copy of the checkpoints' gigabytes; a job replaces a file it reruns,
-    never writes into it), so that only sampling and what follows run."""
+    never writes into it), so that only the pilot's own seeds train."""
     import shutil
 
     if (workdir / "results").exists() or not (source / "results/models").is_dir():
