@@ -262,7 +262,9 @@ def test_mauves_pilot_samples_make_reals_recipe_at_mauves_length(tmp_path):
     assert pilot["prompts"]["max_prompts"] == pilot["evaluation"].get("mauve", {}).get("min_texts", 50)
     assert check([str(f) for f in files]) == 0
     jobs = plan(tmp_path, *files)
-    assert jobs["train"] == 2 * 6 and jobs["sample"] == 2 * (2 * 6 + 1) and jobs["mauve_contrast"] == 2 * 6  # a pair of checkpoints per seed and eval set
+    assert (
+        jobs["train"] == 2 * 6 and jobs["sample"] == 2 * (2 * 6 + 1) and jobs["mauve_contrast"] == 2 * 6
+    )  # a pair of checkpoints per seed and eval set
 
 
 def test_an_overlay_leaves_an_experiment_out_with_null(tmp_path):
