@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from workflow_lib.constants import PAPER_STRATEGY, SYNONYM_SOURCES
 from workflow_lib.plotting import LINESTYLES, OKABE_ITO
+from workflow_lib.sample.modes import DEFAULT as DEFAULT_MODE
 
 NO_PERTURBATION = "no perturbation"
 TRAINING_LEGEND = "training perturbation"
@@ -48,7 +49,7 @@ class Perturbation(NamedTuple):
     strategy: str
     intensity: float
     synonyms: str = "none"
-    mode: str = "exact"
+    mode: str = DEFAULT_MODE
 
     @classmethod
     def of(cls, row: dict, side: str) -> Perturbation:
@@ -56,7 +57,7 @@ class Perturbation(NamedTuple):
         intensity = float(row[f"{side}_intensity"] or 0.0)
         if intensity == 0:
             return cls("none", 0.0)
-        mode = row.get("test_mode") or "exact" if side == "test" else "exact"
+        mode = row.get("test_mode") or DEFAULT_MODE if side == "test" else DEFAULT_MODE
         return cls(row[f"{side}_strategy"], intensity, row.get(f"{side}_synonyms") or "none", mode)
 
     @property
@@ -71,7 +72,7 @@ class Perturbation(NamedTuple):
         """'no perturbation', 'insertion 0.025 (oracle)', 'neftune 1', 'deletion 0.1 (oracle, cached)'."""
         if self.none:
             return NO_PERTURBATION
-        notes = [s for s in (self.synonyms,) if s != "none"] + ([self.mode] if self.mode != "exact" else [])
+        notes = [s for s in (self.synonyms,) if s != "none"] + ([self.mode] if self.mode != DEFAULT_MODE else [])
         return f"{self.strategy} {self.intensity:g}" + (f" ({', '.join(notes)})" if notes else "")
 
 
